@@ -1,0 +1,9 @@
+"""keras_vit: the Vision Transformer of Dosovitskiy et al. (ICLR 2021) for Keras 3."""
+
+from keras_vit import layers
+from keras_vit.model import ViT
+from keras_vit.presets import presets
+
+__version__ = "0.1.0"
+
+__all__ = ["ViT", "layers", "presets", "__version__"]

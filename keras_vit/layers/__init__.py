@@ -1,0 +1,31 @@
+"""The building blocks of the Vision Transformer, as Keras layers."""
+
+from keras_vit.layers.attention import MultiHeadDotProductAttention
+from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
+from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.position_embedding import PositionEmbedding
+from keras_vit.layers.position_embedding import resample_position_embeddings
+from keras_vit.layers.resnet import BottleneckUnit
+from keras_vit.layers.resnet import ResNetStem
+from keras_vit.layers.resnet import StandardizedConv2D
+from keras_vit.layers.token_pooling import TokenPooling
+from keras_vit.layers.transformer_encoder import TransformerEncoder
+
+__all__ = [
+    "BottleneckUnit",
+    "ClassToken",
+    "DropPath",
+    "MlpBlock",
+    "MultiHeadAttentionPooling",
+    "MultiHeadDotProductAttention",
+    "PatchEmbedding",
+    "PositionEmbedding",
+    "ResNetStem",
+    "StandardizedConv2D",
+    "TokenPooling",
+    "TransformerEncoder",
+    "resample_position_embeddings",
+]

@@ -1,0 +1,26 @@
+"""Small argument helpers shared by the layers."""
+
+import keras
+
+
+def pair(value, name):
+    """Returns `value` as a tuple of two positive ints (an int gives (v, v))."""
+    if isinstance(value, int):
+        value = (value, value)
+    value = tuple(value)
+    if len(value) != 2 or not all(isinstance(v, int) and v > 0 for v in value):
+        raise ValueError(
+            f"`{name}` must be a positive int or a pair of positive ints, "
+            f"got {value!r}."
+        )
+    return value
+
+
+def standardize_data_format(value):
+    """`value`, or Keras's image data format when None, checked."""
+    value = value or keras.config.image_data_format()
+    if value not in ("channels_last", "channels_first"):
+        raise ValueError(
+            f"`data_format` must be 'channels_last' or 'channels_first', got {value!r}."
+        )
+    return value

@@ -1,0 +1,130 @@
+"""Multi-head dot-product attention (Eq. 5-8 of the paper's Appendix A)."""
+
+import keras
+from keras import ops
+
+
+def _xavier_uniform(fan_avg_keras, fan_avg_dense):
+    """Glorot-uniform for an N-D kernel, with the fans of its 2-D dense view.
+
+    Keras takes the fans of a (D, H, hd) kernel as if it were a convolution;
+    Flax's xavier_uniform sees the (D, H * hd) matrix. The scale makes the two
+    variances equal, so the kernels follow the paper's initialization.
+    """
+    return keras.initializers.VarianceScaling(
+        scale=fan_avg_keras / fan_avg_dense, mode="fan_avg", distribution="uniform"
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadDotProductAttention(keras.layers.Layer):
+    """Multi-head attention with the kernel layout of Flax and Keras MHA.
+
+    ``softmax(q kᵀ / sqrt(d_head)) v`` for each head, then the output
+    projection. Query, key and value kernels are ``(D, heads, d_head)`` and the
+    output kernel ``(heads, d_head, D)``: the layout of the original ``.npz``
+    checkpoints, so they load as they are.
+
+    The attention itself runs through ``keras.ops.dot_product_attention`` so
+    each backend can use its fused kernel. When the weights are asked for, or
+    attention dropout is active, it is computed explicitly (the same numbers),
+    with the softmax in float32 under mixed precision.
+
+    Args:
+        num_heads: int. Number of heads.
+        head_dim: int or None. Size of each head; defaults to D / num_heads.
+        use_bias: bool. Biases on query, key and value. Defaults to True.
+        dropout_rate: float. Dropout on the attention weights.
+        seed: int or None. Seed of the dropout.
+
+    Call arguments:
+        query: ``(batch, Tq, D)``.
+        value: ``(batch, Tv, D)``, attended to; defaults to ``query``
+            (self-attention).
+        return_attention_scores: bool. Also return the weights
+            ``(batch, heads, Tq, Tv)`` (float32).
+
+    Output shape: ``(batch, Tq, D)``.
+    """
+
+    def __init__(
+        self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.head_dim = head_dim
+        self.use_bias = use_bias
+        self.dropout_rate = float(dropout_rate)
+        self.seed = seed
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
+        )
+
+    def build(self, query_shape, value_shape=None):
+        hidden_dim = tuple(query_shape)[-1]
+        if self.head_dim is None and hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden size {hidden_dim} is not divisible by num_heads "
+                f"{self.num_heads}; pass head_dim or choose another num_heads."
+            )
+        head_dim = self.head_dim or hidden_dim // self.num_heads
+        self._head_dim = head_dim
+        inner = self.num_heads * head_dim
+        projections = {}
+        for name in ("query", "key", "value"):
+            projections[name] = keras.layers.EinsumDense(
+                "btd,dnh->btnh",
+                output_shape=(None, self.num_heads, head_dim),
+                bias_axes="nh" if self.use_bias else None,
+                kernel_initializer=_xavier_uniform(
+                    hidden_dim * (self.num_heads + head_dim) / 2, (hidden_dim + inner) / 2
+                ),
+                dtype=self.dtype_policy,
+                name=name,
+            )
+        self.query, self.key, self.value = (projections[n] for n in ("query", "key", "value"))
+        self.out = keras.layers.EinsumDense(
+            "btnh,nhd->btd",
+            output_shape=(None, hidden_dim),
+            bias_axes="d",
+            kernel_initializer=_xavier_uniform(
+                self.num_heads * (head_dim + hidden_dim) / 2, (inner + hidden_dim) / 2
+            ),
+            dtype=self.dtype_policy,
+            name="out",
+        )
+        value_shape = tuple(value_shape or query_shape)
+        self.query.build(tuple(query_shape))
+        self.key.build(value_shape)
+        self.value.build(value_shape)
+        self.out.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
+
+    def call(self, query, value=None, training=None, return_attention_scores=False):
+        value = query if value is None else value
+        q, k, v = self.query(query), self.key(value), self.value(value)
+        scale = self._head_dim**-0.5
+        weights = None
+        if return_attention_scores or (training and self.dropout_rate > 0):
+            logits = ops.einsum("bqhd,bkhd->bhqk", q, k)
+            weights = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+            dropped = self.dropout(ops.cast(weights, q.dtype), training=training)
+            x = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
+        else:
+            x = ops.dot_product_attention(q, k, v, scale=scale)
+        x = self.out(x)
+        return (x, weights) if return_attention_scores else x
+
+    def compute_output_shape(self, query_shape, value_shape=None):
+        return tuple(query_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            use_bias=self.use_bias,
+            dropout_rate=self.dropout_rate,
+            seed=self.seed,
+        )
+        return config

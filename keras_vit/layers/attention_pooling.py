@@ -1,0 +1,77 @@
+"""Multihead attention pooling (MAP), the head of big_vision's ViTs."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers.attention import MultiHeadDotProductAttention
+from keras_vit.layers.mlp import MlpBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MultiHeadAttentionPooling(keras.layers.Layer):
+    """Pools a token sequence with a learned probe (Lee et al., 2019).
+
+    ``y = MSA(probe, z)``, then ``y = y + MLP(LN(y))``; the probe's output is
+    the image representation. Parameter names follow big_vision's ``MAPHead``.
+
+    Args:
+        num_heads: int. Attention heads.
+        mlp_dim: int or None. MLP hidden size; defaults to 4 * D.
+        layer_norm_epsilon: float. Defaults to 1e-6.
+        gelu_approximate: bool. tanh (big_vision) or exact GELU.
+
+    Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
+    """
+
+    def __init__(
+        self, num_heads, mlp_dim=None, layer_norm_epsilon=1e-6, gelu_approximate=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = mlp_dim
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.attention = MultiHeadDotProductAttention(
+            self.num_heads, dtype=self.dtype_policy, name="attention"
+        )
+        self.norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
+        )
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        hidden_dim = input_shape[-1]
+        self.probe = self.add_weight(
+            shape=(1, 1, hidden_dim),
+            initializer="glorot_uniform",
+            name="probe",
+        )
+        self.mlp = MlpBlock(
+            self.mlp_dim or 4 * hidden_dim, gelu_approximate=self.gelu_approximate,
+            dtype=self.dtype_policy, name="mlp",
+        )
+        probe_shape = (input_shape[0], 1, hidden_dim)
+        self.attention.build(probe_shape, input_shape)
+        self.norm.build(probe_shape)
+        self.mlp.build(probe_shape)
+
+    def call(self, x):
+        probe = ops.cast(self.probe, x.dtype)
+        probe = ops.broadcast_to(probe, (ops.shape(x)[0], 1, ops.shape(x)[-1]))
+        y = self.attention(probe, x)
+        y = y + self.mlp(self.norm(y))
+        return y[:, 0]
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            gelu_approximate=self.gelu_approximate,
+        )
+        return config

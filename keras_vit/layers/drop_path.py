@@ -1,0 +1,44 @@
+"""Stochastic depth (Huang et al., 2016), one decision per sample."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class DropPath(keras.layers.Layer):
+    """Drops a whole residual branch for a random subset of the batch.
+
+    In training each sample's branch is zeroed with probability ``rate`` and
+    the kept ones are scaled by ``1 / (1 - rate)``; at inference it is the
+    identity.
+
+    Args:
+        rate: float in [0, 1). The probability of dropping the branch.
+        seed: int or None. Seed of the random generator.
+
+    Input shape: any, batch first. Output shape: the same.
+    """
+
+    def __init__(self, rate=0.0, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        if not 0.0 <= rate < 1.0:
+            raise ValueError(f"`rate` must be in [0, 1), got {rate}.")
+        self.rate = float(rate)
+        self.seed = seed
+        self.seed_generator = keras.random.SeedGenerator(seed)
+
+    def call(self, x, training=None):
+        if not training or self.rate == 0.0:
+            return x
+        keep = 1.0 - self.rate
+        shape = (ops.shape(x)[0],) + (1,) * (len(x.shape) - 1)
+        mask = keras.random.uniform(shape, seed=self.seed_generator) < keep
+        return ops.where(mask, x / ops.cast(keep, x.dtype), ops.zeros_like(x))
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(rate=self.rate, seed=self.seed)
+        return config

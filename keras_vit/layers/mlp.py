@@ -1,0 +1,61 @@
+"""The two-layer GELU MLP of the Transformer encoder (Eq. 3)."""
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MlpBlock(keras.layers.Layer):
+    """``Dense(mlp_dim) -> GELU -> Dropout -> Dense(D) -> Dropout``.
+
+    Kernels are Xavier-uniform and biases normal(1e-6), as the original code.
+
+    Args:
+        mlp_dim: int. Hidden size of the MLP.
+        dropout_rate: float. Dropout after each dense layer.
+        gelu_approximate: bool. tanh approximation of GELU (Flax's default,
+            used by all Google checkpoints) or the exact erf form (timm, HF).
+        seed: int or None. Seed of the dropout.
+
+    Input shape: ``(..., D)``. Output shape: the same.
+    """
+
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None, **kwargs):
+        super().__init__(**kwargs)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.seed = seed
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
+        )
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        dense = dict(
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=self.dtype_policy,
+        )
+        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", **dense)
+        self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
+        self.fc1.build(input_shape)
+        self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
+
+    def call(self, x, training=None):
+        x = ops.gelu(self.fc1(x), approximate=self.gelu_approximate)
+        x = self.dropout(x, training=training)
+        return self.dropout(self.fc2(x), training=training)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            gelu_approximate=self.gelu_approximate,
+            seed=self.seed,
+        )
+        return config

@@ -1,0 +1,201 @@
+"""Learned 1-D position embeddings E_pos of Eq. 1, and their 2-D resampling."""
+
+import math
+
+import keras
+import numpy as np
+from keras import ops
+
+from keras_vit.layers._utils import pair
+
+RESAMPLE_METHODS = ("bilinear", "bicubic")
+
+
+def _linear_matrix(old, new):
+    """(new, old) weights of scipy.ndimage.zoom(order=1): corners aligned."""
+    weights = np.zeros((new, old))
+    coords = np.zeros(new) if new == 1 else np.arange(new) * (old - 1) / (new - 1)
+    low = np.clip(np.floor(coords).astype(int), 0, old - 1)
+    high = np.minimum(low + 1, old - 1)
+    frac = coords - low
+    np.add.at(weights, (np.arange(new), low), 1.0 - frac)
+    np.add.at(weights, (np.arange(new), high), frac)
+    return weights
+
+
+def _cubic_matrix(old, new, a=-0.75):
+    """(new, old) weights of bicubic convolution with half-pixel centres.
+
+    The same weights as ``torch.nn.functional.interpolate(mode="bicubic",
+    align_corners=False)``, which timm uses to resample position embeddings.
+    """
+
+    def kernel(t):
+        t = np.abs(t)
+        return np.where(
+            t <= 1,
+            ((a + 2) * t - (a + 3)) * t * t + 1,
+            np.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0),
+        )
+
+    weights = np.zeros((new, old))
+    coords = (np.arange(new) + 0.5) * old / new - 0.5
+    base = np.floor(coords).astype(int)
+    for offset in (-1, 0, 1, 2):
+        index = np.clip(base + offset, 0, old - 1)
+        np.add.at(weights, (np.arange(new), index), kernel(coords - (base + offset)))
+    return weights
+
+
+def resample_position_embeddings(
+    embeddings, old_grid, new_grid, num_prefix_tokens=1, method="bilinear"
+):
+    """Resamples the grid part of position embeddings to a new patch grid.
+
+    Sec. 3.2 of the paper: "we perform 2D interpolation of the pre-trained
+    position embeddings, according to their location in the original image".
+    The prefix rows ([class], registers) are kept as they are.
+
+    Args:
+        embeddings: array of shape ``(1, num_prefix_tokens + gh * gw, D)``.
+        old_grid, new_grid: int or (int, int). The patch grids (rows, columns).
+        num_prefix_tokens: int. Rows before the grid that are not resampled.
+        method: ``"bilinear"``: the original vit_jax loader, i.e.
+            ``scipy.ndimage.zoom(grid, zoom, order=1)``, corners aligned.
+            ``"bicubic"``: timm's ``F.interpolate(mode="bicubic")``,
+            half-pixel centres.
+
+    Returns:
+        A float32 NumPy array of shape ``(1, num_prefix_tokens + nh * nw, D)``.
+    """
+    if method not in RESAMPLE_METHODS:
+        raise ValueError(
+            f"Unknown resampling method {method!r}; use one of {RESAMPLE_METHODS}."
+        )
+    old_h, old_w = pair(old_grid, "old_grid")
+    new_h, new_w = pair(new_grid, "new_grid")
+    embeddings = np.asarray(embeddings, dtype=np.float64)
+    expected = num_prefix_tokens + old_h * old_w
+    if embeddings.ndim != 3 or embeddings.shape[:2] != (1, expected):
+        raise ValueError(
+            f"Position embeddings of shape {embeddings.shape} do not fit a "
+            f"{old_h}x{old_w} grid with {num_prefix_tokens} prefix tokens: "
+            f"expected (1, {expected}, D)."
+        )
+    matrix = _linear_matrix if method == "bilinear" else _cubic_matrix
+    prefix = embeddings[:, :num_prefix_tokens]
+    grid = embeddings[0, num_prefix_tokens:].reshape(old_h, old_w, -1)
+    grid = np.einsum("Hh,Ww,hwd->HWd", matrix(old_h, new_h), matrix(old_w, new_w), grid)
+    grid = grid.reshape(1, new_h * new_w, -1)
+    return np.concatenate([prefix, grid], axis=1).astype(np.float32)
+
+
+def sincos_2d(grid, hidden_dim, temperature=10_000.0):
+    """Fixed 2-D sin-cos embeddings of big_vision, shape ``(gh * gw, D)``."""
+    grid_h, grid_w = grid
+    if hidden_dim % 4:
+        raise ValueError(
+            f"sin-cos position embeddings need hidden_dim divisible by 4, "
+            f"got {hidden_dim}."
+        )
+    y, x = np.mgrid[:grid_h, :grid_w]
+    omega = np.arange(hidden_dim // 4) / max(hidden_dim // 4 - 1, 1)
+    omega = 1.0 / temperature**omega
+    y = np.einsum("m,d->md", y.flatten(), omega)
+    x = np.einsum("m,d->md", x.flatten(), omega)
+    return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class PositionEmbedding(keras.layers.Layer):
+    """Adds position embeddings to the token sequence: ``z_0 = [...] + E_pos``.
+
+    ``E_pos`` of Eq. 1 has one learned row for each prefix token ([class],
+    registers) and one for each patch of a ``grid_size`` grid, in row-major
+    order. The layer knows its grid, so :meth:`resampled` can interpolate the
+    grid rows to another resolution (Sec. 3.2).
+
+    Args:
+        grid_size: int or (int, int). The patch grid (rows, columns).
+        num_prefix_tokens: int. Tokens before the patches. Defaults to 1.
+        kind: ``"learned"`` (the paper, initialised normal(0.02)) or
+            ``"sincos2d"`` (fixed 2-D sin-cos of big_vision, nothing learned;
+            prefix tokens get no position embedding).
+        initializer: initializer of learned embeddings.
+
+    Input shape: ``(batch, num_prefix_tokens + gh * gw, hidden_dim)``.
+    Output shape: the same.
+    """
+
+    def __init__(
+        self,
+        grid_size,
+        num_prefix_tokens=1,
+        kind="learned",
+        initializer=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if kind not in ("learned", "sincos2d"):
+            raise ValueError(
+                f"Unknown position embedding kind {kind!r}; use 'learned' or "
+                "'sincos2d'."
+            )
+        self.grid_size = pair(grid_size, "grid_size")
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.kind = kind
+        self.initializer = keras.initializers.get(
+            initializer or keras.initializers.RandomNormal(stddev=0.02)
+        )
+
+    @property
+    def sequence_length(self):
+        return self.num_prefix_tokens + math.prod(self.grid_size)
+
+    def build(self, input_shape):
+        _, length, hidden_dim = tuple(input_shape)
+        if length is not None and length != self.sequence_length:
+            raise ValueError(
+                f"{self.name} was made for a {self.grid_size[0]}x"
+                f"{self.grid_size[1]} grid with {self.num_prefix_tokens} prefix "
+                f"tokens ({self.sequence_length} tokens) but got {length} tokens."
+            )
+        if self.kind == "learned":
+            self.embeddings = self.add_weight(
+                shape=(1, self.sequence_length, hidden_dim),
+                initializer=self.initializer,
+                name="embeddings",
+            )
+        else:
+            table = np.zeros((1, self.sequence_length, hidden_dim), np.float32)
+            table[0, self.num_prefix_tokens:] = sincos_2d(self.grid_size, hidden_dim)
+            self._table = table
+
+    def call(self, x):
+        table = self.embeddings if self.kind == "learned" else self._table
+        return x + ops.cast(table, x.dtype)
+
+    def resampled(self, grid_size, method="bilinear"):
+        """The learned embeddings interpolated to `grid_size`, as NumPy."""
+        if self.kind != "learned":
+            raise ValueError("Only learned position embeddings are resampled.")
+        return resample_position_embeddings(
+            keras.ops.convert_to_numpy(self.embeddings),
+            self.grid_size,
+            grid_size,
+            self.num_prefix_tokens,
+            method,
+        )
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            grid_size=self.grid_size,
+            num_prefix_tokens=self.num_prefix_tokens,
+            kind=self.kind,
+            initializer=keras.initializers.serialize(self.initializer),
+        )
+        return config

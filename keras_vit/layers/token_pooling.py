@@ -1,0 +1,42 @@
+"""Reads the image representation y off the encoder output (Eq. 4)."""
+
+import keras
+from keras import ops
+
+POOLINGS = ("token", "gap")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TokenPooling(keras.layers.Layer):
+    """``"token"``: the [class] token's state ``z_L^0`` (Eq. 4).
+    ``"gap"``: the mean over patch tokens (prefix tokens excluded), the global
+    average pooling of the paper's Appendix D.3.
+
+    Args:
+        mode: ``"token"`` or ``"gap"``.
+        num_prefix_tokens: int. Tokens before the patches.
+
+    Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
+    """
+
+    def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
+        super().__init__(**kwargs)
+        if mode not in POOLINGS:
+            raise ValueError(f"Unknown pooling {mode!r}; use one of {POOLINGS}.")
+        if mode == "token" and num_prefix_tokens < 1:
+            raise ValueError("Token pooling needs a [class] token.")
+        self.mode = mode
+        self.num_prefix_tokens = int(num_prefix_tokens)
+
+    def call(self, x):
+        if self.mode == "token":
+            return x[:, 0]
+        return ops.mean(x[:, self.num_prefix_tokens:], axis=1)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(mode=self.mode, num_prefix_tokens=self.num_prefix_tokens)
+        return config

@@ -1,0 +1,138 @@
+"""One pre-LayerNorm Transformer encoder block (Eq. 2-3)."""
+
+import keras
+
+from keras_vit.layers.attention import MultiHeadDotProductAttention
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.mlp import MlpBlock
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerEncoder(keras.layers.Layer):
+    """``z' = MSA(LN(z)) + z`` (Eq. 2), then ``z = MLP(LN(z')) + z'`` (Eq. 3).
+
+    Dropout follows the attention output projection and both MLP dense layers
+    (never q/k/v); ``attention_dropout_rate`` drops attention weights;
+    ``drop_path_rate`` drops each residual branch per sample (stochastic
+    depth); ``layer_scale_init`` (CaiT, DeiT III) multiplies each branch by a
+    learned per-channel scale.
+
+    Args:
+        num_heads: int. Attention heads.
+        mlp_dim: int. Hidden size of the MLP.
+        dropout_rate: float. Dropout after dense layers. Defaults to 0.
+        attention_dropout_rate: float. Dropout on attention weights.
+        drop_path_rate: float. Stochastic-depth rate of this block.
+        layer_norm_epsilon: float. Defaults to 1e-6, the original.
+        gelu_approximate: bool. tanh GELU (original) or exact erf GELU.
+        qkv_bias: bool. Biases on query, key and value. Defaults to True.
+        layer_scale_init: float or None. Initial LayerScale; None disables it.
+        seed: int or None. Seed of the dropouts.
+
+    Call arguments:
+        x: ``(batch, tokens, D)``.
+        return_attention_scores: bool. Also return the attention weights
+            ``(batch, heads, tokens, tokens)``; the output is unchanged.
+
+    Output shape: ``(batch, tokens, D)``.
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        gelu_approximate=True,
+        qkv_bias=True,
+        layer_scale_init=None,
+        seed=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = int(num_heads)
+        self.mlp_dim = int(mlp_dim)
+        self.dropout_rate = float(dropout_rate)
+        self.attention_dropout_rate = float(attention_dropout_rate)
+        self.drop_path_rate = float(drop_path_rate)
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu_approximate = bool(gelu_approximate)
+        self.qkv_bias = bool(qkv_bias)
+        self.layer_scale_init = layer_scale_init
+        self.seed = seed
+        policy = self.dtype_policy
+        self.norm1 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
+        )
+        self.attention = MultiHeadDotProductAttention(
+            self.num_heads, use_bias=self.qkv_bias,
+            dropout_rate=self.attention_dropout_rate, seed=seed, dtype=policy,
+            name="attention",
+        )
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, seed=seed, dtype=policy, name="dropout"
+        )
+        self.norm2 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2"
+        )
+        self.mlp = MlpBlock(
+            self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
+            dtype=policy, name="mlp",
+        )
+        self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy, name="drop_path")
+
+    def build(self, input_shape):
+        input_shape = tuple(input_shape)
+        self.norm1.build(input_shape)
+        self.attention.build(input_shape)
+        self.norm2.build(input_shape)
+        self.mlp.build(input_shape)
+        self.layer_scale = None
+        if self.layer_scale_init is not None:
+            self.layer_scale = [
+                self.add_weight(
+                    shape=(input_shape[-1],),
+                    initializer=keras.initializers.Constant(self.layer_scale_init),
+                    name=f"layer_scale_{i}",
+                )
+                for i in (1, 2)
+            ]
+
+    def _scaled(self, x, index):
+        if self.layer_scale is None:
+            return x
+        return x * keras.ops.cast(self.layer_scale[index], x.dtype)
+
+    def call(self, x, training=None, return_attention_scores=False):
+        y = self.attention(
+            self.norm1(x), training=training,
+            return_attention_scores=return_attention_scores,
+        )
+        if return_attention_scores:
+            y, scores = y
+        y = self.dropout(y, training=training)
+        x = x + self.drop_path(self._scaled(y, 0), training=training)
+        y = self.mlp(self.norm2(x), training=training)
+        x = x + self.drop_path(self._scaled(y, 1), training=training)
+        return (x, scores) if return_attention_scores else x
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            mlp_dim=self.mlp_dim,
+            dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            drop_path_rate=self.drop_path_rate,
+            layer_norm_epsilon=self.layer_norm_epsilon,
+            gelu_approximate=self.gelu_approximate,
+            qkv_bias=self.qkv_bias,
+            layer_scale_init=self.layer_scale_init,
+            seed=self.seed,
+        )
+        return config

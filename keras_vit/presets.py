@@ -1,0 +1,112 @@
+"""The model variants of the paper (Table 1) and its hybrids, as data."""
+
+import math
+
+_BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
+_SIZES = {
+    "Ti": dict(hidden_dim=192, num_layers=12, num_heads=3, mlp_dim=768),
+    "S": dict(hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536),
+    "B": _BASE,
+    "L": dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=4096),
+    "H": dict(hidden_dim=1280, num_layers=32, num_heads=16, mlp_dim=5120),
+}
+
+
+def _vit(size, patch, description):
+    return {
+        "paper_name": f"ViT-{size}/{patch}",
+        "description": description,
+        "config": dict(**_SIZES[size], patch_size=patch),
+    }
+
+
+PRESETS = {
+    "vit_ti16": _vit("Ti", 16, "ViT-Tiny, 16x16 patches (DeiT / AugReg size)."),
+    "vit_s16": _vit("S", 16, "ViT-Small, 16x16 patches (AugReg size)."),
+    "vit_s32": _vit("S", 32, "ViT-Small, 32x32 patches (AugReg size)."),
+    "vit_b8": _vit("B", 8, "ViT-Base, 8x8 patches (AugReg)."),
+    "vit_b16": _vit("B", 16, "ViT-Base, 16x16 patches (Table 1)."),
+    "vit_b32": _vit("B", 32, "ViT-Base, 32x32 patches (Table 1)."),
+    "vit_l16": _vit("L", 16, "ViT-Large, 16x16 patches (Table 1)."),
+    "vit_l32": _vit("L", 32, "ViT-Large, 32x32 patches (Table 1)."),
+    "vit_h14": _vit("H", 14, "ViT-Huge, 14x14 patches (Table 1)."),
+    "r50_vit_b16": {
+        "paper_name": "R50+ViT-B/16",
+        "description": "Hybrid: BiT ResNet-50 stem (stages 3, 4, 9; stride 16), "
+        "then ViT-B on 1x1 patches of its feature map (Sec. 3.1).",
+        "config": dict(**_BASE, patch_size=1, resnet_block_units=(3, 4, 9)),
+    },
+}
+
+
+def _key(name):
+    return name.lower().replace("-", "").replace("/", "").replace("+", "_").replace("_", "")
+
+
+_ALIASES = {}
+for _name, _preset in PRESETS.items():
+    _ALIASES[_key(_name)] = _name
+    _ALIASES[_key(_preset["paper_name"])] = _name
+
+
+def preset_config(name):
+    """The ViT arguments of a preset, by our name or the paper's name."""
+    key = _ALIASES.get(_key(str(name)))
+    if key is None:
+        known = ", ".join(f"{n} ({p['paper_name']})" for n, p in PRESETS.items())
+        raise ValueError(f"Unknown preset {name!r}. Known presets: {known}.")
+    return dict(PRESETS[key]["config"])
+
+
+def count_params(
+    image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768,
+    mlp_dim=3072, num_classes=1000, pooling="token", representation_size=None,
+    qkv_bias=True, layer_scale_init=None, num_registers=0,
+    position_embedding="learned", resnet_block_units=None, resnet_width_factor=1,
+    num_channels=3, **unused,
+):
+    """The parameter count of a ViT configuration, without building it."""
+    image_h, image_w = (image_size, image_size) if isinstance(image_size, int) else image_size
+    patch_h, patch_w = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
+    d, m = hidden_dim, mlp_dim
+    total, channels, stride = 0, num_channels, 1
+    if resnet_block_units is not None:
+        width = 64 * resnet_width_factor
+        total += 49 * channels * width + 2 * width
+        channels, stride = width, 4
+        for stage, units in enumerate(resnet_block_units):
+            w = width * 2**stage
+            for unit in range(units):
+                total += channels * w + 9 * w * w + w * 4 * w + 2 * (w + w + 4 * w)
+                if channels != 4 * w or (stage > 0 and unit == 0):
+                    total += channels * 4 * w + 2 * 4 * w
+                channels = 4 * w
+            stride *= 2 if stage > 0 else 1
+    total += patch_h * patch_w * channels * d + d
+    use_class_token = pooling == "token" or (pooling == "none" and position_embedding == "learned")
+    prefix = int(use_class_token) + num_registers
+    total += prefix * d
+    if position_embedding == "learned":
+        total += (prefix + math.prod((image_h // (patch_h * stride), image_w // (patch_w * stride)))) * d
+    mlp = d * m + m + m * d + d
+    attention = 4 * d * d + d + (3 * d if qkv_bias else 0)
+    block = 4 * d + attention + mlp + (2 * d if layer_scale_init is not None else 0)
+    total += num_layers * block + 2 * d
+    if pooling == "map":
+        total += d + 4 * d * d + 4 * d + 2 * d + mlp
+    features = d
+    if representation_size:
+        total += d * representation_size + representation_size
+        features = representation_size
+    if num_classes:
+        total += features * num_classes + num_classes
+    return total
+
+
+def presets():
+    """Every preset: name -> paper name, description, config and parameter
+    count (at 224 px with a 1000-class head)."""
+    return {
+        name: {**preset, "config": dict(preset["config"]), "params": count_params(**preset["config"])}
+        for name, preset in PRESETS.items()
+    }
