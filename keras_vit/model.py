@@ -285,7 +285,8 @@ class ViT(keras.Model):
         return cls(**{**preset_config(name), **overrides})
 
     @classmethod
-    def from_checkpoint(cls, path, image_size=None, num_classes=None, **overrides):
+    def from_checkpoint(cls, path, image_size=None, num_classes=None,
+                        resample_method="bilinear", **overrides):
         """Builds the model stored in a checkpoint and loads its weights.
 
         Reads the architecture from the file itself. Formats: vit_jax / AugReg
@@ -293,12 +294,14 @@ class ViT(keras.Model):
         (``config.json`` + ``model.safetensors``) and timm ViT
         ``.safetensors``. A different ``image_size`` resamples the position
         embeddings (Sec. 3.2); a different ``num_classes`` replaces the head
-        with a zero-initialised one (0 removes it). Other keyword arguments
-        override the architecture (e.g. ``dropout_rate``, ``dtype``).
+        with a zero-initialised one (0 removes it). `resample_method` is
+        ``"bilinear"`` (vit_jax) or ``"bicubic"`` (timm). Other keyword
+        arguments override the architecture (e.g. ``dropout_rate``,
+        ``dtype``; ``num_heads`` for timm files, which do not store it).
         """
         from keras_vit.weights import load_checkpoint
 
-        return load_checkpoint(cls, path, image_size, num_classes, **overrides)
+        return load_checkpoint(cls, path, image_size, num_classes, resample_method, **overrides)
 
     def with_image_size(self, image_size, method="bilinear"):
         """A copy of this model for another resolution: same weights, the

@@ -1,0 +1,74 @@
+"""Assigning weights to a model by variable path, strictly."""
+
+import numpy as np
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read, or does not fit the model."""
+
+
+def model_variables(model):
+    """path -> variable, e.g. ``"encoder_block_0/attention/query/kernel"``."""
+    return {variable.path: variable for variable in model.weights}
+
+
+def _listing(items, limit=12):
+    items = list(items)
+    text = "\n".join(f"    {item}" for item in items[:limit])
+    if len(items) > limit:
+        text += f"\n    ... and {len(items) - limit} more"
+    return text
+
+
+def assign_weights(model, state, source, keep_initial=()):
+    """Assigns ``state`` (path -> array) to ``model``'s variables.
+
+    Every variable must get exactly one array of exactly its shape, except
+    those under a layer named in ``keep_initial``, which keep their initial
+    values; anything missing, left over or mis-shaped is reported by name,
+    with shapes, in a :class:`CheckpointError`, and nothing is assigned.
+    """
+    variables = model_variables(model)
+    kept = {p for p in variables if p.split("/")[0] in keep_initial and p not in state}
+    variables = {p: v for p, v in variables.items() if p not in kept}
+    missing = sorted(set(variables) - set(state))
+    extra = sorted(set(state) - set(variables))
+    mismatched = [
+        f"{path}: checkpoint {tuple(np.shape(state[path]))}, model {tuple(variables[path].shape)}"
+        for path in sorted(set(state) & set(variables))
+        if tuple(np.shape(state[path])) != tuple(variables[path].shape)
+    ]
+    problems = []
+    if missing:
+        problems.append(f"  missing from the checkpoint:\n{_listing(missing)}")
+    if extra:
+        problems.append(f"  in the checkpoint but not in the model:\n{_listing(extra)}")
+    if mismatched:
+        problems.append(f"  shapes that differ:\n{_listing(mismatched)}")
+    if problems:
+        raise CheckpointError(
+            f"The weights of {source} do not fit the model:\n" + "\n".join(problems)
+            + "\nCheck that the checkpoint and the model have the same architecture "
+            "(ViT.from_checkpoint reads it from the file)."
+        )
+    for path, variable in variables.items():
+        variable.assign(np.asarray(state[path], dtype=variable.dtype))
+
+
+def transfer_weights(source, target, method="bilinear"):
+    """Copies ``source``'s weights into ``target`` by name.
+
+    Learned position embeddings are 2-D interpolated when the two models'
+    patch grids differ (Sec. 3.2 of the paper); everything else must match.
+    """
+    import keras
+
+    state = {
+        path: keras.ops.convert_to_numpy(variable)
+        for path, variable in model_variables(source).items()
+    }
+    source_posemb = source.get_layer("position_embedding")
+    target_grid = target.get_layer("position_embedding").grid_size
+    if source_posemb.kind == "learned" and source_posemb.grid_size != target_grid:
+        state[source_posemb.embeddings.path] = source_posemb.resampled(target_grid, method)
+    assign_weights(target, state, f"model '{source.name}'")

@@ -1,0 +1,83 @@
+"""Which reader a checkpoint path needs, and refusing pickled files."""
+
+import json
+import pathlib
+
+from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.huggingface import read_huggingface
+from keras_vit.weights.npz import read_npz
+from keras_vit.weights.timm import read_timm
+
+PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".pkl", ".pickle", ".ckpt")
+FORMATS = (
+    "vit_jax / AugReg / big_vision .npz; a Hugging Face ViT directory "
+    "(config.json + model.safetensors); a timm ViT .safetensors file"
+)
+
+
+def _refuse_pickle(path):
+    raise CheckpointError(
+        f"{path} is a pickle-based PyTorch file, which can run arbitrary code "
+        "when loaded, so keras_vit does not open it. Convert it to safetensors "
+        "where you trust it, e.g. `safetensors.torch.save_file(torch.load(path, "
+        "weights_only=True), 'model.safetensors')` (for Hugging Face: "
+        "`model.save_pretrained(dir, safe_serialization=True)`)."
+    )
+
+
+def _safetensors_kind(path):
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="numpy") as file:
+            keys = list(file.keys())
+    except Exception as error:  # safetensors raises several error types
+        raise CheckpointError(
+            f"{path} could not be read as safetensors ({error}). The file may be "
+            "truncated: download or save it again."
+        ) from error
+    if "patch_embed.proj.weight" in keys:
+        return "timm"
+    if any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in keys):
+        return "huggingface"
+    raise CheckpointError(
+        f"{path} is a safetensors file but not a known ViT layout (first keys: "
+        f"{sorted(keys)[:5]}). Known formats: {FORMATS}."
+    )
+
+
+def read_checkpoint(path, num_heads=None):
+    """Reads any supported checkpoint into a :class:`Checkpoint`."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise CheckpointError(f"No checkpoint at {path}.")
+    if path.suffix in PICKLE_SUFFIXES:
+        _refuse_pickle(path)
+    if path.is_dir():
+        config = path / "config.json"
+        if not config.exists():
+            pickled = [p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
+            if pickled:
+                _refuse_pickle(pickled[0])
+            raise CheckpointError(f"{path} is a directory without config.json. Known formats: {FORMATS}.")
+        with open(config) as file:
+            meta = json.load(file)
+        if "architecture" in meta:
+            return read_timm(path, num_heads)
+        if not (path / "model.safetensors").exists():
+            pickled = [p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
+            if pickled:
+                _refuse_pickle(pickled[0])
+        return read_huggingface(path)
+    if path.suffix == ".npz":
+        return read_npz(path)
+    if path.suffix == ".safetensors":
+        if _safetensors_kind(path) == "timm":
+            return read_timm(path, num_heads)
+        if not (path.parent / "config.json").exists():
+            raise CheckpointError(
+                f"{path} holds Hugging Face ViT weights but there is no config.json "
+                "beside it; pass the directory saved by `save_pretrained`."
+            )
+        return read_huggingface(path.parent)
+    raise CheckpointError(f"{path}: unknown checkpoint format. Known formats: {FORMATS}.")

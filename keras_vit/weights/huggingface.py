@@ -1,0 +1,92 @@
+"""Hugging Face ``ViTModel`` / ``ViTForImageClassification`` directories."""
+
+import json
+import pathlib
+
+from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import square_grid
+from keras_vit.weights.torch_layout import TorchReader
+from keras_vit.weights.torch_layout import conv
+from keras_vit.weights.torch_layout import load_safetensors
+
+# HF activation names -> tanh approximation or not.
+_GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
+         "gelu_pytorch_tanh": True, "gelu_fast": True}
+
+
+def read_huggingface(directory):
+    """Reads a directory saved by ``ViTForImageClassification.save_pretrained``."""
+    directory = pathlib.Path(directory)
+    source = f"Hugging Face checkpoint {directory}"
+    with open(directory / "config.json") as file:
+        hf = json.load(file)
+    if hf.get("model_type") != "vit":
+        raise CheckpointError(
+            f"{directory}/config.json has model_type {hf.get('model_type')!r}; "
+            "keras_vit reads Hugging Face ViT checkpoints (model_type 'vit')."
+        )
+    act = hf.get("hidden_act", "gelu")
+    if act not in _GELU:
+        raise CheckpointError(
+            f"{source}: hidden_act {act!r} is not supported; keras_vit has "
+            f"{sorted(_GELU)}."
+        )
+    weights = directory / "model.safetensors"
+    if not weights.exists():
+        raise CheckpointError(
+            f"{directory} has no model.safetensors. Pickled weights "
+            "(pytorch_model.bin) are not loaded for safety: re-save the model "
+            "with `model.save_pretrained(directory, safe_serialization=True)`."
+        )
+    tensors = load_safetensors(weights)
+    prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
+    tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
+    reader = TorchReader(tensors, source)
+    heads = int(hf["num_attention_heads"])
+    config = dict(
+        hidden_dim=int(hf["hidden_size"]),
+        num_layers=int(hf["num_hidden_layers"]),
+        num_heads=heads,
+        mlp_dim=int(hf["intermediate_size"]),
+        patch_size=int(hf["patch_size"]),
+        num_channels=int(hf.get("num_channels", 3)),
+        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
+        gelu_approximate=_GELU[act],
+        qkv_bias=bool(hf.get("qkv_bias", True)),
+        dropout_rate=float(hf.get("hidden_dropout_prob", 0.0)),
+        attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.0)),
+        pooling="token",
+    )
+    embed = "embeddings."
+    reader.put("patch_embedding/projection/kernel", conv(reader.pop(embed + "patch_embeddings.projection.weight")))
+    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
+    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
+    posemb = reader.pop(embed + "position_embeddings")
+    reader.put("position_embedding/embeddings", posemb)
+    grid = square_grid(posemb.shape[1] - 1, source)
+    config["image_size"] = grid[0] * config["patch_size"]
+    for i in range(config["num_layers"]):
+        key, target = f"encoder.layer.{i}.", f"encoder_block_{i}"
+        reader.layer_norm(key + "layernorm_before", target + "/norm1")
+        qkv = []
+        for name in ("query", "key", "value"):
+            base = f"{key}attention.attention.{name}"
+            bias = reader.pop(base + ".bias") if reader.has(base + ".bias") else None
+            qkv.append((reader.pop(base + ".weight"), bias))
+        reader.attention(qkv, key + "attention.output.dense", target + "/attention", heads)
+        reader.layer_norm(key + "layernorm_after", target + "/norm2")
+        reader.linear(key + "intermediate.dense", target + "/mlp/fc1")
+        reader.linear(key + "output.dense", target + "/mlp/fc2")
+    reader.layer_norm("layernorm", "encoder_norm")
+    if reader.has("pooler.dense.weight"):
+        if hf.get("pooler_act", "tanh") != "tanh":
+            raise CheckpointError(f"{source}: pooler_act {hf['pooler_act']!r} is not tanh.")
+        reader.linear("pooler.dense", "pre_logits")
+        config["representation_size"] = int(reader.state["pre_logits/kernel"].shape[1])
+    config["num_classes"] = 0
+    if reader.has("classifier.weight"):
+        reader.linear("classifier", "head")
+        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+    reader.finish()
+    return Checkpoint(config, reader.state, source, grid)

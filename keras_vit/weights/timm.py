@@ -1,0 +1,113 @@
+"""timm ``VisionTransformer`` state dicts saved as ``.safetensors``."""
+
+import json
+import math
+import pathlib
+
+import numpy as np
+
+from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import square_grid
+from keras_vit.weights.torch_layout import TorchReader
+from keras_vit.weights.torch_layout import conv
+from keras_vit.weights.torch_layout import load_safetensors
+
+# timm state dicts do not store the head count: these are timm's model widths.
+_HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
+
+_UNSUPPORTED = {
+    "fc_norm.": "global pooling with a LayerNorm after pooling (fc_norm)",
+    "norm_pre.": "a LayerNorm before the encoder (norm_pre, CLIP-style)",
+    ".attn.q_norm.": "query-key normalization (qk_norm)",
+}
+
+
+def _split(reader, key, parts):
+    """A fused ``Linear`` (qkv or kv) -> `parts` (weight, bias-or-None) pairs."""
+    weight = reader.pop(key + ".weight")
+    bias = reader.pop(key + ".bias") if reader.has(key + ".bias") else None
+    biases = np.split(bias, parts) if bias is not None else [None] * parts
+    return list(zip(np.split(weight, parts, axis=0), biases))
+
+
+def read_timm(path, num_heads=None):
+    """Reads a timm ViT ``.safetensors`` file (or a timm hub directory)."""
+    path = pathlib.Path(path)
+    if path.is_dir():
+        with open(path / "config.json") as file:
+            num_heads = num_heads or json.load(file).get("model_args", {}).get("num_heads")
+        path = path / "model.safetensors"
+    source = f"timm checkpoint {path}"
+    tensors = load_safetensors(path)
+    for marker, feature in _UNSUPPORTED.items():
+        if any(marker in k or k.startswith(marker) for k in tensors):
+            raise CheckpointError(f"{source} uses {feature}, which keras_vit does not implement.")
+    reader = TorchReader(tensors, source)
+    kernel = conv(reader.pop("patch_embed.proj.weight"))
+    reader.put("patch_embedding/projection/kernel", kernel)
+    reader.put("patch_embedding/projection/bias", reader.pop("patch_embed.proj.bias"))
+    hidden_dim = kernel.shape[-1]
+    num_heads = int(num_heads or _HEADS_BY_WIDTH.get(hidden_dim, max(hidden_dim // 64, 1)))
+    config = dict(
+        hidden_dim=hidden_dim, num_heads=num_heads, patch_size=tuple(kernel.shape[:2]),
+        num_channels=kernel.shape[2], gelu_approximate=False, layer_norm_epsilon=1e-6,
+    )
+    prefix = 0
+    if reader.has("cls_token"):
+        reader.put("class_token/tokens", reader.pop("cls_token"))
+        prefix += 1
+    if reader.has("reg_token"):
+        registers = reader.pop("reg_token")
+        reader.put("registers/tokens", registers)
+        config["num_registers"] = registers.shape[1]
+        prefix += registers.shape[1]
+    posemb = reader.pop("pos_embed")
+    patches = posemb.shape[1] - prefix
+    if math.isqrt(patches) ** 2 != patches and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
+        # no_embed_class: E_pos covers the patches only; prefix rows add zero.
+        posemb = np.concatenate([np.zeros((1, prefix, hidden_dim), posemb.dtype), posemb], 1)
+        patches = posemb.shape[1] - prefix
+    reader.put("position_embedding/embeddings", posemb)
+    grid = square_grid(patches, source)
+    config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
+
+    num_layers = 0
+    while reader.has(f"blocks.{num_layers}.norm1.weight"):
+        key, target = f"blocks.{num_layers}.", f"encoder_block_{num_layers}"
+        reader.layer_norm(key + "norm1", target + "/norm1")
+        qkv = _split(reader, key + "attn.qkv", 3)
+        if num_layers == 0:
+            config["qkv_bias"] = qkv[0][1] is not None
+        reader.attention(qkv, key + "attn.proj", target + "/attention", num_heads)
+        reader.layer_norm(key + "norm2", target + "/norm2")
+        reader.linear(key + "mlp.fc1", target + "/mlp/fc1")
+        reader.linear(key + "mlp.fc2", target + "/mlp/fc2")
+        for i in (1, 2):
+            if reader.has(f"{key}ls{i}.gamma"):
+                reader.put(f"{target}/layer_scale_{i}", reader.pop(f"{key}ls{i}.gamma"))
+                config["layer_scale_init"] = 1e-5
+        num_layers += 1
+    config.update(num_layers=num_layers, mlp_dim=reader.state["encoder_block_0/mlp/fc1/kernel"].shape[1])
+    reader.layer_norm("norm", "encoder_norm")
+    if reader.has("attn_pool.latent"):
+        config["pooling"] = "map"
+        reader.put("pooling/probe", reader.pop("attn_pool.latent"))
+        query = (reader.pop("attn_pool.q.weight"), reader.pop("attn_pool.q.bias"))
+        kv = _split(reader, "attn_pool.kv", 2)
+        reader.attention([query, *kv], "attn_pool.proj", "pooling/attention", num_heads)
+        reader.layer_norm("attn_pool.norm", "pooling/norm")
+        reader.linear("attn_pool.mlp.fc1", "pooling/mlp/fc1")
+        reader.linear("attn_pool.mlp.fc2", "pooling/mlp/fc2")
+    else:
+        config["pooling"] = "token" if "class_token/tokens" in reader.state else "gap"
+    if reader.has("pre_logits.fc.weight"):
+        reader.linear("pre_logits.fc", "pre_logits")
+        config["representation_size"] = int(reader.state["pre_logits/kernel"].shape[1])
+    config["num_classes"] = 0
+    if reader.has("head.weight"):
+        reader.linear("head", "head")
+        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+    reader.finish()
+    return Checkpoint(config, reader.state, source, grid)
+

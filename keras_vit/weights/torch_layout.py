@@ -1,0 +1,111 @@
+"""PyTorch tensor layouts -> Keras layouts, and reading safetensors files."""
+
+import numpy as np
+
+from keras_vit.weights.assign import CheckpointError
+
+
+def load_safetensors(path):
+    """Every tensor of a ``.safetensors`` file, as float32 NumPy arrays."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(path)).items()}
+    except (SafetensorError, OSError, ValueError, TypeError) as error:
+        if "bfloat16" in str(error) or "dtype" in str(error).lower():
+            return _load_with_ml_dtypes(path)
+        raise CheckpointError(
+            f"{path} could not be read as safetensors ({error}). The file may be "
+            "truncated: download or save it again."
+        ) from error
+
+
+def _load_with_ml_dtypes(path):
+    """bfloat16 tensors: NumPy has no such dtype, ml_dtypes does."""
+    import json
+    import struct
+
+    import ml_dtypes
+
+    dtypes = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64}
+    with open(path, "rb") as file:
+        (size,) = struct.unpack("<Q", file.read(8))
+        header = json.loads(file.read(size))
+        data = file.read()
+    arrays = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        array = np.frombuffer(data[start:end], dtype=dtypes[info["dtype"]])
+        arrays[name] = array.reshape(info["shape"]).astype(np.float32)
+    return arrays
+
+
+def conv(weight):
+    """OIHW -> HWIO."""
+    return weight.transpose(2, 3, 1, 0)
+
+
+def linear(weight):
+    """(out, in) -> (in, out)."""
+    return weight.T
+
+
+def heads_in(weight, num_heads):
+    """A q/k/v ``Linear`` weight (H*hd, D) -> (D, H, hd)."""
+    return weight.T.reshape(weight.shape[1], num_heads, -1)
+
+
+def heads_bias(bias, num_heads):
+    """(H*hd,) -> (H, hd)."""
+    return bias.reshape(num_heads, -1)
+
+
+def heads_out(weight, num_heads):
+    """The output ``Linear`` weight (D, H*hd) -> (H, hd, D)."""
+    return weight.T.reshape(num_heads, -1, weight.shape[0])
+
+
+class TorchReader:
+    """Takes tensors out of a state dict, so unused ones can be reported."""
+
+    def __init__(self, tensors, source):
+        self.tensors, self.source, self.state = dict(tensors), source, {}
+
+    def has(self, key):
+        return key in self.tensors
+
+    def pop(self, key):
+        if key not in self.tensors:
+            raise CheckpointError(f"{self.source}: expected key '{key}' is missing.")
+        return self.tensors.pop(key)
+
+    def put(self, target, value):
+        self.state[target] = value
+
+    def layer_norm(self, key, target):
+        self.put(target + "/gamma", self.pop(key + ".weight"))
+        self.put(target + "/beta", self.pop(key + ".bias"))
+
+    def linear(self, key, target):
+        self.put(target + "/kernel", linear(self.pop(key + ".weight")))
+        if self.has(key + ".bias"):
+            self.put(target + "/bias", self.pop(key + ".bias"))
+
+    def attention(self, qkv, out, target, num_heads):
+        """`qkv`: three (weight, bias-or-None) pairs; `out`: the key prefix."""
+        for name, (weight, bias) in zip(("query", "key", "value"), qkv):
+            self.put(f"{target}/{name}/kernel", heads_in(weight, num_heads))
+            if bias is not None:
+                self.put(f"{target}/{name}/bias", heads_bias(bias, num_heads))
+        self.put(f"{target}/out/kernel", heads_out(self.pop(out + ".weight"), num_heads))
+        self.put(f"{target}/out/bias", self.pop(out + ".bias"))
+
+    def finish(self):
+        if self.tensors:
+            raise CheckpointError(
+                f"{self.source} has keys keras_vit does not know, so it would load "
+                f"only part of the model: {sorted(self.tensors)[:12]}"
+            )
