@@ -4,18 +4,6 @@ import keras
 from keras import ops
 
 
-def _xavier_uniform(fan_avg_keras, fan_avg_dense):
-    """Glorot-uniform for an N-D kernel, with the fans of its 2-D dense view.
-
-    Keras takes the fans of a (D, H, hd) kernel as if it were a convolution;
-    Flax's xavier_uniform sees the (D, H * hd) matrix. The scale makes the two
-    variances equal, so the kernels follow the paper's initialization.
-    """
-    return keras.initializers.VarianceScaling(
-        scale=fan_avg_keras / fan_avg_dense, mode="fan_avg", distribution="uniform"
-    )
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadDotProductAttention(keras.layers.Layer):
     """Multi-head attention with the kernel layout of Flax and Keras MHA.
@@ -70,16 +58,13 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             )
         head_dim = self.head_dim or hidden_dim // self.num_heads
         self._head_dim = head_dim
-        inner = self.num_heads * head_dim
         projections = {}
         for name in ("query", "key", "value"):
             projections[name] = keras.layers.EinsumDense(
                 "btd,dnh->btnh",
                 output_shape=(None, self.num_heads, head_dim),
                 bias_axes="nh" if self.use_bias else None,
-                kernel_initializer=_xavier_uniform(
-                    hidden_dim * (self.num_heads + head_dim) / 2, (hidden_dim + inner) / 2
-                ),
+                kernel_initializer="glorot_uniform",  # fans of the (D, H*hd) view
                 dtype=self.dtype_policy,
                 name=name,
             )
@@ -88,9 +73,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             "btnh,nhd->btd",
             output_shape=(None, hidden_dim),
             bias_axes="d",
-            kernel_initializer=_xavier_uniform(
-                self.num_heads * (head_dim + hidden_dim) / 2, (inner + hidden_dim) / 2
-            ),
+            kernel_initializer="glorot_uniform",
             dtype=self.dtype_policy,
             name="out",
         )

@@ -1,0 +1,45 @@
+"""Checks that every keras_vit layer and model must pass, done one way."""
+
+import keras
+import numpy as np
+
+
+def to_numpy(x):
+    return keras.ops.convert_to_numpy(x)
+
+
+def run_layer_test(layer_cls, init_kwargs, input_data, expected_output_shape, tmp_path,
+                   call_kwargs=None):
+    """Build, call, shape inference, config and serialization round trips,
+    and a .keras save/reload (safe_mode) that gives the same outputs.
+
+    Returns the layer and its output on `input_data`.
+    """
+    call_kwargs = call_kwargs or {}
+    layer = layer_cls(**init_kwargs)
+    output = layer(input_data, **call_kwargs)
+    assert tuple(output.shape) == tuple(expected_output_shape)
+    assert tuple(layer.compute_output_shape(tuple(input_data.shape))) == tuple(expected_output_shape)
+
+    config = layer.get_config()
+    for key, value in init_kwargs.items():
+        if isinstance(value, (dict, keras.initializers.Initializer)):
+            continue
+        restored = config[key]
+        if isinstance(value, (list, tuple)):
+            value, restored = tuple(value), tuple(restored)
+        assert restored == value, f"get_config()[{key!r}] = {restored!r}, expected {value!r}"
+    assert layer_cls.from_config(config).get_config() == config
+    assert type(keras.layers.deserialize(keras.layers.serialize(layer))) is layer_cls
+
+    inputs = keras.Input(shape=input_data.shape[1:])
+    model = keras.Model(inputs, layer(inputs, **call_kwargs))
+    reloaded = save_and_reload(model, tmp_path)
+    np.testing.assert_allclose(to_numpy(reloaded(input_data)), to_numpy(output), atol=1e-6)
+    return layer, to_numpy(output)
+
+
+def save_and_reload(model, tmp_path, name="model.keras"):
+    path = str(tmp_path / name)
+    model.save(path)
+    return keras.saving.load_model(path, safe_mode=True)

@@ -1,0 +1,260 @@
+import keras
+import numpy as np
+import pytest
+import scipy.ndimage
+from helpers import run_layer_test
+from helpers import to_numpy
+
+from keras_vit import layers
+
+RNG = np.random.default_rng(0)
+
+
+def rand(*shape):
+    return RNG.normal(size=shape).astype("float32")
+
+
+# -- PatchEmbedding (Eq. 1) ---------------------------------------------------
+
+def test_patch_embedding_is_flattened_patches_times_e(tmp_path):
+    images = rand(2, 12, 8, 3)
+    layer, out = run_layer_test(
+        layers.PatchEmbedding, dict(hidden_dim=5, patch_size=(4, 2)), images, (2, 12, 5), tmp_path
+    )
+    kernel, bias = (to_numpy(w) for w in layer.weights)
+    # x_p^i E: each (4, 2, 3) patch flattened in (h, w, c) order times E.
+    patches = images.reshape(2, 3, 4, 4, 2, 3).transpose(0, 1, 3, 2, 4, 5).reshape(2, 12, 24)
+    expected = patches @ kernel.reshape(24, 5) + bias
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_patch_embedding_channels_first_matches_channels_last():
+    images = rand(2, 16, 16, 3)
+    last = layers.PatchEmbedding(6, 8, data_format="channels_last")
+    first = layers.PatchEmbedding(6, 8, data_format="channels_first")
+    out_last = last(images)
+    first(np.transpose(images, (0, 3, 1, 2)))
+    first.set_weights(last.get_weights())
+    out_first = first(np.transpose(images, (0, 3, 1, 2)))
+    np.testing.assert_allclose(to_numpy(out_first), to_numpy(out_last), atol=1e-5)
+
+
+def test_patch_embedding_rejects_indivisible_images():
+    with pytest.raises(ValueError, match="height 30 is not divisible by the patch size 16"):
+        layers.PatchEmbedding(8, 16)(rand(1, 30, 32, 3))
+
+
+# -- ClassToken, DropPath -----------------------------------------------------
+
+def test_class_token_prepends_learned_tokens(tmp_path):
+    x = rand(2, 4, 6)
+    layer, out = run_layer_test(layers.ClassToken, dict(num_tokens=2), x, (2, 6, 6), tmp_path)
+    np.testing.assert_array_equal(out[:, 2:], x)
+    np.testing.assert_array_equal(out[:, :2], np.zeros((2, 2, 6)))  # zero init, as the original
+
+
+def test_drop_path_is_identity_at_inference_and_per_sample_in_training(tmp_path):
+    x = np.ones((64, 3, 4), "float32")
+    layer, out = run_layer_test(layers.DropPath, dict(rate=0.5, seed=1), x, x.shape, tmp_path)
+    np.testing.assert_array_equal(out, x)
+    dropped = to_numpy(layer(x, training=True))
+    per_sample = dropped.reshape(64, -1)
+    assert set(np.unique(per_sample)) <= {0.0, 2.0}
+    assert np.all(per_sample.min(1) == per_sample.max(1)), "a sample must be dropped whole"
+    assert 10 < (per_sample[:, 0] == 0).sum() < 54
+
+
+# -- PositionEmbedding and resampling (Sec. 3.2) ------------------------------
+
+def test_position_embedding_adds_learned_table(tmp_path):
+    x = rand(2, 1 + 6, 8)
+    layer, out = run_layer_test(
+        layers.PositionEmbedding, dict(grid_size=(2, 3), num_prefix_tokens=1), x, x.shape, tmp_path
+    )
+    np.testing.assert_allclose(out - x, np.broadcast_to(to_numpy(layer.embeddings), x.shape), atol=1e-6)
+    assert 0.005 < to_numpy(layer.embeddings).std() < 0.05  # normal(0.02)
+
+
+def test_position_embedding_sincos_matches_big_vision_formula(tmp_path):
+    x = np.zeros((1, 1 + 4, 8), "float32")
+    layer, out = run_layer_test(
+        layers.PositionEmbedding, dict(grid_size=(2, 2), num_prefix_tokens=1, kind="sincos2d"), x, x.shape, tmp_path
+    )
+    assert layer.weights == []
+    np.testing.assert_array_equal(out[0, 0], 0.0)  # the class token gets none
+    # Patch (row 1, col 0): omega = [1, 1e-4]; x = 0 -> sin 0, cos 1; y = 1.
+    omega = np.array([1.0, 1e-4])
+    expected = np.concatenate([np.sin(0 * omega), np.cos(0 * omega), np.sin(omega), np.cos(omega)])
+    np.testing.assert_allclose(out[0, 1 + 2], expected, atol=1e-6)
+
+
+def test_position_embedding_rejects_wrong_length():
+    with pytest.raises(ValueError, match=r"2x2 grid with 1 prefix tokens \(5 tokens\) but got 4"):
+        layers.PositionEmbedding(2, 1)(rand(1, 4, 8))
+
+
+def test_bilinear_resample_hand_computed():
+    # A 2x2 grid of scalars [[0, 2], [4, 6]] zoomed to 3x3 with corners aligned:
+    # the middle is the mean of the four corners, edges the mean of two.
+    grid = np.array([0.0, 2.0, 4.0, 6.0]).reshape(1, 4, 1)
+    posemb = np.concatenate([np.full((1, 1, 1), 9.0), grid], axis=1)
+    out = layers.resample_position_embeddings(posemb, 2, 3, num_prefix_tokens=1)
+    assert out[0, 0, 0] == 9.0
+    expected = [[0, 1, 2], [2, 3, 4], [4, 5, 6]]
+    np.testing.assert_allclose(out[0, 1:, 0].reshape(3, 3), expected)
+
+
+def test_bilinear_resample_is_scipy_zoom_order_1_non_square():
+    grid = rand(4, 6, 3)
+    out = layers.resample_position_embeddings(grid.reshape(1, 24, 3), (4, 6), (7, 9), num_prefix_tokens=0)
+    expected = scipy.ndimage.zoom(grid, (7 / 4, 9 / 6, 1), order=1)
+    np.testing.assert_allclose(out[0].reshape(7, 9, 3), expected, atol=1e-5)
+
+
+def test_bicubic_resample_is_torch_interpolate():
+    torch = pytest.importorskip("torch")
+    grid = rand(5, 4, 3)
+    out = layers.resample_position_embeddings(
+        grid.reshape(1, 20, 3), (5, 4), (8, 7), num_prefix_tokens=0, method="bicubic"
+    )
+    tensor = torch.from_numpy(grid).permute(2, 0, 1)[None]
+    expected = torch.nn.functional.interpolate(tensor, size=(8, 7), mode="bicubic", align_corners=False)
+    np.testing.assert_allclose(out[0].reshape(8, 7, 3), expected[0].permute(1, 2, 0).numpy(), atol=1e-5)
+
+
+def test_resample_errors_name_the_problem():
+    with pytest.raises(ValueError, match="do not fit a 3x3 grid"):
+        layers.resample_position_embeddings(np.zeros((1, 5, 2)), 3, 4)
+    with pytest.raises(ValueError, match="Unknown resampling method 'nearest'"):
+        layers.resample_position_embeddings(np.zeros((1, 5, 2)), 2, 4, method="nearest")
+
+
+def test_layer_resampled_keeps_prefix_rows():
+    layer = layers.PositionEmbedding((2, 2), num_prefix_tokens=2)
+    layer.build((None, 6, 4))
+    out = layer.resampled((4, 4))
+    assert out.shape == (1, 18, 4)
+    np.testing.assert_array_equal(out[0, :2], to_numpy(layer.embeddings)[0, :2])
+
+
+# -- Attention, TransformerEncoder (Eq. 2-3), MAP -----------------------------
+
+def named(layer):
+    """The layer's weights by path below the layer, e.g. "mlp/fc1/kernel"."""
+    return {v.path[len(layer.path) + 1:]: to_numpy(v) for v in layer.weights}
+
+
+def reference_attention(layer, q_in, kv_in):
+    w = named(layer)
+    q = np.einsum("btd,dnh->btnh", q_in, w["query/kernel"]) + w["query/bias"]
+    k = np.einsum("btd,dnh->btnh", kv_in, w["key/kernel"]) + w["key/bias"]
+    v = np.einsum("btd,dnh->btnh", kv_in, w["value/kernel"]) + w["value/bias"]
+    logits = np.einsum("bqnh,bknh->bnqk", q, k) / np.sqrt(q.shape[-1])
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    weights /= weights.sum(-1, keepdims=True)
+    out = np.einsum("bnqk,bknh->bqnh", weights, v)
+    return np.einsum("bqnh,nhd->bqd", out, w["out/kernel"]) + w["out/bias"], weights
+
+
+def test_attention_matches_reference_and_scores_do_not_change_output(tmp_path):
+    x = rand(2, 5, 8)
+    layer, out = run_layer_test(
+        layers.MultiHeadDotProductAttention, dict(num_heads=2), x, x.shape, tmp_path
+    )
+    for v in layer.weights:  # non-zero biases so they are tested too
+        v.assign(v + RNG.normal(0, 0.1, v.shape))
+    expected, expected_weights = reference_attention(layer, x, x)
+    fused = to_numpy(layer(x))
+    explicit, scores = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(fused, expected, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(explicit), fused, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(scores), expected_weights, atol=1e-6)
+
+
+def test_attention_kernels_are_xavier_uniform_of_the_dense_view():
+    layer = layers.MultiHeadDotProductAttention(num_heads=8)
+    layer.build((None, 4, 256))
+    limit = np.sqrt(6 / (256 + 256))
+    for name in ("query", "key", "value", "out"):
+        kernel = to_numpy(getattr(layer, name).kernel)
+        assert np.abs(kernel).max() <= limit
+        assert abs(kernel.std() - limit / np.sqrt(3)) < 0.05 * limit
+
+
+def test_transformer_encoder_is_eq_2_and_3(tmp_path):
+    x = rand(2, 5, 8)
+    layer, out = run_layer_test(
+        layers.TransformerEncoder,
+        dict(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_norm_epsilon=1e-6),
+        x, x.shape, tmp_path,
+    )
+    w = named(layer)
+
+    def ln(v, name):
+        m, s = v.mean(-1, keepdims=True), v.var(-1, keepdims=True)
+        return (v - m) / np.sqrt(s + 1e-6) * w[name + "/gamma"] + w[name + "/beta"]
+
+    from scipy.special import erf
+
+    z = x + reference_attention(layer.attention, ln(x, "norm1"), ln(x, "norm1"))[0]  # Eq. 2
+    h = ln(z, "norm2") @ w["mlp/fc1/kernel"] + w["mlp/fc1/bias"]
+    h = 0.5 * h * (1 + erf(h / np.sqrt(2)))
+    expected = z + h @ w["mlp/fc2/kernel"] + w["mlp/fc2/bias"]                          # Eq. 3
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+    with_scores, scores = layer(x, return_attention_scores=True)
+    np.testing.assert_allclose(to_numpy(with_scores), out, atol=1e-6)
+    assert tuple(scores.shape) == (2, 2, 5, 5)
+
+
+def test_transformer_encoder_layer_scale_and_dropout(tmp_path):
+    x = rand(2, 5, 8)
+    layer, out = run_layer_test(
+        layers.TransformerEncoder,
+        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.0, dropout_rate=0.5,
+             attention_dropout_rate=0.5, drop_path_rate=0.2),
+        x, x.shape, tmp_path,
+    )
+    np.testing.assert_allclose(out, x, atol=1e-6)  # zero LayerScale: the identity
+    for v in layer.weights:
+        if "layer_scale" in v.path:
+            v.assign(np.ones(v.shape))
+    assert not np.allclose(to_numpy(layer(x, training=True)), to_numpy(layer(x)))
+    np.testing.assert_allclose(to_numpy(layer(x)), to_numpy(layer(x)))
+
+
+def test_multi_head_attention_pooling(tmp_path):
+    x = rand(3, 7, 8)
+    layer, out = run_layer_test(
+        layers.MultiHeadAttentionPooling, dict(num_heads=2, mlp_dim=12), x, (3, 8), tmp_path
+    )
+    w = named(layer)
+    probe = np.broadcast_to(w["probe"], (3, 1, 8))
+    y = reference_attention(layer.attention, probe, x)[0]
+    m, s = y.mean(-1, keepdims=True), y.var(-1, keepdims=True)
+    n = (y - m) / np.sqrt(s + 1e-6) * w["norm/gamma"] + w["norm/beta"]
+    h = n @ w["mlp/fc1/kernel"] + w["mlp/fc1/bias"]
+    h = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h**3)))
+    expected = (y + h @ w["mlp/fc2/kernel"] + w["mlp/fc2/bias"])[:, 0]
+    np.testing.assert_allclose(out, expected, atol=1e-5)
+
+
+def test_token_pooling(tmp_path):
+    x = rand(2, 5, 4)
+    _, token = run_layer_test(layers.TokenPooling, dict(mode="token", num_prefix_tokens=1), x, (2, 4), tmp_path)
+    np.testing.assert_array_equal(token, x[:, 0])
+    _, gap = run_layer_test(layers.TokenPooling, dict(mode="gap", num_prefix_tokens=2), x, (2, 4), tmp_path)
+    np.testing.assert_allclose(gap, x[:, 2:].mean(1), atol=1e-6)
+
+
+def test_resnet_stem_shapes_and_stride(tmp_path):
+    x = rand(1, 32, 32, 3)
+    layer, out = run_layer_test(
+        layers.ResNetStem, dict(block_units=(1, 1), width_factor=1), x, (1, 4, 4, 512), tmp_path
+    )
+    assert layer.stride == 8
+    kernel = to_numpy(layer.conv_root.kernel)
+    shifted = layers.ResNetStem((1, 1), name="shifted")
+    shifted(x)
+    shifted.set_weights(layer.get_weights())
+    shifted.conv_root.kernel.assign(kernel * 3.0 + 1.0)  # weight standardization removes this
+    np.testing.assert_allclose(to_numpy(shifted(x)), out, rtol=1e-3, atol=1e-4)
