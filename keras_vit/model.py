@@ -245,6 +245,7 @@ class ViT(keras.Model):
             input_shape = (num_channels, *image_size)
         inputs = keras.Input(shape=input_shape, name="images")
         outputs = _forward(_Layers(built.__getitem__, built, num_layers), inputs)
+        kwargs.setdefault("name", "vit")
         super().__init__(inputs, outputs, dtype=dtype, **kwargs)
 
         self.image_size = image_size

@@ -135,7 +135,13 @@ def vit_forward(params, images, eps=1e-6, approximate_gelu=True):
         x = x + mlp(p, blk + "MlpBlock_3/", y, approximate_gelu)                    # Eq. 3
         i += 1
     x = layer_norm(x, p["Transformer/encoder_norm/scale"], p["Transformer/encoder_norm/bias"], eps)
-    x = x[:, 0] if "cls" in p else x.mean(axis=1)                                   # Eq. 4
+    if "MAPHead_0/probe" in p:                                                      # MAP head
+        probe = np.broadcast_to(p["MAPHead_0/probe"], (b, 1, d))
+        y = attention(p, "MAPHead_0/MultiHeadDotProductAttention_0/", probe, x)
+        n = layer_norm(y, p["MAPHead_0/LayerNorm_0/scale"], p["MAPHead_0/LayerNorm_0/bias"], eps)
+        x = (y + mlp(p, "MAPHead_0/MlpBlock_0/", n, approximate_gelu))[:, 0]
+    else:
+        x = x[:, 0] if "cls" in p else x.mean(axis=1)                               # Eq. 4
     if "pre_logits/kernel" in p:
         x = np.tanh(x @ p["pre_logits/kernel"] + p["pre_logits/bias"])
     if "head/kernel" in p:
@@ -195,6 +201,19 @@ def random_vit_params(seed=0, image_size=32, patch=8, hidden=32, layers=2, heads
         p[blk + "MlpBlock_3/Dense_1/kernel"] = r(mlp_dim, hidden) / math.sqrt(mlp_dim)
         p[blk + "MlpBlock_3/Dense_1/bias"] = r(hidden)
     p["Transformer/encoder_norm/scale"], p["Transformer/encoder_norm/bias"] = 1 + r(hidden) * 0.1, r(hidden) * 0.1
+    if pooling == "map":
+        p["MAPHead_0/probe"] = r(1, 1, hidden)
+        att = "MAPHead_0/MultiHeadDotProductAttention_0/"
+        for name in ("query", "key", "value"):
+            p[att + name + "/kernel"] = r(hidden, heads, hd) / math.sqrt(hidden)
+            p[att + name + "/bias"] = r(heads, hd)
+        p[att + "out/kernel"] = r(heads, hd, hidden) / math.sqrt(hidden)
+        p[att + "out/bias"] = r(hidden)
+        p["MAPHead_0/LayerNorm_0/scale"], p["MAPHead_0/LayerNorm_0/bias"] = 1 + r(hidden) * 0.1, r(hidden) * 0.1
+        p["MAPHead_0/MlpBlock_0/Dense_0/kernel"] = r(hidden, mlp_dim) / math.sqrt(hidden)
+        p["MAPHead_0/MlpBlock_0/Dense_0/bias"] = r(mlp_dim)
+        p["MAPHead_0/MlpBlock_0/Dense_1/kernel"] = r(mlp_dim, hidden) / math.sqrt(mlp_dim)
+        p["MAPHead_0/MlpBlock_0/Dense_1/bias"] = r(hidden)
     features = hidden
     if representation_size:
         p["pre_logits/kernel"] = r(hidden, representation_size) / math.sqrt(hidden)

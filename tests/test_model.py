@@ -1,0 +1,150 @@
+import keras
+import numpy as np
+import pytest
+from helpers import save_and_reload
+from helpers import to_numpy
+
+import keras_vit
+from keras_vit import ViT
+from keras_vit.presets import count_params
+
+TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
+
+
+@pytest.mark.parametrize(
+    "name, paper_name, expected",
+    [
+        ("vit_ti16", "ViT-Ti/16", 5_717_416),
+        ("vit_s16", "ViT-S/16", 22_050_664),
+        ("vit_b16", "ViT-B/16", 86_567_656),
+        ("vit_l16", "ViT-L/16", 304_326_632),
+    ],
+)
+def test_paper_parameter_counts(name, paper_name, expected):
+    assert keras_vit.presets()[name]["params"] == expected
+    assert keras_vit.presets()[name]["paper_name"] == paper_name
+    assert ViT.from_preset(paper_name).count_params() == expected
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(TINY, pooling="gap", representation_size=12),
+        dict(TINY, pooling="map", num_registers=2, qkv_bias=False, layer_scale_init=0.1),
+        dict(TINY, pooling="none", num_classes=0, image_size=(32, 16)),
+        dict(TINY, position_embedding="sincos2d", pooling="gap"),
+        dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
+    ],
+)
+def test_analytic_count_matches_built_model(config):
+    assert ViT(**config).count_params() == count_params(**config)
+
+
+def test_every_preset_is_listed_and_buildable_by_both_names():
+    listed = keras_vit.presets()
+    assert {"vit_ti16", "vit_s16", "vit_s32", "vit_b16", "vit_b32", "vit_l16", "vit_l32", "vit_h14",
+            "r50_vit_b16"} <= set(listed)
+    assert listed["r50_vit_b16"]["paper_name"] == "R50+ViT-B/16"
+    small = dict(image_size=32, num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=8, num_classes=3)
+    model = ViT.from_preset("R50+ViT-B/16", **small)
+    assert model.get_layer("resnet").stride == 16 and model.grid_size == (2, 2)
+    with pytest.raises(ValueError, match="Unknown preset 'vit_q16'. Known presets: vit_ti16"):
+        ViT.from_preset("vit_q16")
+
+
+def test_initialization_follows_the_original():
+    model = ViT(**dict(TINY, num_classes=10))
+    np.testing.assert_array_equal(to_numpy(model.get_layer("head").kernel), 0.0)
+    np.testing.assert_array_equal(to_numpy(model.get_layer("class_token").tokens), 0.0)
+    posemb = to_numpy(model.get_layer("position_embedding").embeddings)
+    assert 0.015 < posemb.std() < 0.025
+    fc1 = to_numpy(model.get_layer("encoder_block_0").mlp.fc1.kernel)
+    assert np.abs(fc1).max() <= np.sqrt(6 / (16 + 32))
+    bias = ViT(**dict(TINY, head_bias_init=-10.0)).get_layer("head").bias
+    np.testing.assert_array_equal(to_numpy(bias), -10.0)
+
+
+@pytest.mark.parametrize("pooling, shape", [("token", (2, 5)), ("gap", (2, 5)), ("map", (2, 5)), ("none", (2, 17, 5))])
+def test_pooling_outputs(pooling, shape, images):
+    model = ViT(**dict(TINY, pooling=pooling))
+    assert tuple(model(images).shape) == shape
+    assert tuple(ViT(**dict(TINY, pooling=pooling, num_classes=0))(images).shape) == shape[:-1] + (16,)
+
+
+def test_channels_first_matches_channels_last(images):
+    last = ViT(**TINY)
+    first = ViT(**TINY, data_format="channels_first")
+    first.set_weights(last.get_weights())
+    for v in last.weights:  # break the zero head so the comparison means something
+        if v.path.startswith("head/"):
+            first.get_layer("head").kernel.assign(np.ones(v.shape))
+            last.get_layer("head").kernel.assign(np.ones(v.shape))
+            break
+    np.testing.assert_allclose(
+        to_numpy(first(np.transpose(images, (0, 3, 1, 2)))), to_numpy(last(images)), atol=1e-5
+    )
+
+
+def test_intermediates_equal_the_call_and_hold_attention(images):
+    model = ViT(**dict(TINY, num_registers=1))
+    model.get_layer("head").kernel.assign(np.random.default_rng(0).normal(size=(16, 5)))
+    record = model.intermediates(images)
+    np.testing.assert_allclose(to_numpy(record["logits"]), to_numpy(model(images)), atol=1e-5)
+    assert tuple(record["attention_1"].shape) == (2, 2, 18, 18)
+    np.testing.assert_allclose(to_numpy(record["attention_1"]).sum(-1), 1.0, atol=1e-5)
+    assert tuple(record["embeddings"].shape) == (2, 18, 16)
+
+
+def test_keras_round_trip_and_config(images, tmp_path):
+    model = ViT(**dict(TINY, pooling="map", dropout_rate=0.1, drop_path_rate=0.1, name="tiny"))
+    model.get_layer("head").kernel.assign(np.random.default_rng(0).normal(size=(16, 5)))
+    config = model.get_config()
+    assert ViT.from_config(config).get_config() == config
+    reloaded = save_and_reload(model, tmp_path)
+    assert isinstance(reloaded, ViT) and reloaded.get_config() == config
+    np.testing.assert_allclose(to_numpy(reloaded(images)), to_numpy(model(images)), atol=1e-6)
+    # Stochastic depth rises linearly to the last block.
+    assert model.get_layer("encoder_block_1").drop_path_rate == pytest.approx(0.1)
+    assert model.get_layer("encoder_block_0").drop_path_rate == 0.0
+
+
+def test_with_image_size_resamples_position_embeddings(images, tmp_path):
+    model = save_and_reload(ViT(**TINY), tmp_path)  # also from a reloaded model
+    bigger = model.with_image_size(48)
+    assert bigger.image_size == (48, 48) and bigger.grid_size == (6, 6)
+    expected = model.get_layer("position_embedding").resampled((6, 6))
+    np.testing.assert_allclose(to_numpy(bigger.get_layer("position_embedding").embeddings), expected, atol=1e-6)
+    kernel = bigger.get_layer("encoder_block_1").attention.query.kernel
+    np.testing.assert_array_equal(to_numpy(kernel), to_numpy(model.get_layer("encoder_block_1").attention.query.kernel))
+    assert tuple(bigger(np.zeros((1, 48, 48, 3), "float32")).shape) == (1, 5)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(image_size=30), "image height 30 is not divisible by the patch size 8"),
+        (dict(image_size=56, patch_size=1, resnet_block_units=(1, 1, 1)),
+         r"image height 56 is not divisible by the patch size 16 \(patch 1 x ResNet stride 16\)"),
+        (dict(pooling="cls"), "Unknown pooling 'cls'"),
+        (dict(num_heads=3), "hidden_dim 16 is not divisible by num_heads 3"),
+    ],
+)
+def test_bad_configs_fail_at_once(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ViT(**{**TINY, **kwargs})
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        ((2, 32, 32, 4), r"expects 3 channels on axis 3 \(channels_last\), got shape \(2, 32, 32, 4\)"),
+        ((32, 32, 3), r"got shape \(32, 32, 3\) \(rank 3\). Add a batch axis"),
+        ((2, 48, 48, 3), r"built for 32x32 images, got 48x48 .* `model.with_image_size\(\(48, 48\)\)"),
+    ],
+)
+def test_wrong_inputs_fail_with_a_clear_message(shape, message):
+    model = ViT(**TINY)
+    with pytest.raises(ValueError, match=message):
+        model(np.zeros(shape, "float32"))
+    with pytest.raises(ValueError, match=message):
+        model.predict(np.zeros(shape, "float32"), verbose=0)
