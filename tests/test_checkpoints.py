@@ -127,6 +127,18 @@ def test_timm_safetensors_matches_reference_with_exact_gelu(tmp_path):
     assert_parity(model, params, images(16), approximate_gelu=False)
 
 
+def test_timm_bfloat16_safetensors(tmp_path):
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save_file
+
+    params = random_vit_params()
+    state = {k: torch.from_numpy(v).to(torch.bfloat16) for k, v in to_timm(params).items()}
+    save_file(state, str(tmp_path / "bf16.safetensors"))
+    rounded = {k: torch.from_numpy(v).to(torch.bfloat16).float().numpy() for k, v in params.items()}
+    model = ViT.from_checkpoint(tmp_path / "bf16.safetensors", num_heads=4)
+    assert_parity(model, rounded, images(), approximate_gelu=False)
+
+
 def test_timm_head_count_override(tmp_path):
     params = random_vit_params()  # width 32: no timm model, so heads are given
     path = save_safetensors(to_timm(params), tmp_path / "timm.safetensors")

@@ -12,9 +12,9 @@ def load_safetensors(path):
 
     try:
         return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(path)).items()}
-    except (SafetensorError, OSError, ValueError, TypeError) as error:
-        if "bfloat16" in str(error) or "dtype" in str(error).lower():
-            return _load_with_ml_dtypes(path)
+    except TypeError:  # "data type 'bfloat16' not understood" by NumPy
+        return _load_with_ml_dtypes(path)
+    except (SafetensorError, OSError, ValueError) as error:
         raise CheckpointError(
             f"{path} could not be read as safetensors ({error}). The file may be "
             "truncated: download or save it again."
