@@ -8,7 +8,6 @@
 then the head (a linear layer, optionally after a tanh "pre-logits" layer).
 """
 
-import math
 
 import keras
 

@@ -3,7 +3,6 @@
 import dataclasses
 import math
 
-import numpy as np
 
 from keras_vit.layers.position_embedding import resample_position_embeddings
 from keras_vit.weights.assign import CheckpointError
