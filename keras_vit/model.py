@@ -126,6 +126,7 @@ class ViT(keras.Model):
         ``num_classes=0``, or ``(batch, tokens, ...)`` with ``pooling="none"``.
 
     Example:
+    >>> import numpy as np
     >>> model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4)
     >>> model(np.zeros((2, 32, 32, 3))).shape
     (2, 10)
@@ -272,6 +273,8 @@ class ViT(keras.Model):
         self.data_format = data_format
         self.grid_size = grid
         self.num_prefix_tokens = num_prefix
+        # Functional models do not keep `dtype`: the layers' policy is the model's.
+        self._layers_policy = built["encoder_norm"].dtype_policy
         self._expected_input_shape = input_shape
 
     # -- construction ---------------------------------------------------------
@@ -369,7 +372,7 @@ class ViT(keras.Model):
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
+            "dtype": keras.dtype_policies.serialize(self._layers_policy),
             "image_size": self.image_size,
             "patch_size": self.patch_size,
             "num_layers": self.num_layers,

@@ -179,8 +179,8 @@ def random_vit_params(seed=0, image_size=32, patch=8, hidden=32, layers=2, heads
         stride = 4 * 2 ** (len(resnet_units) - 1)
     p["embedding/kernel"] = r(patch, patch, in_channels, hidden) * (1 / math.sqrt(patch * patch * in_channels))
     p["embedding/bias"] = r(hidden)
-    grid = image_size // (patch * stride)
-    tokens = grid * grid
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    tokens = (height // (patch * stride)) * (width // (patch * stride))
     if pooling == "token":
         p["cls"] = r(1, 1, hidden)
         tokens += 1

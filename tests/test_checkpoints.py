@@ -21,7 +21,8 @@ TOL = 1e-5
 
 
 def images(size=32, n=2, seed=3):
-    return np.random.default_rng(seed).uniform(-1, 1, (n, size, size, 3)).astype("float32")
+    height, width = (size, size) if isinstance(size, int) else size
+    return np.random.default_rng(seed).uniform(-1, 1, (n, height, width, 3)).astype("float32")
 
 
 def assert_parity(model, params, x, **reference_kwargs):
@@ -72,6 +73,8 @@ def test_big_vision_npz_matches_reference(pooling, scan, tmp_path):
 def test_big_vision_sincos_checkpoint_has_no_position_weights(tmp_path):
     params = to_big_vision(random_vit_params(pooling="gap"))
     del params["params/pos_embedding"]
+    with pytest.raises(CheckpointError, match=r"no learned position embeddings\). Pass `image_size"):
+        ViT.from_checkpoint(save_npz(params, tmp_path / "sincos.npz"))
     model = ViT.from_checkpoint(save_npz(params, tmp_path / "sincos.npz"), image_size=32)
     assert model.position_embedding == "sincos2d" and tuple(model(images()).shape) == (2, 5)
 
@@ -165,6 +168,27 @@ def test_new_num_classes_gets_a_zero_head(tmp_path):
     np.testing.assert_array_equal(to_numpy(model.get_layer("head").kernel), np.zeros((32, 10)))
     features = ViT.from_checkpoint(tmp_path / "vit.npz", num_classes=0)
     head_free = {k: v for k, v in params.items() if not k.startswith("head/")}
+    assert_parity(features, head_free, images())
+
+
+def test_non_square_grid_needs_and_uses_the_image_size(tmp_path):
+    params = random_vit_params(image_size=(32, 16))
+    path = save_npz(params, tmp_path / "wide.npz")
+    with pytest.raises(CheckpointError, match=r"hold 8 patches, not a square grid\). Pass `image_size"):
+        ViT.from_checkpoint(path)
+    with pytest.raises(CheckpointError, match="hold 8 patches, which a 4x4 grid does not fit"):
+        ViT.from_checkpoint(path, image_size=32)
+    assert_parity(ViT.from_checkpoint(path, image_size=(32, 16)), params, images((32, 16)))
+
+
+def test_fine_tuning_can_drop_pre_logits(tmp_path):
+    params = random_vit_params(representation_size=24)
+    path = save_npz(params, tmp_path / "i21k.npz")
+    model = ViT.from_checkpoint(path, num_classes=7, representation_size=None)
+    assert "pre_logits" not in [layer.name for layer in model.layers]
+    assert model.get_layer("head").kernel.shape == (32, 7)
+    features = ViT.from_checkpoint(path, num_classes=0, representation_size=None)
+    head_free = {k: v for k, v in params.items() if not k.startswith(("head/", "pre_logits/"))}
     assert_parity(features, head_free, images())
 
 

@@ -107,6 +107,15 @@ def test_keras_round_trip_and_config(images, tmp_path):
     assert model.get_layer("encoder_block_0").drop_path_rate == 0.0
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+def test_dtype_policy_survives_config_save_and_resize(policy, tmp_path):
+    model = ViT(**TINY, dtype=policy)
+    assert model.get_config()["dtype"]["config"]["name"] == policy
+    for copy in (ViT.from_config(model.get_config()), save_and_reload(model, tmp_path), model.with_image_size(48)):
+        assert copy.get_layer("encoder_block_1").dtype_policy.name == policy
+        assert copy.get_layer("head").compute_dtype == policy.replace("mixed_", "")
+
+
 def test_with_image_size_resamples_position_embeddings(images, tmp_path):
     model = save_and_reload(ViT(**TINY), tmp_path)  # also from a reloaded model
     bigger = model.with_image_size(48)

@@ -39,11 +39,11 @@ def _norm(data_format, dtype, name, zero=False):
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class BottleneckUnit(keras.layers.Layer):
-    """A pre-activation-free BiT bottleneck: 1x1 -> 3x3 (strided) -> 1x1.
+    """The bottleneck unit of vit_jax's BiT ResNet: 1x1 -> 3x3 (strided) -> 1x1.
 
-    ``relu(proj(x) + GN(conv3(relu(GN(conv2(relu(GN(conv1(x)))))))))``, with
-    a projection shortcut when the shape changes; the last GroupNorm starts
-    at zero scale.
+    ``relu(shortcut(x) + GN(conv3(relu(GN(conv2(relu(GN(conv1(x)))))))))``
+    (post-activation), where ``shortcut`` is the identity or, when the shape
+    changes, ``GN(conv_proj(x))``; the last GroupNorm starts at zero scale.
 
     Args:
         width: int. Bottleneck width; the output has ``4 * width`` channels.

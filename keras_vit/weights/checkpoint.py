@@ -17,24 +17,37 @@ class Checkpoint:
         config: ViT arguments read from the file (architecture and numerics).
         state: variable path -> float32 NumPy array, in Keras layout.
         source: a description of the file, for messages.
-        grid_size: (rows, cols) of the stored position embeddings, or None.
+        grid_size: (rows, cols) of the stored position embeddings, when the
+            file tells; None for a non-square grid that it does not describe.
+        num_patches: rows of the stored position embeddings that belong to
+            patches; None when there are none (sin-cos embeddings).
     """
 
     config: dict
     state: dict
     source: str
     grid_size: tuple = None
+    num_patches: int = None
 
 
-def square_grid(num_patches, source):
+def square_grid(num_patches):
+    """(side, side) when `num_patches` is a square, else None."""
     side = math.isqrt(num_patches)
-    if side * side != num_patches:
-        raise CheckpointError(
-            f"{source}: the position embeddings hold {num_patches} patches, not a "
-            "square grid, so the image size cannot be read from them. Pass "
-            "`image_size=(height, width)`."
-        )
-    return side, side
+    return (side, side) if side * side == num_patches else None
+
+
+def _checkpoint_grid(checkpoint, model):
+    """The stored grid: the file's, or the model's when only that fits."""
+    if checkpoint.grid_size or checkpoint.num_patches is None:
+        return checkpoint.grid_size
+    if math.prod(model.grid_size) == checkpoint.num_patches:
+        return model.grid_size
+    raise CheckpointError(
+        f"{checkpoint.source}: the position embeddings hold {checkpoint.num_patches} "
+        f"patches, which a {model.grid_size[0]}x{model.grid_size[1]} grid does not "
+        "fit. Pass the checkpoint's own `image_size=(height, width)`, then use "
+        "`model.with_image_size(...)` for another resolution."
+    )
 
 
 def build_model(cls, checkpoint, image_size=None, num_classes=None,
@@ -45,6 +58,15 @@ def build_model(cls, checkpoint, image_size=None, num_classes=None,
     keep_initial = ()
     if image_size is not None:
         config["image_size"] = image_size
+    if "image_size" not in config:
+        why = ("it has no learned position embeddings" if checkpoint.num_patches is None
+               else f"its position embeddings hold {checkpoint.num_patches} patches, not a square grid")
+        raise CheckpointError(
+            f"{checkpoint.source}: the image size cannot be read from the file ({why}). "
+            "Pass `image_size=(height, width)`."
+        )
+    if not config.get("representation_size"):  # fine-tuning drops pre-logits
+        state = {k: v for k, v in state.items() if not k.startswith("pre_logits/")}
     if num_classes is not None and num_classes != config.get("num_classes", 0):
         config["num_classes"] = num_classes  # a new, zero-initialised head
         state = {k: v for k, v in state.items() if not k.startswith("head/")}
@@ -52,9 +74,10 @@ def build_model(cls, checkpoint, image_size=None, num_classes=None,
     model = cls(**config)
     posemb = model.get_layer("position_embedding")
     key = "position_embedding/embeddings"
-    if key in state and checkpoint.grid_size and tuple(posemb.grid_size) != tuple(checkpoint.grid_size):
+    grid = _checkpoint_grid(checkpoint, model)
+    if key in state and tuple(posemb.grid_size) != tuple(grid):
         state[key] = resample_position_embeddings(
-            state[key], checkpoint.grid_size, posemb.grid_size,
+            state[key], grid, posemb.grid_size,
             posemb.num_prefix_tokens, resample_method,
         )
     assign_weights(model, state, checkpoint.source, keep_initial)

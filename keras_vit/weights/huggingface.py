@@ -5,7 +5,6 @@ import pathlib
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.checkpoint import square_grid
 from keras_vit.weights.torch_layout import TorchReader
 from keras_vit.weights.torch_layout import conv
 from keras_vit.weights.torch_layout import load_safetensors
@@ -64,8 +63,16 @@ def read_huggingface(directory):
     reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
     posemb = reader.pop(embed + "position_embeddings")
     reader.put("position_embedding/embeddings", posemb)
-    grid = square_grid(posemb.shape[1] - 1, source)
-    config["image_size"] = grid[0] * config["patch_size"]
+    size = hf.get("image_size", 224)
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    grid = tuple(s // config["patch_size"] for s in size)
+    if grid[0] * grid[1] != posemb.shape[1] - 1:
+        raise CheckpointError(
+            f"{source}: config.json says {size[0]}x{size[1]} images "
+            f"({grid[0]}x{grid[1]} patches) but the position embeddings hold "
+            f"{posemb.shape[1] - 1} patches."
+        )
+    config["image_size"] = size
     for i in range(config["num_layers"]):
         key, target = f"encoder.layer.{i}.", f"encoder_block_{i}"
         reader.layer_norm(key + "layernorm_before", target + "/norm1")
@@ -89,4 +96,4 @@ def read_huggingface(directory):
         reader.linear("classifier", "head")
         config["num_classes"] = int(reader.state["head/kernel"].shape[1])
     reader.finish()
-    return Checkpoint(config, reader.state, source, grid)
+    return Checkpoint(config, reader.state, source, grid, posemb.shape[1] - 1)

@@ -188,7 +188,7 @@ def read_npz(path):
     else:
         config["pooling"] = "token" if has_cls else "gap"
 
-    grid = None
+    grid = num_patches = None
     posemb_key = "pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"
     if reader.has(posemb_key):
         posemb = reader.take(posemb_key, "position_embedding/embeddings")
@@ -197,8 +197,10 @@ def read_npz(path):
             # the class token is the same model in the paper's form.
             posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
             reader.state["position_embedding/embeddings"] = posemb
-        grid = square_grid(posemb.shape[1] - int(has_cls), source)
-        config["image_size"] = tuple(g * p * stride for g, p in zip(grid, config["patch_size"]))
+        num_patches = posemb.shape[1] - int(has_cls)
+        grid = square_grid(num_patches)
+        if grid:
+            config["image_size"] = tuple(g * p * stride for g, p in zip(grid, config["patch_size"]))
     else:
         config["position_embedding"] = "sincos2d"
 
@@ -215,4 +217,4 @@ def read_npz(path):
             f"{source} has keys keras_vit does not know, so it would load only "
             f"part of the model: {sorted(reader.arrays)[:12]}"
         )
-    return Checkpoint(config, reader.state, source, grid)
+    return Checkpoint(config, reader.state, source, grid, num_patches)

@@ -69,8 +69,9 @@ def read_timm(path, num_heads=None):
         posemb = np.concatenate([np.zeros((1, prefix, hidden_dim), posemb.dtype), posemb], 1)
         patches = posemb.shape[1] - prefix
     reader.put("position_embedding/embeddings", posemb)
-    grid = square_grid(patches, source)
-    config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
+    grid = square_grid(patches)
+    if grid:
+        config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
 
     num_layers = 0
     while reader.has(f"blocks.{num_layers}.norm1.weight"):
@@ -109,5 +110,5 @@ def read_timm(path, num_heads=None):
         reader.linear("head", "head")
         config["num_classes"] = int(reader.state["head/kernel"].shape[1])
     reader.finish()
-    return Checkpoint(config, reader.state, source, grid)
+    return Checkpoint(config, reader.state, source, grid, patches)
 
