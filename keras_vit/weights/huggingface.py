@@ -86,14 +86,8 @@ def read_huggingface(directory):
         reader.linear(key + "intermediate.dense", target + "/mlp/fc1")
         reader.linear(key + "output.dense", target + "/mlp/fc2")
     reader.layer_norm("layernorm", "encoder_norm")
-    if reader.has("pooler.dense.weight"):
-        if hf.get("pooler_act", "tanh") != "tanh":
-            raise CheckpointError(f"{source}: pooler_act {hf['pooler_act']!r} is not tanh.")
-        reader.linear("pooler.dense", "pre_logits")
-        config["representation_size"] = int(reader.state["pre_logits/kernel"].shape[1])
-    config["num_classes"] = 0
-    if reader.has("classifier.weight"):
-        reader.linear("classifier", "head")
-        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+    if reader.has("pooler.dense.weight") and hf.get("pooler_act", "tanh") != "tanh":
+        raise CheckpointError(f"{source}: pooler_act {hf['pooler_act']!r} is not tanh.")
+    reader.read_top("pooler.dense", "classifier", config)
     reader.finish()
     return Checkpoint(config, reader.state, source, grid, posemb.shape[1] - 1)

@@ -102,13 +102,7 @@ def read_timm(path, num_heads=None):
         reader.linear("attn_pool.mlp.fc2", "pooling/mlp/fc2")
     else:
         config["pooling"] = "token" if "class_token/tokens" in reader.state else "gap"
-    if reader.has("pre_logits.fc.weight"):
-        reader.linear("pre_logits.fc", "pre_logits")
-        config["representation_size"] = int(reader.state["pre_logits/kernel"].shape[1])
-    config["num_classes"] = 0
-    if reader.has("head.weight"):
-        reader.linear("head", "head")
-        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+    reader.read_top("pre_logits.fc", "head", config)
     reader.finish()
     return Checkpoint(config, reader.state, source, grid, patches)
 

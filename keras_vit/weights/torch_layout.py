@@ -103,6 +103,17 @@ class TorchReader:
         self.put(f"{target}/out/kernel", heads_out(self.pop(out + ".weight"), num_heads))
         self.put(f"{target}/out/bias", self.pop(out + ".bias"))
 
+    def read_top(self, pre_logits, head, config):
+        """The optional tanh pre-logits layer and linear head; their sizes
+        go into `config` (``num_classes=0`` when there is no head)."""
+        if self.has(pre_logits + ".weight"):
+            self.linear(pre_logits, "pre_logits")
+            config["representation_size"] = int(self.state["pre_logits/kernel"].shape[1])
+        config["num_classes"] = 0
+        if self.has(head + ".weight"):
+            self.linear(head, "head")
+            config["num_classes"] = int(self.state["head/kernel"].shape[1])
+
     def finish(self):
         if self.tensors:
             raise CheckpointError(
