@@ -13,6 +13,7 @@ import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.layers._utils import pair
+from keras_vit.layers.resnet import resnet_stride
 from keras_vit.layers._utils import standardize_data_format
 
 POOLINGS = ("token", "gap", "map", "none")
@@ -171,7 +172,7 @@ class ViT(keras.Model):
             )
         if resnet_block_units is not None:
             resnet_block_units = tuple(int(n) for n in resnet_block_units)
-        stride = 1 if resnet_block_units is None else 4 * 2 ** max(len(resnet_block_units) - 1, 0)
+        stride = 1 if resnet_block_units is None else resnet_stride(resnet_block_units)
         for size, patch, axis in zip(image_size, patch_size, ("height", "width")):
             if size % (patch * stride):
                 raise ValueError(

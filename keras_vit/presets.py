@@ -2,6 +2,8 @@
 
 import math
 
+from keras_vit.layers.resnet import resnet_stride
+
 _BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _SIZES = {
     "Ti": dict(hidden_dim=192, num_layers=12, num_heads=3, mlp_dim=768),
@@ -73,7 +75,7 @@ def count_params(
     if resnet_block_units is not None:
         width = 64 * resnet_width_factor
         total += 49 * channels * width + 2 * width
-        channels, stride = width, 4
+        channels = width
         for stage, units in enumerate(resnet_block_units):
             w = width * 2**stage
             for unit in range(units):
@@ -81,7 +83,7 @@ def count_params(
                 if channels != 4 * w or (stage > 0 and unit == 0):
                     total += channels * 4 * w + 2 * 4 * w
                 channels = 4 * w
-            stride *= 2 if stage > 0 else 1
+        stride = resnet_stride(resnet_block_units)
     total += patch_h * patch_w * channels * d + d
     use_class_token = pooling == "token" or (pooling == "none" and position_embedding == "learned")
     prefix = int(use_class_token) + num_registers

@@ -23,6 +23,11 @@ class StandardizedConv2D(keras.layers.Conv2D):
         return super().convolution_op(inputs, kernel)
 
 
+def resnet_stride(block_units):
+    """Total stride of a ResNetStem: 4 for the root, x2 per stage after the first."""
+    return 4 * 2 ** max(len(block_units) - 1, 0)
+
+
 def _conv(filters, kernel_size, strides, data_format, dtype, name):
     return StandardizedConv2D(
         filters, kernel_size, strides=strides, padding="same", use_bias=False,
@@ -147,7 +152,7 @@ class ResNetStem(keras.layers.Layer):
 
     @property
     def stride(self):
-        return 4 * 2 ** max(len(self.block_units) - 1, 0)
+        return resnet_stride(self.block_units)
 
     def build(self, input_shape):
         shape = tuple(input_shape)

@@ -12,6 +12,7 @@ import zipfile
 
 import numpy as np
 
+from keras_vit.layers.resnet import resnet_stride
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import square_grid
@@ -146,7 +147,7 @@ def read_npz(path):
         block_units, width = _read_resnet(reader)
         config.update(resnet_block_units=block_units, resnet_width_factor=width)
         config["num_channels"] = reader.state["resnet/conv_root/kernel"].shape[2]
-        stride = 4 * 2 ** max(len(block_units) - 1, 0)
+        stride = resnet_stride(block_units)
     kernel = reader.take("embedding/kernel", "patch_embedding/projection/kernel")
     reader.take("embedding/bias", "patch_embedding/projection/bias")
     config.setdefault("num_channels", kernel.shape[2])
