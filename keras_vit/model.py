@@ -8,15 +8,20 @@
 then the head (a linear layer, optionally after a tanh "pre-logits" layer).
 """
 
-
 import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.layers._utils import pair
-from keras_vit.layers.resnet import resnet_stride
 from keras_vit.layers._utils import standardize_data_format
+from keras_vit.layers.resnet import resnet_stride
 
 POOLINGS = ("token", "gap", "map", "none")
+
+
+def uses_class_token(pooling, position_embedding):
+    """Whether the model has a [class] token: for token pooling, and for the
+    token sequence (``"none"``) when position embeddings are learned."""
+    return pooling == "token" or (pooling == "none" and position_embedding == "learned")
 
 
 def _block_names(num_layers):
@@ -182,7 +187,7 @@ class ViT(keras.Model):
                     + f". Use an image size that is a multiple of {patch * stride}."
                 )
         grid = tuple(size // (patch * stride) for size, patch in zip(image_size, patch_size))
-        use_class_token = pooling == "token" or (pooling == "none" and position_embedding == "learned")
+        use_class_token = uses_class_token(pooling, position_embedding)
         num_prefix = int(use_class_token) + int(num_registers)
 
         built = {}

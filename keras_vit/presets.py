@@ -3,6 +3,7 @@
 import math
 
 from keras_vit.layers.resnet import resnet_stride
+from keras_vit.model import uses_class_token
 
 _BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _SIZES = {
@@ -85,8 +86,7 @@ def count_params(
                 channels = 4 * w
         stride = resnet_stride(resnet_block_units)
     total += patch_h * patch_w * channels * d + d
-    use_class_token = pooling == "token" or (pooling == "none" and position_embedding == "learned")
-    prefix = int(use_class_token) + num_registers
+    prefix = int(uses_class_token(pooling, position_embedding)) + num_registers
     total += prefix * d
     if position_embedding == "learned":
         total += (prefix + math.prod((image_h // (patch_h * stride), image_w // (patch_w * stride)))) * d

@@ -211,6 +211,12 @@ def test_pickle_files_are_refused(tmp_path):
     (hf_dir / "pytorch_model.bin").write_bytes(b"\x80\x04")
     with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle-based PyTorch file"):
         ViT.from_checkpoint(hf_dir)
+    timm_dir = tmp_path / "timm"
+    timm_dir.mkdir()
+    (timm_dir / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224"}))
+    (timm_dir / "pytorch_model.bin").write_bytes(b"\x80\x04")
+    with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle-based PyTorch file"):
+        ViT.from_checkpoint(timm_dir)
 
 
 def test_missing_extra_and_misshaped_keys_are_named(tmp_path):

@@ -54,20 +54,17 @@ def read_checkpoint(path, num_heads=None):
     if path.suffix in PICKLE_SUFFIXES:
         _refuse_pickle(path)
     if path.is_dir():
-        config = path / "config.json"
-        if not config.exists():
+        if not (path / "model.safetensors").exists():
             pickled = [p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
             if pickled:
                 _refuse_pickle(pickled[0])
+        config = path / "config.json"
+        if not config.exists():
             raise CheckpointError(f"{path} is a directory without config.json. Known formats: {FORMATS}.")
         with open(config) as file:
             meta = json.load(file)
         if "architecture" in meta:
             return read_timm(path, num_heads)
-        if not (path / "model.safetensors").exists():
-            pickled = [p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
-            if pickled:
-                _refuse_pickle(pickled[0])
         return read_huggingface(path)
     if path.suffix == ".npz":
         return read_npz(path)
