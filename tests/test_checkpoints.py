@@ -205,18 +205,13 @@ def test_pickle_files_are_refused(tmp_path):
         (tmp_path / name).write_bytes(b"\x80\x04not really")
         with pytest.raises(CheckpointError, match="pickle-based .* convert it to safetensors|Convert it to safetensors"):
             ViT.from_checkpoint(tmp_path / name)
-    hf_dir = tmp_path / "hf"
-    hf_dir.mkdir()
-    (hf_dir / "config.json").write_text(json.dumps({"model_type": "vit"}))
-    (hf_dir / "pytorch_model.bin").write_bytes(b"\x80\x04")
-    with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle-based PyTorch file"):
-        ViT.from_checkpoint(hf_dir)
-    timm_dir = tmp_path / "timm"
-    timm_dir.mkdir()
-    (timm_dir / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224"}))
-    (timm_dir / "pytorch_model.bin").write_bytes(b"\x80\x04")
-    with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle-based PyTorch file"):
-        ViT.from_checkpoint(timm_dir)
+    for name, meta in (("hf", {"model_type": "vit"}), ("timm", {"architecture": "vit_base_patch16_224"})):
+        directory = tmp_path / name
+        directory.mkdir()
+        (directory / "config.json").write_text(json.dumps(meta))
+        (directory / "pytorch_model.bin").write_bytes(b"\x80\x04")
+        with pytest.raises(CheckpointError, match="pytorch_model.bin is a pickle-based PyTorch file"):
+            ViT.from_checkpoint(directory)
 
 
 def test_missing_extra_and_misshaped_keys_are_named(tmp_path):
