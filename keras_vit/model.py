@@ -124,6 +124,8 @@ class ViT(keras.Model):
         resnet_width_factor: int. Width multiplier of the ResNet stem.
         head_bias_init: float. Initial head bias (-10 in i21k pre-training).
         num_channels: int. Input channels.
+        class_names: list of str or None. The label of each output class,
+            kept with the model (``keras-vit predict`` prints them).
         data_format: ``"channels_last"`` or ``"channels_first"``.
         dtype: a dtype policy such as ``"mixed_bfloat16"``.
 
@@ -162,6 +164,7 @@ class ViT(keras.Model):
         resnet_width_factor=1,
         head_bias_init=0.0,
         num_channels=3,
+        class_names=None,
         data_format=None,
         dtype=None,
         **kwargs,
@@ -171,6 +174,13 @@ class ViT(keras.Model):
         data_format = standardize_data_format(data_format)
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; use one of {POOLINGS}.")
+        if class_names is not None:
+            class_names = [str(name) for name in class_names]
+            if len(class_names) != num_classes:
+                raise ValueError(
+                    f"{len(class_names)} class_names for {num_classes} classes; give one "
+                    "name per class, or None."
+                )
         if hidden_dim % num_heads:
             raise ValueError(
                 f"hidden_dim {hidden_dim} is not divisible by num_heads {num_heads}."
@@ -276,6 +286,7 @@ class ViT(keras.Model):
         self.resnet_width_factor = resnet_width_factor
         self.head_bias_init = head_bias_init
         self.num_channels = num_channels
+        self.class_names = class_names
         self.data_format = data_format
         self.grid_size = grid
         self.num_prefix_tokens = num_prefix
@@ -325,13 +336,21 @@ class ViT(keras.Model):
     # -- use ------------------------------------------------------------------
 
     def __call__(self, inputs, *args, **kwargs):
-        self._check_input_shape(inputs)
+        self._check_inputs(inputs)
         return super().__call__(inputs, *args, **kwargs)
 
-    def _check_input_shape(self, inputs):
+    def _check_inputs(self, inputs):
         shape = getattr(inputs, "shape", None)
         if shape is None:
             return
+        dtype = keras.backend.standardize_dtype(getattr(inputs, "dtype", "float32"))
+        if not dtype.startswith(("float", "bfloat")):
+            raise ValueError(
+                f"{self.name} expects float images scaled to [-1, 1], got {dtype} "
+                f"images (shape {tuple(shape)}). Scale 0-255 pixels with "
+                "`images / 127.5 - 1` (as the original code), or read files with "
+                "`keras_vit.data.read_images`, which does it."
+            )
         shape = tuple(shape)
         expected = self._expected_input_shape
         if len(shape) != 4:
@@ -366,7 +385,7 @@ class ViT(keras.Model):
         pre-logits) and ``"logits"`` when there is a head. The values equal
         those of ``model(images)``.
         """
-        self._check_input_shape(images)
+        self._check_inputs(images)
         record = {}
         names = [layer.name for layer in self.layers]
         _forward(_Layers(self.get_layer, names, self.num_layers), images, training, record)
@@ -401,6 +420,7 @@ class ViT(keras.Model):
             "resnet_width_factor": self.resnet_width_factor,
             "head_bias_init": self.head_bias_init,
             "num_channels": self.num_channels,
+            "class_names": self.class_names,
             "data_format": self.data_format,
         }
 

@@ -156,3 +156,28 @@ def test_wrong_inputs_fail_with_a_clear_message(shape, message):
         model(np.zeros(shape, "float32"))
     with pytest.raises(ValueError, match=message):
         model.predict(np.zeros(shape, "float32"), verbose=0)
+
+
+def test_integer_images_are_refused_with_the_scaling(tmp_path):
+    """uint8 pixels (0-255) would silently give wrong predictions."""
+    import keras
+
+    model = ViT(**TINY)
+    pixels = np.full((2, 32, 32, 3), 200, "uint8")
+    with pytest.raises(ValueError, match=r"got uint8 images.*images / 127.5 - 1"):
+        model(pixels)
+    with pytest.raises(ValueError, match="got uint8 images"):
+        model.predict(pixels, verbose=0)
+    model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    with pytest.raises(ValueError, match="got uint8 images"):
+        model.fit(pixels, np.zeros(2), verbose=0)
+    assert model.predict(pixels.astype("float32") / 127.5 - 1, verbose=0).shape == (2, 5)
+
+
+def test_class_names_travel_with_the_model(tmp_path):
+    names = ["cat", "dog", "fish", "bird", "frog"]
+    model = ViT(**TINY, class_names=names)
+    assert save_and_reload(model, tmp_path).class_names == names
+    assert model.with_image_size(64).class_names == names
+    with pytest.raises(ValueError, match="2 class_names for 5 classes"):
+        ViT(**TINY, class_names=["a", "b"])

@@ -55,20 +55,23 @@ def assign_weights(model, state, source, keep_initial=()):
         variable.assign(np.asarray(state[path], dtype=variable.dtype))
 
 
-def transfer_weights(source, target, method="bilinear"):
+def transfer_weights(source, target, method="bilinear", skip=()):
     """Copies ``source``'s weights into ``target`` by name.
 
     Learned position embeddings are 2-D interpolated when the two models'
-    patch grids differ (Sec. 3.2 of the paper); everything else must match.
+    patch grids differ (Sec. 3.2 of the paper); everything else must match,
+    except the layers named in ``skip`` (e.g. ``("head", "pre_logits")`` for
+    fine-tuning), which are not copied and keep the target's initial values.
     """
     import keras
 
     state = {
         path: keras.ops.convert_to_numpy(variable)
         for path, variable in model_variables(source).items()
+        if path.split("/")[0] not in skip
     }
     source_posemb = source.get_layer("position_embedding")
     target_grid = target.get_layer("position_embedding").grid_size
     if source_posemb.kind == "learned" and source_posemb.grid_size != target_grid:
         state[source_posemb.embeddings.path] = source_posemb.resampled(target_grid, method)
-    assign_weights(target, state, f"model '{source.name}'")
+    assign_weights(target, state, f"model '{source.name}'", keep_initial=skip)

@@ -1,0 +1,267 @@
+"""The ``keras-vit`` command line.
+
+    keras-vit presets                               the model variants (Table 1)
+    keras-vit configs                               the training recipes (Tables 3, 4)
+    keras-vit pretrain --config digits --workdir runs/digits
+    keras-vit finetune --config ft-cifar10 --init ViT-B_16.npz --workdir runs/c10
+    keras-vit masked-patch --config digits-mpp --workdir runs/mpp
+    keras-vit evaluate runs/digits/model.keras --dataset digits --split test --few-shot 1,5,10
+    keras-vit predict runs/digits/model.keras photo.png --top-k 3
+    keras-vit convert ViT-B_16.npz vit_b16.keras --image-size 384
+
+Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
+"""
+
+import argparse
+import sys
+
+RECIPES = {
+    "pretrain": ("pretrain", "digits", "Pre-train a ViT (Table 3: Adam, lr-multiplied weight "
+                 "decay, linear warm-up, clip 1; sigmoid or softmax cross-entropy)."),
+    "finetune": ("finetune", "digits-finetune", "Fine-tune a ViT (Table 4: SGD momentum 0.9, "
+                 "cosine decay, clip 1, higher resolution with 2-D interpolated position "
+                 "embeddings, zero-initialised head)."),
+    "masked-patch": ("masked_patch", "digits-mpp", "Masked patch prediction (Appendix B.1.2): "
+                     "50%% of patches corrupted, each predicts its 3-bit mean colour."),
+}
+
+
+def _ints(text):
+    try:
+        return [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _randaugment(text):
+    values = _ints(text)
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected NUM_OPS,MAGNITUDE such as 2,10, got {text!r}")
+    return values
+
+
+def add_recipe_flags(parser, default_config):
+    """The flags every recipe shares. Each overrides the named config."""
+    parser.add_argument("--config", default=default_config,
+                        help=f"a named config (`keras-vit configs` lists them); default {default_config}")
+    parser.add_argument("--workdir", required=True,
+                        help="the run's directory: config.json, checkpoints/, tensorboard/, "
+                        "log.csv, model.keras, results.json. The same command again resumes.")
+    group = parser.add_argument_group("overrides of the config")
+    group.add_argument("--dataset", help="digits (embedded), a TFDS name such as cifar10, "
+                       "or an image folder with one sub-folder per class")
+    group.add_argument("--data-dir", help="TFDS data directory")
+    group.add_argument("--train-split", help="e.g. train[:98%%] (TFDS split syntax)")
+    group.add_argument("--eval-split", help="e.g. test, validation, train[98%%:]")
+    group.add_argument("--model", help="a preset name such as vit_b16 or ViT-B/16")
+    group.add_argument("--image-size", type=int, help="training resolution in pixels")
+    group.add_argument("--batch-size", type=int, help="the GLOBAL batch (the paper's 4096 or 512)")
+    group.add_argument("--accum-steps", type=int,
+                       help="micro-batches per update: each is batch-size / accum-steps images")
+    group.add_argument("--steps", type=int, help="optimizer updates")
+    group.add_argument("--warmup-steps", type=int, help="linear warm-up updates")
+    group.add_argument("--base-lr", type=float, help="peak learning rate")
+    group.add_argument("--decay-type", choices=("cosine", "linear"))
+    group.add_argument("--weight-decay", type=float, help="lr-multiplied weight decay (pre-training)")
+    group.add_argument("--grad-norm-clip", type=float, help="global gradient norm clip")
+    group.add_argument("--dropout-rate", type=float)
+    group.add_argument("--drop-path-rate", type=float, help="stochastic depth")
+    group.add_argument("--loss", choices=("softmax", "sigmoid"),
+                       help="sigmoid: multi-label pre-training (i21k, JFT) with the head bias at -10")
+    group.add_argument("--label-smoothing", type=float)
+    group.add_argument("--polyak", type=float, help="Polyak (EMA) averaging of the weights, e.g. 0.9999")
+    group.add_argument("--randaugment", type=_randaugment, metavar="N,M",
+                       help="RandAugment with N ops of magnitude M (AugReg), e.g. 2,10")
+    group.add_argument("--mixup", type=float, help="MixUp alpha (AugReg), 0 for off")
+    group.add_argument("--cutmix", type=float, help="CutMix factor, 0 for off")
+    group.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"))
+    group.add_argument("--seed", type=int, help="data order, augmentation and initialisation")
+    group.add_argument("--checkpoint-every", type=int, help="updates between checkpoints")
+    group.add_argument("--few-shot", type=_ints, metavar="K,K",
+                       help="also report few-shot linear accuracy for these shots")
+    group.add_argument("--init", help="fine-tuning: a .keras file or any checkpoint "
+                       "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors)")
+    group.add_argument("--strategy", choices=("none",),
+                       help="distribution strategy (one device in this version)")
+
+
+def _overrides(args):
+    keys = ("dataset", "data_dir", "train_split", "eval_split", "model", "image_size",
+            "batch_size", "accum_steps", "steps", "warmup_steps", "base_lr", "decay_type",
+            "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
+            "label_smoothing", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
+            "checkpoint_every", "few_shot", "init", "strategy")
+    return {key: getattr(args, key) for key in keys}
+
+
+def _run_recipe(args):
+    from keras_vit.training import resolve_config
+    from keras_vit.training import train
+
+    config = resolve_config(args.config, _overrides(args), kind=RECIPES[args.command][0])
+    if config["kind"] == "finetune" and not config["init"]:
+        print("note: no --init given: fine-tuning starts from random weights.", file=sys.stderr)
+    _, results = train(config, args.workdir)
+    for key, value in results.items():
+        print(f"{key}: {value}")
+    if "test_accuracy" in results:
+        print(f"test accuracy: {results['test_accuracy']:.3f}")
+    return 0
+
+
+def _load_model(path, image_size=None, num_classes=None):
+    import pathlib
+
+    import keras
+
+    from keras_vit import ViT
+
+    if str(path).endswith(".keras"):
+        if not pathlib.Path(path).exists():
+            raise ValueError(f"No model at {path}.")
+        model = keras.saving.load_model(path, safe_mode=True, compile=False)
+        if image_size and isinstance(model, ViT) and model.image_size != (image_size, image_size):
+            model = model.with_image_size(image_size)
+        return model
+    return ViT.from_checkpoint(path, image_size=image_size, num_classes=num_classes)
+
+
+def _presets(args):
+    import keras_vit
+
+    for name, preset in keras_vit.presets().items():
+        print(f"{name:14s} {preset['paper_name']:14s} {preset['params']:>13,d}  {preset['description']}")
+    return 0
+
+
+def _configs(args):
+    from keras_vit.training import CONFIGS
+
+    for name, config in CONFIGS.items():
+        print(f"{name:14s} {config['kind']:12s} {config['model']:12s} {config['dataset']:18s} "
+              f"{config['steps']:>9,d} steps  batch {config['batch_size']:<5d} lr {config['base_lr']:g}"
+              f"  ({config['paper']})")
+    return 0
+
+
+def _predict(args):
+    import keras
+    import numpy as np
+
+    from keras_vit.data import read_images
+
+    model = _load_model(args.model)
+    size = model.image_size
+    images = read_images(args.images, size)
+    logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
+    names = getattr(model, "class_names", None)
+    if logits.ndim != 2:
+        raise ValueError(f"{args.model} has no classification head (output shape {logits.shape}).")
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    probabilities = shifted / shifted.sum(-1, keepdims=True)
+    for path, row in zip(args.images, probabilities):
+        top = np.argsort(row)[::-1][: args.top_k]
+        labels = ", ".join(f"{names[i] if names else i} ({row[i]:.1%})" for i in top)
+        print(f"{path}: {labels}")
+    return 0
+
+
+def _evaluate(args):
+    from keras_vit import data as vit_data
+    from keras_vit.training import evaluation
+
+    model = _load_model(args.model, args.image_size)
+    size = tuple(model.image_size)
+    source = vit_data.load_source(args.dataset, args.split, args.data_dir)
+    test = vit_data.input_pipeline(source, image_size=size, batch_size=args.batch_size, training=False)
+    if model.num_classes:
+        if model.num_classes != source.num_classes:
+            raise ValueError(
+                f"The model has {model.num_classes} classes, {args.dataset} has "
+                f"{source.num_classes}: top-1 accuracy needs the same classes. Use --few-shot "
+                "alone to evaluate the features."
+            )
+        print(f"test accuracy: {evaluation.accuracy(model, test):.3f}")
+    if args.few_shot:
+        train = vit_data.input_pipeline(
+            vit_data.load_source(args.dataset, args.train_split, args.data_dir),
+            image_size=size, batch_size=args.batch_size, training=False,
+        )
+        results = evaluation.few_shot_accuracy(model, train, test, source.num_classes,
+                                               shots=args.few_shot)
+        for shots, value in results.items():
+            print(f"{shots}-shot linear accuracy: {value:.3f}")
+    return 0
+
+
+def _convert(args):
+    model = _load_model(args.checkpoint, args.image_size, args.num_classes)
+    model.save(args.output)
+    print(f"wrote {args.output}: {type(model).__name__}, {model.count_params():,} parameters, "
+          f"{model.image_size[0]}x{model.image_size[1]} px")
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run `keras-vit COMMAND --help` for each command's flags. "
+        "Backend: KERAS_BACKEND=tensorflow|jax|torch.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    commands.add_parser("presets", help="list the model presets with parameter counts")
+    commands.add_parser("configs", help="list the named training configs (Tables 3 and 4)")
+
+    for command, (_, default, description) in RECIPES.items():
+        sub = commands.add_parser(command, help=description.split(" (")[0].lower(),
+                                  description=description)
+        add_recipe_flags(sub, default)
+
+    sub = commands.add_parser("predict", help="classify image files",
+                              description="Print the top-k classes of each image file. The "
+                              "images are read, resized and scaled to [-1, 1] for you.")
+    sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
+    sub.add_argument("images", nargs="+", help="JPEG/PNG files")
+    sub.add_argument("--top-k", type=int, default=5)
+    sub.add_argument("--batch-size", type=int, default=32)
+
+    sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
+                              description="Top-1 accuracy of a model on a dataset split, and "
+                              "optionally the paper's few-shot linear evaluation (Sec. 4.1).")
+    sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
+    sub.add_argument("--dataset", default="digits", help="digits, a TFDS name or an image folder")
+    sub.add_argument("--data-dir", help="TFDS data directory")
+    sub.add_argument("--split", default="test")
+    sub.add_argument("--train-split", default="train", help="where few-shot examples come from")
+    sub.add_argument("--image-size", type=int, help="evaluate at this resolution")
+    sub.add_argument("--batch-size", type=int, default=64)
+    sub.add_argument("--few-shot", type=_ints, metavar="K,K", help="e.g. 1,5,10,25")
+
+    sub = commands.add_parser("convert", help="a checkpoint to a .keras file",
+                              description="Read any checkpoint ViT.from_checkpoint reads and "
+                              "save it as a .keras model.")
+    sub.add_argument("checkpoint")
+    sub.add_argument("output", help="path ending in .keras")
+    sub.add_argument("--image-size", type=int, help="resample the position embeddings")
+    sub.add_argument("--num-classes", type=int, help="a new zero-initialised head")
+    return parser
+
+
+HANDLERS = {"presets": _presets, "configs": _configs, "predict": _predict,
+            "evaluate": _evaluate, "convert": _convert,
+            **{command: _run_recipe for command in RECIPES}}
+
+
+def main(argv=None):
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return HANDLERS[args.command](args)
+    except ValueError as error:  # our errors: what was given, and what to do
+        parser.exit(2, f"keras-vit {args.command}: error: {error}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

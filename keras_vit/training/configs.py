@@ -1,0 +1,225 @@
+"""The paper's training recipes as data: one named config per row of Table 3
+(pre-training) and Table 4 (fine-tuning), masked patch prediction
+(Appendix B.1.2), and small configs on the embedded digits.
+
+A config is a flat dict of the recipes' flags; command-line flags override it
+(`resolve_config`). Steps count optimizer updates, as in the paper; the batch
+is the global batch, which ``accum_steps`` micro-batches make up.
+"""
+
+import math
+
+from keras_vit.presets import preset_config
+
+# Training-set sizes used to turn the paper's epochs into steps.
+DATASET_SIZES = {
+    "jft300m": 303_000_000,
+    "imagenet21k": 14_197_122,
+    "imagenet2012": 1_281_167,
+}
+
+_COMMON = dict(
+    dataset="digits",
+    data_dir=None,
+    train_split="train",
+    eval_split="test",
+    model="vit_b16",
+    model_args={},
+    image_size=224,
+    batch_size=512,
+    accum_steps=1,
+    steps=1000,
+    warmup_steps=0,
+    base_lr=1e-3,
+    lr_grid=[],
+    decay_type="cosine",
+    linear_end=1e-5,
+    weight_decay=0.0,
+    grad_norm_clip=1.0,
+    dropout_rate=0.0,
+    drop_path_rate=0.0,
+    loss="softmax",
+    label_smoothing=0.0,
+    representation_size=None,
+    head_bias_init=0.0,
+    polyak=None,
+    preprocess="inception",
+    area_range=None,
+    flip=True,
+    randaugment=None,
+    mixup=0.0,
+    cutmix=0.0,
+    eval_image_size=None,
+    dtype="float32",
+    seed=0,
+    init=None,
+    strategy="none",
+    log_every=50,
+    checkpoint_every=1000,
+    few_shot=[],
+)
+
+
+def _pretrain(dataset, model, epochs, base_lr, decay_type, weight_decay, dropout, paper_row,
+              loss="sigmoid", eval_split="validation"):
+    steps = math.ceil(epochs * DATASET_SIZES[dataset] / 4096)
+    multi_label = loss == "sigmoid"
+    return dict(
+        kind="pretrain", paper=f"Table 3: {paper_row}", dataset=dataset, model=model,
+        image_size=224, batch_size=4096, steps=steps, warmup_steps=10_000, base_lr=base_lr,
+        decay_type=decay_type, weight_decay=weight_decay, dropout_rate=dropout,
+        grad_norm_clip=1.0, loss=loss,
+        representation_size=preset_config(model)["hidden_dim"],  # the pre-training MLP head
+        head_bias_init=-10.0 if multi_label else 0.0, preprocess="inception",
+        eval_split=eval_split, epochs=epochs,
+    )
+
+
+def _finetune(dataset, steps, lr_grid, train_split, eval_split, paper_row, base_lr=None):
+    return dict(
+        kind="finetune", paper=f"Table 4: {paper_row}", dataset=dataset, model="vit_b16",
+        image_size=384, batch_size=512, steps=steps, warmup_steps=500,
+        base_lr=base_lr or (0.03 if 0.03 in lr_grid else lr_grid[-1]), lr_grid=lr_grid,
+        decay_type="cosine", weight_decay=0.0, grad_norm_clip=1.0, loss="softmax",
+        preprocess="finetune", train_split=train_split, eval_split=eval_split,
+    )
+
+
+_GRID = [0.001, 0.003, 0.01, 0.03]
+
+_DIGITS_MODEL = dict(patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128)
+
+CONFIGS = {
+    # -- Table 3: pre-training (batch 4096, 10k warm-up, Adam 0.9/0.999, clip 1) --
+    "jft-b16": _pretrain("jft300m", "vit_b16", 7, 8e-4, "linear", 0.1, 0.0, "ViT-B/16, JFT-300M"),
+    "jft-b32": _pretrain("jft300m", "vit_b32", 7, 8e-4, "linear", 0.1, 0.0, "ViT-B/32, JFT-300M"),
+    "jft-l32": _pretrain("jft300m", "vit_l32", 7, 6e-4, "linear", 0.1, 0.0, "ViT-L/32, JFT-300M"),
+    "jft-l16": _pretrain("jft300m", "vit_l16", 7, 4e-4, "linear", 0.1, 0.0, "ViT-L/16, JFT-300M (7 epochs)"),
+    "jft-l16-14ep": _pretrain("jft300m", "vit_l16", 14, 4e-4, "linear", 0.1, 0.0,
+                              "ViT-L/16, JFT-300M (14 epochs)"),
+    "jft-h14": _pretrain("jft300m", "vit_h14", 14, 3e-4, "linear", 0.1, 0.0, "ViT-H/14, JFT-300M"),
+    "jft-r50-b16": _pretrain("jft300m", "r50_vit_b16", 7, 8e-4, "linear", 0.1, 0.0,
+                             "R50x1+ViT-B/16, JFT-300M"),
+    "i21k-b16": _pretrain("imagenet21k", "vit_b16", 90, 1e-3, "linear", 0.03, 0.1, "ViT-B/16, ImageNet-21k"),
+    "i21k-b32": _pretrain("imagenet21k", "vit_b32", 90, 1e-3, "linear", 0.03, 0.1, "ViT-B/32, ImageNet-21k"),
+    "i21k-l16": _pretrain("imagenet21k", "vit_l16", 90, 1e-3, "linear", 0.03, 0.1,
+                          "ViT-L/16, ImageNet-21k (90 epochs)"),
+    "i21k-l32": _pretrain("imagenet21k", "vit_l32", 90, 1e-3, "linear", 0.03, 0.1,
+                          "ViT-L/32, ImageNet-21k (90 epochs)"),
+    "i21k-l16-30ep": _pretrain("imagenet21k", "vit_l16", 30, 1e-3, "linear", 0.03, 0.1,
+                               "ViT-L/16, ImageNet-21k (30 epochs)"),
+    "i1k-b16": _pretrain("imagenet2012", "vit_b16", 300, 3e-3, "cosine", 0.3, 0.1,
+                         "ViT-B/16, ImageNet", loss="softmax"),
+    "i1k-b32": _pretrain("imagenet2012", "vit_b32", 300, 3e-3, "cosine", 0.3, 0.1,
+                         "ViT-B/32, ImageNet", loss="softmax"),
+    "i1k-l16": _pretrain("imagenet2012", "vit_l16", 300, 3e-3, "cosine", 0.3, 0.1,
+                         "ViT-L/16, ImageNet", loss="softmax"),
+    "i1k-l32": _pretrain("imagenet2012", "vit_l32", 300, 3e-3, "cosine", 0.3, 0.1,
+                         "ViT-L/32, ImageNet", loss="softmax"),
+    # -- Table 4: fine-tuning (SGD momentum 0.9, batch 512, cosine, clip 1, 384 px) --
+    "ft-imagenet": _finetune("imagenet2012", 20_000, [0.003, 0.01, 0.03, 0.06], "train[:99%]",
+                             "validation", "ImageNet"),
+    "ft-cifar100": _finetune("cifar100", 10_000, _GRID, "train[:98%]", "test", "CIFAR-100"),
+    "ft-cifar10": _finetune("cifar10", 10_000, _GRID, "train[:98%]", "test", "CIFAR-10"),
+    "ft-pets": _finetune("oxford_iiit_pet", 500, _GRID, "train[:90%]", "test", "Oxford-IIIT Pets"),
+    "ft-flowers": _finetune("oxford_flowers102", 500, _GRID, "train[:90%]", "test",
+                            "Oxford Flowers-102"),
+    # -- Appendix B.1.2: masked patch prediction (JFT, 1M steps, batch 4096, Adam 2e-4) --
+    "mpp-jft-b16": dict(
+        kind="masked_patch", paper="Appendix B.1.2: masked patch prediction, ViT-B/16, JFT",
+        dataset="jft300m", model="vit_b16", image_size=224, batch_size=4096, steps=1_000_000,
+        warmup_steps=10_000, base_lr=2e-4, decay_type="cosine", weight_decay=0.1,
+        grad_norm_clip=1.0, preprocess="inception", eval_split="validation",
+    ),
+    # -- Small configs on the embedded digits (no download; minutes on a CPU) --
+    "digits": dict(
+        kind="pretrain", paper="Table 3's recipe (Adam, lr-multiplied weight decay, warm-up, "
+        "clip 1) scaled down to the embedded digits", dataset="digits", model="vit_ti16",
+        model_args=_DIGITS_MODEL, image_size=16, batch_size=128, steps=1500,
+        warmup_steps=100, base_lr=3e-3, decay_type="cosine", weight_decay=0.1,
+        dropout_rate=0.0, preprocess="inception", area_range=[0.7, 1.0], flip=False,
+        log_every=100, checkpoint_every=500, few_shot=[1, 5, 10],
+    ),
+    "digits-finetune": dict(
+        kind="finetune", paper="Table 4's recipe (SGD momentum, cosine, clip 1, higher "
+        "resolution) scaled down to the embedded digits", dataset="digits", model="vit_ti16",
+        model_args=_DIGITS_MODEL, image_size=24, batch_size=128, steps=300,
+        warmup_steps=30, base_lr=0.01, lr_grid=[0.003, 0.01, 0.03], decay_type="cosine",
+        preprocess="finetune", area_range=[0.7, 1.0], flip=False, train_split="train",
+        log_every=50, checkpoint_every=100,
+    ),
+    "digits-mpp": dict(
+        kind="masked_patch", paper="Appendix B.1.2 scaled down to the embedded digits",
+        dataset="digits", model="vit_ti16", model_args=_DIGITS_MODEL, image_size=16,
+        batch_size=128, steps=600, warmup_steps=50, base_lr=2e-3, decay_type="cosine",
+        weight_decay=0.1, preprocess="resize", flip=False, log_every=100, checkpoint_every=300,
+    ),
+}
+
+CONFIGS = {name: {**_COMMON, **config, "name": name} for name, config in CONFIGS.items()}
+
+KINDS = ("pretrain", "finetune", "masked_patch")
+
+
+def get_config(name):
+    """A copy of the named config; an unknown name lists the known ones."""
+    if name not in CONFIGS:
+        raise ValueError(
+            f"Unknown config {name!r}. Known configs:\n"
+            + "\n".join(f"  {n:14s} {c['kind']:12s} {c['paper']}" for n, c in CONFIGS.items())
+            + "\nList them with `keras-vit configs`."
+        )
+    config = dict(CONFIGS[name])
+    config["model_args"] = dict(config["model_args"])
+    return config
+
+
+def resolve_config(name, overrides, kind=None):
+    """The named config with the non-None ``overrides`` applied and checked.
+
+    `kind` (``"pretrain"``, ``"finetune"`` or ``"masked_patch"``) is the
+    recipe that runs it: a config of another kind is refused.
+    """
+    config = get_config(name)
+    if kind is not None and config["kind"] != kind:
+        raise ValueError(
+            f"Config {name!r} is a {config['kind']} config, not {kind}. Configs for {kind}: "
+            + ", ".join(n for n, c in CONFIGS.items() if c["kind"] == kind) + "."
+        )
+    unknown = set(overrides) - set(config)
+    if unknown:
+        raise ValueError(f"Unknown config keys {sorted(unknown)}; known: {sorted(config)}.")
+    config.update({k: v for k, v in overrides.items() if v is not None})
+    check_config(config)
+    return config
+
+
+def check_config(config):
+    """Clear errors for settings that cannot run, before anything starts."""
+    for key in ("steps", "batch_size", "accum_steps"):
+        value = config[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
+    if config["batch_size"] % config["accum_steps"]:
+        raise ValueError(
+            f"--batch-size {config['batch_size']} is not divisible by --accum-steps "
+            f"{config['accum_steps']}: the global batch is split into accum_steps equal "
+            f"micro-batches. Use a batch that is a multiple of {config['accum_steps']}."
+        )
+    if not 0 <= config["warmup_steps"] < config["steps"]:
+        raise ValueError(
+            f"--warmup-steps {config['warmup_steps']} must be at least 0 and below --steps "
+            f"{config['steps']}."
+        )
+    if config["base_lr"] <= 0:
+        raise ValueError(f"--base-lr must be positive, got {config['base_lr']}.")
+    if config["loss"] not in ("softmax", "sigmoid"):
+        raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {config['loss']!r}.")
+    if config["decay_type"] not in ("cosine", "linear"):
+        raise ValueError(f"--decay-type must be 'cosine' or 'linear', got {config['decay_type']!r}.")
+    if config["strategy"] != "none":
+        raise ValueError(
+            f"--strategy {config['strategy']!r}: only 'none' (one device) is available in this "
+            "version; TPU, mirrored and JAX multi-device strategies come with the scale-out work."
+        )
+    return config

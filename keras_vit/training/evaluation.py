@@ -1,0 +1,137 @@
+"""Evaluation: top-1 accuracy, and the paper's few-shot linear evaluation.
+
+Few-shot (Sec. 4.1): "we solve a regularized least-squares regression problem
+that maps the (frozen) representation of a subset of training images to
+{-1, 1}^K target vectors", in closed form, and report the accuracy of the
+resulting linear classifier on the test split. As big_vision's
+``fewshot_lsr`` evaluator: the features are whitened with the training
+subset's mean and standard deviation, a constant feature of 100 stands for an
+almost unregularized bias, and the ridge penalty is ``l2_reg = 2 ** 10``.
+"""
+
+import keras
+import numpy as np
+
+SHOTS = (1, 5, 10, 25)
+BIAS_CONSTANT = 100.0
+
+
+def _check_float_images(images):
+    dtype = keras.backend.standardize_dtype(images.dtype)
+    if not dtype.startswith(("float", "bfloat")):
+        raise ValueError(
+            f"The data gives {dtype} images; the model expects floats in [-1, 1]. "
+            "Use keras_vit.data.input_pipeline (it scales them), or `images / 127.5 - 1`."
+        )
+
+
+def feature_extractor(model):
+    """A model from images to the representation y the head reads (Eq. 4,
+    after pooling and pre-logits): ``(batch, features)``."""
+    if not any(layer.name == "head" for layer in model.layers):
+        return model
+    return keras.Model(model.inputs, model.get_layer("head").input, name=f"{model.name}_features")
+
+
+def _batches(dataset):
+    for images, labels in dataset:
+        images = keras.ops.convert_to_numpy(images)
+        _check_float_images(images)
+        labels = keras.ops.convert_to_numpy(labels)
+        if labels.ndim > 1:  # one-hot
+            labels = labels.argmax(-1)
+        yield images, labels
+
+
+def predict_features(model, dataset):
+    """``(features (n, d), labels (n,))`` of a dataset of (images, labels)
+    batches, through `feature_extractor(model)`."""
+    extractor = feature_extractor(model)
+    features, labels = [], []
+    for images, batch_labels in _batches(dataset):
+        features.append(keras.ops.convert_to_numpy(extractor.predict_on_batch(images)))
+        labels.append(batch_labels)
+    return np.concatenate(features).astype("float64"), np.concatenate(labels)
+
+
+def accuracy(model, dataset):
+    """Top-1 accuracy of ``model``'s logits on every example of ``dataset``
+    (batches of images and integer or one-hot labels)."""
+    correct = total = 0
+    for images, labels in _batches(dataset):
+        logits = keras.ops.convert_to_numpy(model.predict_on_batch(images))
+        correct += int((logits.argmax(-1) == labels).sum())
+        total += len(labels)
+    if not total:
+        raise ValueError("The evaluation dataset is empty.")
+    return correct / total
+
+
+def linear_few_shot_accuracy(train_features, train_labels, test_features, test_labels,
+                             num_classes, l2_reg=2.0**10):
+    """Accuracy of the closed-form regularized least-squares classifier.
+
+    Args:
+        train_features: ``(n, d)`` frozen representations of the k-shot set.
+        train_labels: ``(n,)`` integer labels.
+        test_features, test_labels: the same for the test split.
+        num_classes: K.
+        l2_reg: ridge penalty.
+    Returns: float, top-1 accuracy of ``argmax(x_test W)``, where W minimises
+        ``|X W - Y|^2 + l2_reg |W|^2`` with Y in {-1, 1}^K.
+    """
+    x = np.asarray(train_features, "float64")
+    mean = x.mean(0, keepdims=True)
+    std = x.std(0, keepdims=True) + 1e-5
+
+    def design(features):
+        features = (np.asarray(features, "float64") - mean) / std
+        return np.pad(features, ((0, 0), (0, 1)), constant_values=BIAS_CONSTANT)
+
+    x = design(x)
+    y = 2.0 * np.eye(num_classes)[np.asarray(train_labels)] - 1.0
+    n, d = x.shape
+    if n >= d:
+        w = np.linalg.solve(x.T @ x + l2_reg * np.eye(d), x.T @ y)
+    else:  # the same solution through the n x n system
+        w = x.T @ np.linalg.solve(x @ x.T + l2_reg * np.eye(n), y)
+    predictions = (design(test_features) @ w).argmax(-1)
+    return float((predictions == np.asarray(test_labels)).mean())
+
+
+def few_shot_from_features(train_features, train_labels, test_features, test_labels,
+                           num_classes, shots=SHOTS, seeds=3, l2_reg=2.0**10):
+    """``{k: accuracy}`` for k images per class, averaged over `seeds` draws
+    of the k-shot subsets (big_vision draws them the same way)."""
+    train_labels = np.asarray(train_labels)
+    results = {}
+    for k in shots:
+        scores = []
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            chosen = []
+            for label in range(num_classes):
+                indices = np.flatnonzero(train_labels == label)
+                if len(indices) < k:
+                    raise ValueError(
+                        f"{k}-shot evaluation needs {k} training images of class {label}; "
+                        f"the split has {len(indices)}. Use fewer shots or a larger split."
+                    )
+                chosen.append(rng.permutation(indices)[:k])
+            chosen = np.concatenate(chosen)
+            scores.append(linear_few_shot_accuracy(
+                train_features[chosen], train_labels[chosen], test_features, test_labels,
+                num_classes, l2_reg,
+            ))
+        results[k] = float(np.mean(scores))
+    return results
+
+
+def few_shot_accuracy(model, train_dataset, test_dataset, num_classes, shots=SHOTS, seeds=3,
+                      l2_reg=2.0**10):
+    """The paper's few-shot linear evaluation of ``model``'s frozen features:
+    ``{k: accuracy}`` for k in `shots`. Datasets give (images, labels)
+    batches, preprocessed for evaluation (no augmentation)."""
+    train = predict_features(model, train_dataset)
+    test = predict_features(model, test_dataset)
+    return few_shot_from_features(*train, *test, num_classes, shots, seeds, l2_reg)

@@ -1,0 +1,119 @@
+"""The classification losses of the ViT paper's code (Dosovitskiy et al.,
+ICLR 2021): softmax cross-entropy for single-label data (vit_jax fine-tuning,
+ImageNet pre-training) and sigmoid cross-entropy for the multi-label
+ImageNet-21k and JFT pre-training (vision_transformer issue #34).
+
+Both are `keras.losses.Loss` subclasses computed in float32 from logits,
+also under a mixed-precision policy, on labels of shape ``(batch, classes)``:
+one-hot, multi-hot or soft (Mixup), not class indices. Per example they
+sum over classes; the batch is then averaged (Keras's default reduction).
+"""
+
+import numbers
+
+import keras
+
+
+def _float32_logits_and_labels(y_true, y_pred, loss_name):
+    y_pred = keras.ops.cast(y_pred, "float32")
+    y_true = keras.ops.cast(y_true, "float32")
+    if len(y_true.shape) != len(y_pred.shape) or (
+        y_true.shape[-1] is not None and y_pred.shape[-1] is not None
+        and y_true.shape[-1] != y_pred.shape[-1]
+    ):
+        raise ValueError(
+            f"{loss_name} takes labels of the logits' shape (one-hot, multi-hot or soft "
+            f"labels), got labels of shape {tuple(y_true.shape)} for logits of shape "
+            f"{tuple(y_pred.shape)}. Turn class indices into one-hot labels first "
+            "(keras.ops.one_hot)."
+        )
+    return y_true, y_pred
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SigmoidCrossEntropy(keras.losses.Loss):
+    """Sigmoid cross-entropy summed over classes, for multi-label pre-training.
+
+    big_vision's ``sigmoid_xent``, per example:
+
+        -sum(labels * log_sigmoid(logits) + (1 - labels) * log_sigmoid(-logits), axis=-1)
+
+    then the mean over the batch. This is a sum over classes, where
+    `keras.losses.BinaryCrossentropy` takes the mean: with 21k classes the
+    two differ by a factor of 21,843 in the loss and its gradients. Use it
+    with the head bias at -10, ``ViT(head_bias_init=-10)``, so that the
+    initial sigmoid outputs are close to 0 (vision_transformer issue #2).
+    ``log_sigmoid`` is evaluated stably for large logits of either sign.
+
+    Args:
+        reduction: Keras loss reduction; the default averages over the batch.
+        name: str or None.
+
+    Input shape: ``y_true`` and ``y_pred`` (logits) ``(batch, classes)``.
+    Output shape: a scalar, or ``(batch,)`` with ``reduction=None``.
+    """
+
+    def __init__(self, reduction="sum_over_batch_size", name="sigmoid_cross_entropy"):
+        super().__init__(name=name, reduction=reduction, dtype="float32")
+
+    def call(self, y_true, y_pred):
+        labels, logits = _float32_logits_and_labels(y_true, y_pred, "SigmoidCrossEntropy")
+        return -keras.ops.sum(
+            labels * keras.ops.log_sigmoid(logits)
+            + (1.0 - labels) * keras.ops.log_sigmoid(-logits),
+            axis=-1,
+        )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SoftmaxCrossEntropy(keras.losses.Loss):
+    """Softmax cross-entropy on one-hot or soft labels, as vit_jax.
+
+    vit_jax's loss, ``-mean(sum(onehot * log_softmax(logits), axis=-1))``,
+    with optional label smoothing of the labels first (as Keras's
+    `CategoricalCrossentropy`):
+
+        labels = labels * (1 - label_smoothing) + label_smoothing / classes
+
+    ``log_softmax`` is evaluated stably for large logits.
+
+    Args:
+        label_smoothing: float in [0, 1]. 0 in the paper.
+        reduction: Keras loss reduction; the default averages over the batch.
+        name: str or None.
+
+    Input shape: ``y_true`` and ``y_pred`` (logits) ``(batch, classes)``.
+    Output shape: a scalar, or ``(batch,)`` with ``reduction=None``.
+    """
+
+    def __init__(self, label_smoothing=0.0, reduction="sum_over_batch_size",
+                 name="softmax_cross_entropy"):
+        super().__init__(name=name, reduction=reduction, dtype="float32")
+        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, numbers.Real) \
+                or not 0 <= label_smoothing <= 1:
+            raise ValueError(
+                f"`label_smoothing` must be a number in [0, 1], got {label_smoothing!r}."
+            )
+        self.label_smoothing = float(label_smoothing)
+
+    def call(self, y_true, y_pred):
+        labels, logits = _float32_logits_and_labels(y_true, y_pred, "SoftmaxCrossEntropy")
+        if self.label_smoothing:
+            classes = keras.ops.cast(keras.ops.shape(logits)[-1], "float32")
+            labels = labels * (1.0 - self.label_smoothing) + self.label_smoothing / classes
+        return -keras.ops.sum(labels * keras.ops.log_softmax(logits, axis=-1), axis=-1)
+
+    def get_config(self):
+        return {**super().get_config(), "label_smoothing": self.label_smoothing}
+
+
+def sigmoid_cross_entropy(reduction="sum_over_batch_size"):
+    """The multi-label pre-training loss (ImageNet-21k, JFT); see
+    `SigmoidCrossEntropy`. Returns a `SigmoidCrossEntropy`."""
+    return SigmoidCrossEntropy(reduction=reduction)
+
+
+def softmax_cross_entropy(label_smoothing=0.0, reduction="sum_over_batch_size"):
+    """The single-label loss of vit_jax; see `SoftmaxCrossEntropy`.
+    Returns a `SoftmaxCrossEntropy`."""
+    return SoftmaxCrossEntropy(label_smoothing=label_smoothing, reduction=reduction)

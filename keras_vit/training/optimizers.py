@@ -1,0 +1,324 @@
+"""The optimizers of the ViT paper (Dosovitskiy et al., ICLR 2021).
+
+- `finetune_optimizer`: fine-tuning as the released vit_jax code does it
+  (Table 4): gradients averaged over ``accum_steps`` micro-batches, clipped at
+  global norm 1, then optax's ``sgd(lr_fn, momentum=0.9)``, the learning rate
+  outside the momentum trace (`MomentumSGD`).
+- `pretrain_optimizer`: pre-training (Table 3): Adam (0.9, 0.999) with weight
+  decay multiplied by the learning rate, as Flax's ``optim.Adam(weight_decay=)``
+  used by the paper's code, and gradient clipping at global norm 1
+  (`AdamWeightDecay`).
+
+Both take vit_jax's learning-rate schedule (`keras_vit.training.schedules`)
+and count it in optimizer updates, also under gradient accumulation.
+"""
+
+import numbers
+
+import keras
+
+from keras_vit.training.schedules import learning_rate_schedule
+
+
+class UpdateCountedOptimizer(keras.optimizers.Optimizer):
+    """A Keras optimizer whose schedule and weight average count updates.
+
+    Two corrections to Keras 3.15 for gradient accumulation
+    (``gradient_accumulation_steps=k``, where ``self._iterations`` counts
+    micro-batches and ``self.iterations`` updates):
+
+    - The learning-rate schedule is called with the update count
+      ``self.iterations``. Keras's ``BaseOptimizer._get_current_learning_rate``
+      (keras/src/optimizers/base_optimizer.py, line 781) calls it with
+      ``self._iterations``, the micro-batch count, although the argument's
+      documentation says schedules see the update count. Every backend (the
+      weight decay of TensorFlow's and PyTorch's optimizers included) reads
+      the learning rate through this method.
+    - The moving average of the weights (``use_ema=True``) is updated once per
+      update, with ``ema_momentum`` per update, as Polyak averaging of the
+      update sequence. Keras updates it after every micro-batch
+      (``_backend_apply_gradients``, base_optimizer.py line 597, and
+      keras/src/backend/jax/optimizer.py line 88), which would make the
+      momentum per update ``ema_momentum ** k``; between updates the average
+      is now kept as it is.
+
+    ``ema_overwrite_frequency`` is refused with accumulation: Keras tests it
+    on every micro-batch, so it would overwrite the weights with the average
+    on each of the ``k`` micro-batches of an update, before the average is
+    formed.
+    """
+
+    def __init__(self, learning_rate, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if self.gradient_accumulation_steps and self.use_ema and self.ema_overwrite_frequency:
+            raise ValueError(
+                "`ema_overwrite_frequency` is not supported with gradient accumulation "
+                f"(got ema_overwrite_frequency={self.ema_overwrite_frequency}, "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps}): Keras "
+                "would overwrite the weights on every micro-batch. Leave it None; "
+                "`fit` puts the averaged weights into the model when it ends."
+            )
+
+    def _get_current_learning_rate(self):
+        if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):
+            return self._learning_rate(self.iterations)
+        return super()._get_current_learning_rate()
+
+    def _update_model_variables_moving_average(self, trainable_variables):
+        for variable, average in zip(trainable_variables, self._model_variables_moving_average):
+            if average is None:
+                continue
+            # 0 at the first update (the average starts as the weights), then
+            # ema_momentum; 1 (keep) on micro-batches that do not update.
+            momentum = keras.ops.multiply(
+                keras.ops.cast(keras.ops.not_equal(self.iterations, 0), variable.dtype),
+                self.ema_momentum,
+            )
+            if self.gradient_accumulation_steps:
+                is_update_step = keras.ops.equal(
+                    (self._iterations + 1) % self.gradient_accumulation_steps, 0
+                )
+                momentum = keras.ops.where(is_update_step, momentum, 1.0)
+            average.assign(momentum * average + (1.0 - momentum) * variable)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MomentumSGD(UpdateCountedOptimizer):
+    """SGD with momentum in optax's form, the learning rate outside the trace.
+
+        trace = gradient + momentum * trace
+        variable -= learning_rate_t * trace
+
+    This is ``optax.sgd(learning_rate, momentum)`` as vit_jax fine-tunes with
+    it. Keras's `SGD` keeps the learning rate inside its velocity
+    (``v = momentum * v - learning_rate_t * gradient``), which gives other
+    weights whenever the learning rate changes (warm-up, decay).
+
+    Args:
+        learning_rate: float, or a `LearningRateSchedule` (called with the
+            update count).
+        momentum: float in [0, 1]. Decay of the trace; 0.9 in the paper.
+        **kwargs: Keras optimizer arguments (``global_clipnorm``,
+            ``gradient_accumulation_steps``, ``use_ema``, ``ema_momentum``,
+            ``weight_decay``, ``name``, ...).
+
+    Variables: one float trace per trained variable, of its shape and dtype.
+    """
+
+    def __init__(self, learning_rate=0.01, momentum=0.9, **kwargs):
+        super().__init__(learning_rate=learning_rate, **kwargs)
+        if isinstance(momentum, bool) or not isinstance(momentum, numbers.Real) \
+                or not 0 <= momentum <= 1:
+            raise ValueError(f"`momentum` must be a number in [0, 1], got {momentum!r}.")
+        self.momentum = float(momentum)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.traces = self.add_optimizer_variables(variables, "trace")
+
+    def update_step(self, gradient, variable, learning_rate):
+        learning_rate = keras.ops.cast(learning_rate, variable.dtype)
+        gradient = keras.ops.cast(gradient, variable.dtype)
+        trace = self.traces[self._get_variable_index(variable)]
+        self.assign(trace, gradient + keras.ops.cast(self.momentum, variable.dtype) * trace)
+        self.assign_sub(variable, learning_rate * trace)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum": self.momentum}
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AdamWeightDecay(UpdateCountedOptimizer):
+    """Adam with weight decay multiplied by the learning rate (Table 3).
+
+    The update of Flax's ``optim.Adam(weight_decay=wd)``, used by the paper's
+    pre-training code, at update ``t = 1, 2, ...``:
+
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g**2
+        w -= lr_t * (m / (1 - beta_1**t) / (sqrt(v / (1 - beta_2**t)) + epsilon) + wd * w)
+
+    the decay taken on the weight before the update. Keras's `Adam` and
+    `AdamW` put epsilon after a rescaled learning rate
+    (``lr_t * sqrt(1 - beta_2**t) / (1 - beta_1**t)``), which differs.
+
+    The decay is Keras's ``weight_decay`` (``w -= lr_t * wd * w`` before the
+    Adam step, the same update) and applies to every variable, as in the
+    paper's code; `exclude_from_weight_decay(var_names=["bias"])` before
+    the first step leaves some out.
+
+    Args:
+        learning_rate: float, or a `LearningRateSchedule` (called with the
+            update count).
+        beta_1: float in [0, 1). Decay of the first moment.
+        beta_2: float in [0, 1). Decay of the second moment.
+        epsilon: float. Added to the root of the second moment; 1e-8 in Flax.
+        weight_decay: float or None. The lr-multiplied decay; 0.1 on JFT,
+            0.03 on ImageNet-21k, 0.3 on ImageNet in the paper.
+        **kwargs: Keras optimizer arguments (``global_clipnorm``,
+            ``gradient_accumulation_steps``, ``use_ema``, ``ema_momentum``,
+            ``name``, ...).
+
+    Variables: first and second moments per trained variable, of its shape and
+    dtype.
+    """
+
+    def __init__(self, learning_rate=1e-3, beta_1=0.9, beta_2=0.999, epsilon=1e-8,
+                 weight_decay=None, **kwargs):
+        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, **kwargs)
+        for name, value in (("beta_1", beta_1), ("beta_2", beta_2)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                    or not 0 <= value < 1:
+                raise ValueError(f"`{name}` must be a number in [0, 1), got {value!r}.")
+        self.beta_1 = float(beta_1)
+        self.beta_2 = float(beta_2)
+        self.epsilon = float(epsilon)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        self.first_moments, self.second_moments = self.add_optimizer_variables(
+            variables, ["first_moment", "second_moment"]
+        )
+
+    def update_step(self, gradient, variable, learning_rate):
+        dtype = variable.dtype
+        learning_rate = keras.ops.cast(learning_rate, dtype)
+        gradient = keras.ops.cast(gradient, dtype)
+        t = keras.ops.cast(self.iterations + 1, dtype)
+        beta_1 = keras.ops.cast(self.beta_1, dtype)
+        beta_2 = keras.ops.cast(self.beta_2, dtype)
+        index = self._get_variable_index(variable)
+        m, v = self.first_moments[index], self.second_moments[index]
+        self.assign(m, beta_1 * m + (1.0 - beta_1) * gradient)
+        self.assign(v, beta_2 * v + (1.0 - beta_2) * keras.ops.square(gradient))
+        m_hat = m / (1.0 - keras.ops.power(beta_1, t))
+        v_hat = v / (1.0 - keras.ops.power(beta_2, t))
+        self.assign_sub(variable, learning_rate * m_hat / (keras.ops.sqrt(v_hat) + self.epsilon))
+
+    def get_config(self):
+        return {
+            **super().get_config(),
+            "beta_1": self.beta_1,
+            "beta_2": self.beta_2,
+            "epsilon": self.epsilon,
+        }
+
+
+_SET_BY_ARGUMENTS = {
+    "learning_rate": "base_lr, total_steps, warmup_steps and decay_type",
+    "global_clipnorm": "grad_norm_clip",
+    "gradient_accumulation_steps": "accum_steps",
+}
+
+
+def _common_arguments(base_lr, total_steps, warmup_steps, decay_type, grad_norm_clip,
+                      accum_steps, kwargs):
+    """The schedule, clipping and accumulation arguments of both optimizers."""
+    for key, argument in _SET_BY_ARGUMENTS.items():
+        if key in kwargs:
+            raise ValueError(f"Got `{key}`, which this function sets itself; use `{argument}`.")
+    if isinstance(accum_steps, bool) or not isinstance(accum_steps, numbers.Integral) \
+            or accum_steps < 1:
+        raise ValueError(
+            f"`accum_steps` must be an int >= 1 (1 for no accumulation), got {accum_steps!r}."
+        )
+    return dict(
+        learning_rate=learning_rate_schedule(base_lr, total_steps, warmup_steps, decay_type),
+        global_clipnorm=grad_norm_clip,
+        gradient_accumulation_steps=int(accum_steps) if accum_steps > 1 else None,
+        **kwargs,
+    )
+
+
+def finetune_optimizer(base_lr, total_steps, warmup_steps=500, decay_type="cosine",
+                       momentum=0.9, grad_norm_clip=1.0, accum_steps=1, **kwargs):
+    """The fine-tuning optimizer of the paper (Table 4) as vit_jax runs it.
+
+    Per update: the gradients of ``accum_steps`` micro-batches are averaged,
+    clipped to global norm ``grad_norm_clip``, then
+
+        trace = g + momentum * trace
+        w -= lr_t * trace
+
+    with ``lr_t = learning_rate_schedule(base_lr, total_steps, warmup_steps,
+    decay_type)(t)`` at update ``t = 0, 1, ...`` (so 0 at the first update).
+    This is vit_jax's ``optax.chain(optax.clip_by_global_norm(1.0),
+    optax.sgd(lr_fn, momentum=0.9))`` after ``accumulate_gradient``.
+
+    With ``model.fit``, the batch of the data set is the micro-batch: a
+    batch of 512 in 8 micro-batches is ``batch_size=64, accum_steps=8``, and
+    ``total_steps`` counts updates (``fit`` runs ``accum_steps`` times as many
+    batches).
+
+    Args:
+        base_lr: float. Peak learning rate; the paper's grid is {0.001, 0.003,
+            0.01, 0.03} (ImageNet: {0.003, 0.01, 0.03, 0.06}).
+        total_steps: int. Updates of the run (ImageNet 20,000; CIFAR 10,000;
+            Pets and Flowers 500; VTAB 2,500).
+        warmup_steps: int. Linear warm-up updates; 500 in vit_jax.
+        decay_type: ``"cosine"`` (the paper) or ``"linear"``.
+        momentum: float. 0.9.
+        grad_norm_clip: float or None. Global-norm clipping; None for none.
+        accum_steps: int >= 1. Micro-batches per update.
+        **kwargs: passed to `MomentumSGD` (and so to `keras.optimizers.
+            Optimizer`). Polyak averaging of the weights, as the paper's
+            highest-resolution fine-tuning: ``use_ema=True,
+            ema_momentum=0.9999``; the average is taken once per update (also
+            with ``accum_steps > 1``) and ``fit`` puts it into the model when
+            it ends.
+
+    Returns:
+        A `MomentumSGD`.
+    """
+    return MomentumSGD(
+        momentum=momentum,
+        **_common_arguments(base_lr, total_steps, warmup_steps, decay_type, grad_norm_clip,
+                            accum_steps, kwargs),
+    )
+
+
+def pretrain_optimizer(base_lr, total_steps, warmup_steps=10_000, decay_type="linear",
+                       weight_decay=0.1, beta_1=0.9, beta_2=0.999, grad_norm_clip=1.0,
+                       accum_steps=1, **kwargs):
+    """The pre-training optimizer of the paper (Table 3).
+
+    Per update: the gradients of ``accum_steps`` micro-batches are averaged,
+    clipped to global norm ``grad_norm_clip``, then Adam with lr-multiplied
+    weight decay (`AdamWeightDecay`, epsilon 1e-8):
+
+        w -= lr_t * (m_hat / (sqrt(v_hat) + 1e-8) + weight_decay * w)
+
+    with ``lr_t = learning_rate_schedule(base_lr, total_steps, warmup_steps,
+    decay_type)(t)`` at update ``t = 0, 1, ...``; linear decay ends at 1e-5.
+
+    Args:
+        base_lr: float. Peak learning rate (Table 3: 1e-3 on ImageNet-21k,
+            8e-4 for B on JFT, 3e-3 on ImageNet).
+        total_steps: int. Updates of the run.
+        warmup_steps: int. Linear warm-up updates; 10k in the paper.
+        decay_type: ``"linear"`` (JFT, ImageNet-21k) or ``"cosine"``
+            (ImageNet).
+        weight_decay: float. 0.1 (JFT), 0.03 (ImageNet-21k), 0.3 (ImageNet).
+        beta_1: float. 0.9.
+        beta_2: float. 0.999.
+        grad_norm_clip: float or None. Global-norm clipping; None for none.
+        accum_steps: int >= 1. Micro-batches per update.
+        **kwargs: passed to `AdamWeightDecay` (and so to `keras.optimizers.
+            Optimizer`), e.g. ``epsilon``, or ``use_ema=True,
+            ema_momentum=0.9999`` for Polyak averaging of the weights, taken
+            once per update.
+
+    Returns:
+        An `AdamWeightDecay`.
+    """
+    return AdamWeightDecay(
+        beta_1=beta_1,
+        beta_2=beta_2,
+        weight_decay=weight_decay,
+        **_common_arguments(base_lr, total_steps, warmup_steps, decay_type, grad_norm_clip,
+                            accum_steps, kwargs),
+    )

@@ -1,0 +1,266 @@
+"""One training run in one work directory: pre-training, fine-tuning or
+masked patch prediction, through ``model.fit``.
+
+The work directory holds everything of the run:
+
+    config.json          the resolved config (flags applied), and the backend
+    checkpoints/         the latest state (weights, optimizer, step), written by
+                         keras.callbacks.BackupAndRestore at every checkpoint
+    tensorboard/         TensorBoard logs (loss, accuracy, learning rate)
+    log.csv              the same numbers, one row per logging interval
+    model.keras          the trained model (Polyak-averaged weights if asked)
+    results.json         held-out accuracy (and few-shot accuracies)
+
+Starting the same command again in the same directory continues from the last
+checkpoint; a different config there is refused and nothing is overwritten.
+"""
+
+import json
+import pathlib
+import time
+
+import keras
+
+from keras_vit import data as vit_data
+from keras_vit.model import ViT
+from keras_vit.presets import preset_config
+from keras_vit.training import evaluation
+from keras_vit.training import losses
+from keras_vit.training import masked_patch
+from keras_vit.training.configs import check_config
+from keras_vit.training.optimizers import finetune_optimizer
+from keras_vit.training.optimizers import pretrain_optimizer
+from keras_vit.weights import CheckpointError
+from keras_vit.weights import transfer_weights
+
+# Keys that may differ when a run is started again in its work directory.
+_RESUMABLE_KEYS = ("log_every",)
+
+
+class RunError(ValueError):
+    """A run that cannot start; raised before any training."""
+
+
+# -- models -------------------------------------------------------------------
+
+def model_arguments(config, num_classes, class_names=None):
+    """ViT arguments: the preset, the config's `model_args`, then the
+    recipe's settings (resolution, classes, regularisation, numerics)."""
+    arguments = {**preset_config(config["model"]), **config["model_args"]}
+    arguments.update(
+        image_size=config["image_size"],
+        num_classes=num_classes,
+        class_names=class_names,
+        dropout_rate=config["dropout_rate"],
+        drop_path_rate=config["drop_path_rate"],
+        representation_size=config["representation_size"],
+        head_bias_init=config["head_bias_init"],
+        dtype=config["dtype"],
+    )
+    return arguments
+
+
+def load_init(path, config, num_classes, class_names=None):
+    """The fine-tuning model from `--init`: a `.keras` file (a ViT or a
+    masked-patch model) or any checkpoint `ViT.from_checkpoint` reads, at the
+    config's resolution with a new zero-initialised head of `num_classes`
+    and no pre-logits layer (as vit_jax fine-tunes)."""
+    path = pathlib.Path(path)
+    if not path.exists():
+        raise RunError(f"--init {path}: no such file or directory.")
+    overrides = dict(dropout_rate=config["dropout_rate"], drop_path_rate=config["drop_path_rate"],
+                     dtype=config["dtype"], class_names=class_names)
+    if path.suffix == ".keras":
+        try:
+            source = keras.saving.load_model(path, safe_mode=True, compile=False)
+        except Exception as error:
+            raise RunError(f"--init {path}: not a readable .keras model ({error}).") from error
+        if isinstance(source, masked_patch.MaskedPatchPredictor):
+            return masked_patch.masked_patch_to_vit(
+                source, num_classes, image_size=config["image_size"], **overrides
+            )
+        if not isinstance(source, ViT):
+            raise RunError(
+                f"--init {path}: a {type(source).__name__}, not a keras_vit ViT or "
+                "MaskedPatchPredictor; fine-tuning starts from one of those."
+            )
+        target = ViT(**{**source.get_config(), "image_size": config["image_size"],
+                        "num_classes": num_classes, "representation_size": None,
+                        "name": "vit", **overrides})
+        transfer_weights(source, target, skip=("head", "pre_logits"))
+        return target
+    try:
+        return ViT.from_checkpoint(path, image_size=config["image_size"],
+                                   num_classes=num_classes, representation_size=None, **overrides)
+    except CheckpointError as error:
+        raise RunError(f"--init {path}: {error}") from error
+
+
+def build_model(config, source):
+    """The model a run trains, for the classes of `source`."""
+    if config["kind"] == "masked_patch":
+        arguments = model_arguments(config, num_classes=0)
+        for key in ("num_classes", "class_names", "representation_size", "head_bias_init"):
+            arguments.pop(key)
+        return masked_patch.MaskedPatchPredictor(**arguments)
+    if config["kind"] == "finetune" and config["init"]:
+        return load_init(config["init"], config, source.num_classes, source.class_names)
+    return ViT(**model_arguments(config, source.num_classes, source.class_names))
+
+
+def build_loss(config):
+    if config["kind"] == "masked_patch":
+        return masked_patch.masked_patch_loss()
+    if config["loss"] == "sigmoid":
+        return losses.sigmoid_cross_entropy()
+    return losses.softmax_cross_entropy(label_smoothing=config["label_smoothing"])
+
+
+def build_optimizer(config):
+    common = dict(
+        base_lr=config["base_lr"], total_steps=config["steps"],
+        warmup_steps=config["warmup_steps"], decay_type=config["decay_type"],
+        grad_norm_clip=config["grad_norm_clip"], accum_steps=config["accum_steps"],
+    )
+    if config["polyak"]:
+        common.update(use_ema=True, ema_momentum=config["polyak"])
+    if config["kind"] == "finetune":
+        return finetune_optimizer(**common)
+    return pretrain_optimizer(weight_decay=config["weight_decay"], **common)
+
+
+# -- data ---------------------------------------------------------------------
+
+def train_dataset(config, source, start_batch=0):
+    micro_batch = config["batch_size"] // config["accum_steps"]
+    dataset = vit_data.input_pipeline(
+        source, image_size=config["image_size"], batch_size=micro_batch, training=True,
+        preprocess=config["preprocess"], seed=config["seed"], area_range=config["area_range"],
+        flip=config["flip"], randaugment=config["randaugment"], mixup=config["mixup"],
+        cutmix=config["cutmix"], start_batch=start_batch,
+    )
+    if config["kind"] == "masked_patch":
+        patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
+        dataset = masked_patch.masked_patch_dataset(
+            dataset, patch_size, config["seed"], start_batch=start_batch
+        )
+    return dataset
+
+
+def eval_dataset(config, source, image_size=None):
+    return vit_data.input_pipeline(
+        source, image_size=image_size or config["image_size"],
+        batch_size=min(config["batch_size"], 256), training=False,
+    )
+
+
+# -- the work directory -------------------------------------------------------
+
+def _comparable(config):
+    return {k: v for k, v in config.items() if k not in _RESUMABLE_KEYS}
+
+
+def prepare_workdir(workdir, config):
+    """Creates the work directory and writes config.json, or checks that the
+    one already there describes the same run (a resume)."""
+    workdir = pathlib.Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "config.json"
+    record = {**config, "backend": keras.backend.backend()}
+    if path.exists():
+        previous = json.loads(path.read_text())
+        changed = {
+            k: (previous.get(k), record.get(k))
+            for k in sorted(set(previous) | set(record))
+            if k not in _RESUMABLE_KEYS and previous.get(k) != record.get(k)
+        }
+        if changed:
+            lines = "\n".join(f"    {k}: was {a!r}, now {b!r}" for k, (a, b) in changed.items())
+            raise RunError(
+                f"{workdir} holds a run with a different config:\n{lines}\n"
+                "Nothing there was changed. Use another --workdir, or the same flags to resume."
+            )
+        return workdir
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    tmp.replace(path)
+    return workdir
+
+
+def updates_per_epoch(config):
+    """Keras epochs of this run are checkpoint intervals: the largest divisor
+    of `steps` that is at most `checkpoint_every` optimizer updates."""
+    steps, every = config["steps"], max(1, min(config["checkpoint_every"], config["steps"]))
+    return max(d for d in range(1, every + 1) if steps % d == 0)
+
+
+def _resume_epoch(checkpoints):
+    metadata = checkpoints / "training_metadata.json"
+    if metadata.exists():
+        return int(json.loads(metadata.read_text())["epoch"])
+    return 0
+
+
+class LearningRateLogger(keras.callbacks.Callback):
+    """Adds the optimizer's current learning rate to the logs."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["learning_rate"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+
+# -- the run ------------------------------------------------------------------
+
+def train(config, workdir, verbose="auto"):
+    """Runs `config` (a resolved config dict) in `workdir`; returns the
+    trained model and a dict of results. Every check that can fail does so
+    before training starts."""
+    check_config(config)
+    preset_config(config["model"])
+    source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
+    eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
+    model = build_model(config, source)
+    workdir = prepare_workdir(workdir, config)
+    checkpoints = workdir / "checkpoints"
+
+    per_epoch = updates_per_epoch(config)
+    epochs = config["steps"] // per_epoch
+    micro_per_epoch = per_epoch * config["accum_steps"]
+    initial_epoch = _resume_epoch(checkpoints)
+    dataset = train_dataset(config, source, start_batch=initial_epoch * micro_per_epoch)
+
+    model.compile(
+        optimizer=build_optimizer(config), loss=build_loss(config),
+        metrics=None if config["kind"] == "masked_patch" else [keras.metrics.CategoricalAccuracy(name="accuracy")],
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        if config["kind"] == "masked_patch" else None,
+    )
+    callbacks = [
+        keras.callbacks.BackupAndRestore(str(checkpoints), save_freq="epoch", delete_checkpoint=False,
+                                         double_checkpoint=True),
+        LearningRateLogger(),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=True),
+        keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="epoch"),
+    ]
+    start = time.perf_counter()
+    history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
+                        callbacks=callbacks, verbose=verbose)
+    seconds = time.perf_counter() - start
+    if config["polyak"]:
+        model.optimizer.finalize_variable_values(model.trainable_variables)
+
+    results = {"steps": config["steps"], "train_seconds": round(seconds, 1)}
+    if history.history.get("loss"):
+        results["final_loss"] = float(history.history["loss"][-1])
+    if config["kind"] != "masked_patch":
+        results["test_accuracy"] = evaluation.accuracy(model, eval_dataset(config, eval_source))
+        if config["few_shot"]:
+            results["few_shot"] = evaluation.few_shot_accuracy(
+                model, eval_dataset(config, source), eval_dataset(config, eval_source),
+                source.num_classes, shots=config["few_shot"],
+            )
+    model.save(workdir / "model.keras")
+    (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    return model, results
+

@@ -1,0 +1,11 @@
+"""Pre-training as Table 3 of the paper (and AugReg's options): `keras-vit pretrain`.
+
+    python recipes/pretrain.py --help
+"""
+
+import sys
+
+from keras_vit.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["pretrain", *sys.argv[1:]]))
