@@ -40,6 +40,22 @@ def _randaugment(text):
     return values
 
 
+def _model_args(text):
+    """``num_layers=4,hidden_dim=64`` -> {"num_layers": 4, "hidden_dim": 64}."""
+    import ast
+
+    arguments = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs such as num_layers=4, got {item!r}")
+        try:
+            arguments[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            arguments[key.strip()] = value.strip()
+    return arguments
+
+
 def add_recipe_flags(parser, default_config):
     """The flags every recipe shares. Each overrides the named config."""
     parser.add_argument("--config", default=default_config,
@@ -54,6 +70,8 @@ def add_recipe_flags(parser, default_config):
     group.add_argument("--train-split", help="e.g. train[:98%%] (TFDS split syntax)")
     group.add_argument("--eval-split", help="e.g. test, validation, train[98%%:]")
     group.add_argument("--model", help="a preset name such as vit_b16 or ViT-B/16")
+    group.add_argument("--model-args", type=_model_args, metavar="KEY=VALUE,...",
+                       help="ViT arguments over the preset, e.g. num_layers=4,hidden_dim=64")
     group.add_argument("--image-size", type=int, help="training resolution in pixels")
     group.add_argument("--batch-size", type=int, help="the GLOBAL batch (the paper's 4096 or 512)")
     group.add_argument("--accum-steps", type=int,
@@ -86,7 +104,7 @@ def add_recipe_flags(parser, default_config):
 
 
 def _overrides(args):
-    keys = ("dataset", "data_dir", "train_split", "eval_split", "model", "image_size",
+    keys = ("dataset", "data_dir", "train_split", "eval_split", "model", "model_args", "image_size",
             "batch_size", "accum_steps", "steps", "warmup_steps", "base_lr", "decay_type",
             "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
             "label_smoothing", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
@@ -259,7 +277,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return HANDLERS[args.command](args)
-    except ValueError as error:  # our errors: what was given, and what to do
+    except (ValueError, RuntimeError) as error:  # ours: what was given, and what to do
         parser.exit(2, f"keras-vit {args.command}: error: {error}\n")
 
 

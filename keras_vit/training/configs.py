@@ -189,7 +189,11 @@ def resolve_config(name, overrides, kind=None):
     unknown = set(overrides) - set(config)
     if unknown:
         raise ValueError(f"Unknown config keys {sorted(unknown)}; known: {sorted(config)}.")
-    config.update({k: v for k, v in overrides.items() if v is not None})
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    if overrides.get("model", config["model"]) != config["model"]:
+        config["model_args"] = {}  # another preset: the config's changes to it do not apply
+    overrides["model_args"] = {**config["model_args"], **overrides.get("model_args", {})}
+    config.update(overrides)
     check_config(config)
     return config
 

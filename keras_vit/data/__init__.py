@@ -1,0 +1,12 @@
+"""Input pipelines for training and evaluating ViT with `model.fit` on any
+Keras backend: image sources (the embedded digits, TFDS, image folders),
+the paper's preprocessing, Keras core augmentations, exact determinism.
+"""
+
+from keras_vit.data.pipeline import input_pipeline
+from keras_vit.data.preprocessing import read_images
+from keras_vit.data.sources import DATASETS
+from keras_vit.data.sources import Source
+from keras_vit.data.sources import load_source
+
+__all__ = ["DATASETS", "Source", "input_pipeline", "load_source", "read_images"]

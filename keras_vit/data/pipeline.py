@@ -1,0 +1,197 @@
+"""`input_pipeline`: a `Source` to batches that `model.fit` takes on every
+backend, repeatable exactly from a seed.
+
+The stream is a sequence of epochs, each the source's examples (shuffled
+per epoch when training), numbered by their position in the stream; batch k
+holds stream elements [k * batch_size, (k + 1) * batch_size) and may span two
+epochs. Every random choice is a stateless op keyed on (seed, element
+index) or (seed, batch index): parallel maps keep the result fixed,
+``start_batch`` can begin anywhere, and the output does not depend on the
+Keras backend or on TensorFlow's global seed.
+"""
+
+import numbers
+
+import tensorflow as tf
+
+from keras_vit.data import preprocessing
+from keras_vit.data.augment import BatchAugment
+from keras_vit.data.sources import Source
+from keras_vit.data.sources import load_source
+from keras_vit.layers._utils import pair
+
+# Streams of stateless keys drawn from the seed, one per use.
+_ELEMENT, _BATCH, _SHUFFLE = 0, 1, 2
+
+
+def input_pipeline(
+    source,
+    split=None,
+    *,
+    image_size,
+    batch_size,
+    training,
+    preprocess=None,
+    seed=0,
+    area_range=None,
+    flip=True,
+    randaugment=None,
+    mixup=0.0,
+    cutmix=0.0,
+    shuffle_buffer=10_000,
+    repeat=None,
+    drop_remainder=None,
+    start_batch=0,
+    data_dir=None,
+):
+    """Batches of preprocessed images and one-hot labels.
+
+    Args:
+        source: a `Source`, or a dataset name or folder for `load_source`.
+        split: the split to load when `source` is a name (TFDS syntax,
+            e.g. ``"train[:98%]"``); None with a `Source`.
+        image_size: int or (int, int). Output height and width.
+        batch_size: int. Images per batch.
+        training: bool. Shuffles, crops and augments when True.
+        preprocess: ``"inception"`` (Inception crop, area (0.08, 1), and
+            flip: pre-training), ``"finetune"`` (vit_jax's fine-tuning crop,
+            area (0.05, 1), and flip) or ``"resize"`` (plain bilinear resize:
+            evaluation). Defaults to ``"inception"`` when training, else
+            ``"resize"``.
+        seed: int. The same seed gives the same batches, on every backend
+            and every run.
+        area_range: (min, max) fractions of the image area for the crops;
+            None for the preprocessing's default. Ignored by ``"resize"``.
+        flip: bool. Random horizontal flips with the crops (turn off for
+            digits and text).
+        randaugment: None, or (num_ops, magnitude) with magnitude in
+            [0, 10]: Keras's `RandAugment`. Training only.
+        mixup: float. Alpha of Keras's `MixUp`; 0 = off. Training only.
+        cutmix: float in [0, 1]. Factor of Keras's `CutMix`; 0 = off.
+            Training only. With both on, each batch gets one of the two.
+        shuffle_buffer: int. Examples in the shuffle buffer.
+        repeat: bool. Repeat the data without end (each epoch reshuffled).
+            Defaults to `training`.
+        drop_remainder: bool. Drop a last, smaller batch (static shapes
+            for XLA). Defaults to `training`.
+        start_batch: int. Start the stream at this batch: the result equals
+            the stream from batch 0 with `start_batch` batches skipped
+            (for resuming a run mid-epoch).
+        data_dir: TFDS data folder, when `source` is a name.
+
+    Returns:
+        `tf.data.Dataset` of (images, labels): images float32 (batch, H, W,
+        3) in [-1, 1], labels float32 (batch, num_classes), one-hot (soft
+        with MixUp or CutMix, each row summing to 1).
+    """
+    if isinstance(source, Source):
+        if split is not None:
+            raise ValueError(
+                f"`split` ({split!r}) is for loading a dataset by name; a Source (here "
+                f"{source.name!r}, split {source.split!r}) is already one split. Leave `split` out."
+            )
+    elif split is None:
+        raise ValueError(f"`split` is required when `source` is a name ({source!r}), e.g. split='train'.")
+    else:
+        source = load_source(source, split, data_dir=data_dir)
+    size = pair(image_size, "image_size")
+    preprocess = preprocess or ("inception" if training else "resize")
+    if preprocess not in preprocessing.PREPROCESSING:
+        raise ValueError(
+            f"`preprocess` must be one of {preprocessing.PREPROCESSING}, got {preprocess!r}."
+        )
+    area_range = _check_area_range(area_range or preprocessing.AREA_RANGES.get(preprocess))
+    for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer)):
+        if not _is_int(value) or value < 1:
+            raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    if not _is_int(start_batch) or start_batch < 0:
+        raise ValueError(f"`start_batch` must be an int >= 0, got {start_batch!r}.")
+    if not _is_int(seed):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    if source.num_examples < 1:
+        raise ValueError(f"Source {source.name!r} split {source.split!r} has no examples.")
+    repeat = training if repeat is None else repeat
+    drop_remainder = training if drop_remainder is None else drop_remainder
+    for name, value in (("training", training), ("repeat", repeat), ("drop_remainder", drop_remainder),
+                        ("flip", flip)):
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    augment = BatchAugment(randaugment, mixup, cutmix) if training else None
+
+    root = tf.constant([seed, 0], tf.int64)
+    element_key, batch_key, shuffle_key = (
+        tf.random.experimental.stateless_fold_in(root, stream) for stream in (_ELEMENT, _BATCH, _SHUFFLE)
+    )
+
+    def epoch(index):
+        """The examples of epoch `index`: in source order, or shuffled with
+        a seed made from (seed, index) when training."""
+        if not training:
+            return source.dataset
+        # Dataset.shuffle mixes its seed with the graph-level seed, which is
+        # TensorFlow's global seed unless set here, in this function's graph.
+        tf.compat.v1.random.set_random_seed(1)
+        epoch_seed = tf.random.stateless_uniform(
+            [], tf.random.experimental.stateless_fold_in(shuffle_key, index),
+            minval=None, maxval=None, dtype=tf.int64,
+        )
+        return source.dataset.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+
+    def element(index, example):
+        image = example["image"]
+        if preprocess == "resize":
+            image = preprocessing.resize(image, size)
+        else:
+            key = tf.random.experimental.stateless_fold_in(element_key, index)
+            image = preprocessing.random_crop(image, key, size, area_range, flip)
+        return image, tf.one_hot(example["label"], source.num_classes, dtype=tf.float32)
+
+    def batch(index, images_labels):
+        images, labels = images_labels
+        if augment is not None and augment.active:
+            key = tf.random.experimental.stateless_fold_in(batch_key, index)
+            images, labels = augment(images, labels, key)
+            images = tf.clip_by_value(images, 0.0, 255.0)  # RandAugment may overshoot by rounding
+        return preprocessing.normalize(images), labels
+
+    first = start_batch * batch_size
+    first_epoch, offset = divmod(first, source.num_examples)
+    epochs = tf.data.Dataset.range(first_epoch, tf.int64.max if repeat else 1)
+    dataset = epochs.flat_map(epoch).skip(offset).enumerate(start=first)
+    dataset = dataset.map(element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.batch(
+        batch_size, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    dataset = dataset.apply(tf.data.experimental.assert_cardinality(  # flat_map hides it from Keras
+        _num_batches(source.num_examples - first, batch_size, drop_remainder) if not repeat
+        else tf.data.INFINITE_CARDINALITY
+    ))
+    dataset = dataset.enumerate(start=start_batch)
+    dataset = dataset.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _num_batches(num_examples, batch_size, drop_remainder):
+    if num_examples <= 0:
+        return 0
+    return num_examples // batch_size if drop_remainder else -(-num_examples // batch_size)
+
+
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_area_range(area_range):
+    if area_range is None:
+        return None
+    try:
+        low, high = (float(v) for v in area_range)
+        valid = 0 < low <= high <= 1
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise ValueError(
+            f"`area_range` must be (min, max) fractions of the image area with 0 < min <= max <= 1, "
+            f"e.g. (0.08, 1.0); got {area_range!r}."
+        )
+    return low, high

@@ -1,0 +1,129 @@
+"""Per-image preprocessing of the paper's code (vit_jax `input_pipeline.py`).
+
+Pixels go to [-1, 1] as ``image / 127.5 - 1``. Training crops a random box
+(``tf.image.stateless_sample_distorted_bounding_box``: aspect ratio in
+(3/4, 4/3), area in (0.08, 1) for the Inception crop of pre-training, (0.05, 1)
+for vit_jax's fine-tuning crop), resizes it (bilinear) and flips it at random;
+evaluation resizes the whole image (bilinear). Every random op is stateless
+and takes its key as an argument, so a given key always gives the same image.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from keras_vit.layers._utils import pair
+
+PREPROCESSING = ("inception", "finetune", "resize")
+AREA_RANGES = {"inception": (0.08, 1.0), "finetune": (0.05, 1.0)}
+ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+_SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+
+
+def check_image_file(path):
+    """Raises an error naming `path` unless it is a file that starts as a JPEG,
+    PNG, GIF or BMP file does (a cheap check of its first 8 bytes)."""
+    try:
+        with open(path, "rb") as file:
+            head = file.read(8)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"Image file {path} does not exist.") from None
+    except OSError as err:
+        raise ValueError(f"Cannot read image file {path}: {err}") from err
+    if not head.startswith(_SIGNATURES):
+        raise ValueError(
+            f"{path} is not a JPEG, PNG, GIF or BMP image (it starts with {head!r}). "
+            "Convert it to one of these formats or remove it."
+        )
+
+
+def decode_image(contents):
+    """Encoded JPEG/PNG/GIF/BMP bytes -> uint8 (H, W, 3): grayscale is
+    repeated to RGB, alpha dropped, a GIF's first frame kept."""
+    image = tf.io.decode_image(contents, channels=3, expand_animations=False)
+    image.set_shape([None, None, 3])
+    return image
+
+
+def to_rgb(image):
+    """uint8 (H, W, C) with C = 1, 3 or 4 (static) -> (H, W, 3)."""
+    channels = image.shape[-1]
+    if channels == 1:
+        return tf.image.grayscale_to_rgb(image)
+    if channels == 4:
+        return image[..., :3]
+    if channels != 3:
+        raise ValueError(
+            f"Images must have 1, 3 or 4 channels (a static last dimension), got shape {image.shape}."
+        )
+    return image
+
+
+def resize(image, size):
+    """The evaluation preprocessing: uint8 or float (H, W, 3) -> float32
+    `size` + (3,), bilinear, values still in [0, 255]."""
+    return tf.image.resize(image, size, method="bilinear")
+
+
+def random_crop(image, key, size, area_range, flip):
+    """A random box of `area_range` of the image's area and aspect ratio in
+    (3/4, 4/3), resized to `size` (bilinear), flipped left-right with
+    probability 1/2 when `flip`. `key` is a stateless seed, shape (2,).
+
+    Returns float32 `size` + (3,) in [0, 255].
+    """
+    begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image),
+        bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
+        seed=tf.random.experimental.stateless_fold_in(key, 0),
+        min_object_covered=0.0,
+        aspect_ratio_range=ASPECT_RATIO_RANGE,
+        area_range=area_range,
+        use_image_if_no_bounding_boxes=True,
+    )
+    crop = tf.slice(image, begin, crop_size)
+    crop.set_shape([None, None, 3])
+    crop = resize(crop, size)
+    if flip:
+        crop = tf.image.stateless_random_flip_left_right(
+            crop, seed=tf.random.experimental.stateless_fold_in(key, 1)
+        )
+    return crop
+
+
+def normalize(images):
+    """[0, 255] -> [-1, 1] as vit_jax does."""
+    return images / 127.5 - 1.0
+
+
+def read_images(paths, image_size):
+    """Image files decoded and resized as evaluation does.
+
+    Args:
+        paths: a list of paths (or one path) to JPEG, PNG, BMP or GIF files
+            of any size; grayscale and RGBA images are converted to RGB.
+        image_size: int or (int, int). Output height and width.
+
+    Returns:
+        np.ndarray, float32 (n, height, width, 3) in [-1, 1].
+
+    A missing or undecodable file raises an error naming it.
+    """
+    size = pair(image_size, "image_size")
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    paths = [os.fspath(path) for path in paths]
+    if not paths:
+        raise ValueError("read_images() got no paths; pass a list of image files.")
+    images = []
+    for path in paths:
+        check_image_file(path)
+        try:
+            image = decode_image(tf.io.read_file(path))
+        except tf.errors.OpError as err:
+            raise ValueError(f"Cannot decode image file {path}: {err.message}") from err
+        images.append(normalize(resize(image, size)).numpy())
+    return np.stack(images)

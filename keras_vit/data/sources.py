@@ -1,0 +1,258 @@
+"""Where images come from: the embedded digits, TFDS, or a folder of images.
+
+Every source is a `Source`: a `tf.data.Dataset` of ``{"image": uint8
+(H, W, 3), "label": int64}`` in a fixed order, with its class count and
+names. Splits use the TFDS syntax everywhere (``"train"``,
+``"train[:98%]"``, ``"train[90%:]"``, ``"test[:50]"``, ``"train+test"``).
+"""
+
+import dataclasses
+import functools
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
+from keras_vit.data.preprocessing import check_image_file
+from keras_vit.data.preprocessing import decode_image
+from keras_vit.data.preprocessing import to_rgb
+
+# TFDS image-classification datasets of the paper and its transfer tasks; any
+# other TFDS builder with "image" and "label" features works too.
+DATASETS = (
+    "cifar10",
+    "cifar100",
+    "oxford_iiit_pet",
+    "oxford_flowers102",
+    "imagenet2012",
+    "imagenet_v2",
+    "caltech101",
+    "dtd",
+    "eurosat",
+    "svhn_cropped",
+    "mnist",
+)
+
+DIGITS_SIZE = 32
+DIGITS_TEST_SIZE = 360
+_FOLDER_SPLITS = ("train", "test", "validation")
+_FOLDER_LAYOUT = (
+    "An image folder holds one sub-folder of images per class (root/<class>/<image>.jpg), "
+    "or train/ and test/ (or validation/) folders laid out that way."
+)
+
+
+@dataclasses.dataclass
+class Source:
+    """A labelled image dataset, before any preprocessing.
+
+    Attributes:
+        dataset: `tf.data.Dataset` of ``{"image": uint8 (H, W, 3), "label":
+            int64 scalar}``, in the same order on every pass.
+        name: the dataset name or folder given to `load_source`.
+        split: the split as given, e.g. ``"train[:98%]"``.
+        num_classes: int. Labels are in ``[0, num_classes)``.
+        class_names: list of str, or None when the dataset names none.
+        num_examples: int. Length of `dataset`.
+    """
+
+    dataset: tf.data.Dataset
+    name: str
+    split: str
+    num_classes: int
+    class_names: list | None
+    num_examples: int
+
+
+def load_source(name, split, data_dir=None):
+    """The labelled images of one split of a dataset.
+
+    Args:
+        name: ``"digits"`` (scikit-learn's 8x8 digits, embedded: 1437
+            training and 360 test images, upscaled to 32x32 RGB), the name of
+            a TFDS image-classification dataset (see `DATASETS`), or the path
+            of an image folder (one sub-folder per class).
+        split: a split in TFDS syntax, e.g. ``"train"``, ``"test"``,
+            ``"train[:98%]"``, ``"train[98%:]"``, ``"validation"``.
+        data_dir: where TFDS keeps its data (TFDS's default when None).
+
+    Returns:
+        A `Source`.
+    """
+    if not isinstance(split, str) or not split:
+        raise ValueError(f"`split` must be a split name such as 'train' or 'train[:90%]', got {split!r}.")
+    if name == "digits":
+        return _digits_source(split)
+    path = os.path.expanduser(os.fspath(name))
+    if os.path.isdir(path):
+        return _folder_source(path, split)
+    return _tfds_source(name, split, data_dir)
+
+
+def _slices(name, split, sizes):
+    """[(split name, start, stop), ...] that the TFDS-syntax `split` selects
+    from splits of the given `sizes` ({name: number of examples})."""
+    infos = {
+        key: tfds.core.SplitInfo(name=key, shard_lengths=[size], num_bytes=0)
+        for key, size in sizes.items()
+    }
+    try:
+        instructions = tfds.core.ReadInstruction.from_spec(split).to_absolute(infos)
+    except (ValueError, AssertionError) as err:
+        available = ", ".join(f"{key} ({size} examples)" for key, size in sizes.items())
+        raise ValueError(
+            f"Split {split!r} of {name!r} cannot be read: {err}\nIts splits: {available}. Slice "
+            "them as TFDS does, e.g. 'train[:90%]', 'train[90%:]' or 'test[:50]'."
+        ) from None
+    return [(i.splitname, i.from_ or 0, sizes[i.splitname] if i.to is None else i.to)
+            for i in instructions]
+
+
+# -- digits ------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _digits_arrays():
+    """{"train": (images, labels), "test": (images, labels)}: scikit-learn's
+    1797 digits as uint8 (n, 32, 32, 3) and int64 (n,), split by a fixed
+    permutation."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = digits.images[..., None].astype("float32") * (255.0 / 16.0)
+    images = tf.image.resize(images, (DIGITS_SIZE, DIGITS_SIZE), method="bilinear").numpy()
+    images = np.repeat(np.clip(np.round(images), 0, 255).astype("uint8"), 3, axis=-1)
+    labels = digits.target.astype("int64")
+    order = np.random.default_rng(0).permutation(len(labels))
+    train, test = order[:-DIGITS_TEST_SIZE], order[-DIGITS_TEST_SIZE:]
+    return {"train": (images[train], labels[train]), "test": (images[test], labels[test])}
+
+
+def _digits_source(split):
+    arrays = _digits_arrays()
+    sizes = {key: len(labels) for key, (_, labels) in arrays.items()}
+    parts = [(arrays[key][0][start:stop], arrays[key][1][start:stop])
+             for key, start, stop in _slices("digits", split, sizes)]
+    images = np.concatenate([images for images, _ in parts])
+    labels = np.concatenate([labels for _, labels in parts])
+    dataset = tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
+    return Source(dataset, "digits", split, 10, [str(i) for i in range(10)], len(labels))
+
+
+# -- image folders -----------------------------------------------------------
+
+
+def _visible_entries(path):
+    return sorted(entry for entry in os.listdir(path) if not entry.startswith("."))
+
+
+def _subfolders(path):
+    return [entry for entry in _visible_entries(path) if os.path.isdir(os.path.join(path, entry))]
+
+
+def _folder_splits(root):
+    """{split: folder}: train/ and test/ (or validation/) when both kinds are
+    there, else the whole folder as "train"."""
+    if not _visible_entries(root):
+        raise ValueError(f"Image folder {root} is empty. {_FOLDER_LAYOUT}")
+    folders = set(_subfolders(root))
+    if "train" in folders and folders & {"test", "validation"}:
+        return {key: os.path.join(root, key) for key in _FOLDER_SPLITS if key in folders}
+    return {"train": root}
+
+
+def _folder_files(folder, class_names):
+    """(paths, labels) of the images under `folder`/<class>/, sorted, then in
+    the fixed order of np.random.default_rng(0)."""
+    paths, labels = [], []
+    for class_name in _subfolders(folder):
+        if class_name not in class_names:
+            raise ValueError(
+                f"Class folder {os.path.join(folder, class_name)} has no counterpart among the "
+                f"training classes {class_names}. Every split must use the training split's classes."
+            )
+        class_dir = os.path.join(folder, class_name)
+        files = [os.path.join(class_dir, entry) for entry in _visible_entries(class_dir)
+                 if entry.lower().endswith(IMAGE_EXTENSIONS)]
+        if not files:
+            raise ValueError(
+                f"Class folder {class_dir} has no images (files ending in "
+                f"{', '.join(IMAGE_EXTENSIONS)}). Add images or remove the folder."
+            )
+        paths += files
+        labels += [class_names.index(class_name)] * len(files)
+    order = np.random.default_rng(0).permutation(len(paths))
+    return [paths[i] for i in order], [labels[i] for i in order]
+
+
+def _decode_file(example):
+    return {"image": decode_image(tf.io.read_file(example["path"])), "label": example["label"]}
+
+
+def _folder_source(root, split):
+    folders = _folder_splits(root)
+    class_names = _subfolders(folders["train"])
+    if not class_names:
+        raise ValueError(f"Image folder {folders['train']} has no class sub-folders. {_FOLDER_LAYOUT}")
+    files = {key: _folder_files(folder, class_names) for key, folder in folders.items()}
+    paths, labels = [], []
+    for key, start, stop in _slices(root, split, {key: len(p) for key, (p, _) in files.items()}):
+        paths += files[key][0][start:stop]
+        labels += files[key][1][start:stop]
+    for path in paths:
+        check_image_file(path)
+    dataset = tf.data.Dataset.from_tensor_slices(
+        {"path": tf.constant(paths, tf.string), "label": tf.constant(labels, tf.int64)}
+    ).map(_decode_file, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return Source(dataset, root, split, len(class_names), class_names, len(paths))
+
+
+# -- TFDS --------------------------------------------------------------------
+
+
+def _tfds_example(example):
+    return {"image": to_rgb(example["image"]), "label": tf.cast(example["label"], tf.int64)}
+
+
+def _tfds_source(name, split, data_dir):
+    try:
+        builder = tfds.builder(name, data_dir=data_dir)
+    except ValueError:  # DatasetNotFoundError, or a name TFDS cannot parse (a path)
+        raise ValueError(
+            f"Unknown dataset {name!r}: it is not 'digits', not a TFDS dataset, and no folder "
+            f"{os.path.abspath(os.path.expanduser(name))} exists. TFDS datasets known to work: "
+            f"{', '.join(DATASETS)} (any TFDS image-classification dataset is tried). {_FOLDER_LAYOUT}"
+        ) from None
+    if not builder.is_prepared():
+        try:
+            builder.download_and_prepare()
+        except Exception as err:  # a download needs the network, some datasets a manual step
+            raise RuntimeError(
+                f"TFDS dataset {name!r} is not in {builder.data_dir} and could not be downloaded "
+                f"and prepared ({type(err).__name__}: {err}). Prepare it on a machine with network "
+                f"access (`tfds build {name} --data_dir=...`; imagenet2012 needs its archives in "
+                "the manual download folder first, see the TFDS catalog) and pass that data_dir."
+            ) from err
+    features = builder.info.features
+    if "image" not in features or "label" not in features or not isinstance(
+        features["label"], tfds.features.ClassLabel
+    ):
+        raise ValueError(
+            f"TFDS dataset {name!r} has features {sorted(features)}: an image-classification "
+            "dataset needs an 'image' and a class 'label' feature."
+        )
+    try:
+        dataset = builder.as_dataset(split=split, shuffle_files=False)
+    except ValueError as err:
+        raise ValueError(
+            f"Split {split!r} of TFDS dataset {name!r} cannot be read: {err}\nIts splits: "
+            f"{', '.join(builder.info.splits) or 'unknown'}; slices as 'train[:98%]'."
+        ) from None
+    num_examples = int(dataset.cardinality())
+    if num_examples < 0:
+        num_examples = builder.info.splits[split].num_examples
+    dataset = dataset.map(_tfds_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    label = features["label"]
+    return Source(dataset, name, split, label.num_classes, list(label.names) or None, num_examples)

@@ -1,0 +1,161 @@
+"""The recipes and the `keras-vit` command line: a whole (tiny) run in a work
+directory on every backend, fine-tuning from it, and every bad input refused
+with a clear error before training starts."""
+
+import json
+
+import keras
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit import ViT
+from keras_vit.cli import main
+from keras_vit.training import CONFIGS
+from keras_vit.training import resolve_config
+from keras_vit.training import train
+
+TINY = ["--model-args", "num_layers=1,hidden_dim=16,num_heads=2,mlp_dim=32,patch_size=4"]
+FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2"]
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return out
+
+
+def fails(argv, capsys, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    return err
+
+
+def test_every_config_resolves_and_the_tables_hold():
+    kinds = {name: config["kind"] for name, config in CONFIGS.items()}
+    assert {"pretrain", "finetune", "masked_patch"} == set(kinds.values())
+    b16 = resolve_config("i21k-b16", {})
+    assert (b16["batch_size"], b16["warmup_steps"], b16["base_lr"], b16["weight_decay"]) == (4096, 10_000, 1e-3, 0.03)
+    assert (b16["loss"], b16["head_bias_init"], b16["representation_size"]) == ("sigmoid", -10.0, 768)
+    assert b16["steps"] == int(np.ceil(90 * 14_197_122 / 4096))
+    assert resolve_config("i1k-b16", {})["decay_type"] == "cosine"
+    cifar = resolve_config("ft-cifar10", {"batch_size": 512, "accum_steps": 8})
+    assert (cifar["steps"], cifar["image_size"], cifar["train_split"], cifar["lr_grid"]) == (
+        10_000, 384, "train[:98%]", [0.001, 0.003, 0.01, 0.03])
+    assert resolve_config("ft-pets", {})["steps"] == 500
+
+
+def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
+    pre = tmp_path / "pre"
+    out = run(["pretrain", "--workdir", str(pre), *TINY, *FAST, "--image-size", "16"], capsys)
+    assert "test accuracy: " in out
+    for name in ("config.json", "log.csv", "model.keras", "results.json", "checkpoints/latest.weights.h5"):
+        assert (pre / name).exists(), name
+    assert any((pre / "tensorboard").rglob("*"))
+    config = json.loads((pre / "config.json").read_text())
+    assert (config["steps"], config["backend"]) == (4, keras.backend.backend())
+    results = json.loads((pre / "results.json").read_text())
+    assert 0.0 <= results["test_accuracy"] <= 1.0
+    rows = (pre / "log.csv").read_text().strip().splitlines()
+    assert len(rows) == 1 + 2 and "learning_rate" in rows[0]  # two checkpoint intervals
+    model = keras.saving.load_model(pre / "model.keras", safe_mode=True)
+    assert isinstance(model, ViT) and model.class_names == [str(i) for i in range(10)]
+
+    # The same command again: the run is complete, nothing is trained or lost.
+    weights = [to_numpy(w) for w in model.weights]
+    run(["pretrain", "--workdir", str(pre), *TINY, *FAST, "--image-size", "16"], capsys)
+    again = keras.saving.load_model(pre / "model.keras", safe_mode=True)
+    for a, b in zip(weights, again.weights):
+        np.testing.assert_array_equal(a, to_numpy(b))
+
+    # Fine-tune at a higher resolution from the .keras file.
+    ft = tmp_path / "ft"
+    out = run(["finetune", "--workdir", str(ft), *TINY, *FAST, "--image-size", "24",
+               "--init", str(pre / "model.keras")], capsys)
+    tuned = keras.saving.load_model(ft / "model.keras", safe_mode=True)
+    assert tuned.image_size == (24, 24) and tuned.grid_size == (6, 6)
+    assert "test accuracy: " in out
+
+
+def test_a_different_config_in_a_workdir_is_refused(tmp_path, capsys):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}), "backend": "x"}))
+    before = (workdir / "config.json").read_text()
+    fails(["pretrain", "--workdir", str(workdir), *TINY, *FAST], capsys, "holds a run with a different config")
+    assert (workdir / "config.json").read_text() == before
+    assert sorted(p.name for p in workdir.iterdir()) == ["config.json"]
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["pretrain", "--config", "nope"], "Unknown config 'nope'"),
+    (["pretrain", "--config", "ft-cifar10"], "is a finetune config, not pretrain"),
+    (["pretrain", "--model", "vit_zz99"], "Unknown preset 'vit_zz99'"),
+    (["pretrain", "--dataset", "no_such_dataset_xyz"], "no_such_dataset_xyz"),
+    (["pretrain", "--steps", "0"], "--steps must be a positive integer, got 0"),
+    (["pretrain", "--batch-size", "100", "--accum-steps", "3"],
+     "--batch-size 100 is not divisible by --accum-steps 3"),
+    (["pretrain", "--warmup-steps", "5000"], "--warmup-steps 5000 must be at least 0 and below --steps"),
+    (["finetune", "--init", "/no/such/file.keras"], "--init /no/such/file.keras: no such file"),
+])
+def test_bad_input_fails_before_training(argv, message, tmp_path, capsys):
+    workdir = tmp_path / "run"
+    fails([*argv, "--workdir", str(workdir)], capsys, message)
+    assert not workdir.exists() or not any(workdir.iterdir()), "nothing may be written"
+
+
+def test_init_from_a_foreign_file(tmp_path, capsys):
+    foreign = tmp_path / "notes.npz"
+    np.savez(foreign, something=np.zeros(3))
+    fails(["finetune", "--init", str(foreign), "--workdir", str(tmp_path / "a")], capsys, f"--init {foreign}")
+    other = tmp_path / "dense.keras"
+    keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)]).save(other)
+    fails(["finetune", "--init", str(other), "--workdir", str(tmp_path / "b")], capsys,
+          "not a keras_vit ViT or MaskedPatchPredictor")
+
+
+def test_empty_or_unreadable_image_folder(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    fails(["pretrain", "--dataset", str(empty), "--workdir", str(tmp_path / "a")], capsys, str(empty))
+    broken = tmp_path / "broken"
+    (broken / "cat").mkdir(parents=True)
+    (broken / "cat" / "x.png").write_bytes(b"not a png")
+    fails(["pretrain", "--dataset", str(broken), "--workdir", str(tmp_path / "b")], capsys, "x.png")
+
+
+def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
+    from PIL import Image
+
+    model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3, class_names=["cat", "dog", "fish"])
+    head = model.get_layer("head")
+    head.bias.assign(np.array([0.0, 5.0, 0.0]))
+    path = tmp_path / "m.keras"
+    model.save(path)
+    image = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 30, 3), dtype=np.uint8)).save(image)
+    out = run(["predict", str(path), str(image), "--top-k", "2"], capsys)
+    assert out.startswith(f"{image}: dog (") and "%)" in out
+
+    out = run(["convert", str(path), str(tmp_path / "big.keras"), "--image-size", "32"], capsys)
+    assert "32x32 px" in out
+    assert keras.saving.load_model(tmp_path / "big.keras").image_size == (32, 32)
+
+    digits = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                 num_classes=10)
+    digits.save(tmp_path / "d.keras")
+    out = run(["evaluate", str(tmp_path / "d.keras"), "--dataset", "digits", "--few-shot", "1,5"], capsys)
+    assert "test accuracy: " in out and "5-shot linear accuracy: " in out
+    fails(["evaluate", str(path), "--dataset", "digits"], capsys, "The model has 3 classes, digits has 10")
+
+    assert "vit_b16" in run(["presets"], capsys)
+    assert "ft-cifar10" in run(["configs"], capsys)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["pretrain", "--help"])
+    assert exit_info.value.code == 0
+    assert "--accum-steps" in capsys.readouterr().out
