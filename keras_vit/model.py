@@ -28,16 +28,20 @@ def _block_names(num_layers):
     return [f"encoder_block_{i}" for i in range(num_layers)]
 
 
-def _forward(layer, images, training=None, record=None):
+def _forward(layer, images, training=None, record=None, corruption=None):
     """Runs the model's layers in order; `layer(name)` returns each one.
 
     Shared by the functional graph (record=None) and `ViT.intermediates`,
     which records every stage and the attention weights of every block.
+    `corruption`, the (codes, replacement) inputs of masked patch prediction,
+    goes to the "patch_corruption" layer of a model that has one.
     """
     x = images
     if layer.has("resnet"):
         x = layer("resnet")(x)
     x = layer("patch_embedding")(x)                           # x_p E
+    if layer.has("patch_corruption"):                         # Sec. 4.6
+        x = layer("patch_corruption")(x, *corruption)
     for name in ("registers", "class_token"):
         if layer.has(name):
             x = layer(name)(x)                                # [x_class; ...]

@@ -5,6 +5,7 @@ from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MlpBlock
+from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding import resample_position_embeddings
@@ -21,6 +22,7 @@ __all__ = [
     "MlpBlock",
     "MultiHeadAttentionPooling",
     "MultiHeadDotProductAttention",
+    "PatchCorruption",
     "PatchEmbedding",
     "PositionEmbedding",
     "ResNetStem",
