@@ -159,3 +159,20 @@ def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
         main(["pretrain", "--help"])
     assert exit_info.value.code == 0
     assert "--accum-steps" in capsys.readouterr().out
+
+
+def test_masked_patch_run_then_fine_tune_from_it(tmp_path, capsys):
+    mpp = tmp_path / "mpp"
+    out = run(["masked-patch", "--workdir", str(mpp), *TINY, *FAST, "--image-size", "16"], capsys)
+    assert "final_loss" in out and "test accuracy" not in out
+    pre = keras.saving.load_model(mpp / "model.keras", safe_mode=True)
+    ft = tmp_path / "ft"
+    run(["finetune", "--workdir", str(ft), *TINY, *FAST, "--image-size", "16",
+         "--init", str(mpp / "model.keras")], capsys)
+    tuned = keras.saving.load_model(ft / "model.keras", safe_mode=True)
+    assert isinstance(tuned, ViT) and tuned.num_classes == 10
+    # The fine-tuned encoder started from the pre-trained one: its patch
+    # projection moved only a little (4 steps), it was not re-initialised.
+    a = to_numpy(pre.get_layer("patch_embedding").weights[0])
+    b = to_numpy(tuned.get_layer("patch_embedding").weights[0])
+    assert np.abs(a - b).max() < 0.1 * np.abs(a).max()

@@ -30,7 +30,7 @@ def feature_extractor(model):
     after pooling and pre-logits): ``(batch, features)``."""
     if not any(layer.name == "head" for layer in model.layers):
         return model
-    return keras.Model(model.inputs, model.get_layer("head").input, name=f"{model.name}_features")
+    return keras.Model(model.input, model.get_layer("head").input, name=f"{model.name}_features")
 
 
 def _batches(dataset):

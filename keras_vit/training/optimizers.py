@@ -35,17 +35,17 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
       weight decay of TensorFlow's and PyTorch's optimizers included) reads
       the learning rate through this method.
     - The moving average of the weights (``use_ema=True``) is updated once per
-      update, with ``ema_momentum`` per update, as Polyak averaging of the
-      update sequence. Keras updates it after every micro-batch
+      update, with ``ema_momentum`` per update: Polyak averaging of the
+      weights after each update. Keras updates it after every micro-batch
       (``_backend_apply_gradients``, base_optimizer.py line 597, and
-      keras/src/backend/jax/optimizer.py line 88), which would make the
-      momentum per update ``ema_momentum ** k``; between updates the average
-      is now kept as it is.
+      keras/src/backend/jax/optimizer.py line 88), which makes the momentum
+      per update ``ema_momentum ** k``; ``ema_momentum ** (1 / k)`` does not
+      repair it, as the ``k - 1`` micro-batches before each update average the
+      previous weights in again. Between updates the average is now kept.
 
     ``ema_overwrite_frequency`` is refused with accumulation: Keras tests it
     on every micro-batch, so it would overwrite the weights with the average
-    on each of the ``k`` micro-batches of an update, before the average is
-    formed.
+    on all ``k`` micro-batches of an update, also before the update is made.
     """
 
     def __init__(self, learning_rate, **kwargs):
