@@ -317,6 +317,24 @@ def test_fit_polyak_average_with_accumulation_equals_larger_batch():
     assert max(np.abs(a - b).max() for a, b in zip(averaged, plain)) > 1e-3
 
 
+def test_polyak_weights_stay_usable_after_fit(tmp_path):
+    """fit ends with the averages in the model; predicting, saving and reading
+    the weights afterwards must work (on JAX, Keras 3.15 left the weights
+    sharing the averages' arrays, which the next donated call deleted)."""
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    model.compile(optimizer=pretrain_optimizer(0.01, 4, 1, use_ema=True, ema_momentum=0.5),
+                  loss="mse")
+    x = np.random.default_rng(9).normal(size=(8, 4)).astype("float32")
+    model.fit(x, x[:, :3], batch_size=4, epochs=2, verbose=0)
+    averages = [to_numpy(v) for v in model.optimizer._model_variables_moving_average]
+    first = to_numpy(model.predict_on_batch(x))
+    np.testing.assert_allclose(to_numpy(model.predict_on_batch(x)), first)
+    for weight, average in zip(model.trainable_weights, averages):
+        np.testing.assert_array_equal(to_numpy(weight), average)
+    reloaded = save_and_reload(model, tmp_path)
+    np.testing.assert_allclose(to_numpy(reloaded.predict_on_batch(x)), first, atol=1e-6)
+
+
 @pytest.mark.parametrize("make_optimizer", [finetune_optimizer, pretrain_optimizer])
 def test_mixed_float16_fit_updates_in_float32(make_optimizer):
     keras.config.set_dtype_policy("mixed_float16")

@@ -148,10 +148,10 @@ CONFIGS = {
     "digits-finetune": dict(
         kind="finetune", paper="Table 4's recipe (SGD momentum, cosine, clip 1, higher "
         "resolution) scaled down to the embedded digits", dataset="digits", model="vit_ti16",
-        model_args=_DIGITS_MODEL, image_size=24, batch_size=128, steps=300,
-        warmup_steps=30, base_lr=0.01, lr_grid=[0.003, 0.01, 0.03], decay_type="cosine",
+        model_args=_DIGITS_MODEL, image_size=32, batch_size=128, steps=500,
+        warmup_steps=50, base_lr=0.01, lr_grid=[0.003, 0.01, 0.03], decay_type="cosine",
         preprocess="finetune", area_range=[0.7, 1.0], flip=False, train_split="train",
-        log_every=50, checkpoint_every=100,
+        log_every=50, checkpoint_every=250,
     ),
     "digits-mpp": dict(
         kind="masked_patch", paper="Appendix B.1.2 scaled down to the embedded digits",

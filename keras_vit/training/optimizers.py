@@ -43,6 +43,14 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
       repair it, as the ``k - 1`` micro-batches before each update average the
       previous weights in again. Between updates the average is now kept.
 
+    A third, for the JAX backend: when ``fit`` ends it puts the averages into
+    the model (``_overwrite_model_variables_with_average_value``) with
+    ``var.assign(average)``, which makes both variables hold the same JAX
+    array; the next jitted call that donates the model's state (e.g.
+    ``predict_on_batch``) deletes it, and any later read fails with "Array has
+    been deleted" (seen with Keras 3.15's own ``Adam(use_ema=True)``). The
+    weights get a copy of the average instead.
+
     ``ema_overwrite_frequency`` is refused with accumulation: Keras tests it
     on every micro-batch, so it would overwrite the weights with the average
     on all ``k`` micro-batches of an update, also before the update is made.
@@ -58,6 +66,11 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
                 "would overwrite the weights on every micro-batch. Leave it None; "
                 "`fit` puts the averaged weights into the model when it ends."
             )
+
+    def _overwrite_model_variables_with_average_value(self, trainable_variables):
+        for variable, average in zip(trainable_variables, self._model_variables_moving_average):
+            if average is not None:
+                variable.assign(keras.ops.copy(average))
 
     def _get_current_learning_rate(self):
         if isinstance(self._learning_rate, keras.optimizers.schedules.LearningRateSchedule):

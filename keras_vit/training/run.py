@@ -246,9 +246,7 @@ def train(config, workdir, verbose="auto"):
     start = time.perf_counter()
     history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
                         callbacks=callbacks, verbose=verbose, shuffle=False)
-    seconds = time.perf_counter() - start
-    if config["polyak"]:
-        model.optimizer.finalize_variable_values(model.trainable_variables)
+    seconds = time.perf_counter() - start  # fit ends with the Polyak averages (use_ema) in place
 
     results = {"steps": config["steps"], "train_seconds": round(seconds, 1)}
     if history.history.get("loss"):
