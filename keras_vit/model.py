@@ -294,8 +294,9 @@ class ViT(keras.Model):
         self.data_format = data_format
         self.grid_size = grid
         self.num_prefix_tokens = num_prefix
-        # Functional models do not keep `dtype`: the layers' policy is the model's.
-        self._layers_policy = built["encoder_norm"].dtype_policy
+        # Functional models drop `dtype`: the layers' policy is the model's (this
+        # is also what makes `compile` add loss scaling under mixed_float16).
+        self.dtype_policy = built["encoder_norm"].dtype_policy
         self._expected_input_shape = input_shape
 
     # -- construction ---------------------------------------------------------
@@ -401,7 +402,7 @@ class ViT(keras.Model):
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self._layers_policy),
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             "image_size": self.image_size,
             "patch_size": self.patch_size,
             "num_layers": self.num_layers,

@@ -66,3 +66,11 @@ def test_static_shapes_for_tpu():
         for node in layer._inbound_nodes:
             for tensor in node.output_tensors:
                 assert None not in tuple(tensor.shape)[1:], (layer.name, tensor.shape)
+
+
+def test_mixed_float16_compiles_with_loss_scaling():
+    """The model carries its policy, so `compile` adds loss scaling."""
+    model = ViT(**TINY, dtype="mixed_float16")
+    assert model.dtype_policy.name == "mixed_float16"
+    model.compile(optimizer="adam", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)

@@ -283,7 +283,7 @@ class MaskedPatchPredictor(keras.Model):
             setattr(self, key, value)
         self.grid_size = backbone.grid_size
         self.num_prefix_tokens = backbone.num_prefix_tokens
-        self._layers_policy = built["encoder_norm"].dtype_policy
+        self.dtype_policy = built["encoder_norm"].dtype_policy  # as ViT: functional models drop it
 
     @classmethod
     def from_preset(cls, name, **overrides):
@@ -304,7 +304,7 @@ class MaskedPatchPredictor(keras.Model):
         return {
             "name": self.name,
             "trainable": self.trainable,
-            "dtype": keras.dtype_policies.serialize(self._layers_policy),
+            "dtype": keras.dtype_policies.serialize(self.dtype_policy),
             "image_size": self.image_size,
             "patch_size": self.patch_size,
             "num_layers": self.num_layers,

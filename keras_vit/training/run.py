@@ -217,6 +217,7 @@ def train(config, workdir, verbose="auto"):
     before training starts."""
     check_config(config)
     preset_config(config["model"])
+    keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
     source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
     eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
     model = build_model(config, source)
