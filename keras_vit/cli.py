@@ -15,6 +15,8 @@ Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 import argparse
 import sys
 
+from keras_vit.model import ViT
+
 RECIPES = {
     "pretrain": ("pretrain", "digits", "Pre-train a ViT (Table 3: Adam, lr-multiplied weight "
                  "decay, linear warm-up, clip 1; sigmoid or softmax cross-entropy)."),
@@ -22,7 +24,7 @@ RECIPES = {
                  "cosine decay, clip 1, higher resolution with 2-D interpolated position "
                  "embeddings, zero-initialised head)."),
     "masked-patch": ("masked_patch", "digits-mpp", "Masked patch prediction (Appendix B.1.2): "
-                     "50%% of patches corrupted, each predicts its 3-bit mean colour."),
+                     "50% of patches corrupted, each predicts its 3-bit mean colour."),
 }
 
 
@@ -85,7 +87,9 @@ def add_recipe_flags(parser, default_config):
     group.add_argument("--dropout-rate", type=float)
     group.add_argument("--drop-path-rate", type=float, help="stochastic depth")
     group.add_argument("--loss", choices=("softmax", "sigmoid"),
-                       help="sigmoid: multi-label pre-training (i21k, JFT) with the head bias at -10")
+                       help="sigmoid: multi-label pre-training (i21k, JFT); use it with "
+                       "--head-bias-init -10, as the Table 3 configs do")
+    group.add_argument("--head-bias-init", type=float, help="initial head bias (-10 for i21k, JFT)")
     group.add_argument("--label-smoothing", type=float)
     group.add_argument("--polyak", type=float, help="Polyak (EMA) averaging of the weights, e.g. 0.9999")
     group.add_argument("--randaugment", type=_randaugment, metavar="N,M",
@@ -107,7 +111,7 @@ def _overrides(args):
     keys = ("dataset", "data_dir", "train_split", "eval_split", "model", "model_args", "image_size",
             "batch_size", "accum_steps", "steps", "warmup_steps", "base_lr", "decay_type",
             "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
-            "label_smoothing", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
+            "label_smoothing", "head_bias_init", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
             "checkpoint_every", "few_shot", "init", "strategy")
     return {key: getattr(args, key) for key in keys}
 
@@ -132,16 +136,36 @@ def _load_model(path, image_size=None, num_classes=None):
 
     import keras
 
-    from keras_vit import ViT
+    from keras_vit.weights import transfer_weights
 
     if str(path).endswith(".keras"):
         if not pathlib.Path(path).exists():
             raise ValueError(f"No model at {path}.")
         model = keras.saving.load_model(path, safe_mode=True, compile=False)
-        if image_size and isinstance(model, ViT) and model.image_size != (image_size, image_size):
+        if not isinstance(model, ViT):
+            if image_size or num_classes is not None:
+                raise ValueError(f"{path} holds a {type(model).__name__}, not a ViT: it "
+                                 "cannot be resized or given a new head here.")
+            return model
+        if image_size and model.image_size != (image_size, image_size):
             model = model.with_image_size(image_size)
+        if num_classes is not None and num_classes != model.num_classes:
+            new = ViT(**{**model.get_config(), "num_classes": num_classes, "class_names": None})
+            transfer_weights(model, new, skip=("head",))  # a new, zero-initialised head
+            model = new
         return model
     return ViT.from_checkpoint(path, image_size=image_size, num_classes=num_classes)
+
+
+def _classifier(model, path):
+    """`model` if it is a ViT with a per-image classification head."""
+    if not isinstance(model, ViT) or not model.num_classes or model.pooling == "none":
+        raise ValueError(
+            f"{path} has no per-image classification head ({type(model).__name__}, output "
+            f"shape {model.output_shape}). `predict` needs a classifier: fine-tune it first "
+            "(`keras-vit finetune --init ...`)."
+        )
+    return model
 
 
 def _presets(args):
@@ -168,13 +192,11 @@ def _predict(args):
 
     from keras_vit.data import read_images
 
-    model = _load_model(args.model)
+    model = _classifier(_load_model(args.model), args.model)
     size = model.image_size
     images = read_images(args.images, size)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
-    if logits.ndim != 2:
-        raise ValueError(f"{args.model} has no classification head (output shape {logits.shape}).")
     shifted = np.exp(logits - logits.max(-1, keepdims=True))
     probabilities = shifted / shifted.sum(-1, keepdims=True)
     for path, row in zip(args.images, probabilities):
@@ -189,6 +211,11 @@ def _evaluate(args):
     from keras_vit.training import evaluation
 
     model = _load_model(args.model, args.image_size)
+    if not isinstance(model, ViT):
+        raise ValueError(
+            f"{args.model} is a {type(model).__name__}, not a ViT: fine-tune it first "
+            "(`keras-vit finetune --init ...`), then evaluate the ViT."
+        )
     size = tuple(model.image_size)
     source = vit_data.load_source(args.dataset, args.split, args.data_dir)
     test = vit_data.input_pipeline(source, image_size=size, batch_size=args.batch_size, training=False)
@@ -233,7 +260,7 @@ def build_parser():
     commands.add_parser("configs", help="list the named training configs (Tables 3 and 4)")
 
     for command, (_, default, description) in RECIPES.items():
-        sub = commands.add_parser(command, help=description.split(" (")[0].lower(),
+        sub = commands.add_parser(command, help=description.split(" (")[0],
                                   description=description)
         add_recipe_flags(sub, default)
 
@@ -241,9 +268,9 @@ def build_parser():
                               description="Print the top-k classes of each image file. The "
                               "images are read, resized and scaled to [-1, 1] for you.")
     sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
-    sub.add_argument("images", nargs="+", help="JPEG/PNG files")
-    sub.add_argument("--top-k", type=int, default=5)
-    sub.add_argument("--batch-size", type=int, default=32)
+    sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
+    sub.add_argument("--top-k", type=int, default=5, help="classes to print per image")
+    sub.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
 
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
@@ -251,10 +278,10 @@ def build_parser():
     sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
     sub.add_argument("--dataset", default="digits", help="digits, a TFDS name or an image folder")
     sub.add_argument("--data-dir", help="TFDS data directory")
-    sub.add_argument("--split", default="test")
+    sub.add_argument("--split", default="test", help="the split to evaluate on (TFDS syntax)")
     sub.add_argument("--train-split", default="train", help="where few-shot examples come from")
     sub.add_argument("--image-size", type=int, help="evaluate at this resolution")
-    sub.add_argument("--batch-size", type=int, default=64)
+    sub.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
     sub.add_argument("--few-shot", type=_ints, metavar="K,K", help="e.g. 1,5,10,25")
 
     sub = commands.add_parser("convert", help="a checkpoint to a .keras file",

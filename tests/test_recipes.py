@@ -142,9 +142,19 @@ def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
     out = run(["predict", str(path), str(image), "--top-k", "2"], capsys)
     assert out.startswith(f"{image}: dog (") and "%)" in out
 
-    out = run(["convert", str(path), str(tmp_path / "big.keras"), "--image-size", "32"], capsys)
+    out = run(["convert", str(path), str(tmp_path / "big.keras"), "--image-size", "32",
+               "--num-classes", "4"], capsys)
     assert "32x32 px" in out
-    assert keras.saving.load_model(tmp_path / "big.keras").image_size == (32, 32)
+    big = keras.saving.load_model(tmp_path / "big.keras")
+    assert big.image_size == (32, 32) and big.num_classes == 4
+    assert not to_numpy(big.get_layer("head").kernel).any(), "a new zero head"
+    np.testing.assert_array_equal(to_numpy(big.get_layer("encoder_norm").gamma),
+                                  to_numpy(model.get_layer("encoder_norm").gamma))
+
+    ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+        num_classes=0).save(tmp_path / "headless.keras")
+    fails(["predict", str(tmp_path / "headless.keras"), str(image)], capsys,
+          "has no per-image classification head")
 
     digits = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
                  num_classes=10)

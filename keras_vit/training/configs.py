@@ -33,7 +33,6 @@ _COMMON = dict(
     base_lr=1e-3,
     lr_grid=[],
     decay_type="cosine",
-    linear_end=1e-5,
     weight_decay=0.0,
     grad_norm_clip=1.0,
     dropout_rate=0.0,
@@ -49,12 +48,10 @@ _COMMON = dict(
     randaugment=None,
     mixup=0.0,
     cutmix=0.0,
-    eval_image_size=None,
     dtype="float32",
     seed=0,
     init=None,
     strategy="none",
-    log_every=50,
     checkpoint_every=1000,
     few_shot=[],
 )
@@ -143,21 +140,21 @@ CONFIGS = {
         model_args=_DIGITS_MODEL, image_size=16, batch_size=128, steps=1500,
         warmup_steps=100, base_lr=3e-3, decay_type="cosine", weight_decay=0.1,
         dropout_rate=0.0, preprocess="inception", area_range=[0.7, 1.0], flip=False,
-        log_every=100, checkpoint_every=500, few_shot=[1, 5, 10],
+        checkpoint_every=500, few_shot=[1, 5, 10],
     ),
     "digits-finetune": dict(
         kind="finetune", paper="Table 4's recipe (SGD momentum, cosine, clip 1, higher "
         "resolution) scaled down to the embedded digits", dataset="digits", model="vit_ti16",
         model_args=_DIGITS_MODEL, image_size=32, batch_size=128, steps=500,
         warmup_steps=50, base_lr=0.01, lr_grid=[0.003, 0.01, 0.03], decay_type="cosine",
-        preprocess="finetune", area_range=[0.7, 1.0], flip=False, train_split="train",
-        log_every=50, checkpoint_every=250,
+        preprocess="finetune", area_range=[0.9, 1.0], flip=False, train_split="train",
+        checkpoint_every=250,
     ),
     "digits-mpp": dict(
         kind="masked_patch", paper="Appendix B.1.2 scaled down to the embedded digits",
         dataset="digits", model="vit_ti16", model_args=_DIGITS_MODEL, image_size=16,
         batch_size=128, steps=600, warmup_steps=50, base_lr=2e-3, decay_type="cosine",
-        weight_decay=0.1, preprocess="resize", flip=False, log_every=100, checkpoint_every=300,
+        weight_decay=0.1, preprocess="resize", flip=False, checkpoint_every=300,
     ),
 }
 

@@ -7,7 +7,7 @@ The work directory holds everything of the run:
     checkpoints/         the latest state (weights, optimizer, step), written by
                          keras.callbacks.BackupAndRestore at every checkpoint
     tensorboard/         TensorBoard logs (loss, accuracy, learning rate)
-    log.csv              the same numbers, one row per logging interval
+    log.csv              the same numbers, one row per checkpoint interval
     model.keras          the trained model (Polyak-averaged weights if asked)
     results.json         held-out accuracy (and few-shot accuracies)
 
@@ -32,10 +32,6 @@ from keras_vit.training.optimizers import finetune_optimizer
 from keras_vit.training.optimizers import pretrain_optimizer
 from keras_vit.weights import CheckpointError
 from keras_vit.weights import transfer_weights
-
-# Keys that may differ when a run is started again in its work directory.
-_RESUMABLE_KEYS = ("log_every",)
-
 
 class RunError(ValueError):
     """A run that cannot start; raised before any training."""
@@ -156,10 +152,6 @@ def eval_dataset(config, source, image_size=None):
 
 # -- the work directory -------------------------------------------------------
 
-def _comparable(config):
-    return {k: v for k, v in config.items() if k not in _RESUMABLE_KEYS}
-
-
 def prepare_workdir(workdir, config):
     """Creates the work directory and writes config.json, or checks that the
     one already there describes the same run (a resume)."""
@@ -172,7 +164,7 @@ def prepare_workdir(workdir, config):
         changed = {
             k: (previous.get(k), record.get(k))
             for k in sorted(set(previous) | set(record))
-            if k not in _RESUMABLE_KEYS and previous.get(k) != record.get(k)
+            if previous.get(k) != record.get(k)
         }
         if changed:
             lines = "\n".join(f"    {k}: was {a!r}, now {b!r}" for k, (a, b) in changed.items())
@@ -260,6 +252,9 @@ def train(config, workdir, verbose="auto"):
                 source.num_classes, shots=config["few_shot"],
             )
     model.save(workdir / "model.keras")
-    (workdir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    path = workdir / "results.json"
+    if path.exists():  # a finished run started again keeps what it recorded
+        results = {**results, **json.loads(path.read_text())}
+    path.write_text(json.dumps(results, indent=2) + "\n")
     return model, results
 

@@ -35,7 +35,7 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         if warmup_steps:
           lr = lr * jnp.minimum(1., step / warmup_steps)
 
-    with ``lr = base``. ``step`` counts optimizer updates from 0 (optax's
+    with ``lr = base_lr``. ``step`` counts optimizer updates from 0 (optax's
     count), so with warm-up the first update has learning rate 0. The
     optimizers of `keras_vit.training.optimizers` call it with the update
     count also under gradient accumulation.
