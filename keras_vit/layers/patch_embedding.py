@@ -53,7 +53,10 @@ class PatchEmbedding(keras.layers.Layer):
             kernel_size=self.patch_size,
             strides=self.patch_size,
             padding="valid",
-            data_format=self.data_format,
+            # channels_first images are transposed in `call`: TensorFlow has no
+            # NCHW convolution on CPUs without oneDNN (no AVX-512), and the
+            # kernel (P_h, P_w, C, D) is the same for both layouts.
+            data_format="channels_last",
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
             dtype=self.dtype_policy,
@@ -89,12 +92,15 @@ class PatchEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         self.grid_size(input_shape)
-        self.projection.build(tuple(input_shape))
+        input_shape = tuple(input_shape)
+        if self.data_format == "channels_first":
+            input_shape = (input_shape[0], *input_shape[2:], input_shape[1])
+        self.projection.build(input_shape)
 
     def call(self, images):
-        x = self.projection(images)
         if self.data_format == "channels_first":
-            x = ops.transpose(x, (0, 2, 3, 1))
+            images = ops.transpose(images, (0, 2, 3, 1))
+        x = self.projection(images)
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_dim))
 
