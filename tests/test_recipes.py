@@ -101,6 +101,7 @@ def test_a_different_config_in_a_workdir_is_refused(tmp_path, capsys):
      "--batch-size 100 is not divisible by --accum-steps 3"),
     (["pretrain", "--warmup-steps", "5000"], "--warmup-steps 5000 must be at least 0 and below --steps"),
     (["finetune", "--init", "/no/such/file.keras"], "--init /no/such/file.keras: no such file"),
+    (["pretrain", "--init", "x.npz"], "--init is for fine-tuning"),
 ])
 def test_bad_input_fails_before_training(argv, message, tmp_path, capsys):
     workdir = tmp_path / "run"

@@ -223,6 +223,11 @@ def check_config(config):
         raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {config['loss']!r}.")
     if config["decay_type"] not in ("cosine", "linear"):
         raise ValueError(f"--decay-type must be 'cosine' or 'linear', got {config['decay_type']!r}.")
+    if config["init"] and config["kind"] != "finetune":
+        raise ValueError(
+            f"--init is for fine-tuning; config {config['name']!r} is a {config['kind']} run, "
+            "which starts from fresh weights. Use `keras-vit finetune --init ...`."
+        )
     if config["strategy"] != "none":
         raise ValueError(
             f"--strategy {config['strategy']!r}: only 'none' (one device) is available in this "
