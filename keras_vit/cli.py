@@ -136,8 +136,6 @@ def _load_model(path, image_size=None, num_classes=None):
 
     import keras
 
-    from keras_vit.weights import transfer_weights
-
     if str(path).endswith(".keras"):
         if not pathlib.Path(path).exists():
             raise ValueError(f"No model at {path}.")
@@ -150,9 +148,8 @@ def _load_model(path, image_size=None, num_classes=None):
         if image_size and model.image_size != (image_size, image_size):
             model = model.with_image_size(image_size)
         if num_classes is not None and num_classes != model.num_classes:
-            new = ViT(**{**model.get_config(), "num_classes": num_classes, "class_names": None})
-            transfer_weights(model, new, skip=("head",))  # a new, zero-initialised head
-            model = new
+            # a new, zero-initialised head
+            model = model.with_config(skip=("head",), num_classes=num_classes, class_names=None)
         return model
     return ViT.from_checkpoint(path, image_size=image_size, num_classes=num_classes)
 

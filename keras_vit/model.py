@@ -332,10 +332,18 @@ class ViT(keras.Model):
         """A copy of this model for another resolution: same weights, the
         position embeddings 2-D interpolated to the new patch grid (Sec. 3.2).
         `method` is ``"bilinear"`` (vit_jax) or ``"bicubic"`` (timm)."""
+        return self.with_config(image_size=image_size, method=method)
+
+    def with_config(self, skip=(), method="bilinear", **changes):
+        """A copy of this model with some constructor arguments changed
+        (`changes`) and the weights copied by name: learned position
+        embeddings are 2-D interpolated to a new patch grid, and the layers
+        named in `skip` (e.g. ``("head",)`` for a new number of classes) keep
+        their fresh initial values."""
         from keras_vit.weights import transfer_weights
 
-        model = type(self).from_config({**self.get_config(), "image_size": image_size})
-        transfer_weights(self, model, method=method)
+        model = type(self).from_config({**self.get_config(), **changes})
+        transfer_weights(self, model, method=method, skip=skip)
         return model
 
     # -- use ------------------------------------------------------------------

@@ -31,7 +31,6 @@ from keras_vit.training.configs import check_config
 from keras_vit.training.optimizers import finetune_optimizer
 from keras_vit.training.optimizers import pretrain_optimizer
 from keras_vit.weights import CheckpointError
-from keras_vit.weights import transfer_weights
 
 class RunError(ValueError):
     """A run that cannot start; raised before any training."""
@@ -80,11 +79,10 @@ def load_init(path, config, num_classes, class_names=None):
                 f"--init {path}: a {type(source).__name__}, not a keras_vit ViT or "
                 "MaskedPatchPredictor; fine-tuning starts from one of those."
             )
-        target = ViT(**{**source.get_config(), "image_size": config["image_size"],
-                        "num_classes": num_classes, "representation_size": None,
-                        "name": "vit", **overrides})
-        transfer_weights(source, target, skip=("head", "pre_logits"))
-        return target
+        return source.with_config(
+            skip=("head", "pre_logits"), image_size=config["image_size"], num_classes=num_classes,
+            representation_size=None, name="vit", **overrides,
+        )
     try:
         return ViT.from_checkpoint(path, image_size=config["image_size"],
                                    num_classes=num_classes, representation_size=None, **overrides)
@@ -143,9 +141,9 @@ def train_dataset(config, source, start_batch=0):
     return dataset
 
 
-def eval_dataset(config, source, image_size=None):
+def eval_dataset(config, source):
     return vit_data.input_pipeline(
-        source, image_size=image_size or config["image_size"],
+        source, image_size=config["image_size"],
         batch_size=min(config["batch_size"], 256), training=False,
     )
 
