@@ -15,6 +15,7 @@ Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 import argparse
 import sys
 
+from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.model import ViT
 
 RECIPES = {
@@ -99,12 +100,30 @@ def add_recipe_flags(parser, default_config):
     group.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"))
     group.add_argument("--seed", type=int, help="data order, augmentation and initialisation")
     group.add_argument("--checkpoint-every", type=int, help="updates between checkpoints")
+    group.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default 3)")
     group.add_argument("--few-shot", type=_ints, metavar="K,K",
                        help="also report few-shot linear accuracy for these shots")
     group.add_argument("--init", help="fine-tuning: a .keras file or any checkpoint "
                        "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors)")
-    group.add_argument("--strategy", choices=("none",),
-                       help="distribution strategy (one device in this version)")
+    scale = parser.add_argument_group(
+        "scale-out (docs/distributed.md)",
+        "TensorFlow: tpu, mirrored, multi_worker (reads TF_CONFIG); JAX: data_parallel, "
+        "model_parallel; torch: none. The global batch, learning rate and steps mean the same run "
+        "under every strategy.")
+    scale.add_argument("--strategy", choices=ALL_STRATEGIES, help="default none: one device")
+    scale.add_argument("--steps-per-execution", type=int,
+                       help="batches per compiled call (TPU: e.g. 50); must divide the batches "
+                       "between checkpoints")
+    scale.add_argument("--tpu", help="tpu: the TPU name or address; 'local' on a Cloud TPU VM "
+                       "(default: the TPU_NAME environment variable)")
+    scale.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="JAX, several hosts: the address of process 0")
+    scale.add_argument("--num-processes", type=int, help="JAX, several hosts: processes in all")
+    scale.add_argument("--process-id", type=int, help="JAX, several hosts: this process, 0..N-1")
+    scale.add_argument("--model-axis", type=int, default=2,
+                       help="model_parallel: devices that split each layer's heads and MLP (default 2)")
+    scale.add_argument("--host-devices", type=int,
+                       help="split the host CPU into N logical devices (to try a strategy on a CPU)")
 
 
 def _overrides(args):
@@ -112,18 +131,25 @@ def _overrides(args):
             "batch_size", "accum_steps", "steps", "warmup_steps", "base_lr", "decay_type",
             "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
             "label_smoothing", "head_bias_init", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
-            "checkpoint_every", "few_shot", "init", "strategy")
+            "checkpoint_every", "keep_checkpoints", "few_shot", "init", "strategy",
+            "steps_per_execution")
     return {key: getattr(args, key) for key in keys}
 
 
 def _run_recipe(args):
+    from keras_vit import distribution
     from keras_vit.training import resolve_config
     from keras_vit.training import train
 
     config = resolve_config(args.config, _overrides(args), kind=RECIPES[args.command][0])
     if config["kind"] == "finetune" and not config["init"]:
         print("note: no --init given: fine-tuning starts from random weights.", file=sys.stderr)
-    _, results = train(config, args.workdir)
+    topology = distribution.setup(
+        config["strategy"], tpu=args.tpu, coordinator=args.coordinator,
+        num_processes=args.num_processes, process_id=args.process_id, model_axis=args.model_axis,
+        host_devices=args.host_devices,
+    )
+    _, results = train(config, args.workdir, topology=topology)
     for key, value in results.items():
         print(f"{key}: {value}")
     if "test_accuracy" in results:

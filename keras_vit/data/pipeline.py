@@ -42,6 +42,7 @@ def input_pipeline(
     repeat=None,
     drop_remainder=None,
     start_batch=0,
+    shard=None,
     data_dir=None,
 ):
     """Batches of preprocessed images and one-hot labels.
@@ -77,6 +78,13 @@ def input_pipeline(
         start_batch: int. Start the stream at this batch: the result equals
             the stream from batch 0 with `start_batch` batches skipped
             (for resuming a run mid-epoch).
+        shard: None, or (index, count): this input pipeline's rows of every
+            batch, for one of `count` workers or hosts sharing each global
+            batch of `batch_size` (rows ``[index * b, (index + 1) * b)``
+            with ``b = batch_size / count``). Only those rows are cropped
+            and augmented, so the shards together are the unsharded batches
+            exactly, except that MixUp and CutMix mix within a shard.
+            Needs `drop_remainder`.
         data_dir: TFDS data folder, when `source` is a name.
 
     Returns:
@@ -116,6 +124,7 @@ def input_pipeline(
                         ("flip", flip)):
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    shard_index, shard_count = _check_shard(shard, batch_size, drop_remainder)
     augment = BatchAugment(randaugment, mixup, cutmix) if training else None
 
     root = tf.constant([seed, 0], tf.int64)
@@ -158,9 +167,13 @@ def input_pipeline(
     first_epoch, offset = divmod(first, source.num_examples)
     epochs = tf.data.Dataset.range(first_epoch, tf.int64.max if repeat else 1)
     dataset = epochs.flat_map(epoch).skip(offset).enumerate(start=first)
+    if shard_count > 1:
+        rows = batch_size // shard_count
+        dataset = dataset.filter(lambda index, _: (index % batch_size) // rows == shard_index)
     dataset = dataset.map(element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     dataset = dataset.batch(
-        batch_size, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        batch_size // shard_count, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(  # flat_map hides it from Keras
         _num_batches(source.num_examples - first, batch_size, drop_remainder) if not repeat
@@ -179,6 +192,25 @@ def _num_batches(num_examples, batch_size, drop_remainder):
 
 def _is_int(value):
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_shard(shard, batch_size, drop_remainder):
+    if shard is None:
+        return 0, 1
+    try:
+        index, count = shard
+        valid = _is_int(index) and _is_int(count) and 0 <= index < count
+    except (TypeError, ValueError):
+        valid = False
+    if not valid:
+        raise ValueError(f"`shard` must be (index, count) with 0 <= index < count, got {shard!r}.")
+    if batch_size % count:
+        raise ValueError(
+            f"`batch_size` {batch_size} does not split into {count} equal shards; use a multiple of {count}."
+        )
+    if count > 1 and not drop_remainder:
+        raise ValueError("A sharded pipeline needs `drop_remainder=True`: every shard gets full batches.")
+    return index, count
 
 
 def _check_area_range(area_range):

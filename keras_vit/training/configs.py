@@ -9,6 +9,7 @@ is the global batch, which ``accum_steps`` micro-batches make up.
 
 import math
 
+from keras_vit.distribution import check_strategy
 from keras_vit.presets import preset_config
 
 # Training-set sizes used to turn the paper's epochs into steps.
@@ -52,7 +53,9 @@ _COMMON = dict(
     seed=0,
     init=None,
     strategy="none",
+    steps_per_execution=1,
     checkpoint_every=1000,
+    keep_checkpoints=3,
     few_shot=[],
 )
 
@@ -160,6 +163,10 @@ CONFIGS = {
 
 CONFIGS = {name: {**_COMMON, **config, "name": name} for name, config in CONFIGS.items()}
 
+# Where and how a run executes, not what it computes: a run may resume with
+# other values (on another slice or strategy after a preemption).
+PLACEMENT_KEYS = ("strategy", "steps_per_execution", "keep_checkpoints")
+
 KINDS = ("pretrain", "finetune", "masked_patch")
 
 
@@ -228,9 +235,9 @@ def check_config(config):
             f"--init is for fine-tuning; config {config['name']!r} is a {config['kind']} run, "
             "which starts from fresh weights. Use `keras-vit finetune --init ...`."
         )
-    if config["strategy"] != "none":
-        raise ValueError(
-            f"--strategy {config['strategy']!r}: only 'none' (one device) is available in this "
-            "version; TPU, mirrored and JAX multi-device strategies come with the scale-out work."
-        )
+    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
+        value = config[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
+    check_strategy(config["strategy"])
     return config

@@ -4,15 +4,20 @@ masked patch prediction, through ``model.fit``.
 The work directory holds everything of the run:
 
     config.json          the resolved config (flags applied), and the backend
-    checkpoints/         the latest state (weights, optimizer, step), written by
-                         keras.callbacks.BackupAndRestore at every checkpoint
+    checkpoints/         the newest few checkpoints: every variable of the model
+                         (with dropout's random state) and optimizer, and the
+                         step, every `checkpoint_every` updates and at the end
+                         (`keras_vit.training.checkpoints`)
     tensorboard/         TensorBoard logs (loss, accuracy, learning rate)
     log.csv              the same numbers, one row per checkpoint interval
     model.keras          the trained model (Polyak-averaged weights if asked)
     results.json         held-out accuracy (and few-shot accuracies)
 
-Starting the same command again in the same directory continues from the last
-checkpoint; a different config there is refused and nothing is overwritten.
+Starting the same command again in the same directory continues from the
+newest usable checkpoint, with the data stream at the same position, and ends
+with the weights of a run never interrupted; a different config there is
+refused and nothing is overwritten. Under a distribution strategy only the
+chief process writes the directory.
 """
 
 import json
@@ -22,11 +27,16 @@ import time
 import keras
 
 from keras_vit import data as vit_data
+from keras_vit.distribution import Topology
+from keras_vit.distribution import to_numpy
 from keras_vit.model import ViT
 from keras_vit.presets import preset_config
 from keras_vit.training import evaluation
 from keras_vit.training import losses
 from keras_vit.training import masked_patch
+from keras_vit.training.checkpoints import CheckpointManager
+from keras_vit.training.checkpoints import Checkpointing
+from keras_vit.training.configs import PLACEMENT_KEYS
 from keras_vit.training.configs import check_config
 from keras_vit.training.optimizers import finetune_optimizer
 from keras_vit.training.optimizers import pretrain_optimizer
@@ -125,13 +135,15 @@ def build_optimizer(config):
 
 # -- data ---------------------------------------------------------------------
 
-def train_dataset(config, source, start_batch=0):
+def train_dataset(config, source, start_batch=0, shard=None):
+    """The micro-batches of the run from `start_batch` on (this pipeline's
+    rows of them with `shard`)."""
     micro_batch = config["batch_size"] // config["accum_steps"]
     dataset = vit_data.input_pipeline(
         source, image_size=config["image_size"], batch_size=micro_batch, training=True,
         preprocess=config["preprocess"], seed=config["seed"], area_range=config["area_range"],
         flip=config["flip"], randaugment=config["randaugment"], mixup=config["mixup"],
-        cutmix=config["cutmix"], start_batch=start_batch,
+        cutmix=config["cutmix"], start_batch=start_batch, shard=shard,
     )
     if config["kind"] == "masked_patch":
         patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
@@ -150,11 +162,11 @@ def eval_dataset(config, source):
 
 # -- the work directory -------------------------------------------------------
 
-def prepare_workdir(workdir, config):
+def prepare_workdir(workdir, config, write=True):
     """Creates the work directory and writes config.json, or checks that the
-    one already there describes the same run (a resume)."""
+    one already there describes the same run (a resume; the placement keys
+    may differ). Only checks when `write` is False (not the chief)."""
     workdir = pathlib.Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     path = workdir / "config.json"
     record = {**config, "backend": keras.backend.backend()}
     if path.exists():
@@ -162,7 +174,7 @@ def prepare_workdir(workdir, config):
         changed = {
             k: (previous.get(k), record.get(k))
             for k in sorted(set(previous) | set(record))
-            if previous.get(k) != record.get(k)
+            if previous.get(k) != record.get(k) and k not in PLACEMENT_KEYS
         }
         if changed:
             lines = "\n".join(f"    {k}: was {a!r}, now {b!r}" for k, (a, b) in changed.items())
@@ -170,7 +182,9 @@ def prepare_workdir(workdir, config):
                 f"{workdir} holds a run with a different config:\n{lines}\n"
                 "Nothing there was changed. Use another --workdir, or the same flags to resume."
             )
+    if not write:
         return workdir
+    workdir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
@@ -184,13 +198,6 @@ def updates_per_epoch(config):
     return max(d for d in range(1, every + 1) if steps % d == 0)
 
 
-def _resume_epoch(checkpoints):
-    metadata = checkpoints / "training_metadata.json"
-    if metadata.exists():
-        return int(json.loads(metadata.read_text())["epoch"])
-    return 0
-
-
 class LearningRateLogger(keras.callbacks.Callback):
     """Adds the optimizer's current learning rate to the logs."""
 
@@ -201,43 +208,84 @@ class LearningRateLogger(keras.callbacks.Callback):
 
 # -- the run ------------------------------------------------------------------
 
-def train(config, workdir, verbose="auto"):
+def train(config, workdir, verbose="auto", topology=None):
     """Runs `config` (a resolved config dict) in `workdir`; returns the
-    trained model and a dict of results. Every check that can fail does so
-    before training starts."""
+    trained model (on one device) and a dict of results. Every check that
+    can fail does so before training starts.
+
+    Args:
+        config: a resolved config (`resolve_config`).
+        workdir: the run's directory; a run there with the same config is
+            resumed.
+        verbose: `model.fit`'s verbosity.
+        topology: a `keras_vit.distribution.Topology` from
+            `keras_vit.distribution.setup(config["strategy"], ...)`; None for
+            one device.
+    """
     check_config(config)
     preset_config(config["model"])
-    keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
-    source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
-    eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
-    model = build_model(config, source)
-    workdir = prepare_workdir(workdir, config)
-    checkpoints = workdir / "checkpoints"
-
+    topology = topology or Topology()
+    if topology.strategy != config["strategy"]:
+        raise RunError(
+            f"The config asks for --strategy {config['strategy']} but the topology is set up for "
+            f"{topology.strategy}; pass keras_vit.distribution.setup(config['strategy'], ...)."
+        )
+    micro_batch = config["batch_size"] // config["accum_steps"]
+    topology.check_batch(micro_batch, "--batch-size / --accum-steps" if config["accum_steps"] > 1
+                         else "--batch-size")
     per_epoch = updates_per_epoch(config)
     epochs = config["steps"] // per_epoch
     micro_per_epoch = per_epoch * config["accum_steps"]
-    initial_epoch = _resume_epoch(checkpoints)
-    dataset = train_dataset(config, source, start_batch=initial_epoch * micro_per_epoch)
+    if micro_per_epoch % config["steps_per_execution"]:
+        raise RunError(
+            f"--steps-per-execution {config['steps_per_execution']} must divide the "
+            f"{micro_per_epoch} batches between checkpoints (--checkpoint-every {per_epoch} updates "
+            f"of {config['accum_steps']} micro-batches)."
+        )
+    keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
+    source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
+    eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
+    workdir = prepare_workdir(workdir, config, write=topology.is_chief)
+    manager = CheckpointManager(workdir / "checkpoints", keep=config["keep_checkpoints"],
+                                write=topology.is_chief)
 
-    model.compile(
-        optimizer=build_optimizer(config), loss=build_loss(config),
-        metrics=None if config["kind"] == "masked_patch" else [keras.metrics.CategoricalAccuracy(name="accuracy")],
-        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-        if config["kind"] == "masked_patch" else None,
-    )
-    callbacks = [
-        keras.callbacks.BackupAndRestore(str(checkpoints), save_freq="epoch", delete_checkpoint=False,
-                                         double_checkpoint=True),
-        LearningRateLogger(),
-        keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=True),
-        keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="epoch"),
-    ]
-    start = time.perf_counter()
-    history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
-                        callbacks=callbacks, verbose=verbose, shuffle=False)
-    seconds = time.perf_counter() - start  # fit ends with the Polyak averages (use_ema) in place
+    topology.shard_model({**preset_config(config["model"]), **config["model_args"]})
+    with topology.scope():
+        model = build_model(config, source)
+        model.compile(
+            optimizer=build_optimizer(config), loss=build_loss(config),
+            metrics=None if config["kind"] == "masked_patch"
+            else [keras.metrics.CategoricalAccuracy(name="accuracy")],
+            weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+            if config["kind"] == "masked_patch" else None,
+            jit_compile=keras.backend.backend() != "torch",
+            steps_per_execution=config["steps_per_execution"],
+        )
+        model.optimizer.build(model.trainable_variables)
+        resumed = manager.restore(model)
+        initial_epoch = resumed["epoch"] if resumed else 0
+        dataset = topology.distribute_dataset(
+            lambda index, count: train_dataset(config, source, initial_epoch * micro_per_epoch,
+                                               shard=(index, count)),
+            micro_batch,
+        )
+        callbacks = [Checkpointing(manager, per_epoch), LearningRateLogger(), keras.callbacks.TerminateOnNaN()]
+        if topology.is_chief:
+            callbacks += [
+                keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=True),
+                keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="epoch"),
+            ]
+        start = time.perf_counter()
+        history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
+                            initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose,
+                            shuffle=False)
+        seconds = time.perf_counter() - start
+        # fit ends with the Polyak averages (use_ema) in place; every process
+        # takes part in gathering sharded weights.
+        weights = [to_numpy(w) for w in model.weights]
+    model = single_device_copy(model, weights)
+    if not topology.is_chief:
+        return model, {}
 
     results = {"steps": config["steps"], "train_seconds": round(seconds, 1)}
     if history.history.get("loss"):
@@ -256,3 +304,12 @@ def train(config, workdir, verbose="auto"):
     path.write_text(json.dumps(results, indent=2) + "\n")
     return model, results
 
+
+def single_device_copy(model, weights):
+    """A fresh, uncompiled copy of `model` with `weights` (numpy, in
+    `model.weights` order), outside any distribution: what is saved and
+    evaluated."""
+    copy = model.__class__.from_config(model.get_config())
+    for variable, value in zip(copy.weights, weights, strict=True):
+        variable.assign(value)
+    return copy

@@ -1,0 +1,207 @@
+"""Checkpoints of a training run that survive being killed at any moment.
+
+A checkpoint is the whole state a run needs to go on exactly: the model's
+variables (weights and the random state of dropout and stochastic depth),
+the optimizer's (moments, step counters, Polyak averages, loss scale) and
+the step, from which the data stream's position follows. In
+``checkpoints/``:
+
+    ckpt-000000300.npz    the variables, in the order of `model.variables`
+                          then `model.optimizer.variables` (and, on torch,
+                          its global random state)
+    ckpt-000000300.json   its record: step, epoch, the variables' paths and
+                          shapes, and the .npz's size and SHA-256
+
+Each file is written to a temporary name, flushed to disk and renamed, the
+record last: a checkpoint exists once its record does. Reading checks the
+record, the size, the hash and every variable's shape; a damaged or partial
+checkpoint is reported and skipped for the one before it. The newest `keep`
+are kept.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import re
+import signal
+import warnings
+
+import keras
+import numpy as np
+
+from keras_vit.distribution import to_numpy
+
+_NAME = re.compile(r"ckpt-(\d{9})\.json$")
+# Testing hook: "batch:N" kills this process (SIGKILL) after the N-th batch it trains,
+# "checkpoint:N" while writing the checkpoint of step N (the data in place,
+# its record not yet); nothing else reads it.
+KILL_AT = "KERAS_VIT_KILL_AT"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used."""
+
+
+def _state(model):
+    return list(model.variables) + list(model.optimizer.variables)
+
+
+def _backend_rng():
+    """Random state outside Keras variables: the torch backend's dropout
+    without a seed draws from torch's global generators."""
+    if keras.backend.backend() != "torch":
+        return {}
+    import torch
+
+    states = {"torch_cpu": torch.get_rng_state().numpy()}
+    if torch.cuda.is_available():
+        states.update({f"torch_cuda{i}": s.numpy() for i, s in enumerate(torch.cuda.get_rng_state_all())})
+    return states
+
+
+def _set_backend_rng(states):
+    if not states:
+        return
+    import torch
+
+    torch.set_rng_state(torch.from_numpy(states.pop("torch_cpu")))
+    if states:
+        torch.cuda.set_rng_state_all([torch.from_numpy(states[f"torch_cuda{i}"]) for i in range(len(states))])
+
+
+def _fsync_write(path, write):
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as file:
+        write(file)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+def _sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _kill_requested(kind, number):
+    return os.environ.get(KILL_AT) == f"{kind}:{number}"
+
+
+class CheckpointManager:
+    """Writes, lists and reads the checkpoints of one run.
+
+    Args:
+        directory: the run's ``checkpoints/`` folder.
+        keep: int >= 1. How many of the newest checkpoints to keep.
+        write: bool. Whether this process writes (the chief); the others
+            only take part in gathering sharded values.
+    """
+
+    def __init__(self, directory, keep=3, write=True):
+        if not isinstance(keep, int) or keep < 1:
+            raise ValueError(f"`keep` must be an int >= 1 (checkpoints kept), got {keep!r}.")
+        self.directory = pathlib.Path(directory)
+        self.keep = keep
+        self.write = write
+        self.pending_rng = {}
+
+    def steps(self):
+        """Steps of the checkpoints whose record exists, oldest first."""
+        if not self.directory.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.directory.iterdir() if (m := _NAME.match(p.name)))
+
+    def _paths(self, step):
+        stem = self.directory / f"ckpt-{step:09d}"
+        return stem.with_suffix(".npz"), stem.with_suffix(".json")
+
+    def save(self, model, step, epoch):
+        """Writes the checkpoint of `step` (after `epoch` Keras epochs)."""
+        variables = _state(model)
+        values = [to_numpy(v) for v in variables]  # every process: sharded values are gathered
+        if not self.write:
+            return
+        self.directory.mkdir(parents=True, exist_ok=True)
+        data, record = self._paths(step)
+        rng = _backend_rng()
+        arrays = {**{f"v{i:05d}": v for i, v in enumerate(values)}, **{f"rng_{k}": v for k, v in rng.items()}}
+        _fsync_write(data, lambda f: np.savez(f, **arrays))
+        if _kill_requested("checkpoint", step):
+            os.kill(os.getpid(), signal.SIGKILL)
+        meta = {
+            "step": step, "epoch": epoch, "size": data.stat().st_size, "sha256": _sha256(data),
+            "variables": [[v.path, list(value.shape)] for v, value in zip(variables, values)],
+            "backend_rng": sorted(rng),
+        }
+        _fsync_write(record, lambda f: f.write((json.dumps(meta, indent=1) + "\n").encode()))
+        self._prune()
+
+    def _prune(self):
+        for step in self.steps()[:-self.keep]:
+            data, record = self._paths(step)
+            record.unlink(missing_ok=True)  # the record first: never a record without data
+            data.unlink(missing_ok=True)
+
+    def _read(self, step, variables):
+        data, record = self._paths(step)
+        meta = json.loads(record.read_text())
+        if not data.exists():
+            raise CheckpointError(f"{data.name} is missing")
+        if data.stat().st_size != meta["size"] or _sha256(data) != meta["sha256"]:
+            raise CheckpointError(f"{data.name} is damaged or partial (size or SHA-256 differs from its record)")
+        expected = [[v.path, list(v.shape)] for v in variables]
+        if meta["variables"] != expected:
+            raise CheckpointError(f"{data.name} holds other variables than this model and optimizer")
+        with np.load(data) as arrays:
+            values = [arrays[f"v{i:05d}"] for i in range(len(variables))]
+            rng = {k: arrays[f"rng_{k}"] for k in meta.get("backend_rng", [])}
+        return meta, values, rng
+
+    def restore(self, model):
+        """Loads the newest usable checkpoint into `model` (built, with its
+        optimizer built) and returns its record, or None when there is none.
+        Each unusable one is reported with a warning and skipped."""
+        variables = _state(model)
+        for step in reversed(self.steps()):
+            try:
+                meta, values, rng = self._read(step, variables)
+            except (CheckpointError, OSError, ValueError, KeyError) as error:
+                warnings.warn(f"Skipping checkpoint of step {step} in {self.directory}: {error}. "
+                              "Trying the one before it.", stacklevel=2)
+                continue
+            for variable, value in zip(variables, values):
+                variable.assign(value)
+            if sorted(rng) == sorted(_backend_rng()):  # the same backend and devices
+                self.pending_rng = rng  # Checkpointing sets it before the first batch
+            return meta
+        return None
+
+
+class Checkpointing(keras.callbacks.Callback):
+    """Saves a checkpoint at the end of every Keras epoch (one checkpoint
+    interval of `updates_per_epoch` optimizer updates)."""
+
+    def __init__(self, manager, updates_per_epoch):
+        super().__init__()
+        self.manager = manager
+        self.updates_per_epoch = updates_per_epoch
+        self._batches = 0
+
+    def on_train_batch_begin(self, batch, logs=None):
+        # Just before the first batch: fit's start-up (the torch data
+        # loader's seed) draws from torch's global generator too.
+        if self.manager.pending_rng:
+            _set_backend_rng(self.manager.pending_rng)
+            self.manager.pending_rng = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._batches += 1
+        if _kill_requested("batch", self._batches):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.manager.save(self.model, step=(epoch + 1) * self.updates_per_epoch, epoch=epoch + 1)
