@@ -397,6 +397,13 @@ def to_numpy(value):
     sharded over devices of several processes (then every process must
     call this, in the same order)."""
     value = getattr(value, "value", value)
+    if keras.backend.backend() == "tensorflow":
+        import tensorflow as tf
+
+        if isinstance(value, tf.distribute.DistributedValues):
+            # Mirrored: every replica holds the same value (numpy cannot
+            # always read the container, e.g. the optimizer's step counter).
+            value = value.values[0]
     if keras.backend.backend() == "jax":
         import jax
 

@@ -51,6 +51,17 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
     been deleted" (seen with Keras 3.15's own ``Adam(use_ema=True)``). The
     weights get a copy of the average instead.
 
+    A fourth, for TensorFlow strategies with several replicas: Keras clips
+    each replica's gradients (``_clip_gradients`` in
+    ``BaseOptimizer._backend_apply_gradients``) before summing them over the
+    replicas (``_all_reduce_sum_gradients`` in
+    keras/src/backend/tensorflow/optimizer.py), so ``global_clipnorm`` sees
+    each replica's norm, not that of the batch's gradient, and a mirrored
+    run differs from the one-device run; with gradient accumulation that sum
+    sits inside a ``cond``, where TensorFlow refuses a synchronisation
+    ("`merge_call` called while defining a new graph"). The gradients are
+    summed here first, on every micro-batch, outside the ``cond``.
+
     ``ema_overwrite_frequency`` is refused with accumulation: Keras tests it
     on every micro-batch, so it would overwrite the weights with the average
     on all ``k`` micro-batches of an update, also before the update is made.
@@ -66,6 +77,12 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
                 "would overwrite the weights on every micro-batch. Leave it None; "
                 "`fit` puts the averaged weights into the model when it ends."
             )
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        return super()._backend_apply_gradients(_sum_over_replicas(grads), trainable_variables)
+
+    def _all_reduce_sum_gradients(self, grads_and_vars):
+        return grads_and_vars  # TensorFlow: summed in _backend_apply_gradients, before clipping
 
     def _overwrite_model_variables_with_average_value(self, trainable_variables):
         for variable, average in zip(trainable_variables, self._model_variables_moving_average):
@@ -93,6 +110,22 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
                 )
                 momentum = keras.ops.where(is_update_step, momentum, 1.0)
             average.assign(momentum * average + (1.0 - momentum) * variable)
+
+
+def _sum_over_replicas(grads):
+    """TensorFlow, in a replica context of several replicas: the gradients
+    summed over the replicas (the loss is already divided by their number,
+    so this is the gradient of the global batch); else `grads`."""
+    if keras.backend.backend() != "tensorflow":
+        return grads
+    import tensorflow as tf
+
+    context = tf.distribute.get_replica_context()
+    if context is None or context.num_replicas_in_sync == 1:
+        return grads
+    present = [g for g in grads if g is not None]
+    summed = iter(context.all_reduce(tf.distribute.ReduceOp.SUM, present) if present else [])
+    return [None if g is None else next(summed) for g in grads]
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

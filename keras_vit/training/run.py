@@ -230,6 +230,15 @@ def train(config, workdir, verbose="auto", topology=None):
             f"The config asks for --strategy {config['strategy']} but the topology is set up for "
             f"{topology.strategy}; pass keras_vit.distribution.setup(config['strategy'], ...)."
         )
+    if topology.tf_strategy is not None and config["accum_steps"] > 1:
+        # Keras 3.15 accumulates and applies inside ops.cond, and the
+        # strategy's synchronisation (merge_call) is refused there.
+        raise RunError(
+            f"--accum-steps {config['accum_steps']} with --strategy {config['strategy']}: Keras 3.15 "
+            "cannot accumulate gradients under a TensorFlow distribution strategy (it synchronises "
+            "the replicas inside a conditional). Use --accum-steps 1: the replicas together hold the "
+            "global batch."
+        )
     micro_batch = config["batch_size"] // config["accum_steps"]
     topology.check_batch(micro_batch, "--batch-size / --accum-steps" if config["accum_steps"] > 1
                          else "--batch-size")
@@ -258,7 +267,7 @@ def train(config, workdir, verbose="auto", topology=None):
             else [keras.metrics.CategoricalAccuracy(name="accuracy")],
             weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
             if config["kind"] == "masked_patch" else None,
-            jit_compile=keras.backend.backend() != "torch",
+            jit_compile=_jit_compile(config["strategy"]),
             steps_per_execution=config["steps_per_execution"],
         )
         model.optimizer.build(model.trainable_variables)
@@ -303,6 +312,15 @@ def train(config, workdir, verbose="auto", topology=None):
         results = {**results, **json.loads(path.read_text())}
     path.write_text(json.dumps(results, indent=2) + "\n")
     return model, results
+
+
+def _jit_compile(strategy):
+    """XLA for the training step on TensorFlow and JAX, except under the
+    TensorFlow strategies with several replicas on one process: Keras 3.15
+    compiles ``strategy.run`` as one XLA cluster, which cannot reach the
+    other replicas' variables ("Trying to access resource ... located in
+    device CPU:1 from device CPU:0"). TPUStrategy compiles with XLA anyway."""
+    return keras.backend.backend() != "torch" and strategy not in ("mirrored", "multi_worker")
 
 
 def single_device_copy(model, weights):
