@@ -83,6 +83,16 @@ class Topology:
         else:
             yield
 
+    def prepare(self, model):
+        """Readies a compiled `model` for `fit` under this topology: under
+        ``multi_worker``, the narrow workarounds of `keras_vit._keras_fixes`
+        (each active only while Keras 3.15's error is still raised)."""
+        if self.strategy == "multi_worker":
+            from keras_vit import _keras_fixes
+
+            _keras_fixes.fix_symbolic_build(model)
+            _keras_fixes.fix_scalar_reduction(self.tf_strategy)
+
     def check_batch(self, batch_size, what="--batch-size"):
         """Raises `DistributionError` unless `batch_size` splits evenly over
         the replicas (static shapes on every device)."""
@@ -212,10 +222,7 @@ def _tensorflow(strategy, tpu):
         devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
         return _tf_topology("mirrored", tf.distribute.MirroredStrategy(devices))
     cluster = _tf_config()
-    from keras_vit import _keras_fixes
-
     topology = _tf_topology("multi_worker", tf.distribute.MultiWorkerMirroredStrategy())
-    _keras_fixes.multi_worker_trainer()
     topology.is_chief = cluster["task"]["index"] == 0
     return topology
 

@@ -271,6 +271,7 @@ def train(config, workdir, verbose="auto", topology=None):
             steps_per_execution=config["steps_per_execution"],
         )
         model.optimizer.build(model.trainable_variables)
+        topology.prepare(model)
         resumed = manager.restore(model)
         initial_epoch = resumed["epoch"] if resumed else 0
         dataset = topology.distribute_dataset(
