@@ -53,7 +53,7 @@ def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
     pre = tmp_path / "pre"
     out = run(["pretrain", "--workdir", str(pre), *TINY, *FAST, "--image-size", "16"], capsys)
     assert "test accuracy: " in out
-    for name in ("config.json", "log.csv", "model.keras", "results.json", "checkpoints/latest.weights.h5"):
+    for name in ("config.json", "log.csv", "model.keras", "results.json", "checkpoints/ckpt-000000004.json"):
         assert (pre / name).exists(), name
     assert any((pre / "tensorboard").rglob("*"))
     config = json.loads((pre / "config.json").read_text())

@@ -87,6 +87,13 @@ def _sha256(path):
     return digest.hexdigest()
 
 
+def _generic(path):
+    """A variable path without Keras's numbering of repeated names
+    ("seed_generator_3", "adam_1"), which depends on what else the process
+    created; the order and shapes pin the variables down."""
+    return re.sub(r"_\d+(?=/|$)", "", path)
+
+
 def _kill_requested(kind, number):
     return os.environ.get(KILL_AT) == f"{kind}:{number}"
 
@@ -153,8 +160,8 @@ class CheckpointManager:
             raise CheckpointError(f"{data.name} is missing")
         if data.stat().st_size != meta["size"] or _sha256(data) != meta["sha256"]:
             raise CheckpointError(f"{data.name} is damaged or partial (size or SHA-256 differs from its record)")
-        expected = [[v.path, list(v.shape)] for v in variables]
-        if meta["variables"] != expected:
+        expected = [[_generic(v.path), list(v.shape)] for v in variables]
+        if [[_generic(p), shape] for p, shape in meta["variables"]] != expected:
             raise CheckpointError(f"{data.name} holds other variables than this model and optimizer")
         with np.load(data) as arrays:
             values = [arrays[f"v{i:05d}"] for i in range(len(variables))]

@@ -254,8 +254,8 @@ def train(config, workdir, verbose="auto", topology=None):
     keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
     source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
     eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
-    workdir = prepare_workdir(workdir, config, write=topology.is_chief)
-    manager = CheckpointManager(workdir / "checkpoints", keep=config["keep_checkpoints"],
+    prepare_workdir(workdir, config, write=False)  # a different run there: refused before building
+    manager = CheckpointManager(pathlib.Path(workdir) / "checkpoints", keep=config["keep_checkpoints"],
                                 write=topology.is_chief)
 
     topology.shard_model({**preset_config(config["model"]), **config["model_args"]})
@@ -272,6 +272,7 @@ def train(config, workdir, verbose="auto", topology=None):
         )
         model.optimizer.build(model.trainable_variables)
         topology.prepare(model)
+        workdir = prepare_workdir(workdir, config, write=topology.is_chief)
         resumed = manager.restore(model)
         initial_epoch = resumed["epoch"] if resumed else 0
         dataset = topology.distribute_dataset(

@@ -1,0 +1,395 @@
+"""Scale-out and fault tolerance.
+
+Every strategy gives the one-device run's losses and final weights for the
+same steps (within 1e-4); a run killed with SIGKILL at any point and started
+again with the same command ends with the uninterrupted run's weights
+(within 1e-6). Strategies and multi-process runs need a fresh process (the
+host is split into devices before the backend starts), so they run the
+command line in subprocesses, each in the pass of the backend it belongs to.
+"""
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import warnings
+
+import keras
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit import distribution
+from keras_vit.data import input_pipeline
+from keras_vit.data import load_source
+from keras_vit.training import checkpoints
+from keras_vit.training import resolve_config
+from keras_vit.training import train
+
+BACKEND = keras.backend.backend()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tiny and short: 4 checkpoint intervals of 2 updates; dropout on, so that
+# its random state must come back on resume.
+RUN = ["--config", "digits", "--steps", "8", "--warmup-steps", "2", "--batch-size", "32",
+       "--checkpoint-every", "2", "--few-shot=", "--model-args",
+       "num_layers=2,hidden_dim=32,num_heads=4,mlp_dim=64,patch_size=4"]
+DROPOUT = ["--dropout-rate", "0.1", "--drop-path-rate", "0.1"]
+# The strategies: 4 updates, a checkpoint (and a logged loss) after each.
+SHORT = [*RUN, "--steps", "4", "--checkpoint-every", "1", "--warmup-steps", "1"]
+
+
+def only_on(backend, what):
+    return pytest.mark.skipif(
+        BACKEND != backend, reason=f"{what} is {backend}'s; it runs in the KERAS_BACKEND={backend} pass"
+    )
+
+
+def command(workdir, *extra, script=None, base=SHORT):
+    entry = [os.path.join(ROOT, "recipes", "pretrain.py")] if script else ["-m", "keras_vit.cli", "pretrain"]
+    return [sys.executable, *entry, *base, "--workdir", str(workdir), *extra]
+
+
+def launch(cmd, env=None, **kwargs):
+    env = {**os.environ, "KERAS_BACKEND": BACKEND, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.Popen(cmd, env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def finish(process, timeout=400):
+    out, _ = process.communicate(timeout=timeout)
+    return process.returncode, out
+
+
+def run_ok(cmd, env=None):
+    code, out = finish(launch(cmd, env))
+    assert code == 0, out[-4000:]
+    return out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def losses(workdir):
+    with open(workdir / "log.csv") as file:
+        return [float(row["loss"]) for row in csv.DictReader(file)]
+
+
+def weights(workdir):
+    model = keras.saving.load_model(workdir / "model.keras", safe_mode=True)
+    return [to_numpy(w) for w in model.weights]
+
+
+def max_difference(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(weights(a), weights(b), strict=True))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The one-device run every strategy is compared with (no dropout: each
+    replica draws its own dropout masks, as in every framework)."""
+    workdir = tmp_path_factory.mktemp("reference") / "run"
+    run_ok(command(workdir))
+    return workdir
+
+
+def assert_same_run(workdir, reference, strategy):
+    difference = max_difference(workdir, reference)
+    loss_difference = np.max(np.abs(np.subtract(losses(workdir), losses(reference))))
+    print(f"{strategy}: max |loss - one-device loss| = {loss_difference:.2e}, "
+          f"max |weight - one-device weight| = {difference:.2e}")
+    assert len(losses(workdir)) == len(losses(reference)) == 4
+    assert loss_difference < 1e-4
+    assert difference < 1e-4
+
+
+# -- strategies -----------------------------------------------------------------
+
+@only_on("tensorflow", "MirroredStrategy")
+def test_mirrored_over_two_cpu_devices_is_the_one_device_run(tmp_path, reference):
+    workdir = tmp_path / "mirrored"
+    run_ok(command(workdir, "--strategy", "mirrored", "--host-devices", "2"))
+    assert_same_run(workdir, reference, "mirrored (2 devices)")
+    assert json.loads((workdir / "config.json").read_text())["strategy"] == "mirrored"
+
+
+@only_on("tensorflow", "MultiWorkerMirroredStrategy")
+def test_multi_worker_on_two_processes_is_the_one_device_run(tmp_path, reference):
+    workdir = tmp_path / "multi_worker"
+    workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
+    processes = [
+        launch(command(workdir, "--strategy", "multi_worker"), env={"TF_CONFIG": json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})})
+        for index in range(2)
+    ]
+    for process in processes:
+        code, out = finish(process)
+        assert code == 0, out[-4000:]
+    assert_same_run(workdir, reference, "multi_worker (2 processes)")
+
+
+@only_on("tensorflow", "TPUStrategy")
+def test_tpu_without_a_tpu_is_a_clear_error(tmp_path):
+    code, out = finish(launch(command(tmp_path / "tpu", "--strategy", "tpu")))
+    assert code == 2 and "--strategy tpu: no TPU found" in out and "--tpu local" in out, out[-2000:]
+    assert not (tmp_path / "tpu").exists()
+
+
+@only_on("tensorflow", "TPUStrategy")
+def test_tpu_runs_the_mirrored_code_path_after_the_strategy(tmp_path, monkeypatch):
+    import tensorflow as tf
+
+    # What a machine without a TPU can test: the resolver is the only
+    # TPU-specific step; from the strategy on, tpu is the shared code path.
+    monkeypatch.setattr(distribution, "_tpu_strategy", lambda tpu: tf.distribute.MirroredStrategy(["/cpu:0"]))
+    topology = distribution.setup("tpu", tpu="local")
+    assert (topology.strategy, topology.num_replicas, topology.is_chief) == ("tpu", 1, True)
+    config = resolve_config("digits", dict(steps=2, warmup_steps=1, batch_size=16, checkpoint_every=1,
+                                           few_shot=[], strategy="tpu", steps_per_execution=1,
+                                           model_args=dict(num_layers=1, hidden_dim=16, num_heads=2,
+                                                           mlp_dim=32, patch_size=4)))
+    model, results = train(config, tmp_path / "tpu", verbose=0, topology=topology)
+    alone, _ = train({**config, "strategy": "none"}, tmp_path / "none", verbose=0)
+    for a, b in zip(model.weights, alone.weights, strict=True):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5)
+    assert 0 <= results["test_accuracy"] <= 1
+
+
+JAX_SHARDING = """
+import json, sys
+from keras_vit import distribution
+topology = distribution.setup("model_parallel", host_devices=4, model_axis=2)
+config = dict(image_size=16, patch_size=4, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10)
+topology.shard_model(config)
+from keras_vit import ViT
+with topology.scope():
+    model = ViT(**config)
+print(json.dumps({v.path: [str(a) for a in v.value.sharding.spec] for v in model.weights}))
+"""
+
+
+@only_on("jax", "keras.distribution")
+@pytest.mark.parametrize("strategy", ["data_parallel", "model_parallel"])
+def test_jax_strategies_over_four_devices_are_the_one_device_run(strategy, tmp_path, reference):
+    workdir = tmp_path / strategy
+    run_ok(command(workdir, "--strategy", strategy, "--host-devices", "4"))
+    assert_same_run(workdir, reference, f"{strategy} (4 devices)")
+
+
+@only_on("jax", "keras.distribution")
+def test_model_parallel_really_shards_heads_and_mlp(tmp_path):
+    out = run_ok([sys.executable, "-c", JAX_SHARDING])
+    specs = json.loads(out.strip().splitlines()[-1])
+    block = "encoder_block_0"
+    for name in ("query", "key", "value"):
+        assert specs[f"{block}/attention/{name}/kernel"] == ["None", "model", "None"]
+        assert specs[f"{block}/attention/{name}/bias"] == ["model", "None"]
+    assert specs[f"{block}/attention/out/kernel"] == ["model", "None", "None"]
+    assert specs[f"{block}/mlp/fc1/kernel"] == ["None", "model"]
+    assert specs[f"{block}/mlp/fc2/kernel"] == ["model", "None"]
+    assert all(a == "None" for a in specs["position_embedding/embeddings"])
+
+
+@only_on("jax", "jax.distributed")
+def test_two_jax_processes_are_the_one_device_run(tmp_path, reference):
+    workdir = tmp_path / "two_hosts"
+    coordinator = f"127.0.0.1:{free_port()}"
+    processes = [
+        launch(command(workdir, "--strategy", "data_parallel", "--coordinator", coordinator,
+                       "--num-processes", "2", "--process-id", str(index)))
+        for index in range(2)
+    ]
+    for process in processes:
+        code, out = finish(process)
+        assert code == 0, out[-4000:]
+    assert_same_run(workdir, reference, "data_parallel (2 processes)")
+
+
+# -- runs that survive ----------------------------------------------------------------
+
+def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
+    """SIGKILL early (the first interval), mid-interval, while a checkpoint is
+    written, from outside at a random moment, and after a checkpoint was
+    damaged: the same command each time, and the end is the run never
+    interrupted."""
+    whole = tmp_path / "whole"
+    run_ok(command(whole, *DROPOUT, script=True, base=RUN))
+    workdir = tmp_path / "killed"
+    again = command(workdir, *DROPOUT, script=True, base=RUN)
+    for point in ("batch:1", "batch:3", "checkpoint:4"):
+        code, out = finish(launch(again, env={checkpoints.KILL_AT: point}))
+        assert code == -signal.SIGKILL, (point, out[-3000:])
+    steps = checkpoints.CheckpointManager(workdir / "checkpoints").steps()
+    assert steps == [2], steps  # the checkpoint of step 4 lacks its record: it does not exist
+    assert (workdir / "checkpoints" / "ckpt-000000004.npz").exists()
+
+    # From outside, once the checkpoint of step 4 is on disk (half the run to go).
+    process = launch(again)
+    record = workdir / "checkpoints" / "ckpt-000000004.json"
+    for line in process.stdout:  # wait on the run's own output, not on time
+        if record.exists():
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (workdir / "model.keras").exists()
+
+    # Damage the newest checkpoint: it is reported and the one before is used.
+    newest = checkpoints.CheckpointManager(workdir / "checkpoints").steps()[-1]
+    data = workdir / "checkpoints" / f"ckpt-{newest:09d}.npz"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    out = run_ok(again)
+    assert f"Skipping checkpoint of step {newest}" in out and "damaged or partial" in out, out[-3000:]
+
+    difference = max_difference(workdir, whole)
+    print(f"killed 5 times and resumed ({BACKEND}): max |weight - uninterrupted weight| = {difference:.2e}")
+    assert difference <= 1e-6
+    assert len(losses(workdir)) >= 4
+    assert checkpoints.CheckpointManager(workdir / "checkpoints").steps() == [4, 6, 8]  # the newest 3
+
+
+# -- checkpoints ------------------------------------------------------------------
+
+def tiny_compiled_model():
+    from keras_vit import ViT
+    from keras_vit.training import pretrain_optimizer
+
+    model = ViT(image_size=8, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3, dropout_rate=0.1)
+    model.compile(optimizer=pretrain_optimizer(base_lr=1e-3, total_steps=10, warmup_steps=1), loss="mse")
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+def test_checkpoints_are_atomic_pruned_and_checked(tmp_path):
+    model = tiny_compiled_model()
+    manager = checkpoints.CheckpointManager(tmp_path, keep=2)
+    for step in (1, 2, 3):
+        model.weights[0].assign(np.full(model.weights[0].shape, step, "float32"))
+        manager.save(model, step, epoch=step)
+    assert manager.steps() == [2, 3]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "ckpt-000000002.json", "ckpt-000000002.npz", "ckpt-000000003.json", "ckpt-000000003.npz"]
+
+    other = tiny_compiled_model()
+    assert manager.restore(other)["step"] == 3
+    np.testing.assert_array_equal(to_numpy(other.weights[0]), 3)
+    for a, b in zip(model.variables + model.optimizer.variables, other.variables + other.optimizer.variables):
+        np.testing.assert_array_equal(to_numpy(a), to_numpy(b))  # seeds and optimizer too
+
+    # A flipped byte in the newest: skipped, with a warning naming it.
+    data = tmp_path / "ckpt-000000003.npz"
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data.write_bytes(bytes(raw))
+    with pytest.warns(UserWarning, match="Skipping checkpoint of step 3.*damaged"):
+        assert manager.restore(other)["step"] == 2
+    np.testing.assert_array_equal(to_numpy(other.weights[0]), 2)
+
+    # Another architecture's checkpoint is not loaded into this model.
+    from keras_vit import ViT
+
+    bigger = ViT(image_size=8, patch_size=4, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16, num_classes=3)
+    bigger.compile(optimizer="sgd", loss="mse")
+    bigger.optimizer.build(bigger.trainable_variables)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert manager.restore(bigger) is None
+    assert any("other variables" in str(w.message) for w in caught)
+    with pytest.raises(ValueError, match="`keep` must be an int >= 1"):
+        checkpoints.CheckpointManager(tmp_path, keep=0)
+
+
+def test_shards_of_the_pipeline_are_the_global_batches():
+    source = load_source("digits", "train")
+    common = dict(image_size=16, batch_size=8, training=True, seed=3, start_batch=5)
+    whole = next(iter(input_pipeline(source, **common)))
+    parts = [next(iter(input_pipeline(source, **common, shard=(i, 4)))) for i in range(4)]
+    for k in range(2):
+        np.testing.assert_array_equal(np.concatenate([p[k].numpy() for p in parts]), whole[k].numpy())
+    with pytest.raises(ValueError, match="does not split into 3 equal shards"):
+        input_pipeline(source, **{**common, "shard": (0, 3)})
+    with pytest.raises(ValueError, match="0 <= index < count"):
+        input_pipeline(source, **{**common, "shard": (4, 4)})
+
+
+# -- bad input ----------------------------------------------------------------------
+
+def test_a_strategy_the_backend_lacks_is_a_clear_error(tmp_path):
+    lacking = {"tensorflow": "data_parallel", "jax": "mirrored", "torch": "mirrored"}[BACKEND]
+    with pytest.raises(distribution.DistributionError, match=f"--strategy {lacking}") as error:
+        distribution.check_strategy(lacking)
+    assert "KERAS_BACKEND=" in str(error.value)
+    if BACKEND == "torch":
+        assert "one device" in str(error.value)
+    code, out = finish(launch(command(tmp_path / "x", "--strategy", lacking)))
+    assert code == 2 and f"--strategy {lacking}" in out, out[-2000:]
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_batch_the_replicas_cannot_split_is_refused(tmp_path):
+    topology = distribution.Topology(num_replicas=3)
+    with pytest.raises(distribution.DistributionError, match="--batch-size 32 does not split evenly over the 3"):
+        topology.check_batch(32)
+    config = resolve_config("digits", dict(steps=2, warmup_steps=1, batch_size=32, few_shot=[]))
+    with pytest.raises(distribution.DistributionError, match="Use a multiple of 3"):
+        train(config, tmp_path / "run", topology=topology)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("tf_config,message", [
+    (None, "TF_CONFIG, which is not set"),
+    ("{not json", "TF_CONFIG is malformed"),
+    ('{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker", "index": 1}}', "TF_CONFIG is malformed"),
+    ('{"cluster": {"worker": "127.0.0.1:1"}, "task": {"type": "worker", "index": 0}}', "TF_CONFIG is malformed"),
+])
+def test_a_malformed_tf_config_is_a_clear_error(tf_config, message, monkeypatch):
+    if tf_config is None:
+        monkeypatch.delenv("TF_CONFIG", raising=False)
+    else:
+        monkeypatch.setenv("TF_CONFIG", tf_config)
+    with pytest.raises(distribution.DistributionError, match=message):
+        distribution._tf_config()
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(coordinator="127.0.0.1:1234", num_processes=2, process_id=2), "--process-id 2 is out of range"),
+    (dict(coordinator="127.0.0.1:1234", num_processes=2, process_id=-1), "--process-id -1 is out of range"),
+    (dict(coordinator="127.0.0.1", num_processes=2, process_id=0), "--coordinator must be HOST:PORT"),
+    (dict(num_processes=2, process_id=0), "need all three of --coordinator"),
+])
+def test_bad_multi_host_flags_are_clear_errors(kwargs, message):
+    if BACKEND != "jax":
+        with pytest.raises(distribution.DistributionError, match="join JAX processes"):
+            distribution.setup("none", **kwargs)
+        return
+    with pytest.raises(distribution.DistributionError, match=message):
+        distribution.setup("data_parallel", **kwargs)
+
+
+@only_on("jax", "keras.distribution")
+def test_layout_map_checks_the_mesh_and_the_model():
+    import jax
+
+    devices = jax.devices()[:1]
+    mesh = keras.distribution.DeviceMesh((1, 1), ["batch", "model"], devices)
+    layouts = distribution.layout_map(dict(num_heads=4, mlp_dim=64), mesh)
+    assert layouts["encoder_block_3/attention/query/kernel"].axes == (None, "model", None)
+    assert layouts["encoder_block_0/mlp/fc2/kernel"].axes == ("model", None)
+    with pytest.raises(distribution.DistributionError, match="needs a mesh with a 'model' axis"):
+        distribution.layout_map(dict(num_heads=4, mlp_dim=64),
+                                keras.distribution.DeviceMesh((1,), ["batch"], devices))
+
+
+def test_a_resume_may_change_placement_but_not_the_run(tmp_path):
+    config = resolve_config("digits", dict(steps=2, warmup_steps=1, batch_size=16, checkpoint_every=1,
+                                           few_shot=[], model_args=dict(num_layers=1, hidden_dim=16,
+                                                                        num_heads=2, mlp_dim=32)))
+    train(config, tmp_path, verbose=0)
+    train({**config, "keep_checkpoints": 5}, tmp_path, verbose=0)  # placement: accepted
+    with pytest.raises(ValueError, match="seed: was 0, now 1"):
+        train({**config, "seed": 1}, tmp_path, verbose=0)
