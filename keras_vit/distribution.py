@@ -369,7 +369,8 @@ def layout_map(model, mesh):
             ``batch`` axis for the data).
 
     Returns:
-        `keras.distribution.LayoutMap` keyed by variable-path patterns.
+        `keras.distribution.LayoutMap` keyed by variable-path patterns (which
+        Keras matches against the whole path).
     """
     if MODEL_AXIS not in mesh.axis_names:
         raise DistributionError(
@@ -387,13 +388,13 @@ def layout_map(model, mesh):
     m = MODEL_AXIS
     layouts = keras.distribution.LayoutMap(mesh)
     # (hidden, heads, head_dim) in, (heads, head_dim, hidden) out: Eq. 2's MSA.
-    layouts[r"attention/(query|key|value)/kernel$"] = (None, m, None)
-    layouts[r"attention/(query|key|value)/bias$"] = (m, None)
-    layouts[r"attention/out/kernel$"] = (m, None, None)
+    layouts[r".*attention/(query|key|value)/kernel"] = (None, m, None)
+    layouts[r".*attention/(query|key|value)/bias"] = (m, None)
+    layouts[r".*attention/out/kernel"] = (m, None, None)
     # (hidden, mlp) then (mlp, hidden): Eq. 3's MLP.
-    layouts[r"mlp/fc1/kernel$"] = (None, m)
-    layouts[r"mlp/fc1/bias$"] = (m,)
-    layouts[r"mlp/fc2/kernel$"] = (m, None)
+    layouts[r".*mlp/fc1/kernel"] = (None, m)
+    layouts[r".*mlp/fc1/bias"] = (m,)
+    layouts[r".*mlp/fc2/kernel"] = (m, None)
     return layouts
 
 
