@@ -393,3 +393,19 @@ def test_a_resume_may_change_placement_but_not_the_run(tmp_path):
     train({**config, "keep_checkpoints": 5}, tmp_path, verbose=0)  # placement: accepted
     with pytest.raises(ValueError, match="seed: was 0, now 1"):
         train({**config, "seed": 1}, tmp_path, verbose=0)
+
+
+def test_steps_per_execution_is_the_same_run(tmp_path):
+    config = resolve_config("digits", dict(steps=4, warmup_steps=1, batch_size=16, checkpoint_every=2,
+                                           few_shot=[], model_args=dict(num_layers=1, hidden_dim=16,
+                                                                        num_heads=2, mlp_dim=32)))
+    if BACKEND == "torch":
+        with pytest.raises(ValueError, match="one batch per call on the torch backend"):
+            train({**config, "steps_per_execution": 2}, tmp_path / "two", verbose=0)
+        return
+    one, _ = train(config, tmp_path / "one", verbose=0)
+    two, _ = train({**config, "steps_per_execution": 2}, tmp_path / "two", verbose=0)
+    for a, b in zip(one.weights, two.weights, strict=True):
+        np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-6)
+    with pytest.raises(ValueError, match="--steps-per-execution 3 must divide the 2 batches"):
+        train({**config, "steps_per_execution": 3}, tmp_path / "three", verbose=0)

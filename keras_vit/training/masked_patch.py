@@ -142,7 +142,7 @@ def masked_patch_targets(images, patch_size, seed, corrupt_rate=0.5, mask_rate=0
     return inputs, targets, tf.cast(corrupted, tf.float32)
 
 
-def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, **rates):
+def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, shard=None, **rates):
     """Maps `masked_patch_targets` over a ``tf.data.Dataset`` of batches.
 
     The dataset yields ``(images, labels)`` batches (labels are dropped);
@@ -151,12 +151,17 @@ def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, **rates):
     starts there, with ``start_batch=k``, continues the same sequence.
     `rates` are `masked_patch_targets`'s ``corrupt_rate``, ``mask_rate`` and
     ``random_rate``. The result feeds `MaskedPatchPredictor.fit` as
-    ``(inputs, targets, sample_weight)``.
+    ``(inputs, targets, sample_weight)``. With ``shard=(i, n)`` (the
+    dataset is pipeline i's rows of each global batch, see
+    `keras_vit.data.input_pipeline`) each pipeline draws its own corruption,
+    with the seed ``(seed, n * batch + i)``.
     """
     import tensorflow as tf
 
+    shard_index, shard_count = shard or (0, 1)
+
     def corrupt(index, batch):
-        batch_seed = tf.stack([tf.constant(seed, tf.int64), index])
+        batch_seed = tf.stack([tf.constant(seed, tf.int64), index * shard_count + shard_index])
         return masked_patch_targets(batch[0], patch_size, batch_seed, **rates)
 
     return dataset.enumerate(start=start_batch).map(corrupt, num_parallel_calls=tf.data.AUTOTUNE)

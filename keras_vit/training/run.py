@@ -148,7 +148,7 @@ def train_dataset(config, source, start_batch=0, shard=None):
     if config["kind"] == "masked_patch":
         patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
         dataset = masked_patch.masked_patch_dataset(
-            dataset, patch_size, config["seed"], start_batch=start_batch
+            dataset, patch_size, config["seed"], start_batch=start_batch, shard=shard
         )
     return dataset
 
@@ -245,6 +245,11 @@ def train(config, workdir, verbose="auto", topology=None):
     per_epoch = updates_per_epoch(config)
     epochs = config["steps"] // per_epoch
     micro_per_epoch = per_epoch * config["accum_steps"]
+    if config["steps_per_execution"] > 1 and keras.backend.backend() == "torch":
+        raise RunError(
+            f"--steps-per-execution {config['steps_per_execution']}: Keras runs one batch per call on "
+            "the torch backend; leave it at 1 (it is for XLA on TensorFlow and JAX, chiefly TPUs)."
+        )
     if micro_per_epoch % config["steps_per_execution"]:
         raise RunError(
             f"--steps-per-execution {config['steps_per_execution']} must divide the "
