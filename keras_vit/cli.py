@@ -8,6 +8,7 @@
     keras-vit evaluate runs/digits/model.keras --dataset digits --split test --few-shot 1,5,10
     keras-vit predict runs/digits/model.keras photo.png --top-k 3
     keras-vit convert ViT-B_16.npz vit_b16.keras --image-size 384
+    keras-vit explain runs/digits/model.keras photo.png --out runs/digits/explain
 
 Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 """
@@ -229,6 +230,21 @@ def _predict(args):
     return 0
 
 
+def _explain(args):
+    import pathlib
+
+    from keras_vit.data import read_images
+    from keras_vit.explain import write_report
+
+    model = _load_model(args.model, args.image_size)
+    images = read_images(args.images, model.image_size)
+    titles = [pathlib.Path(p).name for p in args.images]
+    written = write_report(model, images, args.out, titles=titles, batch_size=args.batch_size)
+    for name, path in written.items():
+        print(f"{name}: {path}")
+    return 0
+
+
 def _evaluate(args):
     from keras_vit import data as vit_data
     from keras_vit.training import evaluation
@@ -307,6 +323,18 @@ def build_parser():
     sub.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
     sub.add_argument("--few-shot", type=_ints, metavar="K,K", help="e.g. 1,5,10,25")
 
+    sub = commands.add_parser(
+        "explain", help="what the model learned, as the paper's pictures (Fig. 6, 7)",
+        description="Writes attention rollout on the images (Fig. 6), mean attention distance "
+        "(Fig. 7 right), position-embedding similarity (Fig. 7 centre) and the patch filters' "
+        "principal components (Fig. 7 left) as PNGs, and the numbers as explain.json. "
+        'Needs matplotlib: pip install "keras-vit[plots]".')
+    sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
+    sub.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
+    sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
+    sub.add_argument("--image-size", type=int, help="resolution for a checkpoint (default: its own)")
+    sub.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
+
     sub = commands.add_parser("convert", help="a checkpoint to a .keras file",
                               description="Read any checkpoint ViT.from_checkpoint reads and "
                               "save it as a .keras model.")
@@ -318,7 +346,7 @@ def build_parser():
 
 
 HANDLERS = {"presets": _presets, "configs": _configs, "predict": _predict,
-            "evaluate": _evaluate, "convert": _convert,
+            "evaluate": _evaluate, "convert": _convert, "explain": _explain,
             **{command: _run_recipe for command in RECIPES}}
 
 

@@ -10,6 +10,10 @@
    the pre-trained features with the paper's few-shot linear evaluation.
 4. Saves the fine-tuned model as `.keras`, reloads it (safe_mode) and
    classifies a few held-out digits with it.
+5. Shows what it learned (`keras_vit.explain`, Fig. 6 and 7 of the paper):
+   attention rollout on held-out digits and on photos that scikit-image
+   ships, attention distance, position-embedding similarity and the patch
+   filters, as PNGs in `demo_output/explain/`.
 
 No download; runs on any backend (KERAS_BACKEND=tensorflow|jax|torch).
 """
@@ -23,6 +27,7 @@ import keras
 import numpy as np
 
 from keras_vit import data as vit_data
+from keras_vit import explain
 from keras_vit.training import resolve_config
 from keras_vit.training import train
 
@@ -67,9 +72,31 @@ def main():
     predicted = keras.ops.convert_to_numpy(reloaded(images)).argmax(-1)
     print(f"\nreloaded {path} with safe_mode=True: max |logit difference| {diff:.1e}; "
           f"first held-out digits read as {[reloaded.class_names[i] for i in predicted]}")
+    show_what_it_learned(reloaded, images, output / "explain")
     before, after = (runs[k][1]["test_accuracy"] for k in ("pretrain", "finetune"))
     print(f"held-out accuracy: {before:.3f} pre-trained at 16 px, {after:.3f} fine-tuned at 32 px; "
           f"{time.perf_counter() - start:.0f} s in all")
+
+
+def show_what_it_learned(model, digits, out):
+    """Writes the explain pictures for held-out digits and for photos."""
+    import skimage.data
+
+    written = explain.write_report(model, digits, out / "digits", titles=[f"digit {i}" for i in range(len(digits))])
+    photos = [getattr(skimage.data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket")]
+    size = model.image_size
+    photos = np.stack([
+        keras.ops.convert_to_numpy(keras.ops.image.resize(p.astype("float32"), size, antialias=True)) / 127.5 - 1
+        for p in photos
+    ])
+    rollout = explain.attention_rollout(model, photos)
+    figure = explain.plot_attention_rollout(photos, rollout, ["astronaut", "coffee", "chelsea", "rocket"])
+    figure.savefig(out / "photos_attention_rollout.png", dpi=150)
+    distance = explain.mean_attention_distance(model, digits)
+    print(f"\nwhat the model learned (Fig. 6, 7): {', '.join(str(p) for p in written.values())}, "
+          f"{out / 'photos_attention_rollout.png'}")
+    print("mean attention distance per layer (pixels, mean over heads): "
+          + ", ".join(f"{d:.1f}" for d in distance.mean(axis=1)))
 
 
 if __name__ == "__main__":

@@ -96,7 +96,7 @@ def resnet(p, x):
     return x
 
 
-def attention(p, prefix, q_in, kv_in):
+def attention(p, prefix, q_in, kv_in, record=None):
     q = np.einsum("btd,dnh->btnh", q_in, p[prefix + "query/kernel"]) + p[prefix + "query/bias"]
     k = np.einsum("btd,dnh->btnh", kv_in, p[prefix + "key/kernel"]) + p[prefix + "key/bias"]
     v = np.einsum("btd,dnh->btnh", kv_in, p[prefix + "value/kernel"]) + p[prefix + "value/bias"]
@@ -104,6 +104,8 @@ def attention(p, prefix, q_in, kv_in):
     logits -= logits.max(-1, keepdims=True)
     weights = np.exp(logits)
     weights /= weights.sum(-1, keepdims=True)
+    if record is not None:
+        record.append(weights)
     out = np.einsum("bnqk,bknh->bqnh", weights, v)
     return np.einsum("bqnh,nhd->bqd", out, p[prefix + "out/kernel"]) + p[prefix + "out/bias"]
 
@@ -113,8 +115,9 @@ def mlp(p, prefix, x, approximate):
     return h @ p[prefix + "Dense_1/kernel"] + p[prefix + "Dense_1/bias"]
 
 
-def vit_forward(params, images, eps=1e-6, approximate_gelu=True):
-    """Logits (or features) of the vit_jax model in ``params`` on ``images``."""
+def vit_forward(params, images, eps=1e-6, approximate_gelu=True, record=None):
+    """Logits (or features) of the vit_jax model in ``params`` on ``images``;
+    each encoder block's attention weights are appended to `record`."""
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     x = np.asarray(images, np.float64)
     if "conv_root/kernel" in p:
@@ -130,7 +133,7 @@ def vit_forward(params, images, eps=1e-6, approximate_gelu=True):
     while f"Transformer/encoderblock_{i}/LayerNorm_0/scale" in p:
         blk = f"Transformer/encoderblock_{i}/"
         y = layer_norm(x, p[blk + "LayerNorm_0/scale"], p[blk + "LayerNorm_0/bias"], eps)
-        x = x + attention(p, blk + "MultiHeadDotProductAttention_1/", y, y)         # Eq. 2
+        x = x + attention(p, blk + "MultiHeadDotProductAttention_1/", y, y, record)  # Eq. 2
         y = layer_norm(x, p[blk + "LayerNorm_2/scale"], p[blk + "LayerNorm_2/bias"], eps)
         x = x + mlp(p, blk + "MlpBlock_3/", y, approximate_gelu)                    # Eq. 3
         i += 1

@@ -1,0 +1,30 @@
+"""Understanding ViT (Sec. 4.5, Appendix D): attention rollout, attention
+distance, position-embedding similarity and patch filters, as numbers
+(`analysis`, NumPy only) and as the paper's pictures (`plots`, which need
+the optional matplotlib: ``pip install "keras-vit[plots]"``)."""
+
+from keras_vit.explain.analysis import attention_rollout
+from keras_vit.explain.analysis import attention_weights
+from keras_vit.explain.analysis import mean_attention_distance
+from keras_vit.explain.analysis import patch_distances
+from keras_vit.explain.analysis import patch_embedding_components
+from keras_vit.explain.analysis import position_embedding_similarity
+from keras_vit.explain.plots import plot_attention_rollout
+from keras_vit.explain.plots import plot_mean_attention_distance
+from keras_vit.explain.plots import plot_patch_embedding_components
+from keras_vit.explain.plots import plot_position_embedding_similarity
+from keras_vit.explain.report import write_report
+
+__all__ = [
+    "attention_rollout",
+    "attention_weights",
+    "mean_attention_distance",
+    "patch_distances",
+    "patch_embedding_components",
+    "plot_attention_rollout",
+    "plot_mean_attention_distance",
+    "plot_patch_embedding_components",
+    "plot_position_embedding_similarity",
+    "position_embedding_similarity",
+    "write_report",
+]

@@ -1,0 +1,208 @@
+"""What a ViT learned, as numbers (Sec. 4.5 and Appendix D of the paper).
+
+- `attention_weights`: the softmax attention of every layer.
+- `attention_rollout`: Abnar & Zuidema's rollout from the output token to
+  the input (Fig. 6, Appendix D.8).
+- `mean_attention_distance`: how far each head attends, in pixels (Fig. 7
+  right, Fig. 11).
+- `position_embedding_similarity`: cosine similarity of the learned
+  position embeddings (Fig. 7 centre, Fig. 10).
+- `patch_embedding_components`: principal components of the patch
+  projection's filters (Fig. 7 left).
+
+Every function works on any `keras_vit.ViT`, on every backend, and returns
+NumPy arrays.
+"""
+
+import keras
+import numpy as np
+
+from keras_vit.model import ViT
+from keras_vit.model import uses_class_token
+
+
+def _check_model(model):
+    if not isinstance(model, ViT):
+        raise TypeError(
+            f"Expected a keras_vit.ViT, got {type(model).__name__}. Load one with "
+            "keras.saving.load_model(path) or ViT.from_checkpoint(path)."
+        )
+
+
+def _layout(model):
+    """(number of tokens before the patches, whether token 0 is [class],
+    grid (gh, gw), pixels per patch (ph, pw))."""
+    _check_model(model)
+    grid = tuple(model.grid_size)
+    prefix = int(uses_class_token(model.pooling, model.position_embedding)) + int(model.num_registers)
+    pixels = tuple(size / g for size, g in zip(model.image_size, grid))
+    return prefix, uses_class_token(model.pooling, model.position_embedding), grid, pixels
+
+
+def attention_weights(model, images, batch_size=32, verbose="auto"):
+    """The attention weights of every layer (Eq. 2's MSA), from the model's
+    own forward pass (`ViT.intermediates`; its outputs are unchanged).
+
+    Args:
+        model: a `keras_vit.ViT`.
+        images: float array (batch, H, W, C) in the model's input range and
+            size (the model's own checks apply).
+        batch_size: int. Images per forward pass.
+        verbose: progress bar over the batches: "auto" (when there is more
+            than one batch), True or False.
+
+    Returns:
+        list of `num_layers` float32 arrays (batch, heads, tokens, tokens);
+        each row sums to 1.
+    """
+    _check_model(model)
+    images = keras.ops.convert_to_numpy(images) if not isinstance(images, np.ndarray) else images
+    if images.ndim != 4:
+        raise ValueError(f"`images` must be a batch (batch, height, width, channels); got shape {images.shape}.")
+    starts = range(0, len(images), batch_size)
+    show = len(starts) > 1 if verbose == "auto" else bool(verbose)
+    progress = keras.utils.Progbar(len(images), unit_name="image") if show else None
+    layers = [[] for _ in range(model.num_layers)]
+    for start in starts:
+        record = model.intermediates(images[start:start + batch_size])
+        for i in range(model.num_layers):
+            layers[i].append(keras.ops.convert_to_numpy(record[f"attention_{i}"]).astype("float32"))
+        if progress:
+            progress.add(len(images[start:start + batch_size]))
+    return [np.concatenate(parts) for parts in layers]
+
+
+def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batch_size=32, verbose="auto"):
+    """Attention rollout (Abnar & Zuidema, 2020), as the paper uses it.
+
+    Per layer the heads are fused into A (their mean, or max), the residual
+    is added as ``0.5 A + 0.5 I`` with rows renormalised, and the layers are
+    multiplied from the first to the last. The map is the [class] token's
+    row over the patch tokens (for models without a class token, the mean of
+    all rows), normalised to sum to 1.
+
+    Args:
+        model, images, batch_size, verbose: as for `attention_weights`.
+        head_fusion: "mean" (the paper) or "max".
+        discard_ratio: float in [0, 1). Per image and layer, this fraction
+            of the smallest fused weights is set to 0 before the residual
+            (the [class] token's weight to itself is kept).
+
+    Returns:
+        float32 array (batch, grid_h, grid_w), each map summing to 1.
+    """
+    if head_fusion not in ("mean", "max"):
+        raise ValueError(f"`head_fusion` must be 'mean' or 'max', got {head_fusion!r}.")
+    if not 0.0 <= discard_ratio < 1.0:
+        raise ValueError(f"`discard_ratio` must be in [0, 1), got {discard_ratio!r}.")
+    prefix, has_class, grid, _ = _layout(model)
+    rollout = None
+    for weights in attention_weights(model, images, batch_size, verbose):
+        fused = weights.mean(axis=1) if head_fusion == "mean" else weights.max(axis=1)
+        fused = fused.astype("float64")
+        if discard_ratio:
+            flat = fused.reshape(len(fused), -1)
+            count = int(flat.shape[1] * discard_ratio)
+            lowest = np.argsort(flat, axis=1, kind="stable")[:, :count]
+            for row, columns in zip(flat, lowest):
+                row[columns[columns != 0]] = 0.0
+            fused = flat.reshape(fused.shape)
+        tokens = fused.shape[-1]
+        fused = 0.5 * fused + 0.5 * np.eye(tokens)
+        fused /= fused.sum(axis=-1, keepdims=True)
+        rollout = fused if rollout is None else fused @ rollout
+    rows = rollout[:, 0] if has_class else rollout.mean(axis=1)
+    maps = rows[:, prefix:]
+    maps = maps / maps.sum(axis=-1, keepdims=True)
+    return maps.reshape(len(maps), *grid).astype("float32")
+
+
+def patch_distances(model):
+    """Pixel distances between the centres of the model's patches:
+    (gh * gw, gh * gw), patches in row-major order."""
+    _, _, (gh, gw), (ph, pw) = _layout(model)
+    rows, cols = np.meshgrid(np.arange(gh), np.arange(gw), indexing="ij")
+    centres = np.stack([(rows.ravel() + 0.5) * ph, (cols.ravel() + 0.5) * pw], axis=-1)
+    return np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+
+
+def mean_attention_distance(model, images, batch_size=32, verbose="auto"):
+    """The "attention distance" of Fig. 7 (right) and Fig. 11, in pixels.
+
+    For each query patch, the sum over key patches of attention weight times
+    the distance between the two patch centres (patch tokens only: the
+    [class] and register rows and columns are left out and the weights are
+    not renormalised), averaged over the query patches and the images.
+
+    Returns:
+        float32 array (layers, heads).
+    """
+    _check_model(model)
+    prefix, _, _, _ = _layout(model)
+    distances = patch_distances(model)
+    result = []
+    for weights in attention_weights(model, images, batch_size, verbose):
+        patches = weights[:, :, prefix:, prefix:].astype("float64")
+        result.append((patches * distances).sum(axis=-1).mean(axis=(0, 2)))
+    return np.asarray(result, "float32")
+
+
+def position_embedding_similarity(model):
+    """Cosine similarity between the learned position embedding of every
+    patch and every other (Fig. 7 centre, Fig. 10).
+
+    Returns:
+        float32 array (grid_h, grid_w, grid_h, grid_w): entry [i, j, k, l] is
+        the similarity of patch (i, j)'s embedding with patch (k, l)'s.
+    """
+    _check_model(model)
+    if model.position_embedding != "learned":
+        raise ValueError(
+            f"This model has no learned position embeddings (position_embedding="
+            f"{model.position_embedding!r}: fixed, nothing learned), so there is no similarity "
+            "structure to show; position_embedding_similarity applies to models with "
+            "position_embedding='learned', as in the paper."
+        )
+    prefix, _, (gh, gw), _ = _layout(model)
+    table = keras.ops.convert_to_numpy(model.get_layer("position_embedding").embeddings)[0, prefix:]
+    table = table.astype("float64")
+    unit = table / np.linalg.norm(table, axis=-1, keepdims=True)
+    return (unit @ unit.T).reshape(gh, gw, gh, gw).astype("float32")
+
+
+def max_components(model):
+    """How many principal components the patch filters have: min(D, P*P*C)."""
+    shape = model.get_layer("patch_embedding").projection.kernel.shape
+    return int(min(shape[-1], np.prod(shape[:3])))
+
+
+def patch_embedding_components(model, n=28):
+    """The top `n` principal components of the patch projection's filters
+    (Fig. 7 left), shaped as patches.
+
+    The projection E (Eq. 1) has one filter of P * P * C pixels per hidden
+    unit; the components are those of the D filters (centred), each with
+    its largest-magnitude pixel made positive (a component's sign is
+    arbitrary).
+
+    Returns:
+        float32 array (n, P, P, C).
+    """
+    _check_model(model)
+    if model.resnet_block_units is not None:
+        raise ValueError(
+            "This is a hybrid model (ResNet stem): its patch projection reads ResNet feature maps, "
+            "not pixels, so its filters are not image patches. patch_embedding_components "
+            "applies to ViTs that embed pixel patches."
+        )
+    kernel = keras.ops.convert_to_numpy(model.get_layer("patch_embedding").projection.kernel)
+    ph, pw, channels, hidden = kernel.shape
+    filters = kernel.reshape(-1, hidden).T.astype("float64")  # (D, P*P*C)
+    limit = max_components(model)
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= limit:
+        raise ValueError(f"`n` must be an int in [1, {limit}] for this model, got {n!r}.")
+    centred = filters - filters.mean(axis=0)
+    _, _, components = np.linalg.svd(centred, full_matrices=False)
+    components = components[:n]
+    signs = np.sign(components[np.arange(n), np.abs(components).argmax(axis=1)])
+    return (components * signs[:, None]).reshape(n, ph, pw, channels).astype("float32")

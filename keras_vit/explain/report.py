@@ -1,0 +1,60 @@
+"""`write_report`: every picture of `keras_vit.explain` for one model and
+some images, as PNG files and one JSON of the numbers."""
+
+import json
+import pathlib
+
+import numpy as np
+
+from keras_vit.explain import analysis
+from keras_vit.explain import plots
+
+
+def write_report(model, images, out, titles=None, batch_size=32, verbose="auto"):
+    """Writes into folder `out`:
+
+        attention_rollout.png             Fig. 6, for `images`
+        mean_attention_distance.png       Fig. 7 right, over `images`
+        position_embedding_similarity.png Fig. 7 centre (learned embeddings)
+        patch_embedding_components.png    Fig. 7 left (pixel patches)
+        explain.json                      the attention distances, and why a
+                                          picture does not apply, if one does not
+
+    Pictures that do not apply to the model (a hybrid's filters, fixed
+    position embeddings) are left out and the reason recorded. Returns
+    ``{name: path}`` of the files written.
+    """
+    plt = plots._pyplot()
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    images = np.asarray(images)
+    written, numbers = {}, {"images": len(images)}
+
+    def save(name, figure):
+        path = out / f"{name}.png"
+        figure.savefig(path, dpi=150)
+        plt.close(figure)
+        written[name] = path
+
+    rollout = analysis.attention_rollout(model, images, batch_size=batch_size, verbose=verbose)
+    save("attention_rollout", plots.plot_attention_rollout(images, rollout, titles))
+    distance = analysis.mean_attention_distance(model, images, batch_size=batch_size, verbose=False)
+    numbers["mean_attention_distance"] = np.round(distance, 3).tolist()
+    save("mean_attention_distance", plots.plot_mean_attention_distance(distance, model.image_size))
+    for name, compute, draw in (
+        ("position_embedding_similarity", analysis.position_embedding_similarity,
+         plots.plot_position_embedding_similarity),
+        ("patch_embedding_components",
+         lambda m: analysis.patch_embedding_components(m, min(28, analysis.max_components(m))),
+         plots.plot_patch_embedding_components),
+    ):
+        try:
+            values = compute(model)
+        except ValueError as error:
+            numbers[f"{name}_skipped"] = str(error)
+            continue
+        save(name, draw(values))
+    path = out / "explain.json"
+    path.write_text(json.dumps(numbers, indent=1) + "\n")
+    written["numbers"] = path
+    return written
