@@ -5,6 +5,7 @@ the optional matplotlib: ``pip install "keras-vit[plots]"``)."""
 
 from keras_vit.explain.analysis import attention_rollout
 from keras_vit.explain.analysis import attention_weights
+from keras_vit.explain.analysis import max_components
 from keras_vit.explain.analysis import mean_attention_distance
 from keras_vit.explain.analysis import patch_distances
 from keras_vit.explain.analysis import patch_embedding_components
@@ -18,6 +19,7 @@ from keras_vit.explain.report import write_report
 __all__ = [
     "attention_rollout",
     "attention_weights",
+    "max_components",
     "mean_attention_distance",
     "patch_distances",
     "patch_embedding_components",
