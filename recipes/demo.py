@@ -65,24 +65,25 @@ def main():
     path = output / "finetune" / "model.keras"
     reloaded = keras.saving.load_model(path, safe_mode=True)
     test = vit_data.load_source("digits", "test")
-    images = next(iter(vit_data.input_pipeline(test, image_size=model.image_size, batch_size=8,
-                                               training=False)))[0]
+    images, labels = next(iter(vit_data.input_pipeline(test, image_size=model.image_size, batch_size=8,
+                                                       training=False)))
     images = keras.ops.convert_to_numpy(images)
+    labels = [test.class_names[i] for i in keras.ops.convert_to_numpy(labels).argmax(-1)]
     diff = np.abs(keras.ops.convert_to_numpy(reloaded(images)) - keras.ops.convert_to_numpy(model(images))).max()
     predicted = keras.ops.convert_to_numpy(reloaded(images)).argmax(-1)
     print(f"\nreloaded {path} with safe_mode=True: max |logit difference| {diff:.1e}; "
           f"first held-out digits read as {[reloaded.class_names[i] for i in predicted]}")
-    show_what_it_learned(reloaded, images, output / "explain")
+    show_what_it_learned(reloaded, images, labels, output / "explain")
     before, after = (runs[k][1]["test_accuracy"] for k in ("pretrain", "finetune"))
     print(f"held-out accuracy: {before:.3f} pre-trained at 16 px, {after:.3f} fine-tuned at 32 px; "
           f"{time.perf_counter() - start:.0f} s in all")
 
 
-def show_what_it_learned(model, digits, out):
+def show_what_it_learned(model, digits, labels, out):
     """Writes the explain pictures for held-out digits and for photos."""
     import skimage.data
 
-    written = explain.write_report(model, digits, out / "digits", titles=[f"digit {i}" for i in range(len(digits))])
+    written = explain.write_report(model, digits, out / "digits", titles=[f"a {label}" for label in labels])
     photos = [getattr(skimage.data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket")]
     size = model.image_size
     photos = np.stack([

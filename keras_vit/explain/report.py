@@ -39,7 +39,7 @@ def write_report(model, images, out, titles=None, batch_size=32, verbose="auto")
     rollout = analysis.attention_rollout(model, images, batch_size=batch_size, verbose=verbose)
     save("attention_rollout", plots.plot_attention_rollout(images, rollout, titles))
     distance = analysis.mean_attention_distance(model, images, batch_size=batch_size, verbose=False)
-    numbers["mean_attention_distance"] = np.round(distance, 3).tolist()
+    numbers["mean_attention_distance"] = [[round(float(d), 3) for d in row] for row in distance]
     save("mean_attention_distance", plots.plot_mean_attention_distance(distance, model.image_size))
     for name, compute, draw in (
         ("position_embedding_similarity", analysis.position_embedding_similarity,
