@@ -111,7 +111,7 @@ class Topology:
                 of this pipeline's rows of each global batch of `batch_size`.
             batch_size: int. The global batch.
         """
-        if self.tf_strategy is None or self.strategy == "none":
+        if self.tf_strategy is None:
             return make_dataset(self.shard_index, self.num_shards)
         import tensorflow as tf
 
@@ -222,9 +222,8 @@ def _tensorflow(strategy, tpu):
         devices = [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
         return _tf_topology("mirrored", tf.distribute.MirroredStrategy(devices))
     cluster = _tf_config()
-    topology = _tf_topology("multi_worker", tf.distribute.MultiWorkerMirroredStrategy())
-    topology.is_chief = cluster["task"]["index"] == 0
-    return topology
+    return _tf_topology("multi_worker", tf.distribute.MultiWorkerMirroredStrategy(),
+                        worker=cluster["task"]["index"], workers=len(cluster["cluster"]["worker"]))
 
 
 def _tpu_strategy(tpu):
@@ -244,18 +243,11 @@ def _tpu_strategy(tpu):
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _tf_topology(name, strategy):
+def _tf_topology(name, strategy, worker=0, workers=1):
     # Everything after the strategy exists is shared by tpu, mirrored and
-    # multi_worker: replicas, one input pipeline per worker, the chief.
-    resolver = getattr(strategy, "cluster_resolver", None)
-    workers = 1
-    index = 0
-    if name == "multi_worker":
-        spec = resolver.cluster_spec().as_dict()
-        workers = len(spec.get("worker", [])) + len(spec.get("chief", []))
-        index = resolver.task_id
+    # multi_worker: replicas, one input pipeline per worker, worker 0 the chief.
     return Topology(strategy=name, num_replicas=strategy.num_replicas_in_sync, num_shards=workers,
-                    shard_index=index, is_chief=True, tf_strategy=strategy)
+                    shard_index=worker, is_chief=worker == 0, tf_strategy=strategy)
 
 
 def _tf_config():

@@ -19,6 +19,7 @@ No download; runs on any backend (KERAS_BACKEND=tensorflow|jax|torch).
 """
 
 import argparse
+import json
 import pathlib
 import shutil
 import time
@@ -93,7 +94,7 @@ def show_what_it_learned(model, digits, labels, out):
     rollout = explain.attention_rollout(model, photos)
     figure = explain.plot_attention_rollout(photos, rollout, ["astronaut", "coffee", "chelsea", "rocket"])
     figure.savefig(out / "photos_attention_rollout.png", dpi=150)
-    distance = explain.mean_attention_distance(model, digits)
+    distance = np.asarray(json.loads(written["numbers"].read_text())["mean_attention_distance"])
     print(f"\nwhat the model learned (Fig. 6, 7): {', '.join(str(p) for p in written.values())}, "
           f"{out / 'photos_attention_rollout.png'}")
     print("mean attention distance per layer (pixels, mean over heads): "

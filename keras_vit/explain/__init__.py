@@ -5,11 +5,13 @@ the optional matplotlib: ``pip install "keras-vit[plots]"``)."""
 
 from keras_vit.explain.analysis import attention_rollout
 from keras_vit.explain.analysis import attention_weights
+from keras_vit.explain.analysis import distance_from_weights
 from keras_vit.explain.analysis import max_components
 from keras_vit.explain.analysis import mean_attention_distance
 from keras_vit.explain.analysis import patch_distances
 from keras_vit.explain.analysis import patch_embedding_components
 from keras_vit.explain.analysis import position_embedding_similarity
+from keras_vit.explain.analysis import rollout_from_weights
 from keras_vit.explain.plots import plot_attention_rollout
 from keras_vit.explain.plots import plot_mean_attention_distance
 from keras_vit.explain.plots import plot_patch_embedding_components
@@ -19,6 +21,7 @@ from keras_vit.explain.report import write_report
 __all__ = [
     "attention_rollout",
     "attention_weights",
+    "distance_from_weights",
     "max_components",
     "mean_attention_distance",
     "patch_distances",
@@ -28,5 +31,6 @@ __all__ = [
     "plot_patch_embedding_components",
     "plot_position_embedding_similarity",
     "position_embedding_similarity",
+    "rollout_from_weights",
     "write_report",
 ]

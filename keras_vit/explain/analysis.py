@@ -56,7 +56,7 @@ def attention_weights(model, images, batch_size=32, verbose="auto"):
         each row sums to 1.
     """
     _check_model(model)
-    images = keras.ops.convert_to_numpy(images) if not isinstance(images, np.ndarray) else images
+    images = keras.ops.convert_to_numpy(images)
     if images.ndim != 4:
         raise ValueError(f"`images` must be a batch (batch, height, width, channels); got shape {images.shape}.")
     starts = range(0, len(images), batch_size)
@@ -91,14 +91,27 @@ def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batc
     Returns:
         float32 array (batch, grid_h, grid_w), each map summing to 1.
     """
+    _check_rollout_options(head_fusion, discard_ratio)  # before the forward passes
+    return rollout_from_weights(
+        model, attention_weights(model, images, batch_size, verbose), head_fusion, discard_ratio
+    )
+
+
+def _check_rollout_options(head_fusion, discard_ratio):
     if head_fusion not in ("mean", "max"):
         raise ValueError(f"`head_fusion` must be 'mean' or 'max', got {head_fusion!r}.")
     if not 0.0 <= discard_ratio < 1.0:
         raise ValueError(f"`discard_ratio` must be in [0, 1), got {discard_ratio!r}.")
+
+
+def rollout_from_weights(model, weights, head_fusion="mean", discard_ratio=0.0):
+    """`attention_rollout` of attention `weights` already computed with
+    `attention_weights(model, ...)`."""
+    _check_rollout_options(head_fusion, discard_ratio)
     prefix, has_class, grid, _ = _layout(model)
     rollout = None
-    for weights in attention_weights(model, images, batch_size, verbose):
-        fused = weights.mean(axis=1) if head_fusion == "mean" else weights.max(axis=1)
+    for layer in weights:
+        fused = layer.mean(axis=1) if head_fusion == "mean" else layer.max(axis=1)
         fused = fused.astype("float64")
         if discard_ratio:
             flat = fused.reshape(len(fused), -1)
@@ -137,12 +150,17 @@ def mean_attention_distance(model, images, batch_size=32, verbose="auto"):
     Returns:
         float32 array (layers, heads).
     """
-    _check_model(model)
+    return distance_from_weights(model, attention_weights(model, images, batch_size, verbose))
+
+
+def distance_from_weights(model, weights):
+    """`mean_attention_distance` of attention `weights` already computed
+    with `attention_weights(model, ...)`."""
     prefix, _, _, _ = _layout(model)
     distances = patch_distances(model)
     result = []
-    for weights in attention_weights(model, images, batch_size, verbose):
-        patches = weights[:, :, prefix:, prefix:].astype("float64")
+    for layer in weights:
+        patches = layer[:, :, prefix:, prefix:].astype("float64")
         result.append((patches * distances).sum(axis=-1).mean(axis=(0, 2)))
     return np.asarray(result, "float32")
 
@@ -155,7 +173,7 @@ def position_embedding_similarity(model):
         float32 array (grid_h, grid_w, grid_h, grid_w): entry [i, j, k, l] is
         the similarity of patch (i, j)'s embedding with patch (k, l)'s.
     """
-    _check_model(model)
+    _check_model(model)  # before reading the model's attributes
     if model.position_embedding != "learned":
         raise ValueError(
             f"This model has no learned position embeddings (position_embedding="

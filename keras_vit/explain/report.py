@@ -36,9 +36,10 @@ def write_report(model, images, out, titles=None, batch_size=32, verbose="auto")
         plt.close(figure)
         written[name] = path
 
-    rollout = analysis.attention_rollout(model, images, batch_size=batch_size, verbose=verbose)
+    weights = analysis.attention_weights(model, images, batch_size, verbose)  # one forward pass for both
+    rollout = analysis.rollout_from_weights(model, weights)
     save("attention_rollout", plots.plot_attention_rollout(images, rollout, titles))
-    distance = analysis.mean_attention_distance(model, images, batch_size=batch_size, verbose=False)
+    distance = analysis.distance_from_weights(model, weights)
     numbers["mean_attention_distance"] = [[round(float(d), 3) for d in row] for row in distance]
     save("mean_attention_distance", plots.plot_mean_attention_distance(distance, model.image_size))
     for name, compute, draw in (
