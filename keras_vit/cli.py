@@ -1,12 +1,15 @@
 """The ``keras-vit`` command line.
 
     keras-vit presets                               the model variants (Table 1)
+    keras-vit pretrained vit_b16                    released weights that load by name
     keras-vit configs                               the training recipes (Tables 3, 4)
     keras-vit pretrain --config digits --workdir runs/digits
     keras-vit finetune --config ft-cifar10 --init ViT-B_16.npz --workdir runs/c10
     keras-vit masked-patch --config digits-mpp --workdir runs/mpp
     keras-vit evaluate runs/digits/model.keras --dataset digits --split test --few-shot 1,5,10
     keras-vit predict runs/digits/model.keras photo.png --top-k 3
+    keras-vit predict vit_b16.augreg_in21k_ft_in1k_224 photo.jpg
+    keras-vit predict hf://google/vit-base-patch16-224 photo.jpg
     keras-vit convert ViT-B_16.npz vit_b16.keras --image-size 384
     keras-vit explain runs/digits/model.keras photo.png --out runs/digits/explain
 
@@ -18,6 +21,9 @@ import sys
 
 from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.model import ViT
+
+MODEL_HELP = ("a .keras model; a checkpoint file or folder; a URL (hf://owner/repo, https://, "
+              "gs://); or a released name (keras-vit pretrained)")
 
 RECIPES = {
     "pretrain": ("pretrain", "digits", "Pre-train a ViT (Table 3: Adam, lr-multiplied weight "
@@ -105,7 +111,8 @@ def add_recipe_flags(parser, default_config):
     group.add_argument("--few-shot", type=_ints, metavar="K,K",
                        help="also report few-shot linear accuracy for these shots")
     group.add_argument("--init", help="fine-tuning: a .keras file or any checkpoint "
-                       "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors)")
+                       "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors, "
+                       "a URL or a released name: keras-vit pretrained)")
     scale = parser.add_argument_group(
         "scale-out (docs/distributed.md)",
         "TensorFlow: tpu, mirrored, multi_worker (reads TF_CONFIG); JAX: data_parallel, "
@@ -197,6 +204,18 @@ def _presets(args):
 
     for name, preset in keras_vit.presets().items():
         print(f"{name:14s} {preset['paper_name']:14s} {preset['params']:>13,d}  {preset['description']}")
+    return 0
+
+
+def _pretrained(args):
+    import keras_vit
+
+    entries = keras_vit.pretrained(args.architecture)
+    print(f"{'name':46s} {'size':>4s} {'classes':>7s} {'top-1':>6s}  pre-training / source")
+    for entry in entries:
+        top1 = f"{entry.top1:.2f}" if entry.top1 is not None else "-"
+        print(f"{entry.name:46s} {entry.image_size:4d} {entry.num_classes:7d} {top1:>6s}  "
+              f"{entry.pretraining}; {entry.url}")
     return 0
 
 
@@ -296,6 +315,11 @@ def build_parser():
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     commands.add_parser("presets", help="list the model presets with parameter counts")
+    sub = commands.add_parser(
+        "pretrained", help="list the released checkpoints that load by name",
+        description="Released weights that ViT.from_preset(name) and ViT.from_checkpoint(name) "
+        "download, cache and load; `predict`, `evaluate`, `explain` and `convert` take the names too.")
+    sub.add_argument("architecture", nargs="?", help="only this preset, e.g. vit_b16 or ViT-B/16")
     commands.add_parser("configs", help="list the named training configs (Tables 3 and 4)")
 
     for command, (_, default, description) in RECIPES.items():
@@ -306,7 +330,7 @@ def build_parser():
     sub = commands.add_parser("predict", help="classify image files",
                               description="Print the top-k classes of each image file. The "
                               "images are read, resized and scaled to [-1, 1] for you.")
-    sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
+    sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
     sub.add_argument("--top-k", type=int, default=5, help="classes to print per image")
     sub.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
@@ -314,7 +338,7 @@ def build_parser():
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
                               "optionally the paper's few-shot linear evaluation (Sec. 4.1).")
-    sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
+    sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("--dataset", default="digits", help="digits, a TFDS name or an image folder")
     sub.add_argument("--data-dir", help="TFDS data directory")
     sub.add_argument("--split", default="test", help="the split to evaluate on (TFDS syntax)")
@@ -329,7 +353,7 @@ def build_parser():
         "(Fig. 7 right), position-embedding similarity (Fig. 7 centre) and the patch filters' "
         "principal components (Fig. 7 left) as PNGs, and the numbers as explain.json. "
         'Needs matplotlib: pip install "keras-vit[plots]".')
-    sub.add_argument("model", help="a .keras model or a checkpoint ViT.from_checkpoint reads")
+    sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
     sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
     sub.add_argument("--image-size", type=int, help="resolution for a checkpoint (default: its own)")
@@ -345,7 +369,7 @@ def build_parser():
     return parser
 
 
-HANDLERS = {"presets": _presets, "configs": _configs, "predict": _predict,
+HANDLERS = {"presets": _presets, "pretrained": _pretrained, "configs": _configs, "predict": _predict,
             "evaluate": _evaluate, "convert": _convert, "explain": _explain,
             **{command: _run_recipe for command in RECIPES}}
 

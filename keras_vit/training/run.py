@@ -67,15 +67,16 @@ def model_arguments(config, num_classes, class_names=None):
 
 def load_init(path, config, num_classes, class_names=None):
     """The fine-tuning model from `--init`: a `.keras` file (a ViT or a
-    masked-patch model) or any checkpoint `ViT.from_checkpoint` reads, at the
-    config's resolution with a new zero-initialised head of `num_classes`
-    and no pre-logits layer (as vit_jax fine-tunes)."""
-    path = pathlib.Path(path)
-    if not path.exists():
-        raise RunError(f"--init {path}: no such file or directory.")
+    masked-patch model) or any checkpoint `ViT.from_checkpoint` reads (a
+    file, a URL or a released name), at the config's resolution with a new
+    zero-initialised head of `num_classes` and no pre-logits layer (as
+    vit_jax fine-tunes)."""
     overrides = dict(dropout_rate=config["dropout_rate"], drop_path_rate=config["drop_path_rate"],
                      dtype=config["dtype"], class_names=class_names)
-    if path.suffix == ".keras":
+    if str(path).endswith(".keras"):
+        path = pathlib.Path(path)
+        if not path.exists():
+            raise RunError(f"--init {path}: no such file.")
         try:
             source = keras.saving.load_model(path, safe_mode=True, compile=False)
         except Exception as error:

@@ -69,6 +69,7 @@ def build_model(cls, checkpoint, image_size=None, num_classes=None,
         state = {k: v for k, v in state.items() if not k.startswith("pre_logits/")}
     if num_classes is not None and num_classes != config.get("num_classes", 0):
         config["num_classes"] = num_classes  # a new, zero-initialised head
+        config.pop("class_names", None)
         state = {k: v for k, v in state.items() if not k.startswith("head/")}
         keep_initial = ("head",)
     model = cls(**config)

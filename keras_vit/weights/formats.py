@@ -46,8 +46,17 @@ def _safetensors_kind(path):
     )
 
 
-def read_checkpoint(path, num_heads=None):
-    """Reads any supported checkpoint into a :class:`Checkpoint`."""
+def reader_for(path):
+    """The reader a local checkpoint needs, decided from its name and
+    ``config.json`` (safetensors: from its key names) before any weights are
+    read: :func:`~keras_vit.weights.npz.read_npz`,
+    :func:`~keras_vit.weights.huggingface.read_huggingface` or
+    :func:`~keras_vit.weights.timm.read_timm`, each taking the path (a
+    Hugging Face ``model.safetensors`` is read with its folder).
+
+    Raises:
+        CheckpointError: no such file, a pickle-based file, or an unknown format.
+    """
     path = pathlib.Path(path)
     if not path.exists():
         raise CheckpointError(f"No checkpoint at {path}.")
@@ -63,18 +72,24 @@ def read_checkpoint(path, num_heads=None):
             raise CheckpointError(f"{path} is a directory without config.json. Known formats: {FORMATS}.")
         with open(config) as file:
             meta = json.load(file)
-        if "architecture" in meta:
-            return read_timm(path, num_heads)
-        return read_huggingface(path)
+        return read_timm if "architecture" in meta else read_huggingface
     if path.suffix == ".npz":
-        return read_npz(path)
+        return read_npz
     if path.suffix == ".safetensors":
         if _safetensors_kind(path) == "timm":
-            return read_timm(path, num_heads)
+            return read_timm
         if not (path.parent / "config.json").exists():
             raise CheckpointError(
                 f"{path} holds Hugging Face ViT weights but there is no config.json "
                 "beside it; pass the directory saved by `save_pretrained`."
             )
-        return read_huggingface(path.parent)
+        return read_huggingface
     raise CheckpointError(f"{path}: unknown checkpoint format. Known formats: {FORMATS}.")
+
+
+def read_checkpoint(path, num_heads=None):
+    """Reads any supported checkpoint into a :class:`Checkpoint`."""
+    reader = reader_for(path)
+    if reader is read_timm:
+        return read_timm(path, num_heads)
+    return reader(path)
