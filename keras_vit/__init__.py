@@ -3,7 +3,8 @@
 from keras_vit import layers
 from keras_vit.model import ViT
 from keras_vit.presets import presets
+from keras_vit.weights.pretrained import pretrained
 
 __version__ = "0.1.0"
 
-__all__ = ["ViT", "layers", "presets", "__version__"]
+__all__ = ["ViT", "layers", "presets", "pretrained", "__version__"]

@@ -24,6 +24,20 @@ def uses_class_token(pooling, position_embedding):
     return pooling == "token" or (pooling == "none" and position_embedding == "learned")
 
 
+def _check_ranges(**arguments):
+    """Each ``name=(value, lowest, kind)``: an int at least `lowest`, or for
+    floats a number above `lowest`; a ValueError names the argument."""
+    for name, (value, lowest, kind) in arguments.items():
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and value >= lowest
+            need = f"an int >= {lowest}"
+        else:
+            ok = isinstance(value, (int, float)) and value > lowest
+            need = f"a number > {lowest}"
+        if not ok:
+            raise ValueError(f"`{name}` must be {need}, got {value!r}.")
+
+
 def _block_names(num_layers):
     return [f"encoder_block_{i}" for i in range(num_layers)]
 
@@ -125,7 +139,8 @@ class ViT(keras.Model):
         position_embedding: ``"learned"`` (1-D, the paper) or ``"sincos2d"``.
         resnet_block_units: tuple of ints or None. A BiT ResNet stem with this
             many units per stage (R50 for ViT: ``(3, 4, 9)``); None for none.
-        resnet_width_factor: int. Width multiplier of the ResNet stem.
+        resnet_width_factor: float. Width multiplier of the ResNet stem: its
+            root has ``int(64 * resnet_width_factor)`` channels (vit_jax).
         head_bias_init: float. Initial head bias (-10 in i21k pre-training).
         num_channels: int. Input channels.
         class_names: list of str or None. The label of each output class,
@@ -176,6 +191,17 @@ class ViT(keras.Model):
         image_size = pair(image_size, "image_size")
         patch_size = pair(patch_size, "patch_size")
         data_format = standardize_data_format(data_format)
+        _check_ranges(
+            num_layers=(num_layers, 1, int), num_heads=(num_heads, 1, int),
+            hidden_dim=(hidden_dim, 1, int), mlp_dim=(mlp_dim, 1, int),
+            num_classes=(num_classes, 0, int), num_registers=(num_registers, 0, int),
+            num_channels=(num_channels, 1, int), representation_size=(representation_size or 1, 1, int),
+            layer_norm_epsilon=(layer_norm_epsilon, 0, float),
+        )
+        for name, rate in (("dropout_rate", dropout_rate), ("attention_dropout_rate", attention_dropout_rate),
+                           ("drop_path_rate", drop_path_rate)):
+            if not 0 <= rate < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
         if pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {pooling!r}; use one of {POOLINGS}.")
         if class_names is not None:
@@ -302,12 +328,33 @@ class ViT(keras.Model):
     # -- construction ---------------------------------------------------------
 
     @classmethod
-    def from_preset(cls, name, **overrides):
-        """A preset architecture (``"vit_b16"`` or ``"ViT-B/16"``), freshly
-        initialised; keyword arguments override any of its settings."""
-        from keras_vit.presets import preset_config
+    def from_preset(cls, name, pretrained=None, **overrides):
+        """A preset architecture, freshly initialised or with released weights.
 
-        return cls(**{**preset_config(name), **overrides})
+        Args:
+            name: a preset (``"vit_b16"`` or ``"ViT-B/16"``, see
+                :func:`keras_vit.presets`) or a released checkpoint
+                (``"vit_b16.augreg_in21k_ft_in1k_224"``, see
+                :func:`keras_vit.pretrained`).
+            pretrained: True loads weights: the named checkpoint, or for a
+                preset its recommended one
+                (:func:`keras_vit.weights.pretrained.default_pretrained`),
+                downloaded and cached on first use. False gives fresh weights.
+                None (default): weights exactly when `name` is a checkpoint.
+            **overrides: constructor arguments; with weights, those of
+                :meth:`from_checkpoint` (``image_size``, ``num_classes``, ...).
+        """
+        from keras_vit.presets import preset_config
+        from keras_vit.weights.pretrained import PRETRAINED
+        from keras_vit.weights.pretrained import default_pretrained
+
+        entry = PRETRAINED.get(str(name))
+        if pretrained is None:
+            pretrained = entry is not None
+        if not pretrained:
+            return cls(**{**preset_config(entry.architecture if entry else name), **overrides})
+        entry = entry or default_pretrained(name)
+        return cls.from_checkpoint(entry.name, **overrides)
 
     @classmethod
     def from_checkpoint(cls, path, image_size=None, num_classes=None,
@@ -333,6 +380,58 @@ class ViT(keras.Model):
         position embeddings 2-D interpolated to the new patch grid (Sec. 3.2).
         `method` is ``"bilinear"`` (vit_jax) or ``"bicubic"`` (timm)."""
         return self.with_config(image_size=image_size, method=method)
+
+    def with_patch_size(self, patch_size, image_size=None, method="bilinear"):
+        """A copy of this model for another patch size, without retraining.
+
+        The patch-embedding kernel is PI-resized as in FlexiViT (Beyer et al.,
+        "FlexiViT: One Model for All Patch Sizes", CVPR 2023; see
+        :func:`keras_vit.layers.resize_patch_kernel`): for a larger patch,
+        the new kernel on a bilinearly upsampled patch gives the old kernel's
+        embedding of the patch. Learned position embeddings are interpolated
+        to the new patch grid with `method` (``"bilinear"`` or ``"bicubic"``),
+        every other weight is copied. `image_size` defaults to this model's.
+        """
+        from keras_vit.weights import transfer_weights
+
+        if self.resnet_block_units is not None:
+            raise ValueError(
+                f"with_patch_size does not apply to the hybrid model {self.name}: "
+                "its patch embedding runs on ResNet features, not on pixels, so "
+                "resizing it is not FlexiViT. Use `with_image_size` to change the "
+                "resolution of a hybrid model."
+            )
+        try:
+            patch_size = pair(patch_size, "patch_size")
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"`patch_size` must be a positive int or a pair of positive ints, "
+                f"got {patch_size!r}. Pass e.g. `with_patch_size(16)`."
+            ) from error
+        try:
+            image_size = self.image_size if image_size is None else pair(image_size, "image_size")
+        except (TypeError, ValueError) as error:
+            raise ValueError(
+                f"`image_size` must be None (keep {self.image_size}), a positive "
+                f"int or a pair of positive ints, got {image_size!r}."
+            ) from error
+        for size, patch, axis in zip(image_size, patch_size, ("height", "width")):
+            if size % patch:
+                raise ValueError(
+                    f"`patch_size` {patch} does not divide the image {axis} {size}. "
+                    f"Choose a patch size that divides {size}, or pass an "
+                    f"`image_size` that is a multiple of {patch}."
+                )
+        model = type(self).from_config(
+            {**self.get_config(), "patch_size": patch_size, "image_size": image_size}
+        )
+        transfer_weights(self, model, method=method, skip=("patch_embedding",))
+        old = self.get_layer("patch_embedding").projection
+        new = model.get_layer("patch_embedding").projection
+        kernel = vit_layers.resize_patch_kernel(old.kernel, patch_size)
+        new.kernel.assign(keras.ops.cast(kernel, new.kernel.dtype))
+        new.bias.assign(old.bias)
+        return model
 
     def with_config(self, skip=(), method="bilinear", **changes):
         """A copy of this model with some constructor arguments changed

@@ -39,6 +39,24 @@ PRESETS = {
         "then ViT-B on 1x1 patches of its feature map (Sec. 3.1).",
         "config": dict(**_BASE, patch_size=1, resnet_block_units=(3, 4, 9)),
     },
+    "r_vit_ti16": {
+        "paper_name": "R+Ti/16",
+        "description": "Hybrid (AugReg): the BiT root alone (no stages; stride 4), then "
+        "ViT-Ti on 8x8 patches of its feature map (vit_jax's R+ViT-Ti_16).",
+        "config": dict(**_SIZES["Ti"], patch_size=8, resnet_block_units=()),
+    },
+    "r26_vit_s32": {
+        "paper_name": "R26+S/32",
+        "description": "Hybrid (AugReg): BiT ResNet-26 (stages 2, 2, 2, 2; stride 32), "
+        "then ViT-S on 1x1 patches.",
+        "config": dict(**_SIZES["S"], patch_size=1, resnet_block_units=(2, 2, 2, 2)),
+    },
+    "r50_vit_l32": {
+        "paper_name": "R50+L/32",
+        "description": "Hybrid (AugReg): BiT ResNet-50 (stages 3, 4, 6, 3; stride 32), "
+        "then ViT-L on 1x1 patches.",
+        "config": dict(**_SIZES["L"], patch_size=1, resnet_block_units=(3, 4, 6, 3)),
+    },
 }
 
 
@@ -52,13 +70,23 @@ for _name, _preset in PRESETS.items():
     _ALIASES[_key(_preset["paper_name"])] = _name
 
 
-def preset_config(name):
-    """The ViT arguments of a preset, by our name or the paper's name."""
+def preset_name(name):
+    """Our name of a preset given by our name or the paper's (``"ViT-B/16"``
+    -> ``"vit_b16"``).
+
+    Raises:
+        ValueError: an unknown preset; the message lists the known ones.
+    """
     key = _ALIASES.get(_key(str(name)))
     if key is None:
         known = ", ".join(f"{n} ({p['paper_name']})" for n, p in PRESETS.items())
         raise ValueError(f"Unknown preset {name!r}. Known presets: {known}.")
-    return dict(PRESETS[key]["config"])
+    return key
+
+
+def preset_config(name):
+    """The ViT arguments of a preset, by our name or the paper's name."""
+    return dict(PRESETS[preset_name(name)]["config"])
 
 
 def count_params(
@@ -74,7 +102,7 @@ def count_params(
     d, m = hidden_dim, mlp_dim
     total, channels, stride = 0, num_channels, 1
     if resnet_block_units is not None:
-        width = 64 * resnet_width_factor
+        width = int(64 * resnet_width_factor)
         total += 49 * channels * width + 2 * width
         channels = width
         for stage, units in enumerate(resnet_block_units):

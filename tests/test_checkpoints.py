@@ -247,5 +247,5 @@ def test_truncated_and_unknown_files(tmp_path):
     np.savez(tmp_path / "other.npz", weights=np.zeros(3))
     with pytest.raises(CheckpointError, match="not a ViT checkpoint: it has no 'embedding/kernel'"):
         ViT.from_checkpoint(tmp_path / "other.npz")
-    with pytest.raises(CheckpointError, match="No checkpoint at"):
+    with pytest.raises(CheckpointError, match="No checkpoint file or folder at"):
         ViT.from_checkpoint(tmp_path / "absent.npz")

@@ -7,6 +7,7 @@ from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
+from keras_vit.layers.patch_embedding import resize_patch_kernel
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding import resample_position_embeddings
 from keras_vit.layers.resnet import BottleneckUnit
@@ -30,4 +31,5 @@ __all__ = [
     "TokenPooling",
     "TransformerEncoder",
     "resample_position_embeddings",
+    "resize_patch_kernel",
 ]

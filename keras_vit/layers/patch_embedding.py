@@ -1,6 +1,7 @@
 """Eq. 1's linear projection E of flattened image patches."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.layers._utils import pair
@@ -119,3 +120,69 @@ class PatchEmbedding(keras.layers.Layer):
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
         return config
+
+
+def _bilinear_resize_1d(old, new):
+    """(new, old) matrix of 1-D bilinear resizing, half-pixel centres, no
+    antialiasing: ``jax.image.resize(..., "bilinear", antialias=False)``."""
+    sample = (np.arange(new, dtype=np.float64) + 0.5) * (old / new) - 0.5
+    weights = np.maximum(0.0, 1.0 - np.abs(sample[:, None] - np.arange(old)[None, :]))
+    total = weights.sum(axis=1, keepdims=True)
+    # As jax: normalise each output row by its weight sum (so edges clamp),
+    # zero rows whose sum vanishes or whose sample lies outside the image.
+    tiny = 1000.0 * float(np.finfo(np.float32).eps)
+    weights = np.where(np.abs(total) > tiny, weights / np.where(total != 0, total, 1), 0.0)
+    inside = (sample >= -0.5) & (sample <= old - 0.5)
+    return np.where(inside[:, None], weights, 0.0)
+
+
+def bilinear_resize_matrix(old_size, new_size):
+    """The matrix ``R`` of bilinear resizing of a patch from `old_size` to
+    `new_size`, each an int or (h, w).
+
+    ``R @ x.reshape(-1)`` is ``jax.image.resize(x, new_size, "bilinear",
+    antialias=False).reshape(-1)`` for a 2-D patch ``x`` (half-pixel centres,
+    row-major flattening): FlexiViT's ``resize_matrix`` (Beyer et al.,
+    "FlexiViT: One Model for All Patch Sizes", CVPR 2023), computed in NumPy
+    as the Kronecker product of the two separable 1-D resizes.
+
+    Returns: float64 array of shape ``(new_h * new_w, old_h * old_w)``.
+    """
+    old_h, old_w = pair(old_size, "old_size")
+    new_h, new_w = pair(new_size, "new_size")
+    return np.kron(_bilinear_resize_1d(old_h, new_h), _bilinear_resize_1d(old_w, new_w))
+
+
+def resize_patch_kernel(kernel, new_patch_size):
+    """FlexiViT's pseudo-inverse resize (PI-resize) of a patch-embedding kernel.
+
+    Beyer et al., "FlexiViT: One Model for All Patch Sizes", CVPR 2023: with
+    ``R = bilinear_resize_matrix(old, new)``, each (in, out) channel's kernel
+    becomes ``w_new = pinv(R.T) @ w_old``, so that for upsampling
+    (new >= old on both axes) ``<x, w_old> == <R x, w_new>`` for every patch
+    ``x``: the embedding of a patch is unchanged when the patch is bilinearly
+    resized together with the kernel. Downsizing gives the least-squares
+    solution, as in FlexiViT.
+
+    Args:
+        kernel: array of shape ``(P_h, P_w, in_channels, hidden_dim)`` (the
+            Keras ``Conv2D`` layout of ``PatchEmbedding``).
+        new_patch_size: int or (int, int), the new ``(P_h', P_w')``.
+
+    Returns: float32 NumPy array of shape
+        ``(P_h', P_w', in_channels, hidden_dim)``.
+    """
+    kernel = np.asarray(keras.ops.convert_to_numpy(kernel), dtype=np.float64)
+    if kernel.ndim != 4:
+        raise ValueError(
+            "`kernel` must have shape (patch_h, patch_w, in_channels, hidden_dim), "
+            f"got shape {kernel.shape}."
+        )
+    old_h, old_w, channels, hidden = kernel.shape
+    new_h, new_w = pair(new_patch_size, "new_patch_size")
+    if (new_h, new_w) == (old_h, old_w):
+        return kernel.astype(np.float32)
+    matrix = bilinear_resize_matrix((old_h, old_w), (new_h, new_w))
+    flat = kernel.reshape(old_h * old_w, channels * hidden)
+    resized = np.linalg.pinv(matrix.T) @ flat
+    return resized.reshape(new_h, new_w, channels, hidden).astype(np.float32)

@@ -28,6 +28,17 @@ def resnet_stride(block_units):
     return 4 * 2 ** max(len(block_units) - 1, 0)
 
 
+def resnet_width(width_factor):
+    """Channels of the root conv: ``int(64 * width_factor)``, as vit_jax."""
+    width = int(64 * width_factor)
+    if width_factor <= 0 or width % 32:
+        raise ValueError(
+            f"resnet_width_factor={width_factor!r} gives int(64 * {width_factor!r}) = {width} root "
+            "channels; BiT's GroupNorm (32 groups) needs a positive multiple of 32, e.g. "
+            "resnet_width_factor=0.5, 1 or 1.5.")
+    return width
+
+
 def _conv(filters, kernel_size, strides, data_format, dtype, name):
     return StandardizedConv2D(
         filters, kernel_size, strides=strides, padding="same", use_bias=False,
@@ -117,22 +128,24 @@ class ResNetStem(keras.layers.Layer):
 
     Args:
         block_units: tuple of ints. Units per stage; ``()`` is the root only.
-        width_factor: int. Width multiplier. Defaults to 1.
+        width_factor: float. Width multiplier: the root has
+            ``int(64 * width_factor)`` channels, as in vit_jax (a multiple of
+            32, for GroupNorm's 32 groups). Defaults to 1.
         data_format: ``"channels_last"`` or ``"channels_first"``.
 
     Input shape: ``(batch, H, W, C)``. Output shape:
-        ``(batch, H / stride, W / stride, 256 * 2^(S-1) * width_factor)`` with
-        ``stride = 4 * 2^(S-1)`` (``64 * width_factor`` channels and stride 4
-        for the root alone).
+        ``(batch, H / stride, W / stride, 4 * 2^(S-1) * width)`` with
+        ``width = int(64 * width_factor)`` and ``stride = 4 * 2^(S-1)``
+        (``width`` channels and stride 4 for the root alone).
     """
 
-    def __init__(self, block_units=(3, 4, 9), width_factor=1, data_format=None, **kwargs):
+    def __init__(self, block_units=(3, 4, 9), width_factor=1.0, data_format=None, **kwargs):
         super().__init__(**kwargs)
         self.block_units = tuple(int(n) for n in block_units)
-        self.width_factor = int(width_factor)
+        self.width_factor = width_factor
         self.data_format = standardize_data_format(data_format)
         fmt, policy = self.data_format, self.dtype_policy
-        width = 64 * self.width_factor
+        width = resnet_width(width_factor)
         self.conv_root = _conv(width, 7, 2, fmt, policy, "conv_root")
         self.gn_root = _norm(fmt, policy, "gn_root")
         self.pool = keras.layers.MaxPooling2D(

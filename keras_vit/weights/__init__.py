@@ -1,5 +1,6 @@
 """Checkpoint readers (one module per format), resampling and by-name loading."""
 
+import os
 import pathlib
 
 from keras_vit.weights.assign import CheckpointError
@@ -10,6 +11,8 @@ from keras_vit.weights.checkpoint import build_model
 from keras_vit.weights.download import fetch
 from keras_vit.weights.download import is_url
 from keras_vit.weights.formats import read_checkpoint
+from keras_vit.weights.pretrained import get_pretrained
+from keras_vit.weights.pretrained import imagenet1k_class_names
 
 
 def locate(location):
@@ -35,7 +38,8 @@ def locate(location):
     path = pathlib.Path(location).expanduser()
     if path.exists():
         return path, None
-    from keras_vit.weights.pretrained import get_pretrained  # TODO top-level
+    if "/" in location or os.sep in location or path.suffix in (".npz", ".safetensors", ".keras"):
+        raise CheckpointError(f"No checkpoint file or folder at {location}.")
     try:
         entry = get_pretrained(location)
     except ValueError as error:
@@ -50,7 +54,6 @@ def load_checkpoint(cls, location, image_size=None, num_classes=None,
     path, entry = locate(location)
     checkpoint = read_checkpoint(path, num_heads=overrides.get("num_heads"))
     if entry is not None and entry.class_names == "imagenet1k" and "class_names" not in checkpoint.config:
-        from keras_vit.weights.pretrained import imagenet1k_class_names  # TODO top-level
         checkpoint.config["class_names"] = imagenet1k_class_names()
     return build_model(cls, checkpoint, image_size, num_classes, resample_method, **overrides)
 

@@ -1,6 +1,7 @@
 """What every checkpoint reader returns, and how a model is made from it."""
 
 import dataclasses
+import json
 import math
 
 
@@ -28,6 +29,28 @@ class Checkpoint:
     source: str
     grid_size: tuple = None
     num_patches: int = None
+
+
+def read_json(path, required=()):
+    """The JSON object in `path` (a ``config.json``).
+
+    Raises:
+        CheckpointError: the file is not a JSON object or lacks a key of
+            `required`; the message names the file.
+    """
+    try:
+        with open(path) as file:
+            config = json.load(file)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise CheckpointError(
+            f"{path} is not valid JSON ({error}). The file may be truncated or edited by "
+            "hand: download or save it again.") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(config).__name__}, not an object.")
+    missing = [key for key in required if key not in config]
+    if missing:
+        raise CheckpointError(f"{path} lacks {', '.join(map(repr, missing))}, which the model needs.")
+    return config
 
 
 def square_grid(num_patches):

@@ -1,9 +1,9 @@
 """Which reader a checkpoint path needs, and refusing pickled files."""
 
-import json
 import pathlib
 
 from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.npz import read_npz
 from keras_vit.weights.timm import read_timm
@@ -70,9 +70,7 @@ def reader_for(path):
         config = path / "config.json"
         if not config.exists():
             raise CheckpointError(f"{path} is a directory without config.json. Known formats: {FORMATS}.")
-        with open(config) as file:
-            meta = json.load(file)
-        return read_timm if "architecture" in meta else read_huggingface
+        return read_timm if "architecture" in read_json(config) else read_huggingface
     if path.suffix == ".npz":
         return read_npz
     if path.suffix == ".safetensors":

@@ -1,10 +1,11 @@
 """Hugging Face ``ViTModel`` / ``ViTForImageClassification`` directories."""
 
-import json
 import pathlib
+import re
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.torch_layout import TorchReader
 from keras_vit.weights.torch_layout import conv
 from keras_vit.weights.torch_layout import load_safetensors
@@ -14,12 +15,28 @@ _GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
          "gelu_pytorch_tanh": True, "gelu_fast": True}
 
 
+def class_names(id2label, num_classes):
+    """The head's class names from an ``id2label`` mapping, or None when it
+    holds only ``transformers``' placeholders (``LABEL_0``, ...) or does not
+    cover the head's `num_classes` classes."""
+    if not id2label or not num_classes:
+        return None
+    names = [id2label.get(str(i), id2label.get(i)) for i in range(num_classes)]
+    if len(id2label) != num_classes or any(n is None for n in names):
+        return None
+    if all(re.fullmatch(r"LABEL_\d+", str(n)) for n in names):
+        return None
+    return [str(n) for n in names]
+
+
 def read_huggingface(directory):
     """Reads a directory saved by ``ViTForImageClassification.save_pretrained``."""
     directory = pathlib.Path(directory)
+    if directory.suffix == ".safetensors":  # its model.safetensors: the folder
+        directory = directory.parent
     source = f"Hugging Face checkpoint {directory}"
-    with open(directory / "config.json") as file:
-        hf = json.load(file)
+    hf = read_json(directory / "config.json", required=(
+        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size"))
     if hf.get("model_type") != "vit":
         raise CheckpointError(
             f"{directory}/config.json has model_type {hf.get('model_type')!r}; "
@@ -89,5 +106,8 @@ def read_huggingface(directory):
     if reader.has("pooler.dense.weight") and hf.get("pooler_act", "tanh") != "tanh":
         raise CheckpointError(f"{source}: pooler_act {hf['pooler_act']!r} is not tanh.")
     reader.read_top("pooler.dense", "classifier", config)
+    names = class_names(hf.get("id2label"), config.get("num_classes", 0))
+    if names:
+        config["class_names"] = names
     reader.finish()
     return Checkpoint(config, reader.state, source, grid, posemb.shape[1] - 1)

@@ -122,7 +122,9 @@ def _read_resnet(reader):
             unit += 1
         block_units.append(unit - 1)
         stage += 1
-    return tuple(block_units), reader.state["resnet/conv_root/kernel"].shape[-1] // 64
+    root_channels = reader.state["resnet/conv_root/kernel"].shape[-1]
+    width_factor = root_channels / 64  # vit_jax: int(64 * width_factor) channels
+    return tuple(block_units), int(width_factor) if width_factor.is_integer() else width_factor
 
 
 def read_npz(path):

@@ -1,19 +1,27 @@
 """timm ``VisionTransformer`` state dicts saved as ``.safetensors``."""
 
-import json
 import math
 import pathlib
+import re
 
 import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
 from keras_vit.weights.torch_layout import TorchReader
 from keras_vit.weights.torch_layout import conv
 from keras_vit.weights.torch_layout import load_safetensors
 
-# timm state dicts do not store the head count: these are timm's model widths.
+# timm state dicts do not store the head count. A timm hub config.json names
+# the architecture, whose size gives (width, heads) as timm's model functions
+# define them (vision_transformer.py, deit.py); bare files go by the width.
+_TIMM_SIZES = {
+    "tiny": (192, 3), "small": (384, 6), "medium": (512, 8), "base": (768, 12),
+    "large": (1024, 16), "huge": (1280, 16), "giant": (1408, 16), "gigantic": (1664, 16),
+    "so400m": (1152, 16),
+}
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 
 _UNSUPPORTED = {
@@ -31,12 +39,38 @@ def _split(reader, key, parts):
     return list(zip(np.split(weight, parts, axis=0), biases))
 
 
+def _heads(meta, hidden_dim, num_heads, source):
+    """The head count: given; else the hub config's ``model_args`` or
+    architecture; else timm's standard widths. Never a guess."""
+    meta = meta or {}
+    architecture = str(meta.get("architecture", ""))
+    size = re.match(r"(?:vit|deit3?)_([a-z0-9]+)_", architecture)
+    width, heads = _TIMM_SIZES.get(size.group(1), (None, None)) if size else (None, None)
+    if width is not None and width != hidden_dim:
+        raise CheckpointError(
+            f"{source}: config.json names {architecture!r} ({width} wide) but the weights are "
+            f"{hidden_dim} wide: the folder mixes two models.")
+    num_heads = num_heads or meta.get("model_args", {}).get("num_heads") or heads
+    if num_heads is None:
+        num_heads = _HEADS_BY_WIDTH.get(hidden_dim)
+    if num_heads is None:
+        raise CheckpointError(
+            f"{source}: timm files do not store the number of attention heads, and width "
+            f"{hidden_dim} is not one of timm's standard sizes {sorted(_HEADS_BY_WIDTH)}. Pass "
+            "it: `ViT.from_checkpoint(path, num_heads=...)`, or load the timm hub folder with "
+            "its config.json.")
+    if hidden_dim % int(num_heads):
+        raise CheckpointError(f"{source}: num_heads={num_heads} does not divide the width {hidden_dim}.")
+    return int(num_heads)
+
+
 def read_timm(path, num_heads=None):
-    """Reads a timm ViT ``.safetensors`` file (or a timm hub directory)."""
+    """Reads a timm ViT ``.safetensors`` file (or a timm hub directory with
+    ``config.json``, which gives the head count and class names)."""
     path = pathlib.Path(path)
+    meta = None
     if path.is_dir():
-        with open(path / "config.json") as file:
-            num_heads = num_heads or json.load(file).get("model_args", {}).get("num_heads")
+        meta = read_json(path / "config.json")
         path = path / "model.safetensors"
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)
@@ -48,7 +82,7 @@ def read_timm(path, num_heads=None):
     reader.put("patch_embedding/projection/kernel", kernel)
     reader.put("patch_embedding/projection/bias", reader.pop("patch_embed.proj.bias"))
     hidden_dim = kernel.shape[-1]
-    num_heads = int(num_heads or _HEADS_BY_WIDTH.get(hidden_dim, max(hidden_dim // 64, 1)))
+    num_heads = _heads(meta, hidden_dim, num_heads, source)
     config = dict(
         hidden_dim=hidden_dim, num_heads=num_heads, patch_size=tuple(kernel.shape[:2]),
         num_channels=kernel.shape[2], gelu_approximate=False, layer_norm_epsilon=1e-6,
@@ -103,6 +137,9 @@ def read_timm(path, num_heads=None):
     else:
         config["pooling"] = "token" if "class_token/tokens" in reader.state else "gap"
     reader.read_top("pre_logits.fc", "head", config)
+    names = (meta or {}).get("label_names")
+    if names and len(names) == config.get("num_classes"):
+        config["class_names"] = [str(n) for n in names]
     reader.finish()
     return Checkpoint(config, reader.state, source, grid, patches)
 
