@@ -154,15 +154,17 @@ def vit_forward(params, images, eps=1e-6, approximate_gelu=True, record=None):
 
 def random_vit_params(seed=0, image_size=32, patch=8, hidden=32, layers=2, heads=4, mlp_dim=64,
                       num_classes=5, pooling="token", representation_size=None, resnet_units=None,
-                      channels=3):
-    """Random weights in the original vit_jax ``.npz`` layout (old numbering)."""
+                      channels=3, resnet_width=64):
+    """Random weights in the original vit_jax ``.npz`` layout (old numbering);
+    a hybrid's root has `resnet_width` = int(64 * width_factor) channels and
+    ``resnet_units=()`` is the root alone."""
     rng = np.random.default_rng(seed)
     r = lambda *shape: rng.normal(0, 0.5, shape).astype(np.float32)  # noqa: E731
     p = {}
     stride = 1
     in_channels = channels
-    if resnet_units:
-        width = 64
+    if resnet_units is not None:
+        width = resnet_width
         p["conv_root/kernel"] = r(7, 7, channels, width)
         p["gn_root/scale"], p["gn_root/bias"] = 1 + r(width) * 0.1, r(width) * 0.1
         in_channels = width
@@ -179,7 +181,7 @@ def random_vit_params(seed=0, image_size=32, patch=8, hidden=32, layers=2, heads
                     p[pre + "conv_proj/kernel"] = r(1, 1, in_channels, 4 * w)
                     p[pre + "gn_proj/scale"], p[pre + "gn_proj/bias"] = 1 + r(4 * w) * 0.1, r(4 * w) * 0.1
                 in_channels = 4 * w
-        stride = 4 * 2 ** (len(resnet_units) - 1)
+        stride = 4 * 2 ** max(len(resnet_units) - 1, 0)
     p["embedding/kernel"] = r(patch, patch, in_channels, hidden) * (1 / math.sqrt(patch * patch * in_channels))
     p["embedding/bias"] = r(hidden)
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size

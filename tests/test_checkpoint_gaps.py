@@ -1,0 +1,199 @@
+"""Files made by the original code that used to load wrongly or not at all:
+timm files without a head count, fractional ResNet widths, the hybrids
+vit_jax names, and broken or out-of-range configs."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from checkpoint_files import save_npz
+from checkpoint_files import save_safetensors
+from checkpoint_files import to_timm
+from helpers import to_numpy
+from reference import random_vit_params
+from reference import vit_forward
+
+from keras_vit import ViT
+from keras_vit.presets import count_params
+from keras_vit.presets import preset_config
+from keras_vit.weights import CheckpointError
+
+
+def images(size=32, n=2, seed=3):
+    return np.random.default_rng(seed).uniform(-1, 1, (n, size, size, 3)).astype("float32")
+
+
+def assert_parity(model, params, x, **kwargs):
+    diff = np.abs(to_numpy(model(x)) - vit_forward(params, x, **kwargs)).max()
+    print(f"max |logit difference| = {diff:.2e}")
+    assert diff < 1e-5
+
+
+# -- hybrids: vit_jax's parameter shapes, written out from its modules ----------
+
+
+def vit_jax_shapes(hidden_dim, num_layers, num_heads, mlp_dim, patch_size, resnet_block_units=None,
+                   resnet_width_factor=1, image_size=224, num_classes=1000, channels=3, **unused):
+    """Every parameter vit_jax's VisionTransformer creates, name -> shape
+    (models_vit.py, models_resnet.py: StdConv, GroupNorm, ResidualUnit)."""
+    shapes, in_channels, stride = {}, channels, 1
+    if resnet_block_units is not None:
+        width = int(64 * resnet_width_factor)
+        shapes["conv_root/kernel"] = (7, 7, channels, width)
+        shapes["gn_root/scale"] = shapes["gn_root/bias"] = (width,)
+        in_channels = width
+        for i, units in enumerate(resnet_block_units):
+            nout = width * 2**i
+            for u in range(units):
+                unit = f"block{i + 1}/unit{u + 1}/"
+                strides = 2 if i > 0 and u == 0 else 1
+                if in_channels != 4 * nout or strides != 1:  # needs_projection
+                    shapes[unit + "conv_proj/kernel"] = (1, 1, in_channels, 4 * nout)
+                    shapes[unit + "gn_proj/scale"] = shapes[unit + "gn_proj/bias"] = (4 * nout,)
+                shapes[unit + "conv1/kernel"] = (1, 1, in_channels, nout)
+                shapes[unit + "conv2/kernel"] = (3, 3, nout, nout)
+                shapes[unit + "conv3/kernel"] = (1, 1, nout, 4 * nout)
+                for gn, c in (("gn1", nout), ("gn2", nout), ("gn3", 4 * nout)):
+                    shapes[unit + gn + "/scale"] = shapes[unit + gn + "/bias"] = (c,)
+                in_channels = 4 * nout
+        stride = 4 * 2 ** max(len(resnet_block_units) - 1, 0)
+    d, heads = hidden_dim, num_heads
+    shapes["embedding/kernel"] = (patch_size, patch_size, in_channels, d)
+    shapes["embedding/bias"] = (d,)
+    shapes["cls"] = (1, 1, d)
+    shapes["Transformer/posembed_input/pos_embedding"] = (1, (image_size // (patch_size * stride)) ** 2 + 1, d)
+    for i in range(num_layers):
+        block = f"Transformer/encoderblock_{i}/"
+        for norm in ("LayerNorm_0", "LayerNorm_2"):
+            shapes[block + norm + "/scale"] = shapes[block + norm + "/bias"] = (d,)
+        for name in ("query", "key", "value"):
+            shapes[block + f"MultiHeadDotProductAttention_1/{name}/kernel"] = (d, heads, d // heads)
+            shapes[block + f"MultiHeadDotProductAttention_1/{name}/bias"] = (heads, d // heads)
+        shapes[block + "MultiHeadDotProductAttention_1/out/kernel"] = (heads, d // heads, d)
+        shapes[block + "MultiHeadDotProductAttention_1/out/bias"] = (d,)
+        shapes[block + "MlpBlock_3/Dense_0/kernel"], shapes[block + "MlpBlock_3/Dense_0/bias"] = (d, mlp_dim), (mlp_dim,)
+        shapes[block + "MlpBlock_3/Dense_1/kernel"], shapes[block + "MlpBlock_3/Dense_1/bias"] = (mlp_dim, d), (d,)
+    shapes["Transformer/encoder_norm/scale"] = shapes["Transformer/encoder_norm/bias"] = (d,)
+    shapes["head/kernel"], shapes["head/bias"] = (d, num_classes), (num_classes,)
+    return shapes
+
+
+@pytest.mark.parametrize("preset", ["r_vit_ti16", "r26_vit_s32", "r50_vit_l32", "r50_vit_b16"])
+def test_hybrid_presets_count_as_vit_jax(preset):
+    config = preset_config(preset)
+    expected = sum(math.prod(s) for s in vit_jax_shapes(**config).values())
+    print(f"{preset}: vit_jax {expected:,d} parameters")
+    assert count_params(**config) == expected
+    if preset in ("r_vit_ti16", "r26_vit_s32"):  # small enough to build here
+        assert ViT.from_preset(preset).count_params() == expected
+
+
+@pytest.mark.parametrize(
+    "units, width, patch, size",
+    [((), 64, 2, 32),                 # R+Ti/16's root-only stem (patch 8 at full size)
+     ((2, 2, 2, 2), 32, 1, 64),       # R26+S/32's stages, half width
+     ((3, 4, 6, 3), 32, 1, 64)],      # R50+L/32's stages, half width
+    ids=["r_ti", "r26", "r50_l32"])
+def test_hybrid_npz_loads_and_matches_vit_jax(units, width, patch, size, tmp_path):
+    params = random_vit_params(image_size=size, patch=patch, resnet_units=units, resnet_width=width,
+                               layers=1, hidden=32, heads=4, mlp_dim=32)
+    model = ViT.from_checkpoint(save_npz(params, tmp_path / "hybrid.npz"))
+    assert model.resnet_block_units == units and model.resnet_width_factor == width / 64
+    assert model.count_params() == sum(v.size for v in params.values())
+    assert_parity(model, params, images(size))
+
+
+def test_fractional_width_factor(tmp_path):
+    params = random_vit_params(image_size=32, patch=1, resnet_units=(1,), resnet_width=32, layers=1)
+    model = ViT.from_checkpoint(save_npz(params, tmp_path / "half.npz"))
+    assert model.resnet_width_factor == 0.5
+    assert model.get_layer("resnet").conv_root.filters == 32
+    assert_parity(model, params, images(32))
+    restored = ViT.from_config(model.get_config())
+    assert restored.resnet_width_factor == 0.5 and restored.count_params() == model.count_params()
+    with pytest.raises(ValueError, match=r"resnet_width_factor=0.25 gives int\(64 \* 0.25\) = 16 root channels"):
+        ViT(image_size=32, patch_size=1, resnet_block_units=(1,), resnet_width_factor=0.25)
+
+
+# -- timm head counts ---------------------------------------------------------------
+
+
+def timm_folder(tmp_path, params, config):
+    folder = tmp_path / "timm"
+    folder.mkdir()
+    save_safetensors(to_timm(params), folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_timm_width_outside_the_table_needs_the_head_count(tmp_path):
+    params = random_vit_params(hidden=512, heads=8, mlp_dim=64, layers=1, image_size=16)
+    path = save_safetensors(to_timm(params), tmp_path / "medium.safetensors")
+    with pytest.raises(CheckpointError, match=r"width 512 is not one of timm's standard sizes.*num_heads="):
+        ViT.from_checkpoint(path)
+    model = ViT.from_checkpoint(path, num_heads=8)
+    assert model.num_heads == 8
+    assert_parity(model, params, images(16), approximate_gelu=False)
+    with pytest.raises(CheckpointError, match="num_heads=7 does not divide the width 512"):
+        ViT.from_checkpoint(path, num_heads=7)
+
+
+def test_timm_hub_folder_gives_heads_and_class_names(tmp_path):
+    params = random_vit_params(hidden=512, heads=8, mlp_dim=64, layers=1, image_size=16, num_classes=3)
+    folder = timm_folder(tmp_path, params, {
+        "architecture": "vit_medium_patch16_gap_256", "num_classes": 3,
+        "label_names": ["n01", "n02", "n03"], "pretrained_cfg": {"tag": "test"}})
+    model = ViT.from_checkpoint(folder)
+    assert model.num_heads == 8 and model.class_names == ["n01", "n02", "n03"]
+    assert_parity(model, params, images(16), approximate_gelu=False)
+
+
+def test_timm_model_args_override_and_disagreement(tmp_path):
+    params = random_vit_params(hidden=64, heads=2, mlp_dim=64, layers=1, image_size=16)
+    folder = timm_folder(tmp_path, params, {"architecture": "vit_custom", "model_args": {"num_heads": 2}})
+    model = ViT.from_checkpoint(folder)
+    assert model.num_heads == 2
+    assert_parity(model, params, images(16), approximate_gelu=False)
+    (folder / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224"}))
+    with pytest.raises(CheckpointError, match=r"names 'vit_base_patch16_224' \(768 wide\) but the weights are 64"):
+        ViT.from_checkpoint(folder)
+
+
+# -- broken configs -------------------------------------------------------------------
+
+
+def test_broken_config_json_names_the_file(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "vit", "hidden_size": 32,')
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=f"{tmp_path / 'config.json'} is not valid JSON"):
+        ViT.from_checkpoint(tmp_path)
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "vit", "hidden_size": 32}))
+    with pytest.raises(CheckpointError, match="config.json lacks 'num_hidden_layers'"):
+        ViT.from_checkpoint(tmp_path)
+    (tmp_path / "config.json").write_text("[1, 2]")
+    with pytest.raises(CheckpointError, match="holds a JSON list, not an object"):
+        ViT.from_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize("argument, value, message", [
+    ("num_layers", -1, "`num_layers` must be an int >= 1, got -1"),
+    ("num_layers", 2.5, "`num_layers` must be an int >= 1, got 2.5"),
+    ("num_heads", 0, "`num_heads` must be an int >= 1, got 0"),
+    ("hidden_dim", 0, "`hidden_dim` must be an int >= 1"),
+    ("mlp_dim", -4, "`mlp_dim` must be an int >= 1"),
+    ("num_classes", -1, "`num_classes` must be an int >= 0"),
+    ("num_registers", -2, "`num_registers` must be an int >= 0"),
+    ("num_channels", 0, "`num_channels` must be an int >= 1"),
+    ("representation_size", -3, "`representation_size` must be an int >= 1"),
+    ("layer_norm_epsilon", 0.0, "`layer_norm_epsilon` must be a number > 0"),
+    ("dropout_rate", 1.0, r"`dropout_rate` must be in \[0, 1\), got 1.0"),
+    ("attention_dropout_rate", -0.1, r"`attention_dropout_rate` must be in \[0, 1\)"),
+    ("drop_path_rate", 2, r"`drop_path_rate` must be in \[0, 1\)"),
+    ("patch_size", 0, "`patch_size` must be a positive int"),
+])
+def test_out_of_range_arguments_are_named(argument, value, message):
+    kwargs = dict(image_size=32, patch_size=8, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=64,
+                  num_classes=5)
+    with pytest.raises(ValueError, match=message):
+        ViT(**{**kwargs, argument: value})
