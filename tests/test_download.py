@@ -176,7 +176,7 @@ def test_cache_location(monkeypatch, tmp_path):
 # -- released checkpoints by name ----------------------------------------------
 
 
-def test_released_name_downloads_loads_and_names_classes(server, monkeypatch):
+def test_released_name_downloads_loads_and_names_classes(server, monkeypatch, tmp_path, capsys):
     params, data = npz_bytes(num_classes=1000)
     server.files["/vit_models/tiny.npz"] = data
     entry = pretrained.PretrainedWeights(
@@ -191,6 +191,16 @@ def test_released_name_downloads_loads_and_names_classes(server, monkeypatch):
     assert ViT.from_checkpoint(entry.name, num_classes=3).class_names is None  # a new head
     fresh = ViT.from_preset("vit_ti16.test_in1k", pretrained=False)
     assert fresh.hidden_dim == 192 and fresh.num_layers == 12
+    # keras-vit predict takes the name and prints ImageNet words.
+    from PIL import Image
+
+    from keras_vit.cli import main
+
+    Image.fromarray(np.full((40, 40, 3), 120, np.uint8)).save(tmp_path / "photo.png")
+    assert main(["predict", "vit_ti16.test_in1k", str(tmp_path / "photo.png"), "--top-k", "2"]) == 0
+    printed = capsys.readouterr().out.splitlines()[-1]
+    top = np.argsort(to_numpy(model(np.zeros((1, 32, 32, 3), "float32") + 120 / 127.5 - 1))[0])[::-1]
+    assert printed.startswith(f"{tmp_path / 'photo.png'}: {model.class_names[top[0]]} (")
 
 
 def test_unknown_name_suggests_close_ones():
