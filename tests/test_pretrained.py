@@ -9,6 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit.cli import main
+from keras_vit.layers.resnet import resnet_stride
 from keras_vit.presets import PRESETS
 from keras_vit.presets import preset_config
 from keras_vit.weights import download
@@ -25,14 +26,58 @@ READERS = {"npz": read_npz, "huggingface": read_huggingface, "timm": read_timm}
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_entry_parses(entry):
     config = preset_config(entry.architecture)
+    assert entry.architecture in PRESETS
     assert entry.name == f"{entry.architecture}.{entry.name.split('.', 1)[1]}"
     assert pretrained.PRETRAINED[entry.name] is entry
-    stride = 4 * 2 ** max(len(config["resnet_block_units"]) - 1, 0) if "resnet_block_units" in config else 1
+    stride = resnet_stride(config["resnet_block_units"]) if "resnet_block_units" in config else 1
+    assert entry.image_size in (224, 384)
     assert entry.image_size % (config["patch_size"] * stride) == 0
+    # 0: released without a head (Hugging Face *-in21k, timm orig_in21k).
     assert entry.num_classes in (0, 1000, 21843)
     assert (entry.class_names == "imagenet1k") == (entry.num_classes == 1000)
-    assert entry.top1 is None or 50 < entry.top1 < 95
+    assert entry.top1 is None or (50 < entry.top1 < 95 and entry.num_classes == 1000)
+    assert entry.top1 is None or "top-1:" in entry.reference  # the number's source is named
     assert entry.format in READERS and entry.reference and entry.pretraining
+    assert entry.pretraining in ("ImageNet-21k", "ImageNet-1k", "ImageNet-21k, fine-tuned on ImageNet-1k")
+    assert (entry.pretraining == "ImageNet-21k") == (entry.num_classes != 1000)
+    assert entry.sha256 is None and entry.size is None  # no source publishes them
+    tag = entry.name.split(".", 1)[1]
+    assert tag.startswith({"npz": ("orig_", "augreg_", "bv_"), "huggingface": ("hf_",), "timm": ("timm_",)}[entry.format])
+    if entry.format == "npz":
+        assert entry.gcs == "gs://" + entry.url.removeprefix("https://storage.googleapis.com/")
+        assert entry.gcs.startswith(("gs://vit_models/imagenet21k/", "gs://vit_models/imagenet21k+imagenet2012/",
+                                     "gs://vit_models/augreg/", "gs://big_vision/"))
+    else:
+        assert entry.gcs is None
+    if entry.format == "timm":
+        assert entry.name.endswith(f"_{entry.image_size}")
+        assert entry.url == f"hf://timm/{entry.url.split('/')[-1]}"
+
+
+def test_names_are_unique_and_the_sources_complete():
+    names = [entry.name for entry in pretrained._rows()]
+    assert len(names) == len(set(names)) == len(ENTRIES)
+    urls = [entry.url for entry in ENTRIES]
+    assert len(urls) == len(set(urls))  # one row per released file
+    by_format = {f: sum(e.format == f for e in ENTRIES) for f in READERS}
+    assert by_format == {"npz": 50, "huggingface": 11, "timm": 36}
+    # The vision_transformer README's recommended AugReg checkpoints, as published.
+    for name, top1 in [("vit_l16", 85.59), ("vit_b16", 85.49), ("vit_s16", 83.73), ("r50_vit_l32", 85.99),
+                       ("r26_vit_s32", 83.85), ("vit_ti16", 78.22), ("vit_b32", 83.59), ("vit_s32", 79.58),
+                       ("r_vit_ti16", 75.40)]:
+        entry = pretrained.get_pretrained(f"{name}.augreg_in21k_ft_in1k_384")
+        assert entry.top1 == top1 and entry.url.endswith("-res_384.npz")
+        upstream = pretrained.get_pretrained(f"{name}.augreg_in21k")
+        assert entry.url.startswith(upstream.url.removesuffix(".npz") + "--imagenet2012-steps_20k-lr_0.0")
+    b16 = pretrained.get_pretrained("vit_b16.augreg_in21k_ft_in1k_384")
+    assert b16.gcs == ("gs://vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+                       "--imagenet2012-steps_20k-lr_0.03-res_384.npz")
+    assert pretrained.get_pretrained("vit_b16.orig_in21k").url == (
+        "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
+    assert pretrained.get_pretrained("vit_s16.bv_in1k_300ep").gcs == "gs://big_vision/vit_s16_i1k_300ep.npz"
+    assert pretrained.get_pretrained("vit_b16.hf_in21k_ft_in1k_224").url == "hf://google/vit-base-patch16-224"
+    assert pretrained.get_pretrained("vit_b16.timm_augreg2_in21k_ft_in1k_224").url == (
+        "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
@@ -73,15 +118,22 @@ def test_listing_by_our_name_or_the_papers():
 
 
 def test_default_and_unknown_names():
-    assert pretrained.default_pretrained("ViT-B/32").name == "vit_b32.augreg_in21k_ft_in1k_384"
-    default = pretrained.default_pretrained("vit_b16")
-    assert default.image_size == 224 and default.top1 == max(
-        e.top1 for e in keras_vit.pretrained("vit_b16")
-        if e.image_size == 224 and e.top1 and e.pretraining == default.pretraining)
+    assert pretrained.default_pretrained("ViT-B/16").name == "vit_b16.augreg_in21k_ft_in1k_224"
+    assert pretrained.default_pretrained("ViT-B/32").name == "vit_b32.augreg_in21k_ft_in1k_224"
+    assert pretrained.default_pretrained("ViT-L/32").name == "vit_l32.orig_in21k_ft_in1k_384"  # no AugReg
+    assert pretrained.default_pretrained("ViT-H/14").name == "vit_h14.orig_in21k"  # no ImageNet-1k head
+    assert pretrained.default_pretrained("R50+ViT-B/16").name == "r50_vit_b16.orig_in21k_ft_in1k_384"
     for name in PRESETS:
-        assert pretrained.default_pretrained(name).architecture == name
+        default = pretrained.default_pretrained(name)
+        assert default.architecture == name and default.format == "npz"
+        augreg_224 = [e for e in keras_vit.pretrained(name) if e.format == "npz" and e.image_size == 224
+                      and e.name.split(".")[1].startswith("augreg_in21k_ft_in1k")]
+        if augreg_224:
+            assert default.top1 == max(e.top1 for e in augreg_224)
     with pytest.raises(ValueError, match="Closest: vit_b16.augreg_in21k_ft_in1k_224"):
         pretrained.get_pretrained("vit_b16.augreg_in21k_ft_in1k_244")
+    with pytest.raises(ValueError, match=r"'vit_b16\.nope' is not a released checkpoint.*keras-vit pretrained"):
+        pretrained.get_pretrained("vit_b16.nope")
 
 
 def test_imagenet_class_names_are_the_standard_list():
@@ -89,6 +141,9 @@ def test_imagenet_class_names_are_the_standard_list():
     assert len(names) == 1000 and len(set(names)) == 1000
     assert names[0] == "tench, Tinca tinca" and names[1] == "goldfish, Carassius auratus"
     assert names[281] == "tabby, tabby cat" and names[999] == "toilet tissue, toilet paper, bathroom tissue"
+    assert names[134] == "crane (bird)" and names[517] == "crane (machine)"
+    assert all(name and name == name.strip() for name in names)
+    assert names is not pretrained.imagenet1k_class_names()  # callers may change their copy
     tfds = pytest.importorskip("tensorflow_datasets")
     source = pathlib.Path(tfds.__file__).parent / "datasets" / "siscore" / "labels.py"
     tree = ast.parse(source.read_text())

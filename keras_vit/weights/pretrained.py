@@ -1,24 +1,44 @@
 """The released checkpoints that keras_vit reads, as data.
 
-One row per released file, from their sources:
+One row per released file, in compact tables (configs as data, as big_vision's
+``VANITY_NAMES`` and timm's ``default_cfgs`` do). Each table names the file it
+was read from:
 
-- The paper's 2020 files (Dosovitskiy et al., ICLR 2021): the
-  ``gs://vit_models/imagenet21k`` and ``imagenet21k+imagenet2012`` buckets of
-  google-research/vision_transformer (README "Available models"; the ``-224``
-  fine-tunes with the README's expected top-1).
-- AugReg (Steiner et al., "How to train your ViT?", TMLR 2022): the
-  vision_transformer README's table of recommended checkpoints (pre-trained
-  on ImageNet-21k; fine-tuned at 384 px, with its ImageNet top-1), and the
-  224 px and ImageNet-1k-only files that timm's ``vision_transformer.py``
-  ``default_cfgs`` load, with timm's measured top-1
-  (``results/results-imagenet.csv``) where we have it.
+- The paper's 2020 files (Dosovitskiy et al., ICLR 2021), buckets
+  ``gs://vit_models/imagenet21k`` and ``gs://vit_models/imagenet21k+imagenet2012``:
+  google-research/vision_transformer ``vit_jax.ipynb`` at cd49f296 (its
+  ``gsutil ls`` of both buckets), ``README.md`` at 10ffdebb ("Available ViT
+  models"; the 2020-10-29 note: the fine-tunes are at 384 px except the
+  ``-224`` files, "expected to achieve 81.2% and 82.7% top-1") and
+  ``vit_jax/configs/models.py`` at 2ecbc732 (file names = model names; the
+  R50 hybrids' ResNet depths).
+- AugReg (Steiner et al., "How to train your ViT?", TMLR 2022): the same
+  ``README.md``'s table of recommended checkpoints (upstream file, 384 px
+  ImageNet fine-tune, ImageNet accuracy); big_vision ``big_vision/models/vit.py``
+  at 33256536 (``VANITY_NAMES`` ``howto-i21k-*``) agrees on the upstream files.
+  The 224 px fine-tunes, the B/8 files and the ImageNet-1k-only runs are the
+  ``https://storage.googleapis.com/vit_models/augreg/...`` URLs of timm's
+  ``default_cfgs`` (huggingface/pytorch-image-models
+  ``timm/models/vision_transformer.py`` at 2cff2350).
 - big_vision (Beyer et al., "Better plain ViT baselines for ImageNet-1k",
-  arXiv:2205.01580): ``gs://big_vision/vit_s16_i1k_{90,150,300}ep.npz``.
-- Hugging Face ``google/vit-*``: conversions of the 2020 files.
-- timm's ViT tags on the Hugging Face Hub (``timm/<architecture>.<tag>``).
+  arXiv:2205.01580): google-research/big_vision ``big_vision/models/vit.py``
+  (``i1k-s16-{90,150,300}ep``), ``big_vision/configs/vit_s16_i1k.py`` at
+  642c086e (GAP, ``sincos2d``, ``rep_size=True``, 224 px; "reach 76.5%" at
+  90 epochs) and ``README.md`` at 0127fb6b (76.5%).
+- Hugging Face ``google/vit-*``: conversions of the 2020 files (model cards:
+  ImageNet-21k at 224 px, fine-tuned on ImageNet at 224 or 384 px; the
+  ``-in21k`` models keep the pooler but no classifier). Repo ids only: the
+  Hub is not reachable from where this table was written.
+- timm's ViT tags on the Hub (``hf://timm/<architecture>.<tag>``, each with
+  ``config.json`` and ``model.safetensors``): timm's ``default_cfgs`` at
+  2cff2350, plain class-token ViTs only (keras_vit.weights.timm reads no
+  fc_norm / norm_pre / qk_norm, nor timm's ResNet hybrids); top-1 and
+  resolution from ``results/results-imagenet.csv`` at 4e5207c7.
 
-Accuracies are the sources' reported ImageNet-1k top-1 (%) at the entry's
-resolution; None where the source reports none.
+Accuracies are the reported ImageNet-1k validation top-1 (%) at the entry's
+resolution, with the source in ``reference``; None where no source reports
+one. The sources publish no SHA-256 or exact byte size for these files, so
+``sha256`` and ``size`` are None (the Hub checks its own files).
 """
 
 import dataclasses
@@ -26,14 +46,19 @@ import difflib
 import functools
 import importlib.resources
 
-from keras_vit.presets import preset_config
 from keras_vit.presets import preset_name
 
 _GCS = "https://storage.googleapis.com/"
-_AUGREG = _GCS + "vit_models/augreg/"
+
+_IN21K = "ImageNet-21k"
+_FT = "ImageNet-21k, fine-tuned on ImageNet-1k"
+_IN1K = "ImageNet-1k"
+
 _PAPER = "Dosovitskiy et al., ICLR 2021 (google-research/vision_transformer)"
-_AUGREG_REF = "Steiner et al., How to train your ViT? (vision_transformer README)"
-_TIMM_REF = "timm results-imagenet.csv"
+_README = "vision_transformer README"
+_AUGREG = "Steiner et al., How to train your ViT?, TMLR 2022"
+_BV = "Beyer et al., Better plain ViT baselines for ImageNet-1k, arXiv:2205.01580 (big_vision)"
+_TIMM_CSV = "timm results-imagenet.csv"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,11 +70,13 @@ class PretrainedWeights:
         architecture: the keras_vit preset it is an instance of.
         format: ``"npz"`` (vit_jax / AugReg / big_vision), ``"huggingface"``
             or ``"timm"``: the reader it needs.
-        url: where it is downloaded from (``https://`` or ``hf://``).
+        url: where it is downloaded from: ``https://storage.googleapis.com/...``
+            for Google's buckets (see :attr:`gcs`), ``hf://owner/repo`` for
+            the Hugging Face Hub.
         image_size: the resolution it was trained or fine-tuned at.
         num_classes: classes of its head: 1000 (ImageNet-1k), 21843
-            (ImageNet-21k) or 0 (no head).
-        top1: the source's reported ImageNet-1k top-1 (%), or None.
+            (ImageNet-21k) or 0 (released without a head).
+        top1: the reported ImageNet-1k top-1 (%) at `image_size`, or None.
         pretraining: the data it was trained on.
         class_names: ``"imagenet1k"`` when the head is ImageNet-1k's, in the
             standard order (:func:`imagenet1k_class_names`); else None.
@@ -71,10 +98,10 @@ class PretrainedWeights:
     sha256: str | None = None
     size: int | None = None
 
-
-_IN21K = "ImageNet-21k"
-_FT = "ImageNet-21k, fine-tuned on ImageNet-1k"
-_IN1K = "ImageNet-1k"
+    @property
+    def gcs(self):
+        """The ``gs://`` form of a Google Cloud Storage URL, else None."""
+        return "gs://" + self.url.removeprefix(_GCS) if self.url.startswith(_GCS) else None
 
 
 def _entry(architecture, tag, format, url, image_size, num_classes, top1, pretraining, reference):
@@ -84,133 +111,196 @@ def _entry(architecture, tag, format, url, image_size, num_classes, top1, pretra
         class_names="imagenet1k" if num_classes == 1000 else None, reference=reference)
 
 
+def _cites(reference, top1, source):
+    return f"{reference}; top-1: {source}" if top1 is not None else reference
+
+
+# -- The paper's 2020 files ---------------------------------------------------
+# gs://vit_models/imagenet21k/<name>.npz: pre-trained at 224 px, with the
+# 21843-class head (timm: "classifier not valid"; the Hugging Face conversions
+# drop it). The bucket's ViT-B_8 and hybrids are of 2021; R26+ViT-B_32 has no
+# preset.
+_ORIG_IN21K = [
+    ("vit_b16", "ViT-B_16"), ("vit_b32", "ViT-B_32"), ("vit_l16", "ViT-L_16"),
+    ("vit_l32", "ViT-L_32"), ("vit_h14", "ViT-H_14"), ("vit_b8", "ViT-B_8"),
+    ("r50_vit_b16", "R50+ViT-B_16"), ("r50_vit_l32", "R50+ViT-L_32"),
+]
+# gs://vit_models/imagenet21k+imagenet2012/<name>.npz: (preset, name, size,
+# top-1, its source). The README gives no number for the 384 px files; where
+# timm converted the same file (jx_vit_*), its measured top-1 is given.
+# ViT-B_8.npz of this bucket is left out: no source states its resolution.
+_ORIG_FT = [
+    ("vit_b16", "ViT-B_16", 384, 84.212, f"{_TIMM_CSV} (vit_base_patch16_384.orig_in21k_ft_in1k)"),
+    ("vit_b32", "ViT-B_32", 384, None, None),
+    ("vit_l16", "ViT-L_16", 384, None, None),
+    ("vit_l32", "ViT-L_32", 384, 81.508, f"{_TIMM_CSV} (vit_large_patch32_384.orig_in21k_ft_in1k)"),
+    ("r50_vit_b16", "R50+ViT-B_16", 384, 84.988, f"{_TIMM_CSV} (vit_base_r50_s16_384.orig_in21k_ft_in1k)"),
+    ("vit_b16", "ViT-B_16-224", 224, 81.2, f"{_README}, 2020-10-29 (expected)"),
+    ("vit_l16", "ViT-L_16-224", 224, 82.7, f"{_README}, 2020-10-29 (expected)"),
+]
+
+# -- AugReg ---------------------------------------------------------------------
+# The README's recommended checkpoints: (preset, upstream run, fine-tuning
+# learning rate, "Imagenet accuracy" of the 384 px fine-tune). The fine-tune is
+# "<run>--imagenet2012-steps_20k-lr_<lr>-res_384.npz".
+_AUGREG_RECOMMENDED = [
+    ("vit_l16", "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "0.01", 85.59),
+    ("vit_b16", "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.03", 85.49),
+    ("vit_s16", "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03", 83.73),
+    ("r50_vit_l32", "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01", 85.99),
+    ("r26_vit_s32", "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01", 83.85),
+    ("vit_ti16", "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03", 78.22),
+    ("vit_b32", "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01", 83.59),
+    ("vit_s32", "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "0.01", 79.58),
+    ("r_vit_ti16", "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03", 75.40),
+]
+# More AugReg files, as timm's default_cfgs load them: (preset, tag, file
+# without ".npz", size, top-1 of timm's conversion of that file). The 224 px
+# fine-tunes of S/32, B/32 and L/16 start from other upstream runs than the
+# README's recommended ones (their names say which).
+_AUGREG_TIMM = [
+    ("vit_ti16", "augreg_in21k_ft_in1k_224", "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.03-res_224", 224, 75.452),
+    ("vit_s32", "augreg_in21k_ft_in1k_224", "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.03-res_224", 224, 76.010),
+    ("vit_s16", "augreg_in21k_ft_in1k_224", "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.03-res_224", 224, 81.402),
+    ("vit_b32", "augreg_in21k_ft_in1k_224", "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.03-res_224", 224, 80.732),
+    ("vit_b16", "augreg_in21k_ft_in1k_224", "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.01-res_224", 224, 84.534),
+    ("vit_b8", "augreg_in21k_ft_in1k_224", "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.01-res_224", 224, 85.838),
+    ("vit_l16", "augreg_in21k_ft_in1k_224", "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1"
+     "--imagenet2012-steps_20k-lr_0.01-res_224", 224, 85.856),
+    ("vit_b8", "augreg_in21k", "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", 224, None),
+    ("vit_s16", "augreg_in1k_224", "S_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.01-res_224", 224, 78.842),
+    ("vit_s16", "augreg_in1k_384", "S_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0"
+     "--imagenet2012-steps_20k-lr_0.01-res_384", 384, 81.130),
+    ("vit_b32", "augreg_in1k_224", "B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1"
+     "--imagenet2012-steps_20k-lr_0.01-res_224", 224, 74.908),
+    ("vit_b32", "augreg_in1k_384", "B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1"
+     "--imagenet2012-steps_20k-lr_0.01-res_384", 384, 78.750),
+    ("vit_b16", "augreg_in1k_224", "B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1"
+     "--imagenet2012-steps_20k-lr_0.01-res_224", 224, 79.154),
+    ("vit_b16", "augreg_in1k_384", "B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1"
+     "--imagenet2012-steps_20k-lr_0.01-res_384", 384, 81.102),
+]
+
+# -- big_vision -----------------------------------------------------------------
+# ViT-S/16 trained on ImageNet-1k at 224 px (GAP, 2-D sin-cos position
+# embeddings, tanh pre-logits): (epochs, top-1, its source).
+_BIG_VISION = [
+    (90, 76.5, "big_vision README and configs/vit_s16_i1k.py"),
+    (150, 78.5, "arXiv:2205.01580"),
+    (300, 80.0, "arXiv:2205.01580 (abstract: 80% in 300 epochs)"),
+]
+
+# -- Hugging Face google/vit-* ----------------------------------------------------
+# (preset, repo, size, classes, top-1 of the 2020 file it converts, source).
+_HUGGINGFACE = [
+    ("vit_b16", "vit-base-patch16-224", 224, 1000, 81.2, f"{_README}, 2020-10-29 (ViT-B_16-224, expected)"),
+    ("vit_b16", "vit-base-patch16-384", 384, 1000, 84.212, f"{_TIMM_CSV} (vit_base_patch16_384.orig_in21k_ft_in1k)"),
+    ("vit_b32", "vit-base-patch32-384", 384, 1000, None, None),
+    ("vit_l16", "vit-large-patch16-224", 224, 1000, 82.7, f"{_README}, 2020-10-29 (ViT-L_16-224, expected)"),
+    ("vit_l16", "vit-large-patch16-384", 384, 1000, None, None),
+    ("vit_l32", "vit-large-patch32-384", 384, 1000, 81.508, f"{_TIMM_CSV} (vit_large_patch32_384.orig_in21k_ft_in1k)"),
+    ("vit_b16", "vit-base-patch16-224-in21k", 224, 0, None, None),
+    ("vit_b32", "vit-base-patch32-224-in21k", 224, 0, None, None),
+    ("vit_l16", "vit-large-patch16-224-in21k", 224, 0, None, None),
+    ("vit_l32", "vit-large-patch32-224-in21k", 224, 0, None, None),
+    ("vit_h14", "vit-huge-patch14-224-in21k", 224, 0, None, None),
+]
+
+# -- timm -------------------------------------------------------------------------
+# (timm architecture, tag, top-1 from results-imagenet.csv). The preset and
+# resolution follow from the architecture's name.
+_TIMM = [
+    ("vit_base_patch16_224", "augreg2_in21k_ft_in1k", 85.108),
+    ("vit_base_patch8_224", "augreg2_in21k_ft_in1k", 86.252),
+    ("vit_tiny_patch16_224", "augreg_in21k_ft_in1k", 75.452),
+    ("vit_tiny_patch16_384", "augreg_in21k_ft_in1k", 78.438),
+    ("vit_small_patch32_224", "augreg_in21k_ft_in1k", 76.010),
+    ("vit_small_patch32_384", "augreg_in21k_ft_in1k", 80.476),
+    ("vit_small_patch16_224", "augreg_in21k_ft_in1k", 81.402),
+    ("vit_small_patch16_384", "augreg_in21k_ft_in1k", 83.814),
+    ("vit_base_patch32_224", "augreg_in21k_ft_in1k", 80.732),
+    ("vit_base_patch32_384", "augreg_in21k_ft_in1k", 83.358),
+    ("vit_base_patch16_224", "augreg_in21k_ft_in1k", 84.534),
+    ("vit_base_patch16_384", "augreg_in21k_ft_in1k", 86.010),
+    ("vit_base_patch8_224", "augreg_in21k_ft_in1k", 85.838),
+    ("vit_large_patch16_224", "augreg_in21k_ft_in1k", 85.856),
+    ("vit_large_patch16_384", "augreg_in21k_ft_in1k", 87.096),
+    ("vit_base_patch16_224", "orig_in21k_ft_in1k", 81.782),
+    ("vit_base_patch16_384", "orig_in21k_ft_in1k", 84.212),
+    ("vit_large_patch32_384", "orig_in21k_ft_in1k", 81.508),
+    ("vit_small_patch16_224", "augreg_in1k", 78.842),
+    ("vit_small_patch16_384", "augreg_in1k", 81.130),
+    ("vit_base_patch32_224", "augreg_in1k", 74.908),
+    ("vit_base_patch32_384", "augreg_in1k", 78.750),
+    ("vit_base_patch16_224", "augreg_in1k", 79.154),
+    ("vit_base_patch16_384", "augreg_in1k", 81.102),
+    ("vit_base_patch32_224", "orig_in21k", None),
+    ("vit_base_patch16_224", "orig_in21k", None),
+    ("vit_large_patch32_224", "orig_in21k", None),
+    ("vit_large_patch16_224", "orig_in21k", None),
+    ("vit_huge_patch14_224", "orig_in21k", None),
+    ("vit_tiny_patch16_224", "augreg_in21k", None),
+    ("vit_small_patch32_224", "augreg_in21k", None),
+    ("vit_small_patch16_224", "augreg_in21k", None),
+    ("vit_base_patch32_224", "augreg_in21k", None),
+    ("vit_base_patch16_224", "augreg_in21k", None),
+    ("vit_base_patch8_224", "augreg_in21k", None),
+    ("vit_large_patch16_224", "augreg_in21k", None),
+]
+_TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
+
+
+def _timm_preset(timm_architecture):
+    """``"vit_base_patch16_384"`` -> ``("vit_b16", 384)``."""
+    _, size, patch, resolution = timm_architecture.split("_")
+    return f"vit_{_TIMM_SIZES[size]}{patch.removeprefix('patch')}", int(resolution)
+
+
 def _rows():
-    # The paper's 2020 files: (preset, file name, top-1 of the 384 px fine-tune).
-    for arch, file, top1 in [
-        ("vit_b16", "ViT-B_16", 84.21), ("vit_b32", "ViT-B_32", None),
-        ("vit_l16", "ViT-L_16", None), ("vit_l32", "ViT-L_32", None),
-        ("r50_vit_b16", "R50+ViT-B_16", 84.99),
-    ]:
-        yield _entry(arch, "orig_in21k", "npz", f"{_GCS}vit_models/imagenet21k/{file}.npz",
-                     224, 21843, None, _IN21K, _PAPER)
-        yield _entry(arch, "orig_in21k_ft_in1k_384", "npz",
-                     f"{_GCS}vit_models/imagenet21k+imagenet2012/{file}.npz", 384, 1000, top1, _FT,
-                     _PAPER + (f"; top-1: {_TIMM_REF}" if top1 else ""))
-    yield _entry("vit_h14", "orig_in21k", "npz", f"{_GCS}vit_models/imagenet21k/ViT-H_14.npz",
-                 224, 21843, None, _IN21K, _PAPER)
-    for arch, file, top1 in [("vit_b16", "ViT-B_16-224", 81.2), ("vit_l16", "ViT-L_16-224", 82.7)]:
-        yield _entry(arch, "orig_in21k_ft_in1k_224", "npz",
-                     f"{_GCS}vit_models/imagenet21k+imagenet2012/{file}.npz", 224, 1000, top1, _FT,
-                     _PAPER + " (README: expected top-1)")
+    for arch, file in _ORIG_IN21K:
+        yield _entry(arch, "orig_in21k", "npz", f"{_GCS}vit_models/imagenet21k/{file}.npz", 224, 21843,
+                     None, _IN21K, _PAPER)
+    for arch, file, size, top1, source in _ORIG_FT:
+        yield _entry(arch, f"orig_in21k_ft_in1k_{size}", "npz",
+                     f"{_GCS}vit_models/imagenet21k+imagenet2012/{file}.npz", size, 1000, top1, _FT,
+                     _cites(_PAPER, top1, source))
 
-    # AugReg, the README's recommended checkpoints: (preset, pre-training run,
-    # fine-tuning learning rate, top-1 at 384 px).
-    for arch, run, lr, top1 in [
-        ("vit_l16", "L_16-i21k-300ep-lr_0.001-aug_strong1-wd_0.1-do_0.0-sd_0.0", "0.01", 85.59),
-        ("vit_b16", "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", "0.03", 85.49),
-        ("vit_s16", "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0", "0.03", 83.73),
-        ("r50_vit_l32", "R50_L_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1", "0.01", 85.99),
-        ("r26_vit_s32", "R26_S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01", 83.85),
-        ("vit_ti16", "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03", 78.22),
-        ("vit_b32", "B_32-i21k-300ep-lr_0.001-aug_light1-wd_0.1-do_0.0-sd_0.0", "0.01", 83.59),
-        ("vit_s32", "S_32-i21k-300ep-lr_0.001-aug_none-wd_0.1-do_0.0-sd_0.0", "0.01", 79.58),
-        ("r_vit_ti16", "R_Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0", "0.03", 75.40),
-    ]:
-        yield _entry(arch, "augreg_in21k", "npz", f"{_AUGREG}{run}.npz", 224, 21843, None,
-                     _IN21K, _AUGREG_REF)
+    for arch, run, lr, top1 in _AUGREG_RECOMMENDED:
+        url = f"{_GCS}vit_models/augreg/{run}"
+        yield _entry(arch, "augreg_in21k", "npz", f"{url}.npz", 224, 21843, None, _IN21K,
+                     f"{_AUGREG} ({_README}, recommended)")
         yield _entry(arch, "augreg_in21k_ft_in1k_384", "npz",
-                     f"{_AUGREG}{run}--imagenet2012-steps_20k-lr_{lr}-res_384.npz", 384, 1000, top1,
-                     _FT, _AUGREG_REF)
-
-    # AugReg 224 px fine-tunes and ImageNet-1k-only runs, as timm loads them.
-    for arch, tag, file, size, top1 in [
-        ("vit_ti16", "augreg_in21k_ft_in1k_224",
-         "Ti_16-i21k-300ep-lr_0.001-aug_none-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224", 224, 75.45),
-        ("vit_s32", "augreg_in21k_ft_in1k_224",
-         "S_32-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224", 224, None),
-        ("vit_s16", "augreg_in21k_ft_in1k_224",
-         "S_16-i21k-300ep-lr_0.001-aug_light1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224", 224, 81.40),
-        ("vit_b32", "augreg_in21k_ft_in1k_224",
-         "B_32-i21k-300ep-lr_0.001-aug_medium1-wd_0.03-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_224", 224, None),
-        ("vit_b16", "augreg_in21k_ft_in1k_224",
-         "B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224", 224, 84.53),
-        ("vit_b8", "augreg_in21k_ft_in1k_224",
-         "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224", 224, None),
-        ("vit_l16", "augreg_in21k_ft_in1k_224",
-         "L_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224", 224, 85.86),
-        ("vit_b8", "augreg_in21k", "B_8-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0", 224, None),
-        ("vit_s16", "augreg_in1k_224",
-         "S_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_224", 224, 78.84),
-        ("vit_s16", "augreg_in1k_384",
-         "S_16-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.01-res_384", 384, 81.13),
-        ("vit_b32", "augreg_in1k_224",
-         "B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224", 224, 74.91),
-        ("vit_b32", "augreg_in1k_384",
-         "B_32-i1k-300ep-lr_0.001-aug_medium2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384", 384, 78.75),
-        ("vit_b16", "augreg_in1k_224",
-         "B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_224", 224, 79.15),
-        ("vit_b16", "augreg_in1k_384",
-         "B_16-i1k-300ep-lr_0.001-aug_strong2-wd_0.1-do_0.1-sd_0.1--imagenet2012-steps_20k-lr_0.01-res_384", 384, 81.10),
-    ]:
+                     f"{url}--imagenet2012-steps_20k-lr_{lr}-res_384.npz", 384, 1000, top1, _FT,
+                     f"{_AUGREG} ({_README}, recommended); top-1: {_README}")
+    for arch, tag, file, size, top1 in _AUGREG_TIMM:
         classes = 21843 if tag == "augreg_in21k" else 1000
-        data = _IN21K if classes == 21843 else _IN1K if "in1k_" in tag and "in21k" not in tag else _FT
-        yield _entry(arch, tag, "npz", f"{_AUGREG}{file}.npz", size, classes, top1, data,
-                     "Steiner et al. (files as in timm's default_cfgs)" + (f"; top-1: {_TIMM_REF}" if top1 else ""))
+        data = _IN21K if classes != 1000 else _IN1K if tag.startswith("augreg_in1k") else _FT
+        yield _entry(arch, tag, "npz", f"{_GCS}vit_models/augreg/{file}.npz", size, classes, top1, data,
+                     _cites(f"{_AUGREG} (file as in timm's default_cfgs)", top1, _TIMM_CSV))
 
-    # big_vision's plain ViT-S/16 on ImageNet-1k (GAP, 2-D sin-cos position
-    # embeddings, MLP head).
-    for epochs, top1 in [(90, 76.5), (150, 78.5), (300, 80.0)]:
-        yield _entry("vit_s16", f"bv_in1k_{epochs}ep", "npz",
-                     f"{_GCS}big_vision/vit_s16_i1k_{epochs}ep.npz", 224, 1000, top1, _IN1K,
-                     "Beyer et al., Better plain ViT baselines for ImageNet-1k (big_vision)")
+    for epochs, top1, source in _BIG_VISION:
+        yield _entry("vit_s16", f"bv_in1k_{epochs}ep", "npz", f"{_GCS}big_vision/vit_s16_i1k_{epochs}ep.npz",
+                     224, 1000, top1, _IN1K, f"{_BV}; top-1: {source}")
 
-    # Hugging Face conversions of the 2020 files.
-    for arch, repo, size, classes, top1 in [
-        ("vit_b16", "vit-base-patch16-224", 224, 1000, 81.2),
-        ("vit_b16", "vit-base-patch16-384", 384, 1000, 84.21),
-        ("vit_b32", "vit-base-patch32-384", 384, 1000, None),
-        ("vit_l16", "vit-large-patch16-224", 224, 1000, 82.7),
-        ("vit_l16", "vit-large-patch16-384", 384, 1000, None),
-        ("vit_l32", "vit-large-patch32-384", 384, 1000, None),
-        ("vit_b16", "vit-base-patch16-224-in21k", 224, 0, None),
-        ("vit_b32", "vit-base-patch32-224-in21k", 224, 0, None),
-        ("vit_l16", "vit-large-patch16-224-in21k", 224, 0, None),
-        ("vit_l32", "vit-large-patch32-224-in21k", 224, 0, None),
-        ("vit_h14", "vit-huge-patch14-224-in21k", 224, 0, None),
-    ]:
+    for arch, repo, size, classes, top1, source in _HUGGINGFACE:
         tag = "hf_in21k" if classes == 0 else f"hf_in21k_ft_in1k_{size}"
         yield _entry(arch, tag, "huggingface", f"hf://google/{repo}", size, classes, top1,
                      _IN21K if classes == 0 else _FT,
-                     "Hugging Face google/vit-* (converted from the 2020 files)")
+                     _cites("Hugging Face google/vit-* (conversion of the 2020 files)", top1, source))
 
-    # timm's ViT tags on the Hub: (preset, timm architecture, tag, top-1).
-    for arch, timm_arch, tag, top1 in [
-        ("vit_b16", "vit_base_patch16_224", "augreg2_in21k_ft_in1k", 85.11),
-        ("vit_b8", "vit_base_patch8_224", "augreg2_in21k_ft_in1k", None),
-        ("vit_ti16", "vit_tiny_patch16_224", "augreg_in21k_ft_in1k", 75.45),
-        ("vit_ti16", "vit_tiny_patch16_384", "augreg_in21k_ft_in1k", 78.44),
-        ("vit_s16", "vit_small_patch16_224", "augreg_in21k_ft_in1k", 81.40),
-        ("vit_s16", "vit_small_patch16_384", "augreg_in21k_ft_in1k", 83.81),
-        ("vit_b16", "vit_base_patch16_224", "augreg_in21k_ft_in1k", 84.53),
-        ("vit_b16", "vit_base_patch16_384", "augreg_in21k_ft_in1k", 86.01),
-        ("vit_l16", "vit_large_patch16_224", "augreg_in21k_ft_in1k", 85.86),
-        ("vit_l16", "vit_large_patch16_384", "augreg_in21k_ft_in1k", 87.10),
-        ("vit_b16", "vit_base_patch16_224", "orig_in21k_ft_in1k", 81.78),
-        ("vit_b16", "vit_base_patch16_384", "orig_in21k_ft_in1k", 84.21),
-        ("vit_s16", "vit_small_patch16_224", "augreg_in1k", 78.84),
-        ("vit_s16", "vit_small_patch16_384", "augreg_in1k", 81.13),
-        ("vit_b32", "vit_base_patch32_224", "augreg_in1k", 74.91),
-        ("vit_b32", "vit_base_patch32_384", "augreg_in1k", 78.75),
-        ("vit_b16", "vit_base_patch16_224", "augreg_in1k", 79.15),
-        ("vit_b16", "vit_base_patch16_384", "augreg_in1k", 81.10),
-        ("vit_b16", "vit_base_patch16_224", "augreg_in21k", None),
-        ("vit_b16", "vit_base_patch16_224", "orig_in21k", None),
-    ]:
-        size = int(timm_arch.rsplit("_", 1)[1])
+    for timm_arch, tag, top1 in _TIMM:
+        arch, size = _timm_preset(timm_arch)
         classes = 21843 if tag == "augreg_in21k" else 0 if tag == "orig_in21k" else 1000
         data = _IN21K if classes != 1000 else _IN1K if tag == "augreg_in1k" else _FT
         yield _entry(arch, f"timm_{tag}_{size}", "timm", f"hf://timm/{timm_arch}.{tag}", size, classes,
-                     top1, data, "timm (Hugging Face Hub)" + (f"; top-1: {_TIMM_REF}" if top1 else ""))
+                     top1, data, _cites(f"timm default_cfgs ({timm_arch}.{tag})", top1, _TIMM_CSV))
 
 
 PRETRAINED = {entry.name: entry for entry in _rows()}
@@ -220,14 +310,15 @@ def pretrained(architecture=None):
     """The released checkpoints that load by name.
 
     Args:
-        architecture: only those of this preset (``"vit_b16"`` or the paper's
-            ``"ViT-B/16"``); None for all.
+        architecture: only those of this preset, by our name (``"vit_b16"``)
+            or the paper's (``"ViT-B/16"``); None for all.
 
     Returns:
-        A list of :class:`PretrainedWeights`, in the order of their sources.
+        A list of :class:`PretrainedWeights`, in the order of their sources:
+        the 2020 files, AugReg, big_vision, Hugging Face, timm.
 
     Raises:
-        ValueError: an unknown preset.
+        ValueError: an unknown preset (the message lists the known ones).
     """
     if architecture is None:
         return list(PRETRAINED.values())
@@ -236,10 +327,17 @@ def pretrained(architecture=None):
 
 
 def get_pretrained(name):
-    """The :class:`PretrainedWeights` called `name`.
+    """The released checkpoint called `name`.
+
+    Args:
+        name: ``"<preset>.<tag>"``, e.g. ``"vit_b16.augreg_in21k_ft_in1k_224"``.
+
+    Returns:
+        Its :class:`PretrainedWeights`.
 
     Raises:
-        ValueError: no such name; the message lists the closest ones.
+        ValueError: no such name; the message names the closest ones and how
+            to list them all.
     """
     if name in PRETRAINED:
         return PRETRAINED[name]
@@ -251,10 +349,20 @@ def get_pretrained(name):
 
 
 def default_pretrained(architecture):
-    """The recommended checkpoint of a preset: the best reported top-1 among
-    ImageNet-21k pre-trainings fine-tuned at 224 px; else the best reported
-    top-1 at any resolution; else the first ImageNet-1k classifier; else the
-    first released.
+    """The recommended checkpoint of a preset.
+
+    The best reported ImageNet-1k fine-tune at 224 px of an ImageNet-21k
+    pre-training among Google's own ``.npz`` files (AugReg where there is
+    one, else the 2020 file); else their best ImageNet-1k classifier at
+    another resolution; else the first released file (an ImageNet-21k
+    pre-training, to fine-tune). Google's files come first because they need
+    no optional dependency to download.
+
+    Args:
+        architecture: a preset, by our name or the paper's.
+
+    Returns:
+        A :class:`PretrainedWeights`.
 
     Raises:
         ValueError: an unknown preset, or one with no released weights.
@@ -264,21 +372,31 @@ def default_pretrained(architecture):
         raise ValueError(
             f"No released weights for {architecture!r}. Presets with weights: "
             f"{', '.join(sorted({e.architecture for e in PRETRAINED.values()}))}.")
-    scored = [e for e in entries if e.top1 is not None]
-    transfer = [e for e in scored if e.pretraining == _FT and e.image_size == 224]
-    if transfer or scored:
-        return max(transfer or scored, key=lambda e: e.top1)
-    return next((e for e in entries if e.num_classes == 1000), entries[0])
+
+    def rank(entry):
+        return (entry.num_classes == 1000, entry.format == "npz", entry.pretraining == _FT,
+                entry.image_size == 224, entry.top1 or 0.0)
+
+    return max(entries, key=rank)  # the first of equals
 
 
 @functools.cache
 def _labels():
-    text = importlib.resources.files("keras_vit.weights").joinpath("imagenet1k_labels.txt").read_text()
+    text = importlib.resources.files("keras_vit.weights").joinpath("imagenet1k_labels.txt").read_text("utf-8")
     return tuple(text.splitlines())
 
 
 def imagenet1k_class_names():
-    """The 1000 ImageNet-1k class names in the standard (WordNet id) order,
-    as Hugging Face's ``google/vit-*`` ``id2label`` spells them, e.g. index
-    0 ``"tench, Tinca tinca"``, 281 ``"tabby, tabby cat"``."""
+    """The 1000 ImageNet-1k (ILSVRC-2012) class names in the standard order.
+
+    The order is that of the sorted WordNet ids, which every ImageNet-1k head
+    here uses. The names are the WordNet synonyms of TensorFlow Datasets'
+    ``IMAGENET_LABELS_LIST`` (``tensorflow_datasets/datasets/siscore/labels.py``),
+    e.g. index 0 ``"tench, Tinca tinca"``, 281 ``"tabby, tabby cat"``; unlike
+    lists that repeat ``"crane"``, they tell 134 ``"crane (bird)"`` from 517
+    ``"crane (machine)"``, so all 1000 are distinct.
+
+    Returns:
+        A new list of 1000 str.
+    """
     return list(_labels())
