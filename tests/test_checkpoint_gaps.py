@@ -114,6 +114,8 @@ def test_fractional_width_factor(tmp_path):
     assert restored.resnet_width_factor == 0.5 and restored.count_params() == model.count_params()
     with pytest.raises(ValueError, match=r"resnet_width_factor=0.25 gives int\(64 \* 0.25\) = 16 root channels"):
         ViT(image_size=32, patch_size=1, resnet_block_units=(1,), resnet_width_factor=0.25)
+    with pytest.raises(ValueError, match=r"resnet_block_units=\(1, 0\) has a stage without units"):
+        ViT(image_size=32, patch_size=1, resnet_block_units=(1, 0))
 
 
 # -- timm head counts ---------------------------------------------------------------
@@ -158,6 +160,32 @@ def test_timm_model_args_override_and_disagreement(tmp_path):
     (folder / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224"}))
     with pytest.raises(CheckpointError, match=r"names 'vit_base_patch16_224' \(768 wide\) but the weights are 64"):
         ViT.from_checkpoint(folder)
+
+
+@pytest.mark.parametrize("architecture, width, heads", [
+    ("deit3_medium_patch16_224", 512, 8),               # deit.py
+    ("vit_little_patch16_reg4_gap_256.sbb_in1k", 320, 5),  # a size word, with a tag
+    ("vit_base_patch16_plus_240", 896, 14),             # named: not vit_base's 768/12
+])
+def test_timm_architecture_gives_timm_head_count(architecture, width, heads, tmp_path):
+    """(width, heads) as timm's model functions define them."""
+    params = random_vit_params(hidden=width, heads=heads, mlp_dim=32, layers=1, image_size=16, patch=16)
+    model = ViT.from_checkpoint(timm_folder(tmp_path, params, {"architecture": architecture}))
+    assert model.num_heads == heads
+    assert_parity(model, params, images(16), approximate_gelu=False)
+
+
+def test_hugging_face_id2label_names_only_real_classes(tmp_path):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    for labels, expected in (({0: "cat", 1: "dog", 2: "fish"}, ["cat", "dog", "fish"]), (None, None)):
+        config = transformers.ViTConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                                        intermediate_size=64, image_size=32, patch_size=8, num_labels=3,
+                                        **({"id2label": labels} if labels else {}))
+        folder = tmp_path / str(bool(labels))
+        transformers.ViTForImageClassification(config).save_pretrained(folder, safe_serialization=True)
+        assert ViT.from_checkpoint(folder).class_names == expected  # None: LABEL_0, LABEL_1, ...
 
 
 # -- broken configs -------------------------------------------------------------------

@@ -72,6 +72,15 @@ def test_pi_resize_keeps_the_embedding_of_an_upsampled_patch(old, new):
     after = np.einsum("bhwc,hwcd->bd", upsampled, resized_kernel.astype(np.float64))
     np.testing.assert_allclose(after, before, atol=1e-5, rtol=0)
 
+    # B(x) straight from jax.image.resize, as FlexiViT, gives the same.
+    jax = pytest.importorskip("jax")
+    with jax.enable_x64(True):
+        upsampled = np.asarray(jax.image.resize(
+            patches, (4, *new, channels), method="bilinear", antialias=False
+        ))
+    after = np.einsum("bhwc,hwcd->bd", upsampled, resized_kernel.astype(np.float64))
+    np.testing.assert_allclose(after, before, atol=1e-5, rtol=0)
+
 
 def test_resize_patch_kernel_same_size_and_bad_arguments():
     kernel = np.random.default_rng(0).normal(size=(4, 4, 3, 2)).astype("float32")

@@ -15,12 +15,26 @@ from keras_vit.weights.torch_layout import conv
 from keras_vit.weights.torch_layout import load_safetensors
 
 # timm state dicts do not store the head count. A timm hub config.json names
-# the architecture, whose size gives (width, heads) as timm's model functions
-# define them (vision_transformer.py, deit.py); bare files go by the width.
+# the architecture: its size word (``vit_base_...``, ``deit3_small_...``)
+# gives (width, heads) as timm's model functions define them
+# (vision_transformer.py, deit.py), save for the few models listed by name
+# whose width or heads differ from their size word. Bare files go by width.
 _TIMM_SIZES = {
-    "tiny": (192, 3), "small": (384, 6), "medium": (512, 8), "base": (768, 12),
-    "large": (1024, 16), "huge": (1280, 16), "giant": (1408, 16), "gigantic": (1664, 16),
-    "so400m": (1152, 16),
+    "tiny": (192, 3), "xsmall": (256, 4), "wee": (256, 4), "pwee": (256, 4), "dwee": (256, 4),
+    "dpwee": (256, 4), "little": (320, 5), "dlittle": (320, 5), "small": (384, 6),
+    "medium": (512, 8), "mediumd": (512, 8), "betwixt": (640, 10), "base": (768, 12),
+    "so150m2": (832, 13), "so150m": (896, 14), "large": (1024, 16), "intern300m": (1024, 16),
+    "so400m": (1152, 16), "huge": (1280, 16), "giant": (1408, 16), "giantopt": (1536, 16),
+    "gigantic": (1664, 16),
+}
+_TIMM_EXCEPTIONS = {
+    "vit_base_patch16_gap_224": (768, 16),
+    "vit_base_patch16_plus_240": (896, 14),
+    "vit_base_patch32_plus_256": (896, 14),
+    "vit_base_patch16_plus_clip_240": (896, 14),
+    "vit_giant_patch14_dinov2": (1536, 24),
+    "vit_giant_patch14_reg4_dinov2": (1536, 24),
+    "vit_giant_patch14_reg1_tipsv2": (1536, 24),
 }
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 
@@ -39,27 +53,36 @@ def _split(reader, key, parts):
     return list(zip(np.split(weight, parts, axis=0), biases))
 
 
+def _architecture_size(architecture):
+    """(width, heads) of a timm model name, or (None, None) when unknown."""
+    if architecture in _TIMM_EXCEPTIONS:
+        return _TIMM_EXCEPTIONS[architecture]
+    size = re.match(r"(?:vit|deit3?)_([a-z0-9]+)_", architecture)
+    return _TIMM_SIZES.get(size.group(1), (None, None)) if size else (None, None)
+
+
 def _heads(meta, hidden_dim, num_heads, source):
     """The head count: given; else the hub config's ``model_args`` or
     architecture; else timm's standard widths. Never a guess."""
     meta = meta or {}
-    architecture = str(meta.get("architecture", ""))
-    size = re.match(r"(?:vit|deit3?)_([a-z0-9]+)_", architecture)
-    width, heads = _TIMM_SIZES.get(size.group(1), (None, None)) if size else (None, None)
+    architecture = str(meta.get("architecture", "")).split(".")[0]  # drop a ".tag"
+    model_args = meta.get("model_args") or {}
+    width, heads = _architecture_size(architecture)
+    width, heads = model_args.get("embed_dim", width), model_args.get("num_heads", heads)
     if width is not None and width != hidden_dim:
         raise CheckpointError(
             f"{source}: config.json names {architecture!r} ({width} wide) but the weights are "
-            f"{hidden_dim} wide: the folder mixes two models.")
-    num_heads = num_heads or meta.get("model_args", {}).get("num_heads") or heads
+            f"{hidden_dim} wide: the folder mixes two models. Use the config.json saved with "
+            "these weights.")
     if num_heads is None:
-        num_heads = _HEADS_BY_WIDTH.get(hidden_dim)
+        num_heads = heads or _HEADS_BY_WIDTH.get(hidden_dim)
     if num_heads is None:
         raise CheckpointError(
             f"{source}: timm files do not store the number of attention heads, and width "
             f"{hidden_dim} is not one of timm's standard sizes {sorted(_HEADS_BY_WIDTH)}. Pass "
             "it: `ViT.from_checkpoint(path, num_heads=...)`, or load the timm hub folder with "
             "its config.json.")
-    if hidden_dim % int(num_heads):
+    if int(num_heads) < 1 or hidden_dim % int(num_heads):
         raise CheckpointError(f"{source}: num_heads={num_heads} does not divide the width {hidden_dim}.")
     return int(num_heads)
 
