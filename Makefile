@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test clean
+.PHONY: demo test docs clean bench
 
 $(STAMP): requirements/dev.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -24,5 +24,19 @@ test: $(STAMP)
 		KERAS_BACKEND=$$backend $(PY) -m pytest tests || status=1; \
 	done; exit $$status
 
+# The docs site into site/ (mkdocs.yml); a broken reference or a missing docstring fails.
+# `.venv/bin/mkdocs serve` serves it with live reload.
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict
+
+# Throughput against keras-hub and Hugging Face (benchmarks/README.md). keras-hub
+# goes in with --no-deps: its tensorflow-text would pull the full tensorflow.
+$(VENV)/.bench-installed: requirements/bench.txt $(STAMP)
+	$(PY) -m pip install -q --no-deps -r requirements/bench.txt
+	touch $(VENV)/.bench-installed
+
+bench: $(VENV)/.bench-installed
+	$(PY) benchmarks/throughput.py --quick --json benchmarks/results/latest.json
+
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) demo_output .pytest_cache site

@@ -306,6 +306,7 @@ def _convert(args):
 
 
 def build_parser():
+    """The ``argparse`` parser of the ``keras-vit`` command and its subcommands."""
     parser = argparse.ArgumentParser(
         prog="keras-vit", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -375,6 +376,15 @@ HANDLERS = {"presets": _presets, "pretrained": _pretrained, "configs": _configs,
 
 
 def main(argv=None):
+    """Runs the ``keras-vit`` command.
+
+    Args:
+        argv: list of str or None. The arguments after the program name;
+            ``None`` reads ``sys.argv``.
+
+    Returns:
+        int: the exit status.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -152,11 +152,28 @@ class ViT(keras.Model):
     Output shape: ``(batch, num_classes)``, ``(batch, features)`` when
         ``num_classes=0``, or ``(batch, tokens, ...)`` with ``pooling="none"``.
 
-    Example:
-    >>> import numpy as np
-    >>> model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4)
-    >>> model(np.zeros((2, 32, 32, 3))).shape
-    (2, 10)
+    Examples:
+        >>> import numpy as np
+        >>> model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4)
+        >>> model(np.zeros((2, 32, 32, 3))).shape
+        (2, 10)
+
+        ```python
+        import numpy as np
+        from keras_vit import ViT
+
+        model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4, num_layers=2)
+        images = np.zeros((2, 32, 32, 3), "float32")
+        print(model(images).shape)                    # (2, 10)
+        print(model.grid_size, model.num_prefix_tokens)   # (8, 8) 1
+
+        features = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
+                       mlp_dim=32, num_classes=0, pooling="gap")
+        print(features(images).shape)                 # (2, 16)
+
+        record = model.intermediates(images)
+        print(record["attention_1"].shape)            # (2, 3, 65, 65)
+        ```
     """
 
     def __init__(

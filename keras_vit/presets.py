@@ -85,7 +85,17 @@ def preset_name(name):
 
 
 def preset_config(name):
-    """The ViT arguments of a preset, by our name or the paper's name."""
+    """The ViT arguments of a preset, by our name or the paper's name.
+
+    Examples:
+        ```python
+        from keras_vit.presets import preset_config
+
+        print(preset_config("R50+ViT-B/16"))
+        # {'hidden_dim': 768, 'num_layers': 12, 'num_heads': 12, 'mlp_dim': 3072,
+        #  'patch_size': 1, 'resnet_block_units': (3, 4, 9)}
+        ```
+    """
     return dict(PRESETS[preset_name(name)]["config"])
 
 
@@ -96,7 +106,19 @@ def count_params(
     position_embedding="learned", resnet_block_units=None, resnet_width_factor=1,
     num_channels=3, **unused,
 ):
-    """The parameter count of a ViT configuration, without building it."""
+    """The parameter count of a ViT configuration, without building it.
+
+    Examples:
+        ```python
+        from keras_vit import ViT
+        from keras_vit.presets import count_params
+
+        args = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
+                    mlp_dim=32, num_classes=5, pooling="map", num_registers=2)
+        assert count_params(**args) == ViT(**args).count_params()
+        print(count_params(image_size=384, num_classes=10))   # ViT-B/16 at 384 px: 86098186
+        ```
+    """
     image_h, image_w = (image_size, image_size) if isinstance(image_size, int) else image_size
     patch_h, patch_w = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
     d, m = hidden_dim, mlp_dim
@@ -135,7 +157,19 @@ def count_params(
 
 def presets():
     """Every preset: name -> paper name, description, config and parameter
-    count (at 224 px with a 1000-class head)."""
+    count (at 224 px with a 1000-class head).
+
+    Examples:
+        ```python
+        import keras_vit
+
+        presets = keras_vit.presets()
+        print(sorted(presets))
+        # ['r50_vit_b16', 'vit_b16', 'vit_b32', 'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32',
+        #  'vit_s16', 'vit_s32', 'vit_ti16']
+        print(presets["vit_b16"]["paper_name"], presets["vit_b16"]["params"])   # ViT-B/16 86567656
+        ```
+    """
     return {
         name: {**preset, "config": dict(preset["config"]), "params": count_params(**preset["config"])}
         for name, preset in PRESETS.items()

@@ -34,9 +34,11 @@ class BatchSeeds(keras.random.SeedGenerator):
         self.draws = 0
 
     def reset(self, key):
+        """Starts the draws of a batch from the seed `key`, at counter 0."""
         self.key, self.draws = key, 0
 
     def next(self, ordered=True):
+        """The seed of the next draw: `key` folded with the advanced counter."""
         self.draws += 1
         return tf.random.experimental.stateless_fold_in(self.key, self.draws)
 
@@ -129,6 +131,7 @@ class BatchAugment:
 
     @property
     def active(self):
+        """bool: whether any augmentation (RandAugment, mixup, CutMix) is on."""
         return any(layer is not None for layer in (self.randaugment, self.mixup, self.cutmix))
 
     def __call__(self, images, labels, key):

@@ -91,6 +91,28 @@ def input_pipeline(
         `tf.data.Dataset` of (images, labels): images float32 (batch, H, W,
         3) in [-1, 1], labels float32 (batch, num_classes), one-hot (soft
         with MixUp or CutMix, each row summing to 1).
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.data import input_pipeline, load_source
+
+        source = load_source("digits", "train[:90%]")
+        train = input_pipeline(source, image_size=16, batch_size=32, training=True, flip=False,
+                               area_range=(0.7, 1.0), seed=0)
+        images, labels = next(iter(train))
+        print(images.shape, labels.shape)        # (32, 16, 16, 3) (32, 10)
+        print(train.cardinality().numpy())       # -1 (infinite: repeat defaults to training)
+
+        # Resuming at batch 50 gives what batch 50 of the first stream was.
+        resumed = input_pipeline(source, image_size=16, batch_size=32, training=True, flip=False,
+                                 area_range=(0.7, 1.0), seed=0, start_batch=50)
+        batch_50 = next(iter(train.skip(50)))[0]
+        print(np.array_equal(next(iter(resumed))[0], batch_50))   # True
+
+        test = input_pipeline("digits", "test", image_size=16, batch_size=100, training=False)
+        print([int(x.shape[0]) for x, _ in test])   # [100, 100, 100, 60]
+        ```
     """
     if isinstance(source, Source):
         if split is not None:

@@ -111,6 +111,25 @@ def read_images(paths, image_size):
         np.ndarray, float32 (n, height, width, 3) in [-1, 1].
 
     A missing or undecodable file raises an error naming it.
+
+    Examples:
+        ```python
+        import os
+
+        import numpy as np
+        import tensorflow as tf
+        from keras_vit.data import read_images
+
+        for name in ("cat", "dog"):                       # two small PNG files each
+            os.makedirs(f"pets/{name}", exist_ok=True)
+            for i in range(2):
+                pixels = np.random.default_rng(i).integers(0, 256, (40, 48, 3), dtype=np.uint8)
+                tf.io.write_file(f"pets/{name}/{i}.png", tf.io.encode_png(pixels))
+
+        images = read_images(["pets/cat/0.png", "pets/dog/1.png"], image_size=32)
+        print(images.shape, images.dtype)                   # (2, 32, 32, 3) float32
+        print(read_images("pets/cat/0.png", (24, 32)).shape)   # (1, 24, 32, 3)
+        ```
     """
     size = pair(image_size, "image_size")
     if isinstance(paths, (str, os.PathLike)):

@@ -80,6 +80,28 @@ def load_source(name, split, data_dir=None):
 
     Returns:
         A `Source`.
+
+    Examples:
+        ```python
+        import os
+        import numpy as np
+        import tensorflow as tf
+        from keras_vit.data import load_source
+
+        rng = np.random.default_rng(0)
+        for name in ("cat", "dog"):                      # pets/cat/*.png, pets/dog/*.png
+            os.makedirs(f"pets/{name}", exist_ok=True)
+            for i in range(5):
+                pixels = rng.integers(0, 256, (40, 60, 3), dtype=np.uint8)
+                tf.io.write_file(f"pets/{name}/{i}.png", tf.io.encode_png(pixels))
+
+        source = load_source("pets", "train[:80%]")
+        print(source.num_examples, source.num_classes, source.class_names)   # 8 2 ['cat', 'dog']
+        print(load_source("pets", "train[80%:]").num_examples)               # 2
+
+        digits = load_source("digits", "test")
+        print(digits.num_examples, digits.dataset.element_spec["image"].shape)   # 360 (32, 32, 3)
+        ```
     """
     if not isinstance(split, str) or not split:
         raise ValueError(f"`split` must be a split name such as 'train' or 'train[:90%]', got {split!r}.")

@@ -82,7 +82,10 @@ def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batc
     all rows), normalised to sum to 1.
 
     Args:
-        model, images, batch_size, verbose: as for `attention_weights`.
+        model: as for `attention_weights`.
+        images: as for `attention_weights`.
+        batch_size: as for `attention_weights`.
+        verbose: as for `attention_weights`.
         head_fusion: "mean" (the paper) or "max".
         discard_ratio: float in [0, 1). Per image and layer, this fraction
             of the smallest fused weights is set to 0 before the residual

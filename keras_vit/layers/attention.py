@@ -33,6 +33,35 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             ``(batch, heads, Tq, Tv)`` (float32).
 
     Output shape: ``(batch, Tq, D)``.
+
+    The query, key and value projections are ``EinsumDense`` layers with
+    kernels ``(D, heads, head_dim)`` and biases ``(heads, head_dim)``; the
+    output projection ``out`` has kernel ``(heads, head_dim, D)`` and bias
+    ``(D,)`` (the layout of Flax, of Keras's ``MultiHeadAttention`` and of the
+    original ``.npz`` files). All four kernels are Xavier uniform with the fans
+    of the ``(D, heads * head_dim)`` matrix, as Flax's ``DenseGeneral``. By
+    default the layer calls ``keras.ops.dot_product_attention`` (each backend's
+    fused kernel); with ``return_attention_scores=True`` or when training with
+    ``dropout_rate > 0`` it computes the same function explicitly (softmax in
+    float32, also under mixed precision).
+
+    Examples:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit.layers import MultiHeadDotProductAttention
+
+        attention = MultiHeadDotProductAttention(num_heads=4)
+        x = np.random.default_rng(0).normal(size=(2, 10, 32)).astype("float32")
+        y, weights = attention(x, return_attention_scores=True)
+        print(y.shape, weights.shape)                 # (2, 10, 32) (2, 4, 10, 10)
+        print(attention.query.kernel.shape, attention.out.kernel.shape)   # (32, 4, 8) (4, 8, 32)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(weights).sum(-1), 1.0, rtol=1e-5)
+
+        # Cross-attention: one query token attending to ten tokens.
+        cross = MultiHeadDotProductAttention(num_heads=4)
+        print(cross(x[:, :1], x).shape)               # (2, 1, 32)
+        ```
     """
 
     def __init__(

@@ -21,6 +21,25 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         gelu_approximate: bool. tanh (big_vision) or exact GELU.
 
     Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
+
+    The variables in `ViT` follow big_vision's ``MAPHead``: ``pooling/probe``
+    ``(1, 1, D)`` (Xavier uniform);
+    ``pooling/attention/{query,key,value}/kernel`` ``(D, H, D/H)`` and ``/bias``
+    ``(H, D/H)``; ``pooling/attention/out/kernel`` ``(H, D/H, D)`` and ``/bias``
+    ``(D,)``; ``pooling/norm/gamma``, ``/beta`` ``(D,)``; ``pooling/mlp/fc1/...``,
+    ``pooling/mlp/fc2/...`` as in `MlpBlock`. The attention always has q/k/v
+    biases, whatever ``qkv_bias`` the encoder uses, and the head has no dropout.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import MultiHeadAttentionPooling
+
+        pool = MultiHeadAttentionPooling(num_heads=4, mlp_dim=64)
+        tokens = np.random.default_rng(0).normal(size=(2, 16, 32)).astype("float32")
+        print(pool(tokens).shape)        # (2, 32)
+        print(pool.probe.shape)          # (1, 1, 32)
+        ```
     """
 
     def __init__(

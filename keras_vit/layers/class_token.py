@@ -19,6 +19,26 @@ class ClassToken(keras.layers.Layer):
 
     Input shape: ``(batch, sequence, hidden_dim)``.
     Output shape: ``(batch, num_tokens + sequence, hidden_dim)``.
+
+    In `ViT` the [class] token is the layer ``class_token`` (variable
+    ``class_token/tokens``, ``(1, 1, D)``) and the registers are the layer
+    ``registers`` (``registers/tokens``, ``(1, R, D)``). ``registers`` runs
+    before ``class_token``, so the sequence is ``[class] + registers + patches``.
+    The tokens are cast to the input's dtype and broadcast over the batch.
+
+    Examples:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit.layers import ClassToken
+
+        layer = ClassToken()
+        x = np.ones((2, 16, 32), "float32")
+        y = layer(x)
+        print(y.shape)                 # (2, 17, 32)
+        print(float(keras.ops.sum(y[0, 0])))   # 0.0: the token starts at zero
+        print(layer.tokens.shape)      # (1, 1, 32)
+        ```
     """
 
     def __init__(self, num_tokens=1, initializer="zeros", **kwargs):

@@ -17,6 +17,23 @@ class DropPath(keras.layers.Layer):
         seed: int or None. Seed of the random generator.
 
     Input shape: any, batch first. Output shape: the same.
+
+    Not part of the paper's equations: it applies to the residual branches of
+    Eq. 2 and 3. ``ViT(drop_path_rate=r)`` gives block ``i`` the rate
+    ``r * i / (L - 1)``.
+
+    Examples:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit.layers import DropPath
+
+        layer = DropPath(rate=0.5, seed=0)
+        x = np.ones((8, 4, 2), "float32")
+        print(keras.ops.convert_to_numpy(layer(x)).min())          # 1.0: identity at inference
+        y = keras.ops.convert_to_numpy(layer(x, training=True))
+        print(sorted(set(y[:, 0, 0].tolist())))                    # [0.0, 2.0]: per sample
+        ```
     """
 
     def __init__(self, rate=0.0, seed=None, **kwargs):

@@ -18,6 +18,23 @@ class MlpBlock(keras.layers.Layer):
         seed: int or None. Seed of the dropout.
 
     Input shape: ``(..., D)``. Output shape: the same.
+
+    ``Dense(mlp_dim) -> GELU -> Dropout -> Dense(D) -> Dropout``; the output
+    width D is the input width. Both kernels are Xavier uniform and both biases
+    normal with stddev 1e-6, as in the original code. The sublayers are ``fc1``
+    and ``fc2``; in `ViT` that gives ``encoder_block_{i}/mlp/fc1/kernel`` and so
+    on.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import MlpBlock
+
+        mlp = MlpBlock(mlp_dim=128, gelu_approximate=False)
+        x = np.random.default_rng(0).normal(size=(2, 17, 32)).astype("float32")
+        print(mlp(x).shape)                               # (2, 17, 32)
+        print(mlp.fc1.kernel.shape, mlp.fc2.kernel.shape) # (32, 128) (128, 32)
+        ```
     """
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None, **kwargs):

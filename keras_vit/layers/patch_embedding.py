@@ -26,12 +26,32 @@ class PatchEmbedding(keras.layers.Layer):
         patch_size: int or (int, int). P, or (P_h, P_w) for rectangular patches.
         data_format: ``"channels_last"`` or ``"channels_first"``. Defaults to
             ``keras.config.image_data_format()``.
-        kernel_initializer, bias_initializer: initializers of E and its bias.
-            Defaults to LeCun normal and zeros, as Flax's ``nn.Conv``.
+        kernel_initializer: initializer of E. Defaults to LeCun normal, as
+            Flax's ``nn.Conv``.
+        bias_initializer: initializer of the bias. Defaults to zeros.
 
     Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``), H and W
         divisible by the patch size.
     Output shape: ``(batch, (H / P_h) * (W / P_w), hidden_dim)``.
+
+    In `ViT` this layer is ``patch_embedding``; its variables are
+    ``patch_embedding/projection/kernel`` ``(P_h, P_w, C, D)`` and
+    ``patch_embedding/projection/bias`` ``(D,)``. With ``patch_size=1`` it embeds
+    every position of a CNN feature map (the hybrid of Sec. 3.1). The output is
+    channels-last whatever ``data_format`` is; ``grid_size(input_shape)`` returns
+    ``(H / P_h, W / P_w)``.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import PatchEmbedding
+
+        layer = PatchEmbedding(hidden_dim=64, patch_size=8)
+        tokens = layer(np.zeros((2, 32, 48, 3), "float32"))
+        print(tokens.shape)                       # (2, 24, 64): a 4 x 6 grid
+        print(layer.grid_size((2, 32, 48, 3)))    # (4, 6)
+        print(layer.projection.kernel.shape)      # (8, 8, 3, 64)
+        ```
     """
 
     def __init__(

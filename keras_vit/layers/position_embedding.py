@@ -58,7 +58,9 @@ def resample_position_embeddings(
 
     Args:
         embeddings: array of shape ``(1, num_prefix_tokens + gh * gw, D)``.
-        old_grid, new_grid: int or (int, int). The patch grids (rows, columns).
+        old_grid: int or (int, int). The patch grid (rows, columns) of
+            ``embeddings``.
+        new_grid: int or (int, int). The patch grid to resample to.
         num_prefix_tokens: int. Rows before the grid that are not resampled.
         method: ``"bilinear"``: the original vit_jax loader, i.e.
             ``scipy.ndimage.zoom(grid, zoom, order=1)``, corners aligned.
@@ -67,6 +69,20 @@ def resample_position_embeddings(
 
     Returns:
         A float32 NumPy array of shape ``(1, num_prefix_tokens + nh * nw, D)``.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import resample_position_embeddings
+
+        posemb = np.random.default_rng(0).normal(0, 0.02, (1, 1 + 14 * 14, 8)).astype("float32")
+        hires = resample_position_embeddings(posemb, 14, 24)                     # 224 px -> 384 px, P = 16
+        print(hires.shape)                                                       # (1, 577, 8)
+        np.testing.assert_array_equal(hires[:, :1], posemb[:, :1])               # [class] row kept
+        np.testing.assert_allclose(hires[0, 1], posemb[0, 1], rtol=1e-6)         # corners aligned (bilinear)
+        rect = resample_position_embeddings(posemb, (14, 14), (12, 20), method="bicubic")
+        print(rect.shape)                                                        # (1, 241, 8)
+        ```
     """
     if method not in RESAMPLE_METHODS:
         raise ValueError(
@@ -125,6 +141,26 @@ class PositionEmbedding(keras.layers.Layer):
 
     Input shape: ``(batch, num_prefix_tokens + gh * gw, hidden_dim)``.
     Output shape: the same.
+
+    In `ViT` this layer is ``position_embedding``; its variable is
+    ``position_embedding/embeddings`` ``(1, num_prefix_tokens + gh * gw, D)``,
+    one row per prefix token ([class], registers) then one per patch in
+    row-major order.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import PositionEmbedding
+
+        layer = PositionEmbedding(grid_size=(4, 4), num_prefix_tokens=1)
+        x = np.zeros((2, 17, 32), "float32")
+        print(layer(x).shape)                        # (2, 17, 32)
+        print(layer.embeddings.shape)                # (1, 17, 32)
+        print(layer.resampled((6, 6)).shape)         # (1, 37, 32)
+
+        fixed = PositionEmbedding(grid_size=4, num_prefix_tokens=0, kind="sincos2d")
+        print(fixed(np.zeros((1, 16, 32), "float32")).shape, len(fixed.weights))   # (1, 16, 32) 0
+        ```
     """
 
     def __init__(
@@ -150,6 +186,7 @@ class PositionEmbedding(keras.layers.Layer):
 
     @property
     def sequence_length(self):
+        """int: the length of the sequence, ``num_prefix_tokens + gh * gw``."""
         return self.num_prefix_tokens + math.prod(self.grid_size)
 
     def build(self, input_shape):

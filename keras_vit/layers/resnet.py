@@ -13,6 +13,15 @@ class StandardizedConv2D(keras.layers.Conv2D):
     Each output filter is standardized over (h, w, in) before the
     convolution: ``(w - mean) / (std + 1e-5)``, exactly as vit_jax's
     ``StdConv``. Arguments are those of ``keras.layers.Conv2D``.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import StandardizedConv2D
+
+        conv = StandardizedConv2D(8, 3, padding="same", use_bias=False)
+        print(conv(np.ones((1, 8, 8, 4), "float32")).shape)       # (1, 8, 8, 8)
+        ```
     """
 
     def convolution_op(self, inputs, kernel):
@@ -67,6 +76,16 @@ class BottleneckUnit(keras.layers.Layer):
         data_format: ``"channels_last"`` or ``"channels_first"``.
 
     Input shape: ``(batch, H, W, C)``. Output: ``(batch, H/s, W/s, 4*width)``.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import BottleneckUnit
+
+        unit = BottleneckUnit(width=32, strides=2)
+        print(unit(np.zeros((1, 16, 16, 64), "float32")).shape)   # (1, 8, 8, 128)
+        print(unit.conv_proj is not None)                          # True
+        ```
     """
 
     def __init__(self, width, strides=1, data_format=None, **kwargs):
@@ -120,8 +139,8 @@ class ResNetStem(keras.layers.Layer):
     """The hybrid's CNN: BiT root and bottleneck stages (R50: (3, 4, 9)).
 
     Root: 7x7/2 standardized conv, GroupNorm, ReLU, 3x3/2 max-pool. Then one
-    stage per entry of ``block_units``; stage s has width ``64 * 2^(s-1) *
-    width_factor`` and stride 2 except the first. For ViT, R50's stage 4 is
+    stage per entry of ``block_units``; stage s has width ``int(64 *
+    width_factor) * 2^(s-1)`` and stride 2 except the first. For ViT, R50's stage 4 is
     removed and its units moved to stage 3 (Sec. 3.1 / App. B.1), which
     makes the total stride 16. Sub-layer names follow vit_jax
     (``conv_root``, ``gn_root``, ``block{s}_unit{u}``).
@@ -137,11 +156,32 @@ class ResNetStem(keras.layers.Layer):
         ``(batch, H / stride, W / stride, 4 * 2^(S-1) * width)`` with
         ``width = int(64 * width_factor)`` and ``stride = 4 * 2^(S-1)``
         (``width`` channels and stride 4 for the root alone).
+
+    In ``ViT(resnet_block_units=...)`` the stem is the layer ``resnet``; its
+    units are ``block{s}_unit{u}``, with vit_jax's layer and variable names, so
+    hybrid ``.npz`` checkpoints map one to one. R50's stage 4 is folded into
+    stage 3 for ViT: ``(3, 4, 6, 3)`` becomes ``(3, 4, 9)``, total stride 16.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.layers import ResNetStem
+
+        stem = ResNetStem(block_units=(1, 1))      # a small two-stage stem
+        features = stem(np.zeros((1, 64, 64, 3), "float32"))
+        print(stem.stride, features.shape)         # 8 (1, 8, 8, 512)
+        print([unit.name for unit in stem.units])  # ['block1_unit1', 'block2_unit1']
+        ```
     """
 
     def __init__(self, block_units=(3, 4, 9), width_factor=1.0, data_format=None, **kwargs):
         super().__init__(**kwargs)
         self.block_units = tuple(int(n) for n in block_units)
+        if any(n < 1 for n in self.block_units):
+            raise ValueError(
+                f"resnet_block_units={self.block_units} has a stage without units; each stage "
+                "needs at least 1 (vit_jax's ResNetStage always has unit1). Use () for the "
+                "root alone.")
         self.width_factor = width_factor
         self.data_format = standardize_data_format(data_format)
         fmt, policy = self.data_format, self.dtype_policy
@@ -165,6 +205,7 @@ class ResNetStem(keras.layers.Layer):
 
     @property
     def stride(self):
+        """int: the total stride, ``4 * 2 ** (len(block_units) - 1)`` (4 for the root alone)."""
         return resnet_stride(self.block_units)
 
     def build(self, input_shape):

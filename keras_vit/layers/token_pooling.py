@@ -17,6 +17,23 @@ class TokenPooling(keras.layers.Layer):
         num_prefix_tokens: int. Tokens before the patches.
 
     Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
+
+    ``ViT(pooling="token")`` and ``ViT(pooling="gap")`` use this layer under
+    the name ``pooling``; with ``"token"`` the LayerNorm of Eq. 4 is the
+    preceding ``encoder_norm``. The layer has no weights.
+
+    Examples:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit.layers import TokenPooling
+
+        x = np.arange(2 * 5 * 3, dtype="float32").reshape(2, 5, 3)   # 1 prefix + 4 patch tokens
+        first = keras.ops.convert_to_numpy(TokenPooling("token")(x))
+        mean = keras.ops.convert_to_numpy(TokenPooling("gap", num_prefix_tokens=1)(x))
+        np.testing.assert_array_equal(first, x[:, 0])
+        np.testing.assert_allclose(mean, x[:, 1:].mean(axis=1))
+        ```
     """
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):

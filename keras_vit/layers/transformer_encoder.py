@@ -35,6 +35,29 @@ class TransformerEncoder(keras.layers.Layer):
             ``(batch, heads, tokens, tokens)``; the output is unchanged.
 
     Output shape: ``(batch, tokens, D)``.
+
+    In `ViT` the blocks are ``encoder_block_0`` ... ``encoder_block_{L-1}``.
+    Their sublayers are ``norm1``, ``attention`` (a `MultiHeadDotProductAttention`
+    with ``query``, ``key``, ``value``, ``out``), ``norm2`` and ``mlp`` (an
+    `MlpBlock` with ``fc1``, ``fc2``), plus the optional weights
+    ``layer_scale_1`` and ``layer_scale_2``.
+
+    Examples:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit.layers import TransformerEncoder
+
+        block = TransformerEncoder(num_heads=4, mlp_dim=128, drop_path_rate=0.1)
+        x = np.random.default_rng(0).normal(size=(2, 17, 64)).astype("float32")
+        y = block(x)
+        y2, scores = block(x, return_attention_scores=True)
+        print(y.shape, scores.shape)            # (2, 17, 64) (2, 4, 17, 17)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(y), keras.ops.convert_to_numpy(y2), atol=1e-5)
+        print([w.path for w in block.weights][:4])
+        # ['transformer_encoder/norm1/gamma', 'transformer_encoder/norm1/beta',
+        #  'transformer_encoder/attention/query/kernel', 'transformer_encoder/attention/query/bias']
+        ```
     """
 
     def __init__(

@@ -45,7 +45,22 @@ def _batches(dataset):
 
 def predict_features(model, dataset):
     """``(features (n, d), labels (n,))`` of a dataset of (images, labels)
-    batches, through `feature_extractor(model)`."""
+    batches, through `feature_extractor(model)`.
+
+    Examples:
+        ```python
+        from keras_vit import ViT
+        from keras_vit.data import input_pipeline
+        from keras_vit.training.evaluation import feature_extractor, predict_features
+
+        model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                    num_classes=10, representation_size=8)
+        print(feature_extractor(model).output_shape)   # (None, 8)
+        test = input_pipeline("digits", "test", image_size=16, batch_size=256, training=False)
+        features, labels = predict_features(model, test)
+        print(features.shape, features.dtype, labels.shape)   # (360, 8) float64 (360,)
+        ```
+    """
     extractor = feature_extractor(model)
     features, labels = [], []
     for images, batch_labels in _batches(dataset):
@@ -56,7 +71,20 @@ def predict_features(model, dataset):
 
 def accuracy(model, dataset):
     """Top-1 accuracy of ``model``'s logits on every example of ``dataset``
-    (batches of images and integer or one-hot labels)."""
+    (batches of images and integer or one-hot labels).
+
+    Examples:
+        ```python
+        from keras_vit import ViT
+        from keras_vit.data import input_pipeline
+        from keras_vit.training import accuracy
+
+        model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                    num_classes=10)
+        test = input_pipeline("digits", "test", image_size=16, batch_size=256, training=False)
+        print(accuracy(model, test))   # 0.10833333333333334: the zero-initialised head predicts class 0
+        ```
+    """
     correct = total = 0
     for images, labels in _batches(dataset):
         logits = keras.ops.convert_to_numpy(model.predict_on_batch(images))
@@ -74,11 +102,26 @@ def linear_few_shot_accuracy(train_features, train_labels, test_features, test_l
     Args:
         train_features: ``(n, d)`` frozen representations of the k-shot set.
         train_labels: ``(n,)`` integer labels.
-        test_features, test_labels: the same for the test split.
+        test_features: ``(m, d)`` representations of the test split.
+        test_labels: ``(m,)`` integer labels of the test split.
         num_classes: K.
         l2_reg: ridge penalty.
     Returns: float, top-1 accuracy of ``argmax(x_test W)``, where W minimises
         ``|X W - Y|^2 + l2_reg |W|^2`` with Y in {-1, 1}^K.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.training import linear_few_shot_accuracy
+
+        rng = np.random.default_rng(0)
+        centres = rng.normal(size=(3, 8))
+        train_labels, test_labels = np.repeat(np.arange(3), 5), np.repeat(np.arange(3), 20)
+        train_features = centres[train_labels] + 0.1 * rng.normal(size=(15, 8))
+        test_features = centres[test_labels] + 0.1 * rng.normal(size=(60, 8))
+        print(linear_few_shot_accuracy(train_features, train_labels, test_features, test_labels,
+                                       num_classes=3))   # 1.0
+        ```
     """
     x = np.asarray(train_features, "float64")
     mean = x.mean(0, keepdims=True)
@@ -131,7 +174,21 @@ def few_shot_accuracy(model, train_dataset, test_dataset, num_classes, shots=SHO
                       l2_reg=2.0**10):
     """The paper's few-shot linear evaluation of ``model``'s frozen features:
     ``{k: accuracy}`` for k in `shots`. Datasets give (images, labels)
-    batches, preprocessed for evaluation (no augmentation)."""
+    batches, preprocessed for evaluation (no augmentation).
+
+    Examples:
+        ```python
+        from keras_vit import ViT
+        from keras_vit.data import input_pipeline
+        from keras_vit.training import few_shot_accuracy
+
+        model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                    num_classes=10)
+        train = input_pipeline("digits", "train", image_size=16, batch_size=256, training=False)
+        test = input_pipeline("digits", "test", image_size=16, batch_size=256, training=False)
+        print(sorted(few_shot_accuracy(model, train, test, num_classes=10, shots=(1, 5))))   # [1, 5]
+        ```
+    """
     train = predict_features(model, train_dataset)
     test = predict_features(model, test_dataset)
     return few_shot_from_features(*train, *test, num_classes, shots, seeds, l2_reg)

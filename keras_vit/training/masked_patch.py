@@ -59,14 +59,30 @@ def masked_patch_targets(images, patch_size, seed, corrupt_rate=0.5, mask_rate=0
         patch_size: int or (int, int). The model's patch size.
         seed: a ``(2,)`` int tensor (or pair of ints) seeding the draw.
         corrupt_rate: float in (0, 1]. Fraction of patches corrupted (0.5).
-        mask_rate, random_rate: floats. Probabilities of codes 1 and 2 for a
-            corrupted patch (0.8, 0.1); code 3 takes the rest.
+        mask_rate: float. Probability of code 1 (mask) for a corrupted
+            patch (0.8).
+        random_rate: float. Probability of code 2 (random colour) for a
+            corrupted patch (0.1); code 3 takes the rest.
 
     Returns:
         ``(inputs, targets, sample_weight)``: inputs ``{"images",
         "corruption" (batch, N) int32, "replacement" (batch, N) int32}``,
         targets ``(batch, N)`` int32 in ``[0, 512)``, sample_weight
         ``(batch, N)`` float32, 1 on corrupted patches and 0 elsewhere.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.training import masked_patch_targets
+
+        images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
+        inputs, targets, weights = masked_patch_targets(images, patch_size=4, seed=(0, 0))
+        print(inputs["corruption"].shape, targets.shape)   # (2, 16) (2, 16)
+        print(weights.numpy().sum(axis=1))                 # [8. 8.]: round(0.5 * 16) per image
+
+        white = np.ones((1, 8, 8, 3), "float32")
+        print(masked_patch_targets(white, 4, seed=(1, 2))[1].numpy())   # [[511 511 511 511]]
+        ```
     """
     import tensorflow as tf
 
@@ -155,6 +171,18 @@ def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, shard=None, *
     dataset is pipeline i's rows of each global batch, see
     `keras_vit.data.input_pipeline`) each pipeline draws its own corruption,
     with the seed ``(seed, n * batch + i)``.
+
+    Examples:
+        ```python
+        from keras_vit.data import input_pipeline
+        from keras_vit.training import masked_patch_dataset
+
+        images = input_pipeline("digits", "train", image_size=16, batch_size=32, training=True,
+                                preprocess="resize", flip=False, seed=0)
+        inputs, targets, weights = next(iter(masked_patch_dataset(images, patch_size=4, seed=0)))
+        print(inputs["images"].shape, inputs["corruption"].shape, targets.dtype)
+        # (32, 16, 16, 3) (32, 16) <dtype: 'int32'>
+        ```
     """
     import tensorflow as tf
 
@@ -201,29 +229,58 @@ class MaskedPatchPredictor(keras.Model):
     zero-initialised linear head (``mpp_head``, computed in float32 also
     under a mixed-precision policy) gives 512 logits per patch.
 
+    Images are RGB and channels last; there is no ResNet stem (its
+    overlapping receptive fields would show a corrupted patch's pixels to
+    its neighbours).
+
     Args:
-        image_size, patch_size, num_layers, num_heads, hidden_dim, mlp_dim,
-        dropout_rate, attention_dropout_rate, drop_path_rate,
-        layer_norm_epsilon, gelu_approximate, qkv_bias, layer_scale_init,
-        num_registers, position_embedding, dtype: as for `ViT`. Images are
-        RGB and channels last; there is no ResNet stem (its overlapping
-        receptive fields would show a corrupted patch's pixels to its
-        neighbours).
+        image_size: as for `ViT`.
+        patch_size: as for `ViT`.
+        num_layers: as for `ViT`.
+        num_heads: as for `ViT`.
+        hidden_dim: as for `ViT`.
+        mlp_dim: as for `ViT`.
+        dropout_rate: as for `ViT`.
+        attention_dropout_rate: as for `ViT`.
+        drop_path_rate: as for `ViT`.
+        layer_norm_epsilon: as for `ViT`.
+        gelu_approximate: as for `ViT`.
+        qkv_bias: as for `ViT`.
+        layer_scale_init: as for `ViT`.
+        num_registers: as for `ViT`.
+        position_embedding: as for `ViT`.
+        dtype: as for `ViT`.
 
     Inputs: a dict ``{"images": (batch, H, W, 3) float in [-1, 1],
         "corruption": (batch, N) int32, "replacement": (batch, N) int32}``,
         as `masked_patch_targets` makes them.
     Output: ``(batch, N, 512)`` float32 logits, one row per patch.
 
-    Example:
-    >>> import numpy as np
-    >>> model = MaskedPatchPredictor(image_size=16, patch_size=4, num_layers=1,
-    ...                              num_heads=2, hidden_dim=8, mlp_dim=16)
-    >>> codes = np.zeros((2, 16), "int32")
-    >>> logits = model({"images": np.zeros((2, 16, 16, 3)), "corruption": codes,
-    ...                 "replacement": np.tile(np.arange(16, dtype="int32"), (2, 1))})
-    >>> tuple(logits.shape)
-    (2, 16, 512)
+    Examples:
+        >>> import numpy as np
+        >>> model = MaskedPatchPredictor(image_size=16, patch_size=4, num_layers=1,
+        ...                              num_heads=2, hidden_dim=8, mlp_dim=16)
+        >>> codes = np.zeros((2, 16), "int32")
+        >>> logits = model({"images": np.zeros((2, 16, 16, 3)), "corruption": codes,
+        ...                 "replacement": np.tile(np.arange(16, dtype="int32"), (2, 1))})
+        >>> tuple(logits.shape)
+        (2, 16, 512)
+
+        ```python
+        import numpy as np
+        from keras_vit.training import MaskedPatchPredictor
+
+        model = MaskedPatchPredictor(image_size=16, patch_size=4, num_layers=1, num_heads=2,
+                                     hidden_dim=8, mlp_dim=16)
+        inputs = {
+            "images": np.zeros((2, 16, 16, 3), "float32"),
+            "corruption": np.zeros((2, 16), "int32"),
+            "replacement": np.tile(np.arange(16, dtype="int32"), (2, 1)),
+        }
+        print(model(inputs).shape)                   # (2, 16, 512)
+        print(model.grid_size, model.num_prefix_tokens)   # (4, 4) 1
+        print(MaskedPatchPredictor.from_preset("ViT-Ti/16", image_size=32, num_layers=1).hidden_dim)   # 192
+        ```
     """
 
     def __init__(
@@ -345,6 +402,17 @@ def masked_patch_to_vit(model, num_classes, image_size=None, **overrides):
     embedding and the colour head are left behind. Keyword arguments override
     the ViT's other settings (e.g. ``dropout_rate``, ``dtype``); a pooling
     without the [class] token is refused, since the backbone has one.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.training import MaskedPatchPredictor, masked_patch_to_vit
+
+        model = MaskedPatchPredictor(image_size=16, patch_size=4, num_layers=1, num_heads=2,
+                                     hidden_dim=16, mlp_dim=32)
+        vit = masked_patch_to_vit(model, num_classes=10, image_size=32, dropout_rate=0.1)
+        print(vit.grid_size, vit(np.zeros((2, 32, 32, 3), "float32")).shape)   # (8, 8) (2, 10)
+        ```
     """
     from keras_vit.weights import transfer_weights
 

@@ -319,6 +319,17 @@ def finetune_optimizer(base_lr, total_steps, warmup_steps=500, decay_type="cosin
 
     Returns:
         A `MomentumSGD`.
+
+    Examples:
+        ```python
+        from keras_vit.training import finetune_optimizer
+
+        optimizer = finetune_optimizer(0.03, total_steps=10_000, accum_steps=8,
+                                       use_ema=True, ema_momentum=0.9999)
+        print(type(optimizer).__name__, optimizer.momentum, optimizer.global_clipnorm,
+              optimizer.gradient_accumulation_steps)
+        # MomentumSGD 0.9 1.0 8
+        ```
     """
     return MomentumSGD(
         momentum=momentum,
@@ -360,6 +371,24 @@ def pretrain_optimizer(base_lr, total_steps, warmup_steps=10_000, decay_type="li
 
     Returns:
         An `AdamWeightDecay`.
+
+    Examples:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit import ViT
+        from keras_vit.training import pretrain_optimizer, softmax_cross_entropy
+
+        model = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                    num_classes=3)
+        optimizer = pretrain_optimizer(1e-3, total_steps=4, warmup_steps=1, weight_decay=0.1, accum_steps=2)
+        model.compile(optimizer=optimizer, loss=softmax_cross_entropy())
+        images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3)).astype("float32")
+        labels = keras.ops.one_hot(np.arange(16) % 3, 3)
+        model.fit(images, labels, batch_size=4, epochs=1, verbose=0)   # 4 micro-batches: 2 updates
+        print(int(optimizer.iterations))                  # 2
+        print(round(float(optimizer.learning_rate), 6))   # 0.00067, the schedule at update 2
+        ```
     """
     return AdamWeightDecay(
         beta_1=beta_1,

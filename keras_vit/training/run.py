@@ -114,6 +114,7 @@ def build_model(config, source):
 
 
 def build_loss(config):
+    """The loss of a resolved config: masked patch, sigmoid or softmax cross-entropy."""
     if config["kind"] == "masked_patch":
         return masked_patch.masked_patch_loss()
     if config["loss"] == "sigmoid":
@@ -122,6 +123,7 @@ def build_loss(config):
 
 
 def build_optimizer(config):
+    """The optimizer of a resolved config: `pretrain_optimizer` or `finetune_optimizer`."""
     common = dict(
         base_lr=config["base_lr"], total_steps=config["steps"],
         warmup_steps=config["warmup_steps"], decay_type=config["decay_type"],
@@ -155,6 +157,7 @@ def train_dataset(config, source, start_batch=0, shard=None):
 
 
 def eval_dataset(config, source):
+    """The evaluation `input_pipeline` of a resolved config over `source` (batches of at most 256)."""
     return vit_data.input_pipeline(
         source, image_size=config["image_size"],
         batch_size=min(config["batch_size"], 256), training=False,
@@ -222,6 +225,25 @@ def train(config, workdir, verbose="auto", topology=None):
         topology: a `keras_vit.distribution.Topology` from
             `keras_vit.distribution.setup(config["strategy"], ...)`; None for
             one device.
+
+    Examples:
+        ```python
+        from keras_vit.training import RunError, resolve_config, train
+
+        config = resolve_config("digits", {
+            "steps": 4, "warmup_steps": 1, "batch_size": 32, "checkpoint_every": 2, "few_shot": [1, 5],
+            "model_args": {"num_layers": 1, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32},
+        })
+        model, results = train(config, "runs/tiny", verbose=0)
+        print(sorted(results))   # ['few_shot', 'final_loss', 'steps', 'test_accuracy', 'train_seconds']
+        try:
+            train({**config, "base_lr": 0.01}, "runs/tiny", verbose=0)
+        except RunError as error:
+            print(error)
+        # runs/tiny holds a run with a different config:
+        #     base_lr: was 0.003, now 0.01
+        # Nothing there was changed. Use another --workdir, or the same flags to resume.
+        ```
     """
     check_config(config)
     preset_config(config["model"])

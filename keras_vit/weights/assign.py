@@ -27,6 +27,30 @@ def assign_weights(model, state, source, keep_initial=()):
     those under a layer named in ``keep_initial``, which keep their initial
     values; anything missing, left over or mis-shaped is reported by name,
     with shapes, in a :class:`CheckpointError`, and nothing is assigned.
+
+    Examples:
+        ```python
+        import keras
+        from keras_vit import ViT
+        from keras_vit.weights import CheckpointError, assign_weights
+
+        model = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16,
+                    mlp_dim=32, num_classes=5)
+        state = {v.path: keras.ops.convert_to_numpy(v) for v in model.weights}
+        assign_weights(model, state, "a copy of itself")
+
+        del state["head/bias"]
+        try:
+            assign_weights(model, state, "an incomplete state")
+        except CheckpointError as error:
+            print(error)
+        # The weights of an incomplete state do not fit the model:
+        #   missing from the checkpoint:
+        #     head/bias
+        # Check that the checkpoint and the model have the same architecture (...)
+        assign_weights(model, {k: v for k, v in state.items() if not k.startswith("head/")},
+                       "a headless state", keep_initial=("head",))
+        ```
     """
     variables = model_variables(model)
     kept = {p for p in variables if p.split("/")[0] in keep_initial and p not in state}
@@ -62,6 +86,17 @@ def transfer_weights(source, target, method="bilinear", skip=()):
     patch grids differ (Sec. 3.2 of the paper); everything else must match,
     except the layers named in ``skip`` (e.g. ``("head", "pre_logits")`` for
     fine-tuning), which are not copied and keep the target's initial values.
+
+    Examples:
+        ```python
+        from keras_vit import ViT
+        from keras_vit.weights import transfer_weights
+
+        args = dict(patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
+        small, large = ViT(image_size=32, **args), ViT(image_size=64, **args)
+        transfer_weights(small, large, method="bicubic")
+        print(large.get_layer("position_embedding").embeddings.shape)   # (1, 65, 16)
+        ```
     """
     import keras
 

@@ -75,21 +75,30 @@ class TorchReader:
         self.tensors, self.source, self.state = dict(tensors), source, {}
 
     def has(self, key):
+        """Whether the state dict still holds `key`."""
         return key in self.tensors
 
     def pop(self, key):
+        """Takes the tensor `key` out of the state dict.
+
+        Raises:
+            CheckpointError: the key is missing.
+        """
         if key not in self.tensors:
             raise CheckpointError(f"{self.source}: expected key '{key}' is missing.")
         return self.tensors.pop(key)
 
     def put(self, target, value):
+        """Stores `value` under the Keras variable path `target`."""
         self.state[target] = value
 
     def layer_norm(self, key, target):
+        """Moves a ``LayerNorm``'s weight and bias to `target`'s gamma and beta."""
         self.put(target + "/gamma", self.pop(key + ".weight"))
         self.put(target + "/beta", self.pop(key + ".bias"))
 
     def linear(self, key, target):
+        """Moves a ``Linear`` layer (transposed kernel, optional bias) to `target`."""
         self.put(target + "/kernel", linear(self.pop(key + ".weight")))
         if self.has(key + ".bias"):
             self.put(target + "/bias", self.pop(key + ".bias"))
@@ -115,6 +124,11 @@ class TorchReader:
             config["num_classes"] = int(self.state["head/kernel"].shape[1])
 
     def finish(self):
+        """Checks that every tensor was used.
+
+        Raises:
+            CheckpointError: the state dict has keys nothing read.
+        """
         if self.tensors:
             raise CheckpointError(
                 f"{self.source} has keys keras_vit does not know, so it would load "

@@ -1,0 +1,613 @@
+"""Throughput of keras_vit against keras-hub's ViT and Hugging Face's ViT.
+
+For each model, image size, batch size, backend and mode (inference / train)
+it measures images per second (median of several timed runs after warm-up),
+peak memory and the time to the first result (build + compile + first batch),
+for keras_vit, keras-hub's ``ViTImageClassifier`` (same backend, same
+architecture) and Hugging Face's ``ViTForImageClassification`` on torch (sdpa,
+eager and ``torch.compile``). Every measurement runs in its own child process
+(``--child``), and the implementations are interleaved per configuration and
+per round so that the machine's drift hits all alike. The machine's matrix
+multiply peak is measured in the same run; each result is also given as a
+fraction of it. See benchmarks/README.md.
+
+    python benchmarks/throughput.py --quick --json benchmarks/results/latest.json
+"""
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+IMPLS = ("keras_vit", "keras_hub", "hf")
+HF_VARIANTS = ("sdpa", "eager", "sdpa+compile")
+INSTALL = {
+    "keras_hub": "pip install -r requirements/bench.txt --no-deps  (or: make bench)",
+    "hf": "pip install transformers==5.23.0",
+}
+RESULT_FIELDS = {
+    "impl": str, "backend": str, "model": str, "mode": str, "image_size": int,
+    "batch_size": int, "dtype": str, "images_per_s": float, "fraction_of_peak": float,
+    "peak_memory_mb": float, "first_call_s": float,
+}
+
+
+# --------------------------------------------------------------------------
+# FLOPs, analytically from the config
+
+def macs_per_image(config, image_size, num_classes=1000):
+    """Multiply-adds of one forward pass of the transformer part of a ViT.
+
+    Patch embedding, per block q/k/v (3 N D^2), attention (Q K^T and A V:
+    2 N^2 D), output projection (N D^2), MLP (2 N D M), then the head (D C).
+    Norms, softmax, GELU and biases are left out. A ResNet stem (hybrids)
+    is not counted.
+    """
+    d, m, layers = config["hidden_dim"], config["mlp_dim"], config["num_layers"]
+    p, channels, stride = config["patch_size"], 3, 1
+    if config.get("resnet_block_units") is not None:  # hybrid: patches of the stem's features
+        from keras_vit.layers.resnet import resnet_stride
+        units = config["resnet_block_units"]
+        width = int(64 * config.get("resnet_width_factor", 1))
+        stride = resnet_stride(units)
+        channels = width * 2 ** (len(units) - 1) * 4 if units else width
+    grid = (image_size // (p * stride)) ** 2
+    tokens = grid + 1  # [class] token
+    patch = grid * p * p * channels * d
+    block = 3 * tokens * d * d + 2 * tokens * tokens * d + tokens * d * d + 2 * tokens * d * m
+    return patch + layers * block + d * num_classes
+
+
+def _self_check_flops():
+    b16 = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, patch_size=16)
+    g = macs_per_image(b16, 224) / 1e9
+    assert abs(g - 17.56) < 0.01, f"B/16 at 224 should be 17.56 G multiply-adds, got {g:.3f}"
+
+
+# --------------------------------------------------------------------------
+# Child side: one measurement per process
+
+def _rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _maxrss_mb():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _gpu_peak_mb(backend):
+    """The backend's peak device memory, or None when not on a GPU."""
+    try:
+        if backend == "torch":
+            import torch
+            if torch.cuda.is_available():
+                return torch.cuda.max_memory_allocated() / 2**20
+        elif backend == "jax":
+            import jax
+            dev = jax.devices()[0]
+            if dev.platform == "gpu":
+                return dev.memory_stats()["peak_bytes_in_use"] / 2**20
+        elif backend == "tensorflow":
+            import tensorflow as tf
+            if tf.config.list_physical_devices("GPU"):
+                return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+    except Exception:  # noqa: BLE001 - memory stats are best effort
+        return None
+    return None
+
+
+def _torch_threads(spec):
+    """The same intra-op thread count for every torch child (keras on torch and HF)."""
+    import torch
+    if spec.get("threads"):
+        torch.set_num_threads(spec["threads"])
+    return torch.get_num_threads()
+
+
+def _memory(backend, rss0):
+    """peak_memory_mb: the device peak on a GPU; on CPU the child's peak RSS
+    minus its RSS right after the imports (both raw numbers kept too)."""
+    gpu = _gpu_peak_mb(backend)
+    peak_rss = _maxrss_mb()
+    return {
+        "peak_memory_mb": gpu if gpu is not None else max(peak_rss - rss0, 0.0),
+        "memory_kind": "device_peak" if gpu is not None else "rss_delta",
+        "peak_rss_mb": peak_rss, "rss_after_imports_mb": rss0,
+    }
+
+
+def _timed_runs(step, images_per_step, warmup, runs, steps):
+    for _ in range(warmup):
+        step()
+    rates = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        rates.append(images_per_step * steps / (time.perf_counter() - start))
+    return statistics.median(rates), rates
+
+
+def _child_matmul(spec):
+    import numpy as np
+    import keras
+    from keras import ops
+    backend = keras.backend.backend()
+    if backend == "torch":
+        _torch_threads(spec)
+    n, dtype = spec["n"], spec["dtype"]
+    a = ops.cast(ops.convert_to_tensor(np.random.rand(n, n).astype("float32")), dtype)
+    b = ops.cast(ops.convert_to_tensor(np.random.rand(n, n).astype("float32")), dtype)
+    if backend == "jax":
+        import jax
+        f = jax.jit(lambda x, y: x @ y)
+    else:
+        f = ops.matmul
+
+    def step():  # reading one element back waits for the device
+        ops.convert_to_numpy(ops.cast(f(a, b)[0, 0], "float32"))
+
+    rate, _ = _timed_runs(step, 1, spec["warmup"], spec["runs"], 1)
+    return {"gflops": 2 * n**3 * rate / 1e9}
+
+
+def _keras_model(spec, config):
+    import keras
+    if spec["dtype"] == "bfloat16":
+        keras.config.set_dtype_policy("mixed_bfloat16")
+    size = spec["image_size"]
+    if spec["impl"] == "keras_vit":
+        from keras_vit import ViT
+        return ViT.from_preset(spec["model"], pretrained=False, image_size=size, num_classes=1000)
+    import inspect
+    import keras_hub
+    backbone_args = dict(
+        image_shape=(size, size, 3), patch_size=config["patch_size"],
+        num_layers=config["num_layers"], num_heads=config["num_heads"],
+        hidden_dim=config["hidden_dim"], mlp_dim=config["mlp_dim"],
+    )
+    accepted = inspect.signature(keras_hub.models.ViTBackbone.__init__).parameters
+    missing = [k for k in backbone_args if k not in accepted]
+    if missing:
+        raise TypeError(f"keras_hub {keras_hub.__version__} ViTBackbone lacks {missing}; "
+                        f"its signature: {inspect.signature(keras_hub.models.ViTBackbone.__init__)}")
+    backbone = keras_hub.models.ViTBackbone(**backbone_args)
+    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None)
+
+
+def _child_keras(spec, config):
+    import numpy as np
+    import keras
+    if spec["impl"] == "keras_vit":
+        import keras_vit  # noqa: F401
+    else:
+        import keras_hub  # noqa: F401
+    rss0 = _rss_mb()
+    backend = keras.backend.backend()
+    threads = _torch_threads(spec) if backend == "torch" else None
+    b, s = spec["batch_size"], spec["image_size"]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((b, s, s, 3), dtype=np.float32)
+    y = rng.integers(0, 1000, (b,))
+    start = time.perf_counter()
+    model = _keras_model(spec, config)
+    jit = spec.get("jit_compile", "auto")
+    if spec["mode"] == "inference":
+        model.compile(jit_compile=jit)
+        step = lambda: model.predict_on_batch(x)  # noqa: E731
+    else:
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
+        step = lambda: model.train_on_batch(x, y)  # noqa: E731
+    step()
+    first = time.perf_counter() - start
+    rate, rates = _timed_runs(step, b, spec["warmup"], spec["runs"], spec["steps"])
+    return {
+        "images_per_s": rate, "rates": rates, "first_call_s": first, **_memory(backend, rss0),
+        "params": int(model.count_params()), "jit_compile": bool(getattr(model, "jit_compile", False)),
+        "torch_threads": threads,
+    }
+
+
+def _child_hf(spec, config):
+    import numpy as np
+    import torch
+    import transformers
+    from transformers import ViTConfig, ViTForImageClassification
+    rss0 = _rss_mb()
+    threads = _torch_threads(spec)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    b, s = spec["batch_size"], spec["image_size"]
+    attn, _, compiled = spec["variant"].partition("+")
+    hf_config = ViTConfig(
+        hidden_size=config["hidden_dim"], num_hidden_layers=config["num_layers"],
+        num_attention_heads=config["num_heads"], intermediate_size=config["mlp_dim"],
+        image_size=s, patch_size=config["patch_size"], num_channels=3, num_labels=1000,
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.standard_normal((b, 3, s, s), dtype=np.float32)).to(device)
+    y = torch.from_numpy(rng.integers(0, 1000, (b,))).to(device)
+    autocast = (torch.autocast(device_type=device, dtype=torch.bfloat16)
+                if spec["dtype"] == "bfloat16" else torch.autocast(device_type=device, enabled=False))
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    start = time.perf_counter()
+    if hasattr(ViTForImageClassification, "_from_config"):
+        model = ViTForImageClassification._from_config(hf_config, attn_implementation=attn)
+    else:
+        hf_config._attn_implementation = attn
+        model = ViTForImageClassification(hf_config)
+    model = model.to(device)
+    params = sum(p.numel() for p in model.parameters())
+    forward = torch.compile(model) if compiled else model
+    if spec["mode"] == "inference":
+        model.eval()
+
+        def step():
+            with torch.inference_mode(), autocast:
+                forward(pixel_values=x).logits
+            sync()
+    else:
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+        def step():
+            with autocast:
+                loss = torch.nn.functional.cross_entropy(forward(pixel_values=x).logits, y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            sync()
+    try:
+        step()
+    except Exception as error:  # noqa: BLE001 - a failing torch.compile is a result
+        if compiled:
+            return {"skipped": f"torch.compile failed: {type(error).__name__}: {str(error)[:300]}"}
+        raise
+    first = time.perf_counter() - start
+    rate, rates = _timed_runs(step, b, spec["warmup"], spec["runs"], spec["steps"])
+    return {
+        "images_per_s": rate, "rates": rates, "first_call_s": first, **_memory("torch", rss0),
+        "params": int(params), "transformers": transformers.__version__, "torch_threads": threads,
+    }
+
+
+def child(spec):
+    if spec["kind"] == "matmul":
+        out = _child_matmul(spec)
+    else:
+        from keras_vit.presets import count_params, preset_config
+        config = preset_config(spec["model"])
+        if spec["impl"] != "keras_vit" and config.get("resnet_block_units") is not None:
+            print("RESULT " + json.dumps({"skipped": f"{spec['model']} is a hybrid (ResNet stem): "
+                                          f"{spec['impl']} has no equivalent"}), flush=True)
+            return
+        out = _child_hf(spec, config) if spec["impl"] == "hf" else _child_keras(spec, config)
+        out["expected_params"] = count_params(**{**config, "image_size": spec["image_size"]})
+        out["macs_per_image"] = macs_per_image(config, spec["image_size"])
+        out["hybrid"] = config.get("resnet_block_units") is not None
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# --------------------------------------------------------------------------
+# Parent side
+
+def _run_child(spec, backend, timeout, cpu_only=False):
+    env = dict(os.environ, KERAS_BACKEND=backend, XLA_PYTHON_CLIENT_PREALLOCATE="false",
+               TF_FORCE_GPU_ALLOW_GROWTH="true", TF_CPP_MIN_LOG_LEVEL="2")
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    if cpu_only:
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
+    # Its own session, so that a timeout also ends the child's helpers (inductor workers).
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return {"skipped": f"timed out after {timeout} s (--timeout)"}
+    for line in reversed(stdout.splitlines()):
+        if line.startswith("RESULT "):
+            return json.loads(line[len("RESULT "):])
+    tail = "\n".join((stderr or stdout).strip().splitlines()[-15:])
+    print(f"\n  !! child failed (rc {proc.returncode}): {json.dumps(spec)}\n"
+          + "\n".join("     " + line for line in tail.splitlines()), file=sys.stderr)
+    last = tail.splitlines()[-1] if tail else f"exit status {proc.returncode}"
+    return {"skipped": f"child failed: {last[:300]}"}
+
+
+def _has_module(name):
+    import importlib.util
+    return importlib.util.find_spec(name) is not None
+
+
+def _version(dist):
+    from importlib import metadata
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _gpu_name():
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout.strip()
+        return out.splitlines()[0] if out else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def validate(doc):
+    """Checks the output against the documented schema; raises ValueError."""
+    def need(cond, what):
+        if not cond:
+            raise ValueError(f"benchmark JSON does not follow the schema: {what}")
+    need(isinstance(doc, dict) and isinstance(doc.get("machine"), dict), "machine object")
+    need(isinstance(doc["machine"].get("matmul_gflops"), float), "machine.matmul_gflops float")
+    need(isinstance(doc.get("results"), list), "results list")
+    for i, r in enumerate(doc["results"]):
+        for key, kind in RESULT_FIELDS.items():
+            need(isinstance(r.get(key), kind) and not isinstance(r.get(key), bool),
+                 f"results[{i}].{key} is {type(r.get(key)).__name__}, want {kind.__name__}")
+        need(r["impl"] in IMPLS, f"results[{i}].impl {r['impl']!r}")
+        need(r["mode"] in ("inference", "train"), f"results[{i}].mode {r['mode']!r}")
+        need(r["dtype"] in ("float32", "bfloat16"), f"results[{i}].dtype {r['dtype']!r}")
+        need(r["impl"] != "hf" or r.get("variant") in HF_VARIANTS, f"results[{i}].variant")
+
+
+def _ints(text):
+    return [int(v) for v in str(text).split(",") if v]
+
+
+def _names(text):
+    return [v.strip() for v in str(text).split(",") if v.strip()]
+
+
+def build_parser():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", default=None, help="comma-separated presets (default vit_ti16,vit_s16,vit_b16; "
+                   "--quick: vit_ti16)")
+    p.add_argument("--batch-size", default=None, help="int or comma list (default 16 on CPU, 128 on GPU; "
+                   "--quick: 8, 32 on GPU)")
+    p.add_argument("--image-size", default="224", help="int or comma list (default 224)")
+    p.add_argument("--backends", default="tensorflow,jax,torch")
+    p.add_argument("--modes", default="inference,train")
+    p.add_argument("--impls", default=",".join(IMPLS), help="which of keras_vit,keras_hub,hf to run")
+    p.add_argument("--hf-variants", default=",".join(HF_VARIANTS))
+    p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
+                   help="auto: the GPU when nvidia-smi finds one; cpu hides the GPUs from the children")
+    p.add_argument("--dtype", default="auto", help="float32, bfloat16 (mixed) or both comma-separated; "
+                   "auto: float32,bfloat16 on a GPU, float32 on CPU")
+    p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
+                   help="Keras compile(jit_compile=...) for keras_vit and keras-hub (default auto, "
+                   "what Keras users get: XLA on jax, on tensorflow with a GPU; never on torch)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch.set_num_threads for every torch child (default: all cores)")
+    p.add_argument("--rounds", type=int, default=None, help="interleaved repetitions of every child "
+                   "(default 2, --quick 1); the result is the median over rounds")
+    p.add_argument("--warmup", type=int, default=None, help="untimed batches after the first (default 3, "
+                   "--quick 2)")
+    p.add_argument("--runs", type=int, default=None, help="timed runs per child, median (default 5, --quick 3)")
+    p.add_argument("--steps", type=int, default=None, help="batches per timed run (default 5, --quick 2)")
+    p.add_argument("--matmul-size", type=int, default=None, help="default 4096 (--quick 2048)")
+    p.add_argument("--timeout", type=int, default=None, help="seconds per child (default 1200, --quick 300)")
+    p.add_argument("--json", metavar="PATH", default=None)
+    p.add_argument("--quick", action="store_true", help="a run of a few minutes")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if args.child:
+        child(json.loads(args.child))
+        return 0
+    _self_check_flops()
+    q = args.quick
+    gpu = _gpu_name() if args.device != "cpu" else None
+    if args.device == "gpu" and not gpu:
+        sys.exit("--device gpu: nvidia-smi finds no GPU")
+    cpu_only = args.device == "cpu"
+    models = _names(args.models or ("vit_ti16" if q else "vit_ti16,vit_s16,vit_b16"))
+    batches = _ints(args.batch_size or ((32 if gpu else 8) if q else (128 if gpu else 16)))
+    sizes = _ints(args.image_size)
+    backends = _names(args.backends)
+    modes = _names(args.modes)
+    impls = [i for i in _names(args.impls) if i in IMPLS]
+    variants = [v for v in _names(args.hf_variants) if v in HF_VARIANTS]
+    dtypes = _names(args.dtype) if args.dtype != "auto" else (["float32", "bfloat16"] if gpu else ["float32"])
+    rounds = args.rounds or (1 if q else 2)
+    warmup = args.warmup if args.warmup is not None else (2 if q else 3)
+    runs = args.runs or (3 if q else 5)
+    steps = args.steps or (2 if q else 5)
+    timeout = args.timeout or (300 if q else 1200)
+    n = args.matmul_size or (2048 if q else 4096)
+    threads = args.threads or os.cpu_count()
+    jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+    for what, given, known in (("mode", modes, {"inference", "train"}),
+                               ("backend", backends, {"tensorflow", "jax", "torch"}),
+                               ("dtype", dtypes, {"float32", "bfloat16"})):
+        for bad in set(given) - known:
+            sys.exit(f"unknown {what} {bad!r}; known: {', '.join(sorted(known))}")
+
+    skipped = []
+    needs = {"keras_hub": "keras_hub", "hf": "transformers"}
+    for impl, module in needs.items():
+        if impl in impls and not (_has_module(module) and (impl != "hf" or _has_module("torch"))):
+            print(f"!! {impl} skipped: {module if _has_module(module) else module + ' is'} not installed. "
+                  f"Install: {INSTALL[impl]}", file=sys.stderr)
+            skipped.append({"impl": impl, "reason": f"not installed: {INSTALL[impl]}"})
+            impls.remove(impl)
+
+    # The matmul peak of every backend that runs something (torch for HF), in
+    # every round like the models; the best over rounds counts.
+    peak_backends = list(backends) + (["torch"] if "hf" in impls and "torch" not in backends else [])
+    peaks = {}  # dtype -> backend -> GFLOP/s
+
+    def measure_peaks(r):
+        for backend in peak_backends:
+            for dt in ["float32"] + (["bfloat16"] if "bfloat16" in dtypes else []):
+                spec = {"kind": "matmul", "n": n, "dtype": dt, "warmup": 2, "runs": 5 if q else 10,
+                        "threads": threads}
+                out = _run_child(spec, backend, timeout, cpu_only)
+                if "gflops" in out:
+                    best = peaks.setdefault(dt, {})
+                    best[backend] = max(best.get(backend, 0.0), out["gflops"])
+                    print(f"[{r + 1}/{rounds}] matmul {n}x{n} {dt} on {backend}: {out['gflops']:.1f} GFLOP/s",
+                          flush=True)
+                else:
+                    skipped.append({"impl": "matmul", "backend": backend, "dtype": dt, "reason": out["skipped"]})
+
+    # Interleaved: for every config, every (backend, impl) child in turn, the
+    # order rotated each round, so that drift hits all alike.
+    configs = [(m, s, b, mode, dt) for m in models for s in sizes for b in batches for mode in modes
+               for dt in dtypes]
+    units = [(be, impl, None) for be in backends for impl in impls if impl != "hf"]
+    if "hf" in impls:
+        units += [("torch", "hf", v) for v in variants]
+    collected = {}
+    started = time.perf_counter()
+    for r in range(rounds):
+        measure_peaks(r)
+        for model, size, batch, mode, dt in configs:
+            shift = r % max(len(units), 1)
+            for backend, impl, variant in units[shift:] + units[:shift]:
+                key = (impl, variant, backend, model, mode, size, batch, dt)
+                if key in collected and collected[key] is None:
+                    continue  # skipped in an earlier round
+                spec = {"kind": "model", "impl": impl, "variant": variant, "model": model,
+                        "mode": mode, "image_size": size, "batch_size": batch, "dtype": dt,
+                        "warmup": warmup, "runs": runs, "steps": steps, "threads": threads,
+                        "jit_compile": jit}
+                label = f"[{r + 1}/{rounds}] {impl}{'/' + variant if variant else ''} {backend} {model} " \
+                        f"{mode} {size}px bs{batch} {dt}"
+                print(label + " ...", end=" ", flush=True)
+                out = _run_child(spec, backend, timeout, cpu_only)
+                if "skipped" in out:
+                    print("skipped: " + out["skipped"], flush=True)
+                    skipped.append({"impl": impl, "variant": variant, "backend": backend, "model": model,
+                                    "mode": mode, "image_size": size, "batch_size": batch, "dtype": dt,
+                                    "reason": out["skipped"]})
+                    collected[key] = None
+                    continue
+                print(f"{out['images_per_s']:.1f} img/s, first call {out['first_call_s']:.1f} s, "
+                      f"{out['params']:,} params", flush=True)
+                if out["params"] != out["expected_params"]:
+                    print(f"\n!!!!!! WARNING: {impl} {model} has {out['params']:,} parameters, keras_vit's "
+                          f"{out['expected_params']:,}: the architectures differ !!!!!!\n", file=sys.stderr)
+                collected.setdefault(key, []).append(out)
+    if not peaks.get("float32"):
+        sys.exit("no backend could run the float32 matmul peak; see the errors above")
+
+    results = []
+    for (impl, variant, backend, model, mode, size, batch, dt), outs in collected.items():
+        if not outs:
+            continue
+        rate = statistics.median(o["images_per_s"] for o in outs)
+        flops = 2 * outs[0]["macs_per_image"] * (3 if mode == "train" else 1)
+        peak_backend = "torch" if impl == "hf" else backend
+        peak = peaks.get(dt, {}).get(peak_backend) or peaks["float32"].get(peak_backend)
+        row = {
+            "impl": impl, "backend": backend, "model": model, "mode": mode, "image_size": size,
+            "batch_size": batch, "dtype": dt, "images_per_s": float(rate),
+            "fraction_of_peak": float(rate * flops / (peak * 1e9)) if peak else 0.0,
+            "peak_memory_mb": float(max(o["peak_memory_mb"] for o in outs)),
+            "first_call_s": float(statistics.median(o["first_call_s"] for o in outs)),
+            "gflops_per_image": flops / 1e9, "params": outs[0]["params"],
+            "memory_kind": outs[0]["memory_kind"],
+            "peak_rss_mb": float(max(o["peak_rss_mb"] for o in outs)),
+            "rss_after_imports_mb": float(statistics.median(o["rss_after_imports_mb"] for o in outs)),
+            "rounds": len(outs), "images_per_s_by_round": [o["images_per_s"] for o in outs],
+        }
+        if variant:
+            row["variant"] = variant
+        if "jit_compile" in outs[0]:
+            row["jit_compile"] = outs[0]["jit_compile"]
+        if outs[0]["hybrid"]:
+            row["note"] = "hybrid: the ResNet stem's FLOPs are not counted"
+        results.append(row)
+
+    _print_table(results)
+    for s in skipped:
+        print(f"skipped: {s}")
+    machine = {
+        "matmul_gflops": float(max(peaks["float32"].values())),
+        "matmul_gflops_by_backend": peaks["float32"],
+        "matmul_size": n,
+        "cpu": _cpu_model(), "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
+        "python": platform.python_version(), "platform": platform.platform(),
+        "versions": {d: _version(d) for d in ("keras", "keras-vit", "tensorflow", "tensorflow-cpu", "jax",
+                                              "jaxlib", "torch", "keras-hub", "transformers", "numpy")},
+    }
+    if peaks.get("bfloat16"):
+        machine["matmul_gflops_bf16_by_backend"] = peaks["bfloat16"]
+    doc = {"machine": machine, "results": results, "skipped": skipped,
+           "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
+                        "dtypes": dtypes, "jit_compile": args.jit_compile, "device": "gpu" if gpu else "cpu",
+                        "wall_s": round(time.perf_counter() - started, 1)}}
+    validate(doc)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1)
+        print(f"JSON written: {args.json} ({len(results)} results, {len(skipped)} skipped)")
+    return 0
+
+
+def _print_table(results):
+    def key(r):
+        return (r["model"], r["image_size"], r["batch_size"], r["mode"], r["dtype"])
+    hub = {(key(r), r["backend"]): r["images_per_s"] for r in results if r["impl"] == "keras_hub"}
+    hf = {}
+    for r in results:
+        if r["impl"] == "hf":
+            hf[key(r)] = max(hf.get(key(r), 0.0), r["images_per_s"])
+    head = (f"{'impl':<20} {'backend':<10} {'model':<9} {'mode':<9} {'img':>4} {'bs':>4} {'dtype':<8} "
+            f"{'img/s':>9} {'%peak':>6} {'peakMB':>8} {'first_s':>7} {'/hub':>6} {'/HF':>6}")
+    print("\n" + head + "\n" + "-" * len(head))
+    # Per configuration: keras_vit then keras-hub on each backend, then the HF variants.
+    for r in sorted(results, key=lambda r: (key(r), r["impl"] == "hf", r["backend"], r["impl"] != "keras_vit",
+                                            r.get("variant") or "")):
+        name = r["impl"] + ("/" + r["variant"] if r.get("variant") else "")
+        vs_hub = vs_hf = ""
+        if r["impl"] == "keras_vit":
+            if (key(r), r["backend"]) in hub:
+                vs_hub = f"{r['images_per_s'] / hub[(key(r), r['backend'])]:.2f}"
+            if hf.get(key(r)):
+                vs_hf = f"{r['images_per_s'] / hf[key(r)]:.2f}"
+        print(f"{name:<20} {r['backend']:<10} {r['model']:<9} {r['mode']:<9} {r['image_size']:>4} "
+              f"{r['batch_size']:>4} {r['dtype']:<8} {r['images_per_s']:>9.1f} "
+              f"{100 * r['fraction_of_peak']:>5.1f}% {r['peak_memory_mb']:>8.0f} {r['first_call_s']:>7.1f} "
+              f"{vs_hub:>6} {vs_hf:>6}")
+    print("/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant.\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

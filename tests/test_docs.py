@@ -1,0 +1,241 @@
+"""The docs site (mkdocs.yml) and the code examples of the guides.
+
+- ``mkdocs build --strict`` must pass: a broken reference (``::: name`` that
+  does not exist, a link to a missing page or anchor), a docstring Griffe
+  cannot parse, or a public object without a docstring fails it. The build
+  reads the sources statically and does not depend on the Keras backend, so
+  it runs under TensorFlow only.
+- The ```python blocks of README.md and docs/*.md run, in order, in one
+  namespace per file, in a temporary working directory, on every backend.
+  A block preceded by a line ``<!-- not-run: reason -->`` is skipped (it
+  needs a download, an accelerator or a cluster); the reason is printed.
+"""
+
+import copy
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import textwrap
+import traceback
+
+import keras
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(.*?)\s*-->\s*$")
+FENCE = re.compile(r"^(\s*)```(\w*)")
+
+BUILD_ONLY_ON = "tensorflow"
+needs_build_backend = pytest.mark.skipif(
+    keras.backend.backend() != BUILD_ONLY_ON,
+    reason="the docs build does not depend on the backend; it runs under tensorflow",
+)
+
+
+def _mkdocs_build(config_file, site_dir):
+    return subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict",
+         "--config-file", str(config_file), "--site-dir", str(site_dir)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+
+
+# --- the site ----------------------------------------------------------------
+
+
+@needs_build_backend
+def test_mkdocs_build_strict(tmp_path):
+    result = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
+    assert result.returncode == 0, (
+        f"mkdocs build --strict failed (rc {result.returncode}):\n{result.stderr}\n{result.stdout}"
+    )
+    site = tmp_path / "site"
+    assert (site / "index.html").is_file()
+    # The API pages are generated from the docstrings.
+    page = (site / "api" / "ViT" / "index.html").read_text()
+    assert 'id="keras_vit.ViT"' in page and 'id="keras_vit.ViT.from_checkpoint"' in page
+    assert (site / "api" / "pretrained" / "index.html").is_file()
+    assert (site / "api" / "download" / "index.html").is_file()
+
+
+def _small_site(tmp_path, page, package=None):
+    """A copy of mkdocs.yml's theme, plugins and options over one API page."""
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    config = copy.deepcopy(config)
+    docs = tmp_path / "docs"
+    (docs / "api").mkdir(parents=True)
+    (docs / "index.md").write_text("# Home\n\n[The page](api/page.md)\n")
+    (docs / "api" / "page.md").write_text(page)
+    config["docs_dir"] = str(docs)
+    config["nav"] = [{"Home": "index.md"}, {"API": "api/page.md"}]
+    config.pop("extra_javascript", None)
+    for plugin in config["plugins"]:
+        if isinstance(plugin, dict) and "mkdocstrings" in plugin:
+            python = plugin["mkdocstrings"]["handlers"]["python"]
+            python["paths"] = [str(ROOT)]
+            if package is not None:
+                name, source = package
+                (tmp_path / "src" / name).mkdir(parents=True)
+                (tmp_path / "src" / name / "__init__.py").write_text(textwrap.dedent(source))
+                python["paths"].append(str(tmp_path / "src"))
+            python["options"]["extensions"] = [
+                str(ROOT / extension) for extension in python["options"]["extensions"]
+            ]
+    config_file = tmp_path / "mkdocs.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    return _mkdocs_build(config_file, tmp_path / "site")
+
+
+@needs_build_backend
+def test_strict_build_passes_a_good_page(tmp_path):
+    # The control for the two failures below: the same small site builds.
+    result = _small_site(tmp_path, "# ClassToken\n\n::: keras_vit.layers.ClassToken\n")
+    assert result.returncode == 0, result.stderr
+
+
+@needs_build_backend
+def test_strict_build_fails_on_a_broken_reference(tmp_path):
+    result = _small_site(tmp_path, "# Broken\n\n::: keras_vit.does_not_exist\n")
+    assert result.returncode != 0, result.stderr
+    assert "keras_vit.does_not_exist" in result.stderr + result.stdout
+
+
+@needs_build_backend
+def test_strict_build_fails_on_a_missing_docstring(tmp_path):
+    source = '''
+        """A package with one documented and one undocumented function."""
+
+
+        def documented():
+            """Has a docstring."""
+
+
+        def undocumented_function():
+            return 1
+    '''
+    result = _small_site(tmp_path, "# Undocumented\n\n::: undocumented_pkg\n",
+                         package=("undocumented_pkg", source))
+    assert result.returncode != 0, result.stderr
+    output = result.stderr + result.stdout
+    assert "undocumented_pkg.undocumented_function" in output, output
+    assert "no docstring" in output
+
+
+# --- the guides' examples ----------------------------------------------------
+
+
+def code_blocks(path):
+    """``(line, code, not_run_reason)`` for each ```python block of `path`."""
+    lines = path.read_text().splitlines()
+    blocks, i, previous = [], 0, ""
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            if lines[i].strip():
+                previous = lines[i]
+            i += 1
+            continue
+        indent, language = match.groups()
+        start, body = i + 1, []
+        i += 1
+        while i < len(lines) and not re.match(rf"^{indent}```\s*$", lines[i]):
+            body.append(lines[i])
+            i += 1
+        i += 1
+        if language == "python":
+            reason = NOT_RUN.match(previous)
+            blocks.append((start, textwrap.dedent("\n".join(body)) + "\n",
+                           reason.group(1) if reason else None))
+        previous = ""
+    return blocks
+
+
+def test_not_run_markers_precede_python_blocks():
+    # A marker anywhere else would silently do nothing.
+    for path in GUIDES:
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if NOT_RUN.match(line):
+                following = next((l for l in lines[number + 1:] if l.strip()), "")
+                assert FENCE.match(following) and FENCE.match(following).group(2) == "python", (
+                    f"{path.relative_to(ROOT)}:{number + 1}: a not-run marker must precede a ```python block"
+                )
+
+
+@pytest.mark.parametrize("path", GUIDES, ids=[str(p.relative_to(ROOT)) for p in GUIDES])
+def test_guide_examples_run(path, tmp_path, monkeypatch):
+    blocks = code_blocks(path)
+    if not blocks:
+        pytest.skip(f"{path.relative_to(ROOT)} has no python examples")
+    monkeypatch.chdir(tmp_path)
+    # An example may set environment variables (getting_started.md sets
+    # KERAS_BACKEND to show how); they must not leak into later tests.
+    saved = os.environ.copy()
+    try:
+        _run_blocks(path, blocks)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _run_blocks(path, blocks):
+    namespace = {"__name__": "__docs__"}
+    name = str(path.relative_to(ROOT))
+    ran = 0
+    for line, code, reason in blocks:
+        if reason is not None:
+            print(f"{name}:{line}: not run: {reason}")
+            continue
+        failure = None
+        try:
+            exec(compile(code, f"{name}:{line}", "exec"), namespace)
+        except Exception as error:  # report any failure with its block
+            # Only the example's frames: drop this function's.
+            failure = "".join(traceback.format_exception(error.__class__, error, error.__traceback__.tb_next))
+        if failure is not None:
+            pytest.fail(f"{name}: the example at line {line} failed:\n{failure}", pytrace=False)
+        ran += 1
+    print(f"{name}: {ran} of {len(blocks)} examples ran")
+    if ran == 0:
+        pytest.skip(f"{name}: every example is marked not-run")
+
+
+# --- the examples in the docstrings (the API pages show them) -----------------
+
+API_MODULES = ["keras_vit", "keras_vit.layers", "keras_vit.data", "keras_vit.training",
+               "keras_vit.weights", "keras_vit.explain", "keras_vit.distribution",
+               "keras_vit.presets"]
+
+
+def docstring_examples():
+    """``(object path, code)`` for each ```python block in a public docstring."""
+    import importlib
+    import inspect
+
+    found, seen = [], set()
+    for module_name in API_MODULES:
+        module = importlib.import_module(module_name)
+        names = getattr(module, "__all__", [n for n in vars(module) if not n.startswith("_")])
+        for name in names:
+            obj = getattr(module, name, None)
+            if id(obj) in seen or not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            seen.add(id(obj))
+            doc = inspect.getdoc(obj) or ""
+            for code in re.findall(r"```python\n(.*?)```", doc, re.S):
+                found.append((f"{module_name}.{name}", textwrap.dedent(code)))
+    return found
+
+
+DOCSTRING_EXAMPLES = docstring_examples()
+
+
+@pytest.mark.parametrize("path,code", DOCSTRING_EXAMPLES,
+                         ids=[path for path, _ in DOCSTRING_EXAMPLES])
+def test_docstring_examples_run(path, code, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, f"<docstring of {path}>", "exec"), {"__name__": "__docs__"})
