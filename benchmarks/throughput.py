@@ -158,7 +158,22 @@ def _child_matmul(spec):
         ops.convert_to_numpy(ops.cast(f(a, b)[0, 0], "float32"))
 
     rate, _ = _timed_runs(step, 1, spec["warmup"], spec["runs"], 1)
-    return {"gflops": 2 * n**3 * rate / 1e9}
+    return {"gflops": 2 * n**3 * rate / 1e9, "device": _device(backend)}
+
+
+def _device(backend):
+    """"gpu" when this backend computes on a GPU (the default placement Keras uses), else "cpu"."""
+    try:
+        if backend == "torch":
+            import torch
+            return "gpu" if torch.cuda.is_available() else "cpu"
+        if backend == "jax":
+            import jax
+            return "gpu" if jax.devices()[0].platform == "gpu" else "cpu"
+        import tensorflow as tf
+        return "gpu" if tf.config.list_physical_devices("GPU") else "cpu"
+    except Exception:  # noqa: BLE001
+        return "cpu"
 
 
 def _keras_model(spec, config):
@@ -279,6 +294,7 @@ def _child_hf(spec, config):
     return {
         "images_per_s": rate, "rates": rates, "first_call_s": first, **_memory("torch", rss0),
         "params": int(params), "transformers": transformers.__version__, "torch_threads": threads,
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
     }
 
 
@@ -365,20 +381,33 @@ def _gpu_name():
 
 def validate(doc):
     """Checks the output against the documented schema; raises ValueError."""
+    import math
+
     def need(cond, what):
         if not cond:
             raise ValueError(f"benchmark JSON does not follow the schema: {what}")
     need(isinstance(doc, dict) and isinstance(doc.get("machine"), dict), "machine object")
-    need(isinstance(doc["machine"].get("matmul_gflops"), float), "machine.matmul_gflops float")
+    machine = doc["machine"]
+    need(isinstance(machine.get("matmul_gflops"), float) and machine["matmul_gflops"] > 0,
+         "machine.matmul_gflops positive float")
+    need(isinstance(machine.get("matmul_gflops_by_backend"), dict)
+         and all(isinstance(v, float) for v in machine["matmul_gflops_by_backend"].values()),
+         "machine.matmul_gflops_by_backend {backend: float}")
     need(isinstance(doc.get("results"), list), "results list")
     for i, r in enumerate(doc["results"]):
+        need(isinstance(r, dict), f"results[{i}] object")
         for key, kind in RESULT_FIELDS.items():
             need(isinstance(r.get(key), kind) and not isinstance(r.get(key), bool),
                  f"results[{i}].{key} is {type(r.get(key)).__name__}, want {kind.__name__}")
+            if kind is float:
+                need(math.isfinite(r[key]) and r[key] >= 0, f"results[{i}].{key} = {r[key]!r}")
+        need(r["images_per_s"] > 0, f"results[{i}].images_per_s > 0")
         need(r["impl"] in IMPLS, f"results[{i}].impl {r['impl']!r}")
         need(r["mode"] in ("inference", "train"), f"results[{i}].mode {r['mode']!r}")
         need(r["dtype"] in ("float32", "bfloat16"), f"results[{i}].dtype {r['dtype']!r}")
-        need(r["impl"] != "hf" or r.get("variant") in HF_VARIANTS, f"results[{i}].variant")
+        need(r["backend"] in ("tensorflow", "jax", "torch"), f"results[{i}].backend {r['backend']!r}")
+        need((r.get("variant") in HF_VARIANTS) if r["impl"] == "hf" else "variant" not in r,
+             f"results[{i}].variant (hf only, one of {HF_VARIANTS})")
 
 
 def _ints(text):
@@ -396,15 +425,16 @@ def build_parser():
                    "--quick: vit_ti16)")
     p.add_argument("--batch-size", default=None, help="int or comma list (default 16 on CPU, 128 on GPU; "
                    "--quick: 8, 32 on GPU)")
-    p.add_argument("--image-size", default="224", help="int or comma list (default 224)")
+    p.add_argument("--image-size", default=None, help="int or comma list (default 224, --quick 112)")
     p.add_argument("--backends", default="tensorflow,jax,torch")
     p.add_argument("--modes", default="inference,train")
     p.add_argument("--impls", default=",".join(IMPLS), help="which of keras_vit,keras_hub,hf to run")
     p.add_argument("--hf-variants", default=",".join(HF_VARIANTS))
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
-                   help="auto: the GPU when nvidia-smi finds one; cpu hides the GPUs from the children")
+                   help="auto: a GPU wherever a backend computes on one (its matmul child says); gpu: stop "
+                   "if none does; cpu: hide the GPUs from the children")
     p.add_argument("--dtype", default="auto", help="float32, bfloat16 (mixed) or both comma-separated; "
-                   "auto: float32,bfloat16 on a GPU, float32 on CPU")
+                   "auto: float32,bfloat16 on a backend that computes on a GPU, float32 on CPU")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="Keras compile(jit_compile=...) for keras_vit and keras-hub (default auto, "
                    "what Keras users get: XLA on jax, on tensorflow with a GPU; never on torch)")
@@ -419,7 +449,8 @@ def build_parser():
     p.add_argument("--matmul-size", type=int, default=None, help="default 4096 (--quick 2048)")
     p.add_argument("--timeout", type=int, default=None, help="seconds per child (default 1200, --quick 300)")
     p.add_argument("--json", metavar="PATH", default=None)
-    p.add_argument("--quick", action="store_true", help="a run of a few minutes")
+    p.add_argument("--quick", action="store_true", help="a run of a few minutes: vit_ti16, 112 px, batch 8, "
+                   "one round, fewer runs")
     p.add_argument("--child", help=argparse.SUPPRESS)
     return p
 
@@ -436,13 +467,12 @@ def main(argv=None):
         sys.exit("--device gpu: nvidia-smi finds no GPU")
     cpu_only = args.device == "cpu"
     models = _names(args.models or ("vit_ti16" if q else "vit_ti16,vit_s16,vit_b16"))
-    batches = _ints(args.batch_size or ((32 if gpu else 8) if q else (128 if gpu else 16)))
-    sizes = _ints(args.image_size)
+    sizes = _ints(args.image_size or (112 if q else 224))
     backends = _names(args.backends)
     modes = _names(args.modes)
     impls = [i for i in _names(args.impls) if i in IMPLS]
     variants = [v for v in _names(args.hf_variants) if v in HF_VARIANTS]
-    dtypes = _names(args.dtype) if args.dtype != "auto" else (["float32", "bfloat16"] if gpu else ["float32"])
+    dtypes = _names(args.dtype) if args.dtype != "auto" else None  # auto: per backend, by its device
     rounds = args.rounds or (1 if q else 2)
     warmup = args.warmup if args.warmup is not None else (2 if q else 3)
     runs = args.runs or (3 if q else 5)
@@ -453,7 +483,7 @@ def main(argv=None):
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
     for what, given, known in (("mode", modes, {"inference", "train"}),
                                ("backend", backends, {"tensorflow", "jax", "torch"}),
-                               ("dtype", dtypes, {"float32", "bfloat16"})):
+                               ("dtype", dtypes or [], {"float32", "bfloat16"})):
         for bad in set(given) - known:
             sys.exit(f"unknown {what} {bad!r}; known: {', '.join(sorted(known))}")
 
@@ -461,47 +491,74 @@ def main(argv=None):
     needs = {"keras_hub": "keras_hub", "hf": "transformers"}
     for impl, module in needs.items():
         if impl in impls and not (_has_module(module) and (impl != "hf" or _has_module("torch"))):
-            print(f"!! {impl} skipped: {module if _has_module(module) else module + ' is'} not installed. "
+            print(f"!! {impl} skipped: {module if _has_module(module) else 'torch'} is not installed. "
                   f"Install: {INSTALL[impl]}", file=sys.stderr)
             skipped.append({"impl": impl, "reason": f"not installed: {INSTALL[impl]}"})
             impls.remove(impl)
 
     # The matmul peak of every backend that runs something (torch for HF), in
-    # every round like the models; the best over rounds counts.
+    # every round like the models; the best over rounds counts. The float32
+    # child also says whether its backend computes on a GPU.
     peak_backends = list(backends) + (["torch"] if "hf" in impls and "torch" not in backends else [])
-    peaks = {}  # dtype -> backend -> GFLOP/s
+    peaks, device = {}, {}  # dtype -> backend -> GFLOP/s; backend -> "cpu" | "gpu"
+
+    def backend_dtypes(backend):
+        if dtypes:
+            return dtypes
+        return ["float32", "bfloat16"] if device.get(backend) == "gpu" else ["float32"]
 
     def measure_peaks(r):
         for backend in peak_backends:
-            for dt in ["float32"] + (["bfloat16"] if "bfloat16" in dtypes else []):
+            # float32 first: it finds the device, which decides the other dtypes (auto)
+            for dt in ["float32", "other"]:
+                if dt == "other":
+                    if "bfloat16" not in backend_dtypes(backend):
+                        continue
+                    dt = "bfloat16"
                 spec = {"kind": "matmul", "n": n, "dtype": dt, "warmup": 2, "runs": 5 if q else 10,
                         "threads": threads}
                 out = _run_child(spec, backend, timeout, cpu_only)
                 if "gflops" in out:
                     best = peaks.setdefault(dt, {})
                     best[backend] = max(best.get(backend, 0.0), out["gflops"])
-                    print(f"[{r + 1}/{rounds}] matmul {n}x{n} {dt} on {backend}: {out['gflops']:.1f} GFLOP/s",
-                          flush=True)
+                    device.setdefault(backend, out["device"])
+                    print(f"[{r + 1}/{rounds}] matmul {n}x{n} {dt} on {backend} ({out['device']}): "
+                          f"{out['gflops']:.1f} GFLOP/s", flush=True)
                 else:
                     skipped.append({"impl": "matmul", "backend": backend, "dtype": dt, "reason": out["skipped"]})
+
+    started = time.perf_counter()
+    load_start = os.getloadavg()[0]
+    if load_start > 0.5 * os.cpu_count():
+        print(f"!! load average {load_start:.1f} on {os.cpu_count()} cores: other work is running, "
+              "the numbers will be noisy (Keras on torch especially)", file=sys.stderr)
+    measure_peaks(0)
+    on_gpu = sorted(b for b, d in device.items() if d == "gpu")
+    if gpu and not on_gpu:
+        print(f"!! nvidia-smi finds {gpu}, but no backend here computes on it (CPU builds: tensorflow-cpu, "
+              "jax[cpu], torch+cpu); everything runs on the CPU", file=sys.stderr)
+        if args.device == "gpu":
+            sys.exit("--device gpu: no backend can use the GPU")
+    batches = _ints(args.batch_size or ((32 if on_gpu else 8) if q else (128 if on_gpu else 16)))
+    all_dtypes = dtypes or (["float32", "bfloat16"] if on_gpu else ["float32"])
 
     # Interleaved: for every config, every (backend, impl) child in turn, the
     # order rotated each round, so that drift hits all alike.
     configs = [(m, s, b, mode, dt) for m in models for s in sizes for b in batches for mode in modes
-               for dt in dtypes]
+               for dt in all_dtypes]
     units = [(be, impl, None) for be in backends for impl in impls if impl != "hf"]
     if "hf" in impls:
         units += [("torch", "hf", v) for v in variants]
     collected = {}
-    started = time.perf_counter()
     for r in range(rounds):
-        measure_peaks(r)
+        if r:
+            measure_peaks(r)
         for model, size, batch, mode, dt in configs:
             shift = r % max(len(units), 1)
             for backend, impl, variant in units[shift:] + units[:shift]:
                 key = (impl, variant, backend, model, mode, size, batch, dt)
-                if key in collected and collected[key] is None:
-                    continue  # skipped in an earlier round
+                if dt not in backend_dtypes(backend) or (key in collected and collected[key] is None):
+                    continue  # bfloat16 on a CPU backend, or skipped in an earlier round
                 spec = {"kind": "model", "impl": impl, "variant": variant, "model": model,
                         "mode": mode, "image_size": size, "batch_size": batch, "dtype": dt,
                         "warmup": warmup, "runs": runs, "steps": steps, "threads": threads,
@@ -545,23 +602,30 @@ def main(argv=None):
             "peak_rss_mb": float(max(o["peak_rss_mb"] for o in outs)),
             "rss_after_imports_mb": float(statistics.median(o["rss_after_imports_mb"] for o in outs)),
             "rounds": len(outs), "images_per_s_by_round": [o["images_per_s"] for o in outs],
+            "images_per_s_runs": [o["rates"] for o in outs],
         }
         if variant:
             row["variant"] = variant
         if "jit_compile" in outs[0]:
             row["jit_compile"] = outs[0]["jit_compile"]
+        if outs[0].get("attn_implementation"):
+            row["attn_implementation"] = outs[0]["attn_implementation"]
         if outs[0]["hybrid"]:
             row["note"] = "hybrid: the ResNet stem's FLOPs are not counted"
         results.append(row)
 
     _print_table(results)
-    for s in skipped:
-        print(f"skipped: {s}")
+    for item in skipped:
+        what = " ".join(str(item[k]) for k in ("impl", "variant", "backend", "model", "mode", "image_size",
+                                                "batch_size", "dtype") if item.get(k) is not None)
+        print(f"skipped: {what}: {item['reason'][:160]}")
     machine = {
         "matmul_gflops": float(max(peaks["float32"].values())),
         "matmul_gflops_by_backend": peaks["float32"],
         "matmul_size": n,
         "cpu": _cpu_model(), "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
+        "device_by_backend": device,
+        "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0],
         "python": platform.python_version(), "platform": platform.platform(),
         "versions": {d: _version(d) for d in ("keras", "keras-vit", "tensorflow", "tensorflow-cpu", "jax",
                                               "jaxlib", "torch", "keras-hub", "transformers", "numpy")},
@@ -570,7 +634,7 @@ def main(argv=None):
         machine["matmul_gflops_bf16_by_backend"] = peaks["bfloat16"]
     doc = {"machine": machine, "results": results, "skipped": skipped,
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
-                        "dtypes": dtypes, "jit_compile": args.jit_compile, "device": "gpu" if gpu else "cpu",
+                        "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,
                         "wall_s": round(time.perf_counter() - started, 1)}}
     validate(doc)
     if args.json:
@@ -578,10 +642,12 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)
         print(f"JSON written: {args.json} ({len(results)} results, {len(skipped)} skipped)")
+    print(f"wall time {time.perf_counter() - started:.0f} s")
     return 0
 
 
 def _print_table(results):
+    """One row per result, grouped by configuration; the ratios on keras_vit's rows."""
     def key(r):
         return (r["model"], r["image_size"], r["batch_size"], r["mode"], r["dtype"])
     hub = {(key(r), r["backend"]): r["images_per_s"] for r in results if r["impl"] == "keras_hub"}
@@ -589,24 +655,31 @@ def _print_table(results):
     for r in results:
         if r["impl"] == "hf":
             hf[key(r)] = max(hf.get(key(r), 0.0), r["images_per_s"])
-    head = (f"{'impl':<20} {'backend':<10} {'model':<9} {'mode':<9} {'img':>4} {'bs':>4} {'dtype':<8} "
-            f"{'img/s':>9} {'%peak':>6} {'peakMB':>8} {'first_s':>7} {'/hub':>6} {'/HF':>6}")
-    print("\n" + head + "\n" + "-" * len(head))
+    rows = []
     # Per configuration: keras_vit then keras-hub on each backend, then the HF variants.
     for r in sorted(results, key=lambda r: (key(r), r["impl"] == "hf", r["backend"], r["impl"] != "keras_vit",
                                             r.get("variant") or "")):
-        name = r["impl"] + ("/" + r["variant"] if r.get("variant") else "")
         vs_hub = vs_hf = ""
         if r["impl"] == "keras_vit":
             if (key(r), r["backend"]) in hub:
-                vs_hub = f"{r['images_per_s'] / hub[(key(r), r['backend'])]:.2f}"
+                vs_hub = f"{r['images_per_s'] / hub[(key(r), r['backend'])]:.3g}"
             if hf.get(key(r)):
-                vs_hf = f"{r['images_per_s'] / hf[key(r)]:.2f}"
-        print(f"{name:<20} {r['backend']:<10} {r['model']:<9} {r['mode']:<9} {r['image_size']:>4} "
-              f"{r['batch_size']:>4} {r['dtype']:<8} {r['images_per_s']:>9.1f} "
-              f"{100 * r['fraction_of_peak']:>5.1f}% {r['peak_memory_mb']:>8.0f} {r['first_call_s']:>7.1f} "
-              f"{vs_hub:>6} {vs_hf:>6}")
-    print("/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant.\n")
+                vs_hf = f"{r['images_per_s'] / hf[key(r)]:.3g}"
+        rows.append([r["impl"] + ("/" + r["variant"] if r.get("variant") else ""), r["backend"], r["model"],
+                     r["mode"], str(r["image_size"]), str(r["batch_size"]), r["dtype"],
+                     f"{r['images_per_s']:.1f}", f"{100 * r['fraction_of_peak']:.1f}%",
+                     f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf])
+    head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "%peak", "peakMB", "first_s",
+            "/hub", "/HF"]
+    right = {"img", "bs", "img/s", "%peak", "peakMB", "first_s", "/hub", "/HF"}
+    widths = [max(len(row[i]) for row in rows + [head]) for i in range(len(head))]
+
+    def line(cells):
+        return "  ".join(c.rjust(w) if h in right else c.ljust(w) for c, w, h in zip(cells, widths, head))
+    print("\n" + line(head) + "\n" + "-" * len(line(head)))
+    for row in rows:
+        print(line(row).rstrip())
+    print("/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch).\n")
 
 
 if __name__ == "__main__":
