@@ -170,6 +170,35 @@ def test_attention_matches_reference_and_scores_do_not_change_output(tmp_path):
     np.testing.assert_allclose(to_numpy(scores), expected_weights, atol=1e-6)
 
 
+@pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (4, 6)])
+def test_fused_attention_is_softmax_attention(tq, tk):
+    q, k, v = rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)
+    logits = np.einsum("bqnh,bknh->bnqk", q, k) * 0.3
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    expected = np.einsum("bnqk,bknh->bqnh", weights / weights.sum(-1, keepdims=True), v)
+    np.testing.assert_allclose(to_numpy(layers.fused_attention(q, k, v, 0.3)), expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
+def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
+    # The JAX GPU path for odd lengths (cuDNN trains only on even ones), run
+    # here with XLA's implementation: the padded tokens must change nothing.
+    import keras
+    if keras.backend.backend() != "jax":
+        pytest.skip(f"padded_attention is JAX's path; backend is {keras.backend.backend()}")
+    import jax
+    from keras_vit.layers.attention import padded_attention
+    q, k, v = rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)
+
+    def loss(fn):
+        return lambda q, k, v: (fn(q, k, v) ** 2 * np.arange(8)).sum()
+    plain = lambda q, k, v: keras.ops.dot_product_attention(q, k, v, scale=0.3)  # noqa: E731
+    padded = lambda q, k, v: padded_attention(q, k, v, 0.3, implementation="xla")  # noqa: E731
+    np.testing.assert_allclose(padded(q, k, v), plain(q, k, v), atol=1e-5)
+    for got, want in zip(jax.grad(loss(padded), (0, 1, 2))(q, k, v), jax.grad(loss(plain), (0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(got, want, atol=1e-4)
+
+
 def test_attention_kernels_are_xavier_uniform_of_the_dense_view():
     layer = layers.MultiHeadDotProductAttention(num_heads=8)
     layer.build((None, 4, 256))

@@ -1,6 +1,7 @@
 """The building blocks of the Vision Transformer, as Keras layers."""
 
 from keras_vit.layers.attention import MultiHeadDotProductAttention
+from keras_vit.layers.attention import fused_attention
 from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
@@ -30,6 +31,7 @@ __all__ = [
     "StandardizedConv2D",
     "TokenPooling",
     "TransformerEncoder",
+    "fused_attention",
     "resample_position_embeddings",
     "resize_patch_kernel",
 ]
