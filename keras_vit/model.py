@@ -465,12 +465,35 @@ class ViT(keras.Model):
     # -- use ------------------------------------------------------------------
 
     def __call__(self, inputs, *args, **kwargs):
-        self._check_inputs(inputs)
+        self._check_inputs(inputs)  # before Keras's own input checks
         return super().__call__(inputs, *args, **kwargs)
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        self._check_inputs(inputs)  # JAX's trainer calls `call` (stateless_call), not `__call__`
+        return super().call(inputs, training=training, mask=mask, **kwargs)
+
+    def fit(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        return super().fit(x, *args, **kwargs)
+
+    def evaluate(self, x=None, *args, **kwargs):
+        self._check_data(x)
+        return super().evaluate(x, *args, **kwargs)
+
+    def predict(self, x, *args, **kwargs):
+        self._check_data(x)
+        return super().predict(x, *args, **kwargs)
+
+    def _check_data(self, x):
+        """The images of an array or a ``tf.data.Dataset`` checked before
+        Keras's loop starts: on JAX an error inside the first step would come
+        after the trainer took the weights over."""
+        spec = getattr(x, "element_spec", x)
+        self._check_inputs(spec[0] if isinstance(spec, tuple) else spec)
 
     def _check_inputs(self, inputs):
         shape = getattr(inputs, "shape", None)
-        if shape is None:
+        if shape is None or getattr(shape, "rank", 0) is None:
             return
         dtype = keras.backend.standardize_dtype(getattr(inputs, "dtype", "float32"))
         if not dtype.startswith(("float", "bfloat")):

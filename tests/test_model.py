@@ -39,6 +39,21 @@ def test_analytic_count_matches_built_model(config):
     assert ViT(**config).count_params() == count_params(**config)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(TINY, drop_path_rate=0.1, dropout_rate=0.1, attention_dropout_rate=0.1),
+        dict(TINY, pooling="map", num_registers=2, layer_scale_init=0.1),
+        dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
+    ],
+)
+def test_every_layer_is_built_at_construction(config):
+    # An unbuilt sublayer makes Keras build the model again on the first
+    # batch: JAX's predict_on_batch then runs a whole eager forward pass.
+    model = ViT(**config)
+    assert [layer.name for layer in model._flatten_layers() if not layer.built] == []
+
+
 def test_every_preset_is_listed_and_buildable_by_both_names():
     listed = keras_vit.presets()
     assert {"vit_ti16", "vit_s16", "vit_s32", "vit_b16", "vit_b32", "vit_l16", "vit_l32", "vit_h14",
@@ -171,6 +186,12 @@ def test_integer_images_are_refused_with_the_scaling(tmp_path):
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     with pytest.raises(ValueError, match="got uint8 images"):
         model.fit(pixels, np.zeros(2), verbose=0)
+    import tensorflow as tf
+    dataset = tf.data.Dataset.from_tensor_slices((pixels, np.zeros(2))).batch(2)
+    with pytest.raises(ValueError, match="got uint8 images"):
+        model.fit(dataset, verbose=0)
+    with pytest.raises(ValueError, match="got uint8 images"):
+        model.evaluate(dataset, verbose=0)
     assert model.predict(pixels.astype("float32") / 127.5 - 1, verbose=0).shape == (2, 5)
 
 

@@ -43,6 +43,10 @@ class DropPath(keras.layers.Layer):
         self.rate = float(rate)
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
+        # No weights that depend on the input: built now, so that a model
+        # holding it is complete at construction (otherwise JAX's
+        # predict_on_batch runs a whole eager forward pass to build it).
+        self.built = True
 
     def call(self, x, training=None):
         if not training or self.rate == 0.0:
