@@ -473,14 +473,18 @@ class ViT(keras.Model):
         return super().call(inputs, training=training, mask=mask, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
+        """Keras's ``fit``, with the images checked first (dtype, rank,
+        channels, size) when ``x`` is an array or a ``tf.data.Dataset``."""
         self._check_data(x)
         return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
+        """Keras's ``evaluate``, with the images checked first as in `fit`."""
         self._check_data(x)
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
+        """Keras's ``predict``, with the images checked first as in `fit`."""
         self._check_data(x)
         return super().predict(x, *args, **kwargs)
 

@@ -19,7 +19,8 @@ def fused_attention(query, key, value, scale):
 
     Args:
         query: ``(batch, Tq, heads, head_dim)``.
-        key, value: ``(batch, Tk, heads, head_dim)``.
+        key: ``(batch, Tk, heads, head_dim)``.
+        value: ``(batch, Tk, heads, head_dim)``.
         scale: float. Multiplies ``q kᵀ`` (``head_dim ** -0.5``).
 
     Returns:
