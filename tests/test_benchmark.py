@@ -1,0 +1,76 @@
+"""benchmarks/throughput.py: its FLOP count, its JSON schema, and one tiny run
+end to end on the backend under test (keras_vit only: the peers are extras)."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "benchmarks", "throughput.py")
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flops_are_the_papers_b16_count_and_scale_with_tokens():
+    bench = load_script()
+    b16 = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, patch_size=16)
+    assert abs(bench.macs_per_image(b16, 224) / 1e9 - 17.56) < 0.01
+    # 384 px: 577 tokens instead of 197; attention grows with the square.
+    tokens, d, m = (384 // 16) ** 2 + 1, 768, 3072
+    by_hand = (576 * 16 * 16 * 3 * d + 12 * (4 * tokens * d * d + 2 * tokens**2 * d + 2 * tokens * d * m)
+               + d * 1000)
+    assert bench.macs_per_image(b16, 384) == by_hand
+
+
+def good_result(**changes):
+    result = dict(impl="keras_vit", backend="jax", model="vit_ti16", mode="train", image_size=32,
+                  batch_size=2, dtype="float32", images_per_s=10.0, fraction_of_peak=0.1,
+                  peak_memory_mb=100.0, first_call_s=2.0)
+    return {**result, **changes}
+
+
+@pytest.mark.parametrize(
+    "result, message",
+    [
+        (good_result(impl="timm"), "impl 'timm'"),
+        (good_result(impl="hf"), "variant"),
+        (good_result(images_per_s=0.0), "images_per_s > 0"),
+        (good_result(batch_size=2.0), "batch_size is float, want int"),
+        ({k: v for k, v in good_result().items() if k != "first_call_s"}, "first_call_s is NoneType"),
+    ],
+)
+def test_schema_check_names_what_is_wrong(result, message):
+    bench = load_script()
+    machine = {"matmul_gflops": 100.0, "matmul_gflops_by_backend": {"jax": 100.0}}
+    bench.validate({"machine": machine, "results": [good_result()]})
+    with pytest.raises(ValueError, match=message):
+        bench.validate({"machine": machine, "results": [result]})
+
+
+def test_a_tiny_run_writes_the_documented_json(tmp_path):
+    backend = keras.backend.backend()
+    out = tmp_path / "bench.json"
+    args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
+            "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", "--rounds", "1",
+            "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128", "--threads", "1",
+            "--device", "cpu", "--json", str(out)]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    load_script().validate(doc)
+    assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
+    assert sorted(r["mode"] for r in doc["results"]) == ["inference", "train"]
+    for r in doc["results"]:
+        assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, 5_680_552)
+        assert r["gflops_per_image"] > 0 and 0 < r["fraction_of_peak"]
+    assert "keras_vit" in run.stdout and "img/s" in run.stdout
