@@ -87,23 +87,19 @@ def _maxrss_mb():
 
 def _gpu_peak_mb(backend):
     """The backend's peak device memory, or None when not on a GPU."""
+    if _device(backend) != "gpu":
+        return None
     try:
         if backend == "torch":
             import torch
-            if torch.cuda.is_available():
-                return torch.cuda.max_memory_allocated() / 2**20
-        elif backend == "jax":
+            return torch.cuda.max_memory_allocated() / 2**20
+        if backend == "jax":
             import jax
-            dev = jax.devices()[0]
-            if dev.platform == "gpu":
-                return dev.memory_stats()["peak_bytes_in_use"] / 2**20
-        elif backend == "tensorflow":
-            import tensorflow as tf
-            if tf.config.list_physical_devices("GPU"):
-                return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
+            return jax.devices()[0].memory_stats()["peak_bytes_in_use"] / 2**20
+        import tensorflow as tf
+        return tf.config.experimental.get_memory_info("GPU:0")["peak"] / 2**20
     except Exception:  # noqa: BLE001 - memory stats are best effort
         return None
-    return None
 
 
 def _torch_threads(spec):
