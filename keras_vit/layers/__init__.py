@@ -4,6 +4,7 @@ from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.attention import fused_attention
 from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
+from keras_vit.layers.projection import dense
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
@@ -31,6 +32,7 @@ __all__ = [
     "StandardizedConv2D",
     "TokenPooling",
     "TransformerEncoder",
+    "dense",
     "fused_attention",
     "resample_position_embeddings",
     "resize_patch_kernel",

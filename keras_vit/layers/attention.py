@@ -3,6 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit.layers.projection import dense
+
 
 def fused_attention(query, key, value, scale):
     """``softmax(q kᵀ · scale) v`` through the backend's fused kernel.
@@ -182,7 +184,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def call(self, query, value=None, training=None, return_attention_scores=False):
         value = query if value is None else value
-        q, k, v = self.query(query), self.key(value), self.value(value)
+        q, k, v = (
+            dense(x, layer.kernel, layer.bias)  # (batch, T, heads, head_dim)
+            for x, layer in ((query, self.query), (value, self.key), (value, self.value))
+        )
         scale = self._head_dim**-0.5
         weights = None
         if return_attention_scores or (training and self.dropout_rate > 0):
@@ -192,7 +197,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             x = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
         else:
             x = fused_attention(q, k, v, scale)
-        x = self.out(x)
+        x = dense(x, self.out.kernel, self.out.bias, input_axes=2)
         return (x, weights) if return_attention_scores else x
 
     def compute_output_shape(self, query_shape, value_shape=None):

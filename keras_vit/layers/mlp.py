@@ -1,7 +1,8 @@
 """The two-layer GELU MLP of the Transformer encoder (Eq. 3)."""
 
 import keras
-from keras import ops
+
+from keras_vit.layers.projection import dense
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -60,9 +61,10 @@ class MlpBlock(keras.layers.Layer):
         self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
 
     def call(self, x, training=None):
-        x = ops.gelu(self.fc1(x), approximate=self.gelu_approximate)
+        gelu = "gelu_approximate" if self.gelu_approximate else "gelu"
+        x = dense(x, self.fc1.kernel, self.fc1.bias, activation=gelu)
         x = self.dropout(x, training=training)
-        return self.dropout(self.fc2(x), training=training)
+        return self.dropout(dense(x, self.fc2.kernel, self.fc2.bias), training=training)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

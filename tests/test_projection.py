@@ -1,0 +1,102 @@
+"""keras_vit.layers.dense (keras_vit/layers/projection.py): x W + b (+ GELU), and PyTorch's oneDNN inference path."""
+
+import contextlib
+
+import keras
+import numpy as np
+import pytest
+import scipy.special
+from helpers import to_numpy
+
+from keras_vit import ViT
+from keras_vit.layers import dense
+from keras_vit.layers.projection import _PACKED
+
+RNG = np.random.default_rng(0)
+BACKEND = keras.backend.backend()
+
+
+def rand(*shape, scale=1.0):
+    return (RNG.normal(size=shape) * scale).astype("float32")
+
+
+def no_grad():
+    """Inference as predict/evaluate run it: on torch, without autograd (oneDNN's branch)."""
+    if BACKEND == "torch":
+        import torch
+        return torch.no_grad()
+    return contextlib.nullcontext()
+
+
+def reference(x, kernel, bias, activation, input_axes):
+    k = kernel.astype("float64")
+    x = x.astype("float64").reshape(x.shape[: x.ndim - input_axes] + (-1,))
+    y = x @ k.reshape(x.shape[-1], -1)
+    if bias is not None:
+        y = y + bias.reshape(-1)
+    if activation == "gelu":
+        y = 0.5 * y * (1 + scipy.special.erf(y / np.sqrt(2)))
+    elif activation == "gelu_approximate":
+        y = 0.5 * y * (1 + np.tanh(np.sqrt(2 / np.pi) * (y + 0.044715 * y**3)))
+    return y.reshape(y.shape[:-1] + kernel.shape[input_axes:])
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["autograd", "inference"])
+@pytest.mark.parametrize("activation", [None, "gelu", "gelu_approximate"])
+@pytest.mark.parametrize("input_axes,kernel_shape,bias", [
+    (1, (16, 24), True),          # Dense / MLP
+    (1, (16, 4, 6), True),        # q/k/v: (D, heads, head_dim)
+    (2, (4, 6, 16), False),       # attention output: (heads, head_dim, D)
+])
+def test_dense_is_matmul_plus_bias_then_gelu(grad, activation, input_axes, kernel_shape, bias):
+    kernel = rand(*kernel_shape, scale=0.3)
+    b = rand(*kernel_shape[input_axes:]) if bias else None
+    x = rand(3, 7, *kernel_shape[:input_axes])
+    with contextlib.nullcontext() if grad else no_grad():
+        got = to_numpy(dense(x, kernel, b, activation=activation, input_axes=input_axes))
+    np.testing.assert_allclose(got, reference(x, kernel, b, activation, input_axes), rtol=1e-5, atol=1e-5)
+
+
+def test_dense_takes_variables_and_sees_every_change_of_them():
+    # predict() after fit/assign must use the new weights: on torch the packed
+    # oneDNN weights are cached per variable and re-packed when it changes.
+    kernel = keras.Variable(rand(16, 24), name="kernel")
+    bias = keras.Variable(rand(24), name="bias")
+    x = rand(5, 16)
+    for step in range(3):
+        with no_grad():
+            got = to_numpy(dense(x, kernel, bias, activation="gelu_approximate"))
+        want = reference(x, to_numpy(kernel), to_numpy(bias), "gelu_approximate", 1)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        if step == 0:
+            kernel.assign(rand(16, 24))                 # assign / load_weights
+        else:
+            kernel.assign_add(np.ones((16, 24), "float32"))  # an optimizer's in-place update
+    if BACKEND == "torch":  # the branch itself ran, and its cache holds this kernel once
+        assert id(kernel.value) in _PACKED
+    else:
+        print(f"oneDNN's branch is torch's only; {BACKEND} checked through keras.ops")
+
+
+def test_dense_errors_name_the_problem():
+    with pytest.raises(ValueError, match=r"activation must be one of"):
+        dense(rand(2, 4), rand(4, 3), activation="relu")
+    with pytest.raises(ValueError, match=r"last 2 axes of x \(2, 4\).*kernel's input axes \(4, 3\)"):
+        dense(rand(2, 4), rand(4, 3, 5), input_axes=2)
+
+
+def test_model_predict_after_fit_matches_autograd_forward():
+    # The whole model: predict (torch: oneDNN, packed weights) equals the
+    # plain forward, before and after a training step changes every weight.
+    model = ViT(image_size=16, patch_size=4, hidden_dim=32, num_layers=2, num_heads=4,
+                mlp_dim=64, num_classes=5)
+    head = model.get_layer("head")
+    head.kernel.assign(rand(*head.kernel.shape))
+    x, y = rand(4, 16, 16, 3), np.arange(4) % 5
+    model.compile(optimizer=keras.optimizers.AdamW(1e-2),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    for _ in range(2):
+        before = to_numpy(model.predict_on_batch(x))
+        np.testing.assert_allclose(before, to_numpy(model(x)), rtol=1e-4, atol=1e-5)
+        model.fit(x, y, epochs=1, verbose=0)
+        assert np.abs(to_numpy(model.predict_on_batch(x)) - before).max() > 1e-3
