@@ -4,7 +4,6 @@ from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.attention import fused_attention
 from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
-from keras_vit.layers.projection import dense
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
@@ -12,6 +11,7 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.patch_embedding import resize_patch_kernel
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding import resample_position_embeddings
+from keras_vit.layers.projection import dense
 from keras_vit.layers.resnet import BottleneckUnit
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.resnet import StandardizedConv2D

@@ -12,6 +12,7 @@ whenever the variable changes (PyTorch's in-place version counter), so
 ``keras.ops`` path to float32 rounding (another summation order).
 """
 
+import math
 import weakref
 
 import keras
@@ -70,7 +71,7 @@ def dense(x, kernel, bias=None, activation=None, input_axes=1):
             f"the kernel's input axes {in_dims} (kernel {tuple(kernel.shape)})."
         )
     batch = tuple(ops.shape(x)[: x.ndim - input_axes])
-    fan_in, fan_out = _prod(in_dims), _prod(out_dims)
+    fan_in, fan_out = math.prod(map(int, in_dims)), math.prod(map(int, out_dims))
     x2 = ops.reshape(x, batch + (fan_in,)) if input_axes != 1 else x
     if _onednn_inference(x2):
         y = _onednn_dense(x2, kernel, bias, activation, fan_in, fan_out)
@@ -81,13 +82,6 @@ def dense(x, kernel, bias=None, activation=None, input_axes=1):
         if activation is not None:
             y = ops.gelu(y, approximate=activation == "gelu_approximate")
     return ops.reshape(y, batch + out_dims) if len(out_dims) != 1 else y
-
-
-def _prod(dims):
-    out = 1
-    for d in dims:
-        out *= int(d)
-    return out
 
 
 # --------------------------------------------------------------------------
