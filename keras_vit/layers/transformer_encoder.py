@@ -127,7 +127,7 @@ class TransformerEncoder(keras.layers.Layer):
     def _scaled(self, x, index):
         if self.layer_scale is None:
             return x
-        return x * keras.ops.cast(self.layer_scale[index], x.dtype)
+        return x * ops.cast(self.layer_scale[index], x.dtype)
 
     def call(self, x, training=None, return_attention_scores=False):
         x = _gradient_stored(x)
@@ -175,7 +175,7 @@ def _gradient_stored(x):
     on CPU). A conditional is a fusion boundary XLA keeps, so the gradient
     goes through one whose predicate is known only at run time and is always
     true (the other branch differs only where the block's input is NaN): a
-    training step 3.0 -> 4.2 images/s (docs/performance.md). TensorFlow and
+    training step 3.0 -> 4.2-4.7 images/s (docs/performance.md). TensorFlow and
     PyTorch run op by op (TensorFlow's XLA measured no faster with it) and
     XLA:GPU bounds its fusions, so there it is the identity.
     """
@@ -186,7 +186,7 @@ def _gradient_stored(x):
     return _stored_gradient(x) if jax.default_backend() == "cpu" else x
 
 
-@keras.ops.custom_gradient
+@ops.custom_gradient
 def _stored_gradient(x):
     one = ops.sign(ops.abs(ops.reshape(x, (-1,))[0]) + 1)  # 1; NaN where x[0] is
 
