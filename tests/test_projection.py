@@ -1,4 +1,5 @@
-"""keras_vit.layers.dense (keras_vit/layers/projection.py): x W + b (+ GELU), and PyTorch's oneDNN inference path."""
+"""keras_vit.layers.dense (keras_vit/layers/projection.py): x W + b (+ GELU), PyTorch's oneDNN
+inference path, and the GELU whose gradient TensorFlow computes from its input alone."""
 
 import contextlib
 
@@ -11,6 +12,7 @@ from helpers import to_numpy
 from keras_vit import ViT
 from keras_vit.layers import dense
 from keras_vit.layers.projection import _PACKED
+from keras_vit.layers.projection import gelu
 
 RNG = np.random.default_rng(0)
 BACKEND = keras.backend.backend()
@@ -55,6 +57,67 @@ def test_dense_is_matmul_plus_bias_then_gelu(grad, activation, input_axes, kerne
     with contextlib.nullcontext() if grad else no_grad():
         got = to_numpy(dense(x, kernel, b, activation=activation, input_axes=input_axes))
     np.testing.assert_allclose(got, reference(x, kernel, b, activation, input_axes), rtol=1e-5, atol=1e-5)
+
+
+def gelu_derivative(x, approximate):
+    """d GELU / dx in float64: Φ(x) + x φ(x), or the derivative of the tanh form."""
+    x = x.astype("float64")
+    if not approximate:
+        return 0.5 * (1 + scipy.special.erf(x / np.sqrt(2))) + x * np.exp(-x * x / 2) / np.sqrt(2 * np.pi)
+    c = np.sqrt(2 / np.pi)
+    t = np.tanh(c * (x + 0.044715 * x**3))
+    return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
+
+
+def value_and_gradient(f, x, w):
+    """(f(x), d sum(f(x) * w) / dx) as float64 arrays, through the backend's autodiff."""
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(tf.cast(y, "float32") * w)
+        g = tape.gradient(loss, x)
+    elif BACKEND == "jax":
+        import jax
+        y, g = f(x), jax.grad(lambda x: (f(x).astype("float32") * w).sum())(x)
+    else:
+        import torch
+        x = torch.tensor(x, requires_grad=True)
+        y = f(x)
+        (y.float() * torch.tensor(w)).sum().backward()
+        g = x.grad
+    return to_numpy(keras.ops.cast(y, "float32")).astype("float64"), to_numpy(keras.ops.cast(g, "float32")).astype("float64")
+
+
+@pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])
+def test_gelu_is_keras_gelu_with_the_exact_derivative(approximate):
+    # On TensorFlow the gradient is written out from x (so the backward keeps
+    # x alone); everywhere it must be GELU's derivative, also where tanh and
+    # exp saturate, and the forward must be keras.ops.gelu's.
+    x = np.concatenate([rand(3, 50, scale=3.0).ravel(), [0.0, -40.0, 40.0, -1e3, 1e3]]).astype("float32")
+    w = rand(x.size)
+    y, g = value_and_gradient(lambda x: gelu(x, approximate), x, w)
+    np.testing.assert_array_equal(y, to_numpy(keras.ops.gelu(x, approximate=approximate)))
+    # atol: 1 + tanh(x) cancels to 0 in float32 below x ≈ -4.5 (there the derivative is < 1e-5)
+    np.testing.assert_allclose(g, w * gelu_derivative(x, approximate), rtol=2e-5, atol=1e-5)
+    _, g_autodiff = value_and_gradient(lambda x: keras.ops.gelu(x, approximate=approximate), x, w)
+    np.testing.assert_allclose(g, g_autodiff, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])
+def test_gelu_gradient_in_bfloat16(approximate):
+    # mixed_bfloat16 computes the MLP in bfloat16: the derivative must follow, to bfloat16's precision.
+    x = rand(400, scale=3.0)
+    xb = to_numpy(keras.ops.cast(keras.ops.cast(x, "bfloat16"), "float32"))  # the values bfloat16 holds
+    w = rand(400)
+    f = lambda x: gelu(keras.ops.cast(x, "bfloat16"), approximate)  # noqa: E731
+    y, g = value_and_gradient(f, x, w)
+    np.testing.assert_allclose(y, reference(xb[:, None], np.eye(1, dtype="float32"), None,
+                                            "gelu_approximate" if approximate else "gelu", 1)[:, 0],
+                               rtol=2e-2, atol=2e-2)
+    np.testing.assert_allclose(g, w * gelu_derivative(xb, approximate), rtol=3e-2, atol=3e-2)
 
 
 def test_dense_takes_variables_and_sees_every_change_of_them():

@@ -1,15 +1,21 @@
 """``x W + b``, then GELU: the projections of Eq. 2-3 and the MLP of Eq. 3.
 
-One ``keras.ops`` path for every backend, plus one branch that a measurement
-proved worth it (docs/performance.md): PyTorch on a CPU without autograd
-(``predict``, ``evaluate``, ``torch.no_grad``). There PyTorch's own ``matmul``
-runs through MKL, which on this project's machine (AMD EPYC, f32) reaches
-164-203 GFLOP/s on ViT-B/16's projections, while oneDNN's linear with its
-weights packed once reaches 209-225 and also adds the bias and applies GELU
-in the same pass. The packed weights are cached per variable and packed again
-whenever the variable changes (PyTorch's in-place version counter), so
-``fit``, ``assign`` and ``load_weights`` are seen. The numbers agree with the
-``keras.ops`` path to float32 rounding (another summation order).
+One ``keras.ops`` path for every backend, plus two branches that measurements
+proved worth it (docs/performance.md):
+
+- TensorFlow, training: GELU's gradient is written out from its input
+  (`gelu`), so the backward keeps that input alone instead of the
+  intermediates autodiff kept (about 280 MB for ViT-S/16 at batch 8).
+- PyTorch on a CPU without autograd (``predict``, ``evaluate``,
+  ``torch.no_grad``): oneDNN's linear. There PyTorch's own ``matmul``
+  runs through MKL, which on this project's machine (AMD EPYC, f32) reaches
+  164-203 GFLOP/s on ViT-B/16's projections, while oneDNN's linear with its
+  weights packed once reaches 209-225 and also adds the bias and applies
+  GELU in the same pass. The packed weights are cached per variable and
+  packed again whenever the variable changes (PyTorch's in-place version
+  counter), so ``fit``, ``assign`` and ``load_weights`` are seen.
+
+Both agree with the ``keras.ops`` path to float32 rounding.
 """
 
 import math
@@ -80,8 +86,62 @@ def dense(x, kernel, bias=None, activation=None, input_axes=1):
         if bias is not None:
             y = y + ops.reshape(ops.cast(bias, x.dtype), (fan_out,))
         if activation is not None:
-            y = ops.gelu(y, approximate=activation == "gelu_approximate")
+            y = gelu(y, approximate=activation == "gelu_approximate")
     return ops.reshape(y, batch + out_dims) if len(out_dims) != 1 else y
+
+
+def gelu(x, approximate=True):
+    """GELU; on TensorFlow its gradient keeps only ``x``.
+
+    ``keras.ops.gelu`` on every backend, the same numbers. TensorFlow builds
+    GELU from five to eight elementwise ops and its autodiff keeps their
+    intermediates for the backward pass: three or four more tensors of the
+    MLP's width per block. There the gradient is written out from ``x``
+    alone (``Φ(x) + x φ(x)``, or the derivative of the tanh form), which on
+    ViT-S/16 training at batch 8 lowers the peak memory by about 280 MB
+    (2052-2084 -> 1784-1793 MB, below keras-hub's 1854) and takes a GELU
+    forward and backward of ``(8, 197, 1536)`` from 8.5-8.8 to 7.6-8.3 ms
+    (tanh form) and from 8.2 to 5.6 ms (exact) (docs/performance.md).
+    PyTorch's GELU and JAX's fused graphs already keep only ``x``.
+
+    Args:
+        x: any shape.
+        approximate: bool. tanh form (the original code's) or exact (erf).
+
+    Returns:
+        ``x``'s shape and dtype.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return ops.gelu(x, approximate=approximate)
+    return (_gelu_tanh if approximate else _gelu_erf)(x)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+def _upstream(args, upstream):
+    return args[0] if upstream is None else upstream
+
+
+@ops.custom_gradient
+def _gelu_tanh(x):
+    def grad(*args, upstream=None):
+        x2 = x * x
+        t = ops.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x2))
+        slope = 0.5 * _SQRT_2_OVER_PI * x * (1 - t * t) * (1 + 3 * 0.044715 * x2)
+        return _upstream(args, upstream) * (0.5 * (1 + t) + slope)
+
+    return ops.gelu(x, approximate=True), grad
+
+
+@ops.custom_gradient
+def _gelu_erf(x):
+    def grad(*args, upstream=None):
+        cdf = 0.5 + 0.5 * ops.erf(x * math.sqrt(0.5))
+        return _upstream(args, upstream) * (cdf + _INV_SQRT_2PI * x * ops.exp(-0.5 * x * x))
+
+    return ops.gelu(x, approximate=False), grad
 
 
 # --------------------------------------------------------------------------
