@@ -705,13 +705,15 @@ def _print_table(results):
                 vs_hub = f"{r['images_per_s'] / hub[(key(r), r['backend'])]:.3g}"
             if hf.get(key(r)):
                 vs_hf = f"{r['images_per_s'] / hf[key(r)]:.3g}"
+        runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
         rows.append([r["impl"] + ("/" + r["variant"] if r.get("variant") else ""), r["backend"], r["model"],
                      r["mode"], str(r["image_size"]), str(r["batch_size"]), r["dtype"],
-                     f"{r['images_per_s']:.1f}", f"{100 * r['fraction_of_peak']:.1f}%",
+                     f"{r['images_per_s']:.1f}", f"{min(runs):.1f}-{max(runs):.1f}",
+                     f"{100 * r['fraction_of_peak']:.1f}%",
                      f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf])
-    head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "%peak", "peakMB", "first_s",
-            "/hub", "/HF"]
-    right = {"img", "bs", "img/s", "%peak", "peakMB", "first_s", "/hub", "/HF"}
+    head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "runs", "%peak", "peakMB",
+            "first_s", "/hub", "/HF"]
+    right = {"img", "bs", "img/s", "runs", "%peak", "peakMB", "first_s", "/hub", "/HF"}
     widths = [max(len(row[i]) for row in rows + [head]) for i in range(len(head))]
 
     def line(cells):
@@ -719,7 +721,8 @@ def _print_table(results):
     print("\n" + line(head) + "\n" + "-" * len(line(head)))
     for row in rows:
         print(line(row).rstrip())
-    print("/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch).\n")
+    print("img/s: median over rounds; runs: the slowest and fastest timed run (this machine's spread);\n"
+          "/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch).\n")
 
 
 if __name__ == "__main__":

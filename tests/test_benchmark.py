@@ -74,3 +74,10 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
         assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, 5_680_552)
         assert r["gflops_per_image"] > 0 and 0 < r["fraction_of_peak"]
     assert "keras_vit" in run.stdout and "img/s" in run.stdout
+    # each row shows the spread of its timed runs (slowest-fastest), the range of the JSON's runs
+    for r in doc["results"]:
+        runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
+        assert len(runs) == 2 and min(runs) <= r["images_per_s"] <= max(runs)
+        row = next(line for line in run.stdout.splitlines()
+                   if line.startswith("keras_vit") and f" {r['mode']} " in line)
+        assert f" {min(runs):.1f}-{max(runs):.1f} " in row, row
