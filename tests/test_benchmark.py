@@ -57,6 +57,16 @@ def test_schema_check_names_what_is_wrong(result, message):
         bench.validate({"machine": machine, "results": [result]})
 
 
+def test_schema_check_names_a_bad_kernel_peak():
+    bench = load_script()
+    machine = {"matmul_gflops": 100.0, "matmul_gflops_by_backend": {"torch": 100.0},
+               "matmul_gflops_by_kernel": {"torch": {"matmul": 90.0, "onednn_linear": 100.0}}}
+    bench.validate({"machine": machine, "results": [good_result()]})
+    machine["matmul_gflops_by_kernel"] = {"torch": 100.0}
+    with pytest.raises(ValueError, match=r"matmul_gflops_by_kernel \{backend: \{kernel: float\}\}"):
+        bench.validate({"machine": machine, "results": [good_result()]})
+
+
 def test_a_tiny_run_writes_the_documented_json(tmp_path):
     backend = keras.backend.backend()
     out = tmp_path / "bench.json"
@@ -69,6 +79,10 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     doc = json.loads(out.read_text())
     load_script().validate(doc)
     assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
+    # the peak is the best kernel measured: on torch's CPU MKL's matmul and oneDNN's packed linear
+    kernels = doc["machine"]["matmul_gflops_by_kernel"][backend]
+    assert sorted(kernels) == (["matmul", "onednn_linear"] if backend == "torch" else ["matmul"])
+    assert doc["machine"]["matmul_gflops_by_backend"][backend] == max(kernels.values())
     assert sorted(r["mode"] for r in doc["results"]) == ["inference", "train"]
     for r in doc["results"]:
         assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, 5_680_552)
