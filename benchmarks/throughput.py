@@ -156,8 +156,9 @@ def _child_matmul(spec):
         rate, _ = _timed_runs(step, 1, spec["warmup"], spec["runs"], 1)
         return 2 * n**3 * rate / 1e9
 
+    device = _device(backend)
     kernels = {"matmul": timed(f)}
-    if backend == "torch" and _device("torch") == "cpu":
+    if backend == "torch" and device == "cpu":
         # On a CPU torch's matmul is MKL's; its oneDNN linear (weights packed
         # once, as keras_vit's inference uses it) can be faster: the peak is
         # the better of the two, so no result reads above 100%.
@@ -166,7 +167,7 @@ def _child_matmul(spec):
             packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous())
             kernels["onednn_linear"] = timed(
                 lambda x, _: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
-    return {"gflops": max(kernels.values()), "kernels": kernels, "device": _device(backend)}
+    return {"gflops": max(kernels.values()), "kernels": kernels, "device": device}
 
 
 def _device(backend):
@@ -571,15 +572,14 @@ def main(argv=None):
                 if "gflops" in out:
                     best = peaks.setdefault(dt, {})
                     best[backend] = max(best.get(backend, 0.0), out["gflops"])
+                    by_kernel = kernel_peaks.setdefault(dt, {}).setdefault(backend, {})
                     for kernel, gflops in out["kernels"].items():
-                        by_kernel = kernel_peaks.setdefault(dt, {}).setdefault(backend, {})
                         by_kernel[kernel] = max(by_kernel.get(kernel, 0.0), gflops)
                     device.setdefault(backend, out["device"])
-                    kernels = ", ".join(f"{k} {g:.1f}" for k, g in out["kernels"].items()) \
-                        if len(out["kernels"]) > 1 else ""
+                    detail = ", ".join(f"{k} {g:.1f}" for k, g in out["kernels"].items())
                     print(f"[{r + 1}/{rounds}] matmul {n}x{n} {dt} on {backend} ({out['device']}): "
-                          f"{out['gflops']:.1f} GFLOP/s" + (f" (best of {kernels})" if kernels else ""),
-                          flush=True)
+                          f"{out['gflops']:.1f} GFLOP/s"
+                          + (f" (best of {detail})" if len(out["kernels"]) > 1 else ""), flush=True)
                 else:
                     skipped.append({"impl": "matmul", "backend": backend, "dtype": dt, "reason": out["skipped"]})
 

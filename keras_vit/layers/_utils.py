@@ -1,4 +1,4 @@
-"""Small argument helpers shared by the layers."""
+"""Small helpers shared by the layers."""
 
 import keras
 
@@ -24,3 +24,12 @@ def standardize_data_format(value):
             f"`data_format` must be 'channels_last' or 'channels_first', got {value!r}."
         )
     return value
+
+
+def upstream_gradient(args, upstream):
+    """The incoming gradient of a ``keras.ops.custom_gradient`` function's ``grad``.
+
+    Keras passes it as the keyword ``upstream`` on TensorFlow and positionally
+    on JAX and PyTorch: ``def grad(*args, upstream=None)`` takes both.
+    """
+    return args[0] if upstream is None else upstream

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers._utils import upstream_gradient
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MlpBlock
@@ -191,8 +192,7 @@ def _stored_gradient(x):
     one = ops.sign(ops.abs(ops.reshape(x, (-1,))[0]) + 1)  # 1; NaN where x[0] is
 
     def grad(*args, upstream=None):
-        if upstream is None:
-            (upstream,) = args
+        upstream = upstream_gradient(args, upstream)
         return ops.cond(one > 0, lambda: upstream, lambda: upstream * ops.cast(one, upstream.dtype))
 
     return x, grad
