@@ -43,3 +43,26 @@ def save_and_reload(model, tmp_path, name="model.keras"):
     path = str(tmp_path / name)
     model.save(path)
     return keras.saving.load_model(path, safe_mode=True)
+
+
+def value_and_gradient(f, x, w):
+    """(f(x), d sum(f(x) * w) / dx) as float64 arrays, through the backend's autodiff."""
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = f(x)
+            loss = tf.reduce_sum(tf.cast(y, "float32") * w)
+        g = tape.gradient(loss, x)
+    elif backend == "jax":
+        import jax
+        y, g = f(x), jax.grad(lambda x: (f(x).astype("float32") * w).sum())(x)
+    else:
+        import torch
+        x = torch.tensor(x, requires_grad=True)
+        y = f(x)
+        (y.float() * torch.tensor(w)).sum().backward()
+        g = x.grad
+    return to_numpy(keras.ops.cast(y, "float32")).astype("float64"), to_numpy(keras.ops.cast(g, "float32")).astype("float64")

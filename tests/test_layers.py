@@ -3,6 +3,7 @@ import pytest
 import scipy.ndimage
 from helpers import run_layer_test
 from helpers import to_numpy
+from helpers import value_and_gradient
 
 from keras_vit import layers
 
@@ -197,6 +198,32 @@ def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
     np.testing.assert_allclose(padded(q, k, v), plain(q, k, v), atol=1e-5)
     for got, want in zip(jax.grad(loss(padded), (0, 1, 2))(q, k, v), jax.grad(loss(plain), (0, 1, 2))(q, k, v)):
         np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
+def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, dtype):
+    # JAX's CPU path (fused_attention calls it there); pure keras.ops, so it
+    # is checked against keras.ops.dot_product_attention on every backend.
+    import keras
+    from keras_vit.layers.attention import heads_first_attention
+    qkv = np.concatenate([rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)], axis=1)
+    w = rand(2, tq, 3, 8)
+
+    def attention(fn):
+        def f(qkv):
+            qkv = keras.ops.cast(qkv, dtype)
+            return fn(qkv[:, :tq], qkv[:, tq:tq + tk], qkv[:, tq + tk:])
+        return f
+    y, g = value_and_gradient(attention(lambda q, k, v: heads_first_attention(q, k, v, 0.3)), qkv, w)
+    y_ref, g_ref = value_and_gradient(
+        attention(lambda q, k, v: keras.ops.dot_product_attention(q, k, v, scale=0.3)), qkv, w
+    )
+    # In bfloat16 the backends' own attention is a rounding or two away (some
+    # keep bf16 logits; the sums run in another order): 2 ulp of 1.6 is 0.016.
+    tol = 1e-5 if dtype == "float32" else 2e-2
+    np.testing.assert_allclose(y, y_ref, atol=tol, rtol=tol)
+    np.testing.assert_allclose(g, g_ref, atol=tol, rtol=tol)
 
 
 def test_attention_kernels_are_xavier_uniform_of_the_dense_view():

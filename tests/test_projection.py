@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import scipy.special
 from helpers import to_numpy
+from helpers import value_and_gradient
 
 from keras_vit import ViT
 from keras_vit.layers import dense
@@ -67,28 +68,6 @@ def gelu_derivative(x, approximate):
     c = np.sqrt(2 / np.pi)
     t = np.tanh(c * (x + 0.044715 * x**3))
     return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * c * (1 + 3 * 0.044715 * x * x)
-
-
-def value_and_gradient(f, x, w):
-    """(f(x), d sum(f(x) * w) / dx) as float64 arrays, through the backend's autodiff."""
-    if BACKEND == "tensorflow":
-        import tensorflow as tf
-        x = tf.constant(x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = f(x)
-            loss = tf.reduce_sum(tf.cast(y, "float32") * w)
-        g = tape.gradient(loss, x)
-    elif BACKEND == "jax":
-        import jax
-        y, g = f(x), jax.grad(lambda x: (f(x).astype("float32") * w).sum())(x)
-    else:
-        import torch
-        x = torch.tensor(x, requires_grad=True)
-        y = f(x)
-        (y.float() * torch.tensor(w)).sum().backward()
-        g = x.grad
-    return to_numpy(keras.ops.cast(y, "float32")).astype("float64"), to_numpy(keras.ops.cast(g, "float32")).astype("float64")
 
 
 @pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])
