@@ -9,20 +9,22 @@ from keras_vit.layers.projection import dense
 def fused_attention(query, key, value, scale):
     """``softmax(q kᵀ · scale) v`` through the backend's fused kernel.
 
-    ``keras.ops.dot_product_attention``, except in two cases a measurement
-    proved worth a branch, both on JAX:
+    ``keras.ops.dot_product_attention``, except where a measurement proved a
+    branch worth it:
 
-    - On a GPU in 16 bits with an odd number of tokens (197 with the [class]
-      token). cuDNN's fused kernel takes gradients only of even lengths, so
-      there JAX falls back to plain XLA attention in training. Instead the
-      sequences are padded by one token that cuDNN's padding mask
+    - JAX on a GPU in 16 bits with an odd number of tokens (197 with the
+      [class] token). cuDNN's fused kernel takes gradients only of even
+      lengths, so there JAX falls back to plain XLA attention in training.
+      Instead the sequences are padded by one token that cuDNN's padding mask
       (``query_seq_lengths``, ``key_value_seq_lengths``) leaves out: the
       numbers of the unpadded attention. On an H100 (B/16, bf16, batch 128)
       one layer's attention forward and backward takes 0.67 ms instead of
       1.56 ms, a training step 50 ms instead of 64 ms.
-    - On a CPU, where JAX's attention is two einsums over the tokens-first
-      layout and XLA:CPU runs them at a quarter to a half of its matmul speed:
-      `heads_first_attention`.
+    - JAX and TensorFlow on a CPU: `heads_first_attention`. There Keras's
+      attention is two einsums over the tokens-first layout, which XLA:CPU
+      runs at a quarter to a half of its matmul speed and TensorFlow 15-25%
+      slower (forward and backward). PyTorch keeps its fused
+      ``scaled_dot_product_attention``, which measured faster than either.
 
     Args:
         query: ``(batch, Tq, heads, head_dim)``.
@@ -38,17 +40,23 @@ def fused_attention(query, key, value, scale):
             return padded_attention(query, key, value, scale, implementation="cudnn")
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # no cuDNN attention for this GPU, cuDNN or head size: Keras's path
-    if _jax_platform() == "cpu":
+    if _platform() in (("jax", "cpu"), ("tensorflow", "cpu")):
         return heads_first_attention(query, key, value, scale)
     return ops.dot_product_attention(query, key, value, scale=scale)
 
 
-def _jax_platform():
-    if keras.backend.backend() != "jax":
-        return None
-    import jax
+def _platform():
+    """(backend, "cpu" or "gpu" or ...) for JAX and TensorFlow; (backend, None) otherwise."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
 
-    return jax.default_backend()
+        return backend, jax.default_backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return backend, "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    return backend, None
 
 
 def heads_first_attention(query, key, value, scale):
@@ -64,7 +72,9 @@ def heads_first_attention(query, key, value, scale):
     18 GFLOP/s (batch 32) against 95 and 75 for this layout. One ViT-S/16
     layer's attention, ``jax.jit`` on this 2-core machine: forward 8.9-12.7
     -> 6.2-7.0 ms at batch 8 and 89-91 -> 28-37 ms at batch 32, forward and
-    backward 21.5-22.9 -> 15.8-16.8 ms and 141-147 -> 100-111 ms
+    backward 21.5-22.9 -> 15.8-16.8 ms and 141-147 -> 100-111 ms. On
+    TensorFlow (in a ``tf.function``) forward and backward at batch 8:
+    S/16 16.3-19.6 -> 14.1-14.3 ms, B/16 33.0-35.0 -> 25.7-28.2 ms
     (docs/performance.md).
 
     Shapes as `fused_attention`.
@@ -80,7 +90,7 @@ def heads_first_attention(query, key, value, scale):
 
 
 def _odd_length_cudnn(query, key):
-    if _jax_platform() != "gpu" or (query.shape[1] % 2 == 0 and key.shape[1] % 2 == 0):
+    if _platform() != ("jax", "gpu") or (query.shape[1] % 2 == 0 and key.shape[1] % 2 == 0):
         return False
     return keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
 
