@@ -203,8 +203,9 @@ def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
 def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, dtype):
-    # JAX's CPU path (fused_attention calls it there); pure keras.ops, so it
-    # is checked against keras.ops.dot_product_attention on every backend.
+    # JAX's and TensorFlow's CPU path (fused_attention calls it there); pure
+    # keras.ops, so it is checked against keras.ops.dot_product_attention on
+    # every backend.
     import keras
     from keras_vit.layers.attention import heads_first_attention
     qkv = np.concatenate([rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)], axis=1)

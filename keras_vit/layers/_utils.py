@@ -33,3 +33,21 @@ def upstream_gradient(args, upstream):
     on JAX and PyTorch: ``def grad(*args, upstream=None)`` takes both.
     """
     return args[0] if upstream is None else upstream
+
+
+def backend_platform():
+    """``(backend, platform)``: the platform ``"cpu"``, ``"gpu"``, ... of JAX and
+    TensorFlow; None for PyTorch, whose tensors carry their own device.
+
+    The layers' measured branches (docs/performance.md) are chosen by it.
+    """
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return backend, jax.default_backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return backend, "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    return backend, None

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers._utils import backend_platform
 from keras_vit.layers.projection import dense
 
 
@@ -35,28 +36,15 @@ def fused_attention(query, key, value, scale):
     Returns:
         ``(batch, Tq, heads, head_dim)``.
     """
-    if _odd_length_cudnn(query, key):
+    platform = backend_platform()
+    if platform == ("jax", "gpu") and _odd_length_16_bits(query, key):
         try:
             return padded_attention(query, key, value, scale, implementation="cudnn")
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # no cuDNN attention for this GPU, cuDNN or head size: Keras's path
-    if _platform() in (("jax", "cpu"), ("tensorflow", "cpu")):
+    if platform in (("jax", "cpu"), ("tensorflow", "cpu")):
         return heads_first_attention(query, key, value, scale)
     return ops.dot_product_attention(query, key, value, scale=scale)
-
-
-def _platform():
-    """(backend, "cpu" or "gpu" or ...) for JAX and TensorFlow; (backend, None) otherwise."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return backend, jax.default_backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return backend, "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
-    return backend, None
 
 
 def heads_first_attention(query, key, value, scale):
@@ -89,10 +77,9 @@ def heads_first_attention(query, key, value, scale):
     return ops.transpose(x, (0, 2, 1, 3))
 
 
-def _odd_length_cudnn(query, key):
-    if _platform() != ("jax", "gpu") or (query.shape[1] % 2 == 0 and key.shape[1] % 2 == 0):
-        return False
-    return keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
+def _odd_length_16_bits(query, key):
+    odd = query.shape[1] % 2 == 1 or key.shape[1] % 2 == 1
+    return odd and keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
 
 
 def padded_attention(query, key, value, scale, implementation=None):

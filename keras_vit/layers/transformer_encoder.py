@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.layers._utils import backend_platform
 from keras_vit.layers._utils import upstream_gradient
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
@@ -180,11 +181,7 @@ def _gradient_stored(x):
     PyTorch run op by op (TensorFlow's XLA measured no faster with it) and
     XLA:GPU bounds its fusions, so there it is the identity.
     """
-    if keras.backend.backend() != "jax":
-        return x
-    import jax
-
-    return _stored_gradient(x) if jax.default_backend() == "cpu" else x
+    return _stored_gradient(x) if backend_platform() == ("jax", "cpu") else x
 
 
 @ops.custom_gradient
