@@ -30,6 +30,12 @@ def test_flops_are_the_papers_b16_count_and_scale_with_tokens():
     by_hand = (576 * 16 * 16 * 3 * d + 12 * (4 * tokens * d * d + 2 * tokens**2 * d + 2 * tokens * d * m)
                + d * 1000)
     assert bench.macs_per_image(b16, 384) == by_hand
+    # A last block that updates the [class] token alone: keys and values of every
+    # token, then one query's attention, output projection and MLP.
+    last_full = 4 * tokens * d * d + 2 * tokens**2 * d + 2 * tokens * d * m
+    last_class = 2 * tokens * d * d + 2 * d * d + 2 * tokens * d + 2 * d * m
+    assert bench.macs_per_image(b16, 384, last_block_queries=1) == by_hand - last_full + last_class
+    assert bench.macs_per_image(b16, 384, last_block_queries=tokens) == by_hand
 
 
 def good_result(**changes):
@@ -87,6 +93,10 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     for r in doc["results"]:
         assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, 5_680_552)
         assert r["gflops_per_image"] > 0 and 0 < r["fraction_of_peak"]
+        # token pooling: the last block updates one token, so less is executed than the model counts
+        assert 0 < r["executed_gflops_per_image"] < r["gflops_per_image"]
+        assert r["executed_fraction_of_peak"] == pytest.approx(
+            r["fraction_of_peak"] * r["executed_gflops_per_image"] / r["gflops_per_image"])
     assert "keras_vit" in run.stdout and "img/s" in run.stdout
     # each row shows the spread of its timed runs (slowest-fastest), the range of the JSON's runs
     for r in doc["results"]:

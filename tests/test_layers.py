@@ -262,6 +262,28 @@ def test_transformer_encoder_is_eq_2_and_3(tmp_path):
     assert tuple(scores.shape) == (2, 2, 5, 5)
 
 
+def test_transformer_encoder_num_queries_is_the_first_rows_with_their_gradient():
+    import keras
+
+    x = rand(2, 6, 8)
+    layer = layers.TransformerEncoder(num_heads=2, mlp_dim=16, layer_scale_init=0.5)
+    layer(x)
+    w = np.zeros((2, 6, 8), "float32")
+    w[:, :2] = rand(2, 2, 8)
+    full, full_grad = value_and_gradient(layer, x, w)
+    part, part_grad = value_and_gradient(lambda v: layer(v, num_queries=2), x, w[:, :2])
+    assert part.shape == (2, 2, 8)
+    np.testing.assert_allclose(part, full[:, :2], atol=1e-5)
+    # Keys and values still come from every token: the gradient reaches all of x.
+    assert np.abs(part_grad[:, 2:]).max() > 1e-3
+    np.testing.assert_allclose(part_grad, full_grad, atol=1e-5)
+    out, scores = layer(x, num_queries=1, return_attention_scores=True)
+    assert tuple(out.shape) == (2, 1, 8) and tuple(scores.shape) == (2, 2, 1, 6)
+    # The symbolic shapes of a functional graph follow num_queries.
+    symbolic = layer(keras.Input((6, 8)), num_queries=1, return_attention_scores=True)
+    assert [tuple(t.shape) for t in symbolic] == [(None, 1, 8), (None, 2, 1, 6)]
+
+
 def test_transformer_encoder_layer_scale_and_dropout(tmp_path):
     x = rand(2, 5, 8)
     layer, out = run_layer_test(

@@ -109,6 +109,20 @@ def test_intermediates_equal_the_call_and_hold_attention(images):
     assert tuple(record["embeddings"].shape) == (2, 18, 16)
 
 
+@pytest.mark.parametrize("pooling", ["token", "gap", "map", "none"])
+def test_last_block_computes_only_the_tokens_the_pooling_reads(images, pooling):
+    model = ViT(**dict(TINY, pooling=pooling, num_classes=0 if pooling == "none" else 5))
+    if pooling != "none":
+        model.get_layer("head").kernel.assign(np.random.default_rng(0).normal(size=(16, 5)))
+    last = model.get_layer(f"encoder_block_{model.num_layers - 1}").output
+    tokens = model.get_layer("encoder_block_0").output.shape[1]
+    assert last.shape[1] == (1 if pooling == "token" else tokens)
+    record = model.intermediates(images)
+    assert record[f"encoder_block_{model.num_layers - 1}"].shape[1] == tokens
+    expected = record["logits"] if "logits" in record else record["features"]
+    np.testing.assert_allclose(to_numpy(model(images)), to_numpy(expected), atol=1e-5)
+
+
 def test_keras_round_trip_and_config(images, tmp_path):
     model = ViT(**dict(TINY, pooling="map", dropout_rate=0.1, drop_path_rate=0.1, name="tiny"))
     model.get_layer("head").kernel.assign(np.random.default_rng(0).normal(size=(16, 5)))

@@ -35,9 +35,15 @@ class TransformerEncoder(keras.layers.Layer):
     Call arguments:
         x: ``(batch, tokens, D)``.
         return_attention_scores: bool. Also return the attention weights
-            ``(batch, heads, tokens, tokens)``; the output is unchanged.
+            ``(batch, heads, queries, tokens)``; the output is unchanged.
+        num_queries: int or None. Update only the first ``num_queries``
+            tokens: their queries attend to every token (keys and values come
+            from all of them), and the MLP runs on them alone. The output is
+            those rows of the full output, at a fraction of the cost: `ViT`
+            with token pooling computes only the [class] token in its last
+            block, the one row Eq. 4 reads.
 
-    Output shape: ``(batch, tokens, D)``.
+    Output shape: ``(batch, tokens, D)``, or ``(batch, num_queries, D)``.
 
     In `ViT` the blocks are ``encoder_block_0`` ... ``encoder_block_{L-1}``.
     Their sublayers are ``norm1``, ``attention`` (a `MultiHeadDotProductAttention`
@@ -131,10 +137,14 @@ class TransformerEncoder(keras.layers.Layer):
             return x
         return x * ops.cast(self.layer_scale[index], x.dtype)
 
-    def call(self, x, training=None, return_attention_scores=False):
+    def call(self, x, training=None, return_attention_scores=False, num_queries=None):
         x = _gradient_stored(x)
+        tokens = self.norm1(x)
+        queries = tokens
+        if num_queries is not None:
+            x, queries = x[:, :num_queries], tokens[:, :num_queries]
         y = self.attention(
-            self.norm1(x), training=training,
+            queries, tokens, training=training,
             return_attention_scores=return_attention_scores,
         )
         if return_attention_scores:
@@ -147,6 +157,14 @@ class TransformerEncoder(keras.layers.Layer):
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
+
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, num_queries=None):
+        batch, tokens = x.shape[0], x.shape[1]
+        queries = tokens if num_queries is None else num_queries
+        y = keras.KerasTensor((batch, queries, *x.shape[2:]), dtype=self.compute_dtype)
+        if not return_attention_scores:
+            return y
+        return y, keras.KerasTensor((batch, self.num_heads, queries, tokens), dtype="float32")
 
     def get_config(self):
         config = super().get_config()
