@@ -65,7 +65,7 @@ def _forward(layer, images, training=None, record=None, corruption=None):
         record["embeddings"] = x
     # Eq. 4 reads only z_L^0: with token pooling the last block updates the
     # [class] token alone (its query attends to every token), the same numbers
-    # for 1/12 to 1/6 less work. `intermediates` (record) keeps every token.
+    # for 85% of a block's work less. `intermediates` (record) keeps every token.
     pooling = layer("pooling") if layer.has("pooling") else None
     class_only = (record is None and isinstance(pooling, vit_layers.TokenPooling)
                   and pooling.mode == "token")

@@ -282,6 +282,8 @@ def test_transformer_encoder_num_queries_is_the_first_rows_with_their_gradient()
     # The symbolic shapes of a functional graph follow num_queries.
     symbolic = layer(keras.Input((6, 8)), num_queries=1, return_attention_scores=True)
     assert [tuple(t.shape) for t in symbolic] == [(None, 1, 8), (None, 2, 1, 6)]
+    with pytest.raises(ValueError, match="num_queries must be a positive int or None, got 0"):
+        layer(x, num_queries=0)
 
 
 def test_transformer_encoder_layer_scale_and_dropout(tmp_path):

@@ -142,6 +142,8 @@ class TransformerEncoder(keras.layers.Layer):
         tokens = self.norm1(x)
         queries = tokens
         if num_queries is not None:
+            if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
+                raise ValueError(f"num_queries must be a positive int or None, got {num_queries!r}.")
             x, queries = x[:, :num_queries], tokens[:, :num_queries]
         y = self.attention(
             queries, tokens, training=training,
