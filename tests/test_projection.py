@@ -60,6 +60,81 @@ def test_dense_is_matmul_plus_bias_then_gelu(grad, activation, input_axes, kerne
     np.testing.assert_allclose(got, reference(x, kernel, b, activation, input_axes), rtol=1e-5, atol=1e-5)
 
 
+def reference_gradients(x, kernel, bias, activation, input_axes, w):
+    """d sum(w * dense(x)) / d(x, kernel, bias) in float64."""
+    k = kernel.astype("float64").reshape(int(np.prod(kernel.shape[:input_axes])), -1)
+    x2 = x.astype("float64").reshape(-1, k.shape[0])
+    z = x2 @ k + (0 if bias is None else bias.reshape(-1))
+    dz = w.reshape(z.shape).astype("float64")
+    if activation is not None:
+        dz = dz * gelu_derivative(z, activation == "gelu_approximate")
+    return (
+        (dz @ k.T).reshape(x.shape),
+        (x2.T @ dz).reshape(kernel.shape),
+        None if bias is None else dz.sum(0).reshape(bias.shape),
+    )
+
+
+@pytest.mark.parametrize("transposed_x", [False, True], ids=["contiguous", "strided"])
+@pytest.mark.parametrize("activation", [None, "gelu_approximate"])
+@pytest.mark.parametrize("input_axes,kernel_shape,bias", [
+    (1, (16, 24), True),          # Dense / MLP
+    (1, (16, 4, 6), True),        # q/k/v: (D, heads, head_dim)
+    (2, (4, 6, 16), False),       # attention output: (heads, head_dim, D)
+])
+def test_dense_gradients_are_the_float64_ones(transposed_x, activation, input_axes, kernel_shape, bias):
+    # Training: on torch's CPU the projection and its three gradients are
+    # oneDNN matmuls (a torch.autograd.Function), elsewhere keras.ops'
+    # autodiff; every backend must give the exact gradients to float32 rounding,
+    # also where x arrives as a transposed view (strides, not a copy).
+    kernel = rand(*kernel_shape, scale=0.3)
+    b = rand(*kernel_shape[input_axes:]) if bias else None
+    x = rand(3, 7, *kernel_shape[:input_axes])
+    w = rand(3, 7, *kernel_shape[input_axes:])
+    arrange = (lambda v: keras.ops.swapaxes(v, 0, 1)) if transposed_x else (lambda v: v)
+    xin = np.swapaxes(x, 0, 1).copy() if transposed_x else x
+    w_out = np.swapaxes(w, 0, 1).copy() if transposed_x else w
+
+    def f(x=xin, kernel=kernel, b=b):
+        return arrange(dense(arrange(x), kernel, b, activation=activation, input_axes=input_axes))
+
+    y, dx = value_and_gradient(lambda v: f(x=v), xin, w_out)
+    _, dkernel = value_and_gradient(lambda v: f(kernel=v), kernel, w_out)
+    want_dx, want_dkernel, want_db = reference_gradients(x, kernel, b, activation, input_axes, w)
+    np.testing.assert_allclose(y, np.swapaxes(reference(x, kernel, b, activation, input_axes), 0, 1)
+                               if transposed_x else reference(x, kernel, b, activation, input_axes),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, np.swapaxes(want_dx, 0, 1) if transposed_x else want_dx,
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dkernel, want_dkernel, rtol=1e-5, atol=1e-5)
+    if bias:
+        _, db = value_and_gradient(lambda v: f(b=v), b, w_out)
+        np.testing.assert_allclose(db, want_db, rtol=1e-5, atol=1e-5)
+
+
+def test_dense_training_runs_onednn_on_torch_cpu():
+    # The measured branch is taken where it was measured (torch, CPU, autograd),
+    # in float32 and bfloat16, and nowhere else.
+    x, kernel, bias = rand(3, 7, 16), rand(16, 24), rand(24)
+    if BACKEND != "torch":
+        print(f"oneDNN's training branch is torch's only; {BACKEND} checked through keras.ops")
+        return
+    import torch
+
+    for dtype in (torch.float32, torch.bfloat16):
+        xt = torch.tensor(x, dtype=dtype, requires_grad=True)
+        y = dense(xt, torch.tensor(kernel, dtype=dtype, requires_grad=True), torch.tensor(bias, dtype=dtype))
+        assert type(y.grad_fn).__name__ == "OneDNNLinearBackward", y.grad_fn
+        assert y.dtype == dtype
+        y.float().sum().backward()
+        want = np.broadcast_to(kernel.astype("float64").sum(1), x.shape)
+        tol = 1e-5 if dtype == torch.float32 else 5e-2
+        np.testing.assert_allclose(xt.grad.float().numpy(), want, rtol=tol, atol=tol * 4)
+    with torch.no_grad():  # inference keeps the packed-weight branch
+        y = dense(torch.tensor(x), keras.Variable(kernel), None)
+        assert y.grad_fn is None
+
+
 def gelu_derivative(x, approximate):
     """d GELU / dx in float64: Φ(x) + x φ(x), or the derivative of the tanh form."""
     x = x.astype("float64")
