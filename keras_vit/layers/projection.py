@@ -3,9 +3,10 @@
 One ``keras.ops`` path for every backend, plus two branches that measurements
 proved worth it (docs/performance.md):
 
-- TensorFlow, training: GELU's gradient is written out from its input
-  (`gelu`), so the backward keeps that input alone instead of the
-  intermediates autodiff kept (about 280 MB for ViT-S/16 at batch 8).
+- TensorFlow: GELU's gradient is written out from its input (`gelu`), so
+  the backward keeps that input alone instead of the intermediates autodiff
+  kept (about 280 MB for ViT-S/16 at batch 8); on its CPU the forward and
+  the gradient are each one XLA kernel.
 - PyTorch on a CPU: oneDNN's linear, where PyTorch's own ``matmul`` runs
   through MKL. MKL takes a narrower code path on AMD's CPUs: on the Zen 5
   EPYC this project measured last, its float32 GEMMs on ViT-S/16's and B/16's
@@ -31,6 +32,7 @@ import weakref
 import keras
 from keras import ops
 
+from keras_vit.layers._utils import backend_platform
 from keras_vit.layers._utils import upstream_gradient
 
 _ACTIVATIONS = (None, "gelu", "gelu_approximate")
@@ -106,19 +108,20 @@ def dense(x, kernel, bias=None, activation=None, input_axes=1):
 
 
 def gelu(x, approximate=True):
-    """GELU; on TensorFlow its gradient keeps only ``x``.
+    """GELU; on TensorFlow its gradient keeps only ``x``, fused on its CPU.
 
-    ``keras.ops.gelu`` on every backend, the same numbers. TensorFlow builds
-    GELU from five to eight elementwise ops and its autodiff keeps their
+    ``keras.ops.gelu`` on every backend, to float32 rounding. TensorFlow
+    builds GELU from five to eight elementwise ops and its autodiff keeps their
     intermediates for the backward pass (about two more tensors of the MLP's
     width per block, by the memory measured). There the gradient is written
     out from ``x`` alone (``Φ(x) + x φ(x)``, or the derivative of the tanh
-    form), which on
-    ViT-S/16 training at batch 8 lowers the peak memory by about 280 MB
-    (2052-2084 -> 1784-1793 MB, below keras-hub's 1854) and takes a GELU
-    forward and backward of ``(8, 197, 1536)`` from 8.5-8.8 to 7.6-8.3 ms
-    (tanh form) and from 8.2 to 5.6 ms (exact) (docs/performance.md).
-    PyTorch's GELU and JAX's fused graphs already keep only ``x``.
+    form), which on ViT-S/16 training at batch 8 lowers the peak memory by
+    about 280 MB (2052-2084 -> 1784-1793 MB, below keras-hub's 1854).
+    On TensorFlow's CPU the forward and the gradient are each compiled by XLA
+    into one pass over memory instead of one pass per op: a GELU forward and
+    backward of ``(8, 197, 1536)`` 6.2 -> 2.6 ms (tanh form) on this project's
+    2-core machine (docs/performance.md). PyTorch's GELU and JAX's fused
+    graphs already keep only ``x`` and run in one pass.
 
     Args:
         x: any shape.
@@ -136,24 +139,55 @@ _SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 _INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
 
 
+def _gelu_tanh_value(x):
+    return ops.gelu(x, approximate=True)
+
+
+def _gelu_tanh_gradient(x, upstream):
+    x2 = x * x
+    t = ops.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x2))
+    slope = 0.5 * _SQRT_2_OVER_PI * x * (1 - t * t) * (1 + 3 * 0.044715 * x2)
+    return upstream * (0.5 * (1 + t) + slope)
+
+
+def _gelu_erf_value(x):
+    return ops.gelu(x, approximate=False)
+
+
+def _gelu_erf_gradient(x, upstream):
+    cdf = 0.5 + 0.5 * ops.erf(x * math.sqrt(0.5))
+    return upstream * (cdf + _INV_SQRT_2PI * x * ops.exp(-0.5 * x * x))
+
+
 @ops.custom_gradient
 def _gelu_tanh(x):
     def grad(*args, upstream=None):
-        x2 = x * x
-        t = ops.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x2))
-        slope = 0.5 * _SQRT_2_OVER_PI * x * (1 - t * t) * (1 + 3 * 0.044715 * x2)
-        return upstream_gradient(args, upstream) * (0.5 * (1 + t) + slope)
+        return _fused(_gelu_tanh_gradient)(x, upstream_gradient(args, upstream))
 
-    return ops.gelu(x, approximate=True), grad
+    return _fused(_gelu_tanh_value)(x), grad
 
 
 @ops.custom_gradient
 def _gelu_erf(x):
     def grad(*args, upstream=None):
-        cdf = 0.5 + 0.5 * ops.erf(x * math.sqrt(0.5))
-        return upstream_gradient(args, upstream) * (cdf + _INV_SQRT_2PI * x * ops.exp(-0.5 * x * x))
+        return _fused(_gelu_erf_gradient)(x, upstream_gradient(args, upstream))
 
-    return ops.gelu(x, approximate=False), grad
+    return _fused(_gelu_erf_value)(x), grad
+
+
+_XLA = {}  # function -> its tf.function(jit_compile=True), one per function
+
+
+def _fused(fn):
+    """``fn`` compiled by XLA on TensorFlow's CPU (its elementwise ops fused
+    into one kernel), else ``fn`` itself: measured on the CPU only."""
+    if backend_platform() != ("tensorflow", "cpu"):
+        return fn
+    if fn not in _XLA:
+        import tensorflow as tf
+
+        _XLA[fn] = tf.function(fn, jit_compile=True, autograph=False)
+    return _XLA[fn]
 
 
 # --------------------------------------------------------------------------
