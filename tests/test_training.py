@@ -87,16 +87,18 @@ def test_mixed_bfloat16_predicts_the_same_digits_as_float32():
     (x, y), (x_test, y_test) = arrays("train"), arrays("test")
     config = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
                   num_classes=10)  # 17 tokens: the odd length of the real models
+    keras.utils.set_random_seed(0)  # before the build: the initial weights too
     model = ViT(**config)
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    keras.utils.set_random_seed(0)
-    model.fit(x, y, batch_size=64, epochs=8, verbose=0)
+    model.fit(x, y, batch_size=64, epochs=12, verbose=0)
     low = ViT(**config, dtype="mixed_bfloat16")
     low.set_weights(model.get_weights())
     full = to_numpy(model.predict(x_test, verbose=0)).astype("float32")
     half = to_numpy(low.predict(x_test, verbose=0)).astype("float32")
-    assert (full.argmax(-1) == y_test).mean() > 0.85, "the float32 model must have learned the digits"
+    accuracy = (full.argmax(-1) == y_test).mean()
+    print(f"float32 test accuracy {accuracy:.1%}")
+    assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
     # bfloat16 keeps 8 bits: the logits move by a small fraction of their
     # spread, and top-1 changes at most on a near-tie (one digit in a hundred).
     error = np.abs(half - full).mean()
