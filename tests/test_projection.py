@@ -213,6 +213,26 @@ def test_dense_takes_variables_and_sees_every_change_of_them():
         print(f"oneDNN's branch is torch's only; {BACKEND} checked through keras.ops")
 
 
+def test_packed_weights_are_packed_once_under_mixed_precision():
+    # mixed_bfloat16 reads each variable through a cast; the cache must still
+    # hold one packed bfloat16 copy per kernel, reused by the next prediction
+    # (packing at every call cost 17% of a B/16 prediction).
+    model = ViT(image_size=16, patch_size=4, hidden_dim=32, num_layers=2, num_heads=4,
+                mlp_dim=64, num_classes=5, dtype="mixed_bfloat16")
+    x = rand(2, 16, 16, 3)
+    first = to_numpy(model.predict_on_batch(x))
+    if BACKEND != "torch":
+        print(f"oneDNN's packed weights are torch's only; {BACKEND} checked through keras.ops")
+        return
+    kernels = [v for v in model.weights if v.path.startswith("encoder_block") and v.path.endswith("kernel")]
+    assert len(kernels) == 2 * 6  # per block q, k, v, out, fc1, fc2
+    packed = {id(v): _PACKED[id(v._value)][2] for v in kernels}
+    import torch
+    assert all(p.dtype == torch.bfloat16 for p in packed.values())
+    np.testing.assert_array_equal(to_numpy(model.predict_on_batch(x)), first)
+    assert all(_PACKED[id(v._value)][2] is packed[id(v)] for v in kernels)
+
+
 def test_dense_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"activation must be one of"):
         dense(rand(2, 4), rand(4, 3), activation="relu")

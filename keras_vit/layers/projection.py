@@ -216,8 +216,15 @@ def _onednn_branch(x):
 
 
 def _raw(value):
-    """The variable's own tensor (uncast), so the cache outlives autocast reads."""
-    return value.value if isinstance(value, keras.Variable) else value
+    """The variable's own tensor, uncast, so the cache outlives autocast reads.
+
+    Under mixed precision ``Variable.value`` is a new cast tensor at every
+    read, which would miss the cache and pack the weights again at every call
+    (B/16 ``mixed_bfloat16`` inference: 72 packs and 324 copies, 85 of 500 ms).
+    """
+    if isinstance(value, keras.Variable):
+        return value.value if value._value is None else value._value
+    return value
 
 
 def _packed_weight(kernel, dtype, fan_in, fan_out):
