@@ -19,6 +19,14 @@ RNG = np.random.default_rng(0)
 BACKEND = keras.backend.backend()
 
 
+# (input_axes, kernel shape, bias): the three kinds of projection in a ViT.
+PROJECTIONS = [
+    (1, (16, 24), True),          # Dense / MLP
+    (1, (16, 4, 6), True),        # q/k/v: (D, heads, head_dim)
+    (2, (4, 6, 16), False),       # attention output: (heads, head_dim, D)
+]
+
+
 def rand(*shape, scale=1.0):
     return (RNG.normal(size=shape) * scale).astype("float32")
 
@@ -29,6 +37,12 @@ def no_grad():
         import torch
         return torch.no_grad()
     return contextlib.nullcontext()
+
+
+def projection_inputs(input_axes, kernel_shape, bias):
+    """(kernel, bias or None, x of shape (3, 7, *input dims)) for one PROJECTIONS row."""
+    kernel = rand(*kernel_shape, scale=0.3)
+    return kernel, rand(*kernel_shape[input_axes:]) if bias else None, rand(3, 7, *kernel_shape[:input_axes])
 
 
 def reference(x, kernel, bias, activation, input_axes):
@@ -46,15 +60,9 @@ def reference(x, kernel, bias, activation, input_axes):
 
 @pytest.mark.parametrize("grad", [True, False], ids=["autograd", "inference"])
 @pytest.mark.parametrize("activation", [None, "gelu", "gelu_approximate"])
-@pytest.mark.parametrize("input_axes,kernel_shape,bias", [
-    (1, (16, 24), True),          # Dense / MLP
-    (1, (16, 4, 6), True),        # q/k/v: (D, heads, head_dim)
-    (2, (4, 6, 16), False),       # attention output: (heads, head_dim, D)
-])
+@pytest.mark.parametrize("input_axes,kernel_shape,bias", PROJECTIONS)
 def test_dense_is_matmul_plus_bias_then_gelu(grad, activation, input_axes, kernel_shape, bias):
-    kernel = rand(*kernel_shape, scale=0.3)
-    b = rand(*kernel_shape[input_axes:]) if bias else None
-    x = rand(3, 7, *kernel_shape[:input_axes])
+    kernel, b, x = projection_inputs(input_axes, kernel_shape, bias)
     with contextlib.nullcontext() if grad else no_grad():
         got = to_numpy(dense(x, kernel, b, activation=activation, input_axes=input_axes))
     np.testing.assert_allclose(got, reference(x, kernel, b, activation, input_axes), rtol=1e-5, atol=1e-5)
@@ -77,19 +85,13 @@ def reference_gradients(x, kernel, bias, activation, input_axes, w):
 
 @pytest.mark.parametrize("transposed_x", [False, True], ids=["contiguous", "strided"])
 @pytest.mark.parametrize("activation", [None, "gelu_approximate"])
-@pytest.mark.parametrize("input_axes,kernel_shape,bias", [
-    (1, (16, 24), True),          # Dense / MLP
-    (1, (16, 4, 6), True),        # q/k/v: (D, heads, head_dim)
-    (2, (4, 6, 16), False),       # attention output: (heads, head_dim, D)
-])
+@pytest.mark.parametrize("input_axes,kernel_shape,bias", PROJECTIONS)
 def test_dense_gradients_are_the_float64_ones(transposed_x, activation, input_axes, kernel_shape, bias):
     # Training: on torch's CPU the projection and its three gradients are
     # oneDNN matmuls (a torch.autograd.Function), elsewhere keras.ops'
     # autodiff; every backend must give the exact gradients to float32 rounding,
     # also where x arrives as a transposed view (strides, not a copy).
-    kernel = rand(*kernel_shape, scale=0.3)
-    b = rand(*kernel_shape[input_axes:]) if bias else None
-    x = rand(3, 7, *kernel_shape[:input_axes])
+    kernel, b, x = projection_inputs(input_axes, kernel_shape, bias)
     w = rand(3, 7, *kernel_shape[input_axes:])
     arrange = (lambda v: keras.ops.swapaxes(v, 0, 1)) if transposed_x else (lambda v: v)
     xin = np.swapaxes(x, 0, 1).copy() if transposed_x else x
