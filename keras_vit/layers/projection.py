@@ -26,6 +26,7 @@ proved worth it (docs/performance.md):
 Both agree with the ``keras.ops`` path to float32 rounding.
 """
 
+import functools
 import math
 import weakref
 
@@ -258,9 +259,7 @@ def _onednn_dense(x, kernel, bias, activation, fan_in, fan_out):
 # --------------------------------------------------------------------------
 # PyTorch, CPU, autograd: oneDNN's linear, forward and backward
 
-_LINEAR = []
-
-
+@functools.cache
 def _onednn_linear():
     """A ``torch.autograd.Function``: ``x (..., in) · kernel (in, out) + bias``.
 
@@ -268,8 +267,6 @@ def _onednn_linear():
     oneDNN matmul, with the transposes passed as strides; ``dbias`` sums
     ``dy``. Built on first use (torch is imported only on its backend).
     """
-    if _LINEAR:
-        return _LINEAR[0]
     import torch
 
     linear = torch.ops.mkldnn._linear_pointwise  # (x, weight (out, in), bias, ...): x weightᵀ + bias
@@ -294,5 +291,4 @@ def _onednn_linear():
                 dbias = dy.sum(0)
             return dx, dkernel, dbias
 
-    _LINEAR.append(OneDNNLinear)
     return OneDNNLinear
