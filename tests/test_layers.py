@@ -180,6 +180,44 @@ def test_fused_attention_is_softmax_attention(tq, tk):
     np.testing.assert_allclose(to_numpy(layers.fused_attention(q, k, v, 0.3)), expected, atol=1e-5)
 
 
+def softmax_attention(q, k, v, scale):
+    """float64 reference of ``softmax(q kᵀ · scale) v``, (batch, T, heads, head_dim)."""
+    logits = np.einsum("bqnh,bknh->bnqk", q.astype("float64"), k.astype("float64")) * scale
+    weights = np.exp(logits - logits.max(-1, keepdims=True))
+    return np.einsum("bnqk,bknh->bqnh", weights / weights.sum(-1, keepdims=True), v.astype("float64"))
+
+
+@pytest.mark.parametrize("tq,tk", [(300, 300), (1, 301), (9, 577)])
+def test_onednn_attention_runs_pytorch_cpu_inference_of_long_sequences(tq, tk):
+    # PyTorch's CPU inference path from ONEDNN_ATTENTION_MIN_TOKENS key tokens.
+    import keras
+    if keras.backend.backend() != "torch":
+        pytest.skip(f"onednn_attention is PyTorch's CPU path; backend is {keras.backend.backend()}")
+    from unittest import mock
+
+    import torch
+
+    from keras_vit.layers import attention
+    assert attention.ONEDNN_ATTENTION_MIN_TOKENS == 300
+    q, k, v = (torch.from_numpy(rand(2, t, 3, 8)) for t in (tq, tk, tk))
+    expected = softmax_attention(q.numpy(), k.numpy(), v.numpy(), 0.3)
+    with mock.patch.object(attention, "onednn_attention", wraps=attention.onednn_attention) as spy:
+        with torch.no_grad():
+            got = layers.fused_attention(q, k, v, 0.3)
+            assert spy.call_count == 1
+            short = layers.fused_attention(q, k[:, :299], v[:, :299], 0.3)  # below the threshold
+            layers.fused_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 0.3)  # float32 only
+        with_autograd = layers.fused_attention(q, k, v, 0.3)  # training keeps the fused kernel
+        assert spy.call_count == 1
+    assert got.shape == (2, tq, 3, 8) and got.is_contiguous()
+    np.testing.assert_allclose(to_numpy(got), expected, atol=1e-6)
+    np.testing.assert_allclose(to_numpy(with_autograd), expected, atol=1e-6)
+    np.testing.assert_allclose(
+        to_numpy(short), softmax_attention(q.numpy(), k[:, :299].numpy(), v[:, :299].numpy(), 0.3),
+        atol=1e-6,
+    )
+
+
 @pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
 def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
     # The JAX GPU path for odd lengths (cuDNN trains only on even ones), run

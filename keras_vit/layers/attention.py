@@ -4,7 +4,13 @@ import keras
 from keras import ops
 
 from keras_vit.layers._utils import backend_platform
+from keras_vit.layers.projection import _onednn_branch
 from keras_vit.layers.projection import dense
+
+# Key tokens from which PyTorch's CPU inference runs `onednn_attention`: at
+# 257 tokens (B/16 at 256 px) it measured level with the fused kernel, at 401
+# 1.25x and at 577 (384 px) 1.4x faster (docs/performance.md).
+ONEDNN_ATTENTION_MIN_TOKENS = 300
 
 
 def fused_attention(query, key, value, scale):
@@ -26,6 +32,8 @@ def fused_attention(query, key, value, scale):
       runs at a quarter to a half of its matmul speed and TensorFlow 15-25%
       slower (forward and backward). PyTorch keeps its fused
       ``scaled_dot_product_attention``, which measured faster than either.
+    - PyTorch on a CPU without autograd, in float32, from
+      ``ONEDNN_ATTENTION_MIN_TOKENS`` key tokens on: `onednn_attention`.
 
     Args:
         query: ``(batch, Tq, heads, head_dim)``.
@@ -44,7 +52,49 @@ def fused_attention(query, key, value, scale):
             pass  # no cuDNN attention for this GPU, cuDNN or head size: Keras's path
     if platform in (("jax", "cpu"), ("tensorflow", "cpu")):
         return heads_first_attention(query, key, value, scale)
+    if platform[0] == "torch" and _onednn_attention_applies(query, key, value):
+        return onednn_attention(query, key, value, scale)
     return ops.dot_product_attention(query, key, value, scale=scale)
+
+
+def _onednn_attention_applies(query, key, value):
+    """PyTorch: its tensors on the CPU, no autograd, float32, long enough."""
+    import torch
+
+    return (
+        all(isinstance(x, torch.Tensor) and x.dtype == torch.float32 for x in (query, key, value))
+        and _onednn_branch(query) == "inference"
+        and key.shape[1] >= ONEDNN_ATTENTION_MIN_TOKENS
+    )
+
+
+def onednn_attention(query, key, value, scale):
+    """PyTorch only: ``softmax(q kᵀ · scale) v``, one head at a time, on oneDNN.
+
+    PyTorch's fused CPU kernel (``scaled_dot_product_attention``) multiplies
+    its blocks with MKL's GEMM, which runs at half of oneDNN's float32 speed
+    on AMD's CPUs (``projection.py``); at long sequences attention is a
+    larger share of the work (11% of B/16's FLOPs at 384 px, 4% at 224).
+    Here each (image, head) is two oneDNN matmuls with the softmax between
+    them, its ``(Tq, Tk)`` weights (1.3 MB at 577 tokens) still in cache.
+    B/16's attention at batch 8 on the 2-core Zen 5: 577 tokens 48.6 ->
+    32.8 ms, 1025 tokens 140 -> 86 ms (level at 257 tokens, hence
+    ``ONEDNN_ATTENTION_MIN_TOKENS``). No autograd: inference only.
+
+    Shapes as `fused_attention`; float32 tensors of PyTorch.
+    """
+    import torch
+
+    linear = torch.ops.mkldnn._linear_pointwise  # (x, weight (out, in), bias, ...): x weightᵀ
+    out = query.new_empty(tuple(query.shape[:3]) + (value.shape[-1],))
+    for b in range(query.shape[0]):
+        # (heads, T, head_dim), contiguous: oneDNN takes strided heads slowly.
+        q = (query[b] * scale).transpose(0, 1).contiguous()
+        k, v = (x[b].transpose(0, 1).contiguous() for x in (key, value))
+        for h in range(q.shape[0]):
+            weights = torch.softmax(linear(q[h], k[h], None, "none", [], ""), dim=-1)
+            out[b, :, h] = linear(weights, v[h].t(), None, "none", [], "")
+    return out
 
 
 def heads_first_attention(query, key, value, scale):
