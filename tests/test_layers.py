@@ -238,14 +238,16 @@ def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
         np.testing.assert_allclose(got, want, atol=1e-4)
 
 
+@pytest.mark.parametrize("fn", ["heads_first_attention", "per_image_attention"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
-def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, dtype):
-    # JAX's and TensorFlow's CPU path (fused_attention calls it there); pure
-    # keras.ops, so it is checked against keras.ops.dot_product_attention on
+def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, dtype, fn):
+    # JAX's and TensorFlow's CPU paths (fused_attention calls them there); pure
+    # keras.ops, so they are checked against keras.ops.dot_product_attention on
     # every backend.
     import keras
-    from keras_vit.layers.attention import heads_first_attention
+    from keras_vit.layers import attention
+    heads_first_attention = getattr(attention, fn)
     qkv = np.concatenate([rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)], axis=1)
     w = rand(2, tq, 3, 8)
 
@@ -263,6 +265,31 @@ def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, 
     tol = 1e-5 if dtype == "float32" else 2e-2
     np.testing.assert_allclose(y, y_ref, atol=tol, rtol=tol)
     np.testing.assert_allclose(g, g_ref, atol=tol, rtol=tol)
+
+
+def test_jax_cpu_attention_maps_over_images_in_inference_only():
+    import keras
+    from keras_vit.layers._utils import backend_platform
+    if backend_platform() != ("jax", "cpu"):
+        pytest.skip(f"per_image_attention is JAX's CPU inference path; here {backend_platform()}")
+    from unittest import mock
+
+    from keras_vit.layers import attention
+    q, k, v = rand(2, 9, 3, 8), rand(2, 9, 3, 8), rand(2, 9, 3, 8)
+    expected = softmax_attention(q, k, v, 0.3)
+    layer = layers.MultiHeadDotProductAttention(num_heads=2)
+    x = rand(2, 5, 8)
+    for training, used in ((None, "per_image_attention"), (False, "per_image_attention"),
+                           (True, "heads_first_attention")):
+        with mock.patch.object(attention, used, wraps=getattr(attention, used)) as spy:
+            np.testing.assert_allclose(
+                to_numpy(layers.fused_attention(q, k, v, 0.3, training=training)), expected, atol=1e-6
+            )
+            layer(x, training=training)
+        assert spy.call_count == 2, (training, used)
+    predicted = layer(x, training=False)
+    np.testing.assert_allclose(to_numpy(layer(x, training=True)), to_numpy(predicted), atol=1e-6)
+    assert keras.backend.backend() == "jax"
 
 
 def test_attention_kernels_are_xavier_uniform_of_the_dense_view():

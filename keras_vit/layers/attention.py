@@ -13,7 +13,7 @@ from keras_vit.layers.projection import dense
 ONEDNN_ATTENTION_MIN_TOKENS = 300
 
 
-def fused_attention(query, key, value, scale):
+def fused_attention(query, key, value, scale, training=None):
     """``softmax(q kᵀ · scale) v`` through the backend's fused kernel.
 
     ``keras.ops.dot_product_attention``, except where a measurement proved a
@@ -32,6 +32,8 @@ def fused_attention(query, key, value, scale):
       runs at a quarter to a half of its matmul speed and TensorFlow 15-25%
       slower (forward and backward). PyTorch keeps its fused
       ``scaled_dot_product_attention``, which measured faster than either.
+      JAX's inference (``training`` falsy) maps it over the images
+      (`per_image_attention`).
     - PyTorch on a CPU without autograd, in float32, from
       ``ONEDNN_ATTENTION_MIN_TOKENS`` key tokens on: `onednn_attention`.
 
@@ -40,6 +42,8 @@ def fused_attention(query, key, value, scale):
         key: ``(batch, Tk, heads, head_dim)``.
         value: ``(batch, Tk, heads, head_dim)``.
         scale: float. Multiplies ``q kᵀ`` (``head_dim ** -0.5``).
+        training: bool or None. Only chooses the kernel (JAX on a CPU): the
+            result is the same function either way, with gradients.
 
     Returns:
         ``(batch, Tq, heads, head_dim)``.
@@ -50,6 +54,8 @@ def fused_attention(query, key, value, scale):
             return padded_attention(query, key, value, scale, implementation="cudnn")
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # no cuDNN attention for this GPU, cuDNN or head size: Keras's path
+    if platform == ("jax", "cpu") and not training:
+        return per_image_attention(query, key, value, scale)
     if platform in (("jax", "cpu"), ("tensorflow", "cpu")):
         return heads_first_attention(query, key, value, scale)
     if platform[0] == "torch" and _onednn_attention_applies(query, key, value):
@@ -125,6 +131,28 @@ def heads_first_attention(query, key, value, scale):
     weights = ops.softmax(logits * scale, axis=-1)
     x = ops.matmul(ops.cast(weights, v.dtype), v)  # (batch, heads, Tq, head_dim)
     return ops.transpose(x, (0, 2, 1, 3))
+
+
+def per_image_attention(query, key, value, scale):
+    """`heads_first_attention` of one image at a time (``keras.ops.map``).
+
+    For JAX's CPU inference. XLA:CPU runs the ``(batch * heads)``-batched
+    products of `heads_first_attention` at 60-150 GFLOP/s; looping over the
+    images (``jax.lax.map``) leaves it a batch of ``heads`` per product and
+    that image's ``(heads, Tq, Tk)`` weights to softmax while in cache. B/16's
+    attention forward at batch 8 on the 2-core Zen 5: 197 tokens 10.8 ->
+    6.7 ms, 577 tokens (384 px) 138 -> 53 ms; B/16 ``predict`` at 384 px
+    2.3 -> 3.2 images/s, at 224 px level. Its gradient is slower at 197-257
+    tokens (S/16 ``fit`` 9.1 -> 8.7 images/s), so training keeps
+    `heads_first_attention` (docs/performance.md).
+
+    Shapes as `fused_attention`.
+    """
+    def one_image(qkv):
+        q, k, v = (x[None] for x in qkv)
+        return heads_first_attention(q, k, v, scale)[0]
+
+    return ops.map(one_image, (query, key, value))
 
 
 def _odd_length_16_bits(query, key):
@@ -283,7 +311,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             dropped = self.dropout(ops.cast(weights, q.dtype), training=training)
             x = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
         else:
-            x = fused_attention(q, k, v, scale)
+            x = fused_attention(q, k, v, scale, training=training)
         x = dense(x, self.out.kernel, self.out.bias, input_axes=2)
         return (x, weights) if return_attention_scores else x
 
