@@ -171,20 +171,18 @@ def test_attention_matches_reference_and_scores_do_not_change_output(tmp_path):
     np.testing.assert_allclose(to_numpy(scores), expected_weights, atol=1e-6)
 
 
-@pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (4, 6)])
-def test_fused_attention_is_softmax_attention(tq, tk):
-    q, k, v = rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)
-    logits = np.einsum("bqnh,bknh->bnqk", q, k) * 0.3
-    weights = np.exp(logits - logits.max(-1, keepdims=True))
-    expected = np.einsum("bnqk,bknh->bqnh", weights / weights.sum(-1, keepdims=True), v)
-    np.testing.assert_allclose(to_numpy(layers.fused_attention(q, k, v, 0.3)), expected, atol=1e-5)
-
-
 def softmax_attention(q, k, v, scale):
     """float64 reference of ``softmax(q kᵀ · scale) v``, (batch, T, heads, head_dim)."""
     logits = np.einsum("bqnh,bknh->bnqk", q.astype("float64"), k.astype("float64")) * scale
     weights = np.exp(logits - logits.max(-1, keepdims=True))
     return np.einsum("bnqk,bknh->bqnh", weights / weights.sum(-1, keepdims=True), v.astype("float64"))
+
+
+@pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (4, 6)])
+def test_fused_attention_is_softmax_attention(tq, tk):
+    q, k, v = rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)
+    expected = softmax_attention(q, k, v, 0.3)
+    np.testing.assert_allclose(to_numpy(layers.fused_attention(q, k, v, 0.3)), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("tq,tk", [(300, 300), (1, 301), (9, 577)])
