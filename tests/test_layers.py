@@ -265,6 +265,45 @@ def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, 
     np.testing.assert_allclose(g, g_ref, atol=tol, rtol=tol)
 
 
+def test_layer_norm_equals_keras_layer_normalization_with_its_gradients():
+    # The written-out gradient (JAX's and TensorFlow's CPU path) against
+    # autodiff of keras.ops.layer_normalization: d/dx, d/dgamma, d/dbeta.
+    import keras
+    from keras_vit.layers.transformer_encoder import _layer_norm
+    x, gamma, beta, w = rand(2, 5, 8), 1 + rand(8), rand(8), rand(2, 5, 8)
+    params = np.concatenate([x.ravel(), gamma, beta])
+
+    def normalized(fn):
+        return lambda p: fn(keras.ops.reshape(p[:80], (2, 5, 8)), p[80:88], p[88:], 1e-6)
+    reference = lambda x, g, b, eps: keras.ops.layer_normalization(x, g, b, epsilon=eps)  # noqa: E731
+    y, g = value_and_gradient(normalized(_layer_norm), params, w)
+    y_ref, g_ref = value_and_gradient(normalized(reference), params, w)
+    np.testing.assert_allclose(y, y_ref, atol=2e-6)
+    np.testing.assert_allclose(g, g_ref, atol=2e-5)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
+def test_encoder_block_norms_run_the_written_out_layer_norm_on_jax_and_tensorflow_cpus(dtype):
+    from unittest import mock
+
+    from keras_vit.layers import transformer_encoder
+    from keras_vit.layers._utils import backend_platform
+    block = layers.TransformerEncoder(num_heads=2, mlp_dim=16, dtype=dtype)
+    x = rand(2, 5, 8)
+    block.build(x.shape)
+    for norm in (block.norm1, block.norm2):
+        norm.gamma.assign(1 + rand(8))
+        norm.beta.assign(rand(8))
+        got, want = transformer_encoder.layer_norm(norm, x), norm(x)
+        assert got.dtype == want.dtype
+        tol = 2e-6 if dtype == "float32" else 2e-2
+        np.testing.assert_allclose(to_numpy(got).astype("float32"), to_numpy(want).astype("float32"), atol=tol)
+    written_out = backend_platform() in (("jax", "cpu"), ("tensorflow", "cpu"))
+    with mock.patch.object(transformer_encoder, "_layer_norm", wraps=transformer_encoder._layer_norm) as spy:
+        block(x)
+    assert spy.call_count == (2 if written_out else 0), backend_platform()
+
+
 def test_jax_cpu_attention_maps_over_images_in_inference_only():
     import keras
     from keras_vit.layers._utils import backend_platform
