@@ -1,3 +1,4 @@
+import keras
 import numpy as np
 import pytest
 import scipy.ndimage
@@ -407,35 +408,36 @@ def test_transformer_encoder_layer_scale_and_dropout(tmp_path):
 def _jax_cpu_only():
     import keras
     if keras.backend.backend() != "jax":
-        pytest.skip(f"the stored residual gradient is JAX's (XLA:CPU) path; backend is {keras.backend.backend()}")
+        pytest.skip(f"the flat LayerNorm backward is checked on JAX's XLA:CPU; backend is {keras.backend.backend()}")
     import jax
     if jax.default_backend() != "cpu":
-        pytest.skip(f"the stored residual gradient is XLA:CPU's path; JAX computes on {jax.default_backend()}")
+        pytest.skip(f"the flat LayerNorm backward is checked on XLA:CPU; JAX computes on {jax.default_backend()}")
 
 
-def _vit_backward(num_layers, stored):
-    """(gradients, compiled HLO text) of a tiny ViT's loss, with or without the stored residual gradient."""
+def _vit_backward(num_layers, written_out):
+    """(gradients, compiled HLO text) of a tiny ViT's loss, with the blocks' written-out
+    LayerNorm gradient or with Keras's LayerNormalization and its autodiff."""
     import jax
     import jax.numpy as jnp
     from keras_vit import ViT
     from keras_vit.layers import transformer_encoder
 
-    model = ViT(image_size=32, patch_size=8, num_layers=num_layers, num_heads=2, hidden_dim=16,
-                mlp_dim=32, num_classes=5)
-    trainable = [v.value for v in model.trainable_variables]
-    other = [v.value for v in model.non_trainable_variables]
-    images = jnp.asarray(rand(2, 32, 32, 3))
-
-    def loss(trainable, images):
-        return jnp.sum(model.stateless_call(trainable, other, images, training=True)[0] ** 2)
-    original = transformer_encoder._gradient_stored
-    if not stored:
-        transformer_encoder._gradient_stored = lambda x: x
+    original = transformer_encoder.layer_norm
+    if not written_out:
+        transformer_encoder.layer_norm = lambda layer, x: layer(x)
     try:
+        model = ViT(image_size=32, patch_size=8, num_layers=num_layers, num_heads=2, hidden_dim=16,
+                    mlp_dim=32, num_classes=5)
+        trainable = [v.value for v in model.trainable_variables]
+        other = [v.value for v in model.non_trainable_variables]
+        images = jnp.asarray(rand(2, 32, 32, 3))
+
+        def loss(trainable, images):
+            return jnp.sum(model.stateless_call(trainable, other, images, training=True)[0] ** 2)
         grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
         return grad(trainable, images), grad.lower(trainable, images).compile().as_text()
     finally:
-        transformer_encoder._gradient_stored = original
+        transformer_encoder.layer_norm = original
 
 
 def _widest_fusion(hlo):
@@ -445,32 +447,23 @@ def _widest_fusion(hlo):
                for line in hlo.splitlines() if " fusion(" in line)
 
 
-def test_residual_gradient_is_stored_once_per_block_on_jax_cpu():
-    # XLA:CPU duplicates the residual stream's gradient into each consumer
-    # fusion: without the stored gradient the widest backward fusion grows
-    # with depth (O(depth^2) work); with it, it does not, and the gradients
-    # are the same.
+def test_layer_norm_backward_keeps_xla_cpu_fusions_flat_with_depth():
+    # XLA:CPU fuses elementwise producers into each consumer, duplicating them.
+    # With Keras's LayerNormalization autodiff the residual stream's gradient
+    # is such a producer (at block l, the sum of the LayerNorm backward of every
+    # block above), so the widest backward fusion grows with depth: O(depth^2)
+    # work. The written-out gradient's reductions end that chain at each block.
     _jax_cpu_only()
-    (grads, image_grad), hlo6 = _vit_backward(6, stored=True)
-    (plain, plain_image_grad), plain_hlo6 = _vit_backward(6, stored=False)
+    keras.utils.set_random_seed(0)
+    (grads, image_grad), hlo6 = _vit_backward(6, written_out=True)
+    keras.utils.set_random_seed(0)
+    (plain, plain_image_grad), plain_hlo6 = _vit_backward(6, written_out=False)
     for got, want in zip(grads + [image_grad], plain + [plain_image_grad]):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
-    assert hlo6.count(" conditional(") == 6
-    _, hlo2 = _vit_backward(2, stored=True)
-    _, plain_hlo2 = _vit_backward(2, stored=False)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+    _, hlo2 = _vit_backward(2, written_out=True)
+    _, plain_hlo2 = _vit_backward(2, written_out=False)
     assert _widest_fusion(hlo6) == _widest_fusion(hlo2)
     assert _widest_fusion(plain_hlo6) > _widest_fusion(plain_hlo2)  # what it prevents
-
-
-def test_stored_gradient_is_the_identity_and_passes_nan_on():
-    _jax_cpu_only()
-    import jax
-    from keras_vit.layers.transformer_encoder import _stored_gradient
-    x, w = rand(3, 4), rand(3, 4)
-    np.testing.assert_array_equal(np.asarray(_stored_gradient(x)), x)
-    np.testing.assert_array_equal(np.asarray(jax.grad(lambda x: (_stored_gradient(x) * w).sum())(x)), w)
-    x[0, 0] = np.nan
-    assert np.isnan(np.asarray(jax.grad(lambda x: (_stored_gradient(x) * w).sum())(x))).all()
 
 
 def test_multi_head_attention_pooling(tmp_path):

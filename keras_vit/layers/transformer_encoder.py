@@ -138,7 +138,6 @@ class TransformerEncoder(keras.layers.Layer):
         return x * ops.cast(self.layer_scale[index], x.dtype)
 
     def call(self, x, training=None, return_attention_scores=False, num_queries=None):
-        x = _gradient_stored(x)
         tokens = layer_norm(self.norm1, x)
         queries = tokens
         if num_queries is not None:
@@ -198,7 +197,11 @@ def layer_norm(layer, x):
     activations' shape for each backward); ViT-S/16 ``train_on_batch`` at
     batch 8, six interleaved rounds: JAX 10.58 -> 10.88 images/s (+2.8%),
     TensorFlow 13.68 -> 13.93 (+1.8%), faster in every round
-    (docs/performance.md). PyTorch's LayerNormalization calls its fused
+    (docs/performance.md). On XLA:CPU its reductions also end a chain that
+    autodiff's LayerNorm left: XLA duplicates elementwise producers into each
+    consumer fusion, and the residual stream's gradient (at block ``l`` the sum
+    of the LayerNorm backward of every block above) was recomputed in every
+    consumer, O(depth²) work. PyTorch's LayerNormalization calls its fused
     ``layer_norm`` kernel, so there, on GPUs and for other configurations it is
     ``layer(x)``.
 
@@ -242,33 +245,3 @@ def _layer_norm(x, gamma, beta, epsilon):
         return x_hat * gamma + beta, grad
 
     return normalized(x, gamma, beta)
-
-
-def _gradient_stored(x):
-    """``x`` unchanged; with JAX on a CPU, its gradient is computed once and stored.
-
-    XLA:CPU fuses elementwise producers into every consumer, duplicating them.
-    The gradient of the residual stream is such a producer: at block ``l`` it
-    is the sum of the LayerNorm backward of every block above, so each of its
-    consumers (the transposes for the weight gradients, the bias gradients)
-    recomputed that sum: O(depth²) work, 0.8 of the 2.4 s of a ViT-S/16
-    backward at batch 8 (XLA's optimization barrier is removed before fusion
-    on CPU). A conditional is a fusion boundary XLA keeps, so the gradient
-    goes through one whose predicate is known only at run time and is always
-    true (the other branch differs only where the block's input is NaN): a
-    training step 3.0 -> 4.2-4.7 images/s (docs/performance.md). TensorFlow and
-    PyTorch run op by op (TensorFlow's XLA measured no faster with it) and
-    XLA:GPU bounds its fusions, so there it is the identity.
-    """
-    return _stored_gradient(x) if backend_platform() == ("jax", "cpu") else x
-
-
-@ops.custom_gradient
-def _stored_gradient(x):
-    one = ops.sign(ops.abs(ops.reshape(x, (-1,))[0]) + 1)  # 1; NaN where x[0] is
-
-    def grad(*args, upstream=None):
-        upstream = upstream_gradient(args, upstream)
-        return ops.cond(one > 0, lambda: upstream, lambda: upstream * ops.cast(one, upstream.dtype))
-
-    return x, grad
