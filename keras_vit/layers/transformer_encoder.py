@@ -195,8 +195,8 @@ def layer_norm(layer, x):
     built from elementwise ops and reductions whose autodiff XLA:CPU and
     TensorFlow run as more passes (JAX materialized γ broadcast to the
     activations' shape for each backward); ViT-S/16 ``train_on_batch`` at
-    batch 8, six interleaved rounds: JAX 10.58 -> 10.88 images/s (+2.8%),
-    TensorFlow 13.68 -> 13.93 (+1.8%), faster in every round
+    batch 8, six interleaved rounds: JAX 10.53 -> 10.76 images/s (+2.2%),
+    TensorFlow 13.89 -> 14.39 (+3.6%), faster in every round
     (docs/performance.md). On XLA:CPU its reductions also end a chain that
     autodiff's LayerNorm left: XLA duplicates elementwise producers into each
     consumer fusion, and the residual stream's gradient (at block ``l`` the sum
