@@ -10,6 +10,7 @@ from helpers import to_numpy
 from keras_vit.training.losses import SoftmaxCrossEntropy
 from keras_vit.training.losses import sigmoid_cross_entropy
 from keras_vit.training.losses import softmax_cross_entropy
+from keras_vit.training import optimizers
 from keras_vit.training.optimizers import AdamWeightDecay
 from keras_vit.training.optimizers import MomentumSGD
 from keras_vit.training.optimizers import finetune_optimizer
@@ -198,6 +199,34 @@ def test_pretrain_optimizer_matches_flax_adam(accum_steps):
                          lambda t: vit_jax_lr(t, UPDATES, 0.1, "linear", 2), weight_decay=0.3)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, atol=1e-6)
+
+
+@pytest.mark.parametrize("make_optimizer", [finetune_optimizer, pretrain_optimizer])
+def test_fused_kernels_give_the_keras_ops_update(make_optimizer, monkeypatch):
+    """TensorFlow's ``ResourceApply*`` and PyTorch's ``torch._fused_*`` kernels
+    update as the ``keras.ops`` path does (JAX runs that path: XLA fuses it)."""
+    params, micro, _ = random_params_and_grads(2, seed=5)
+
+    def run(**kwargs):
+        optimizer = make_optimizer(0.1, UPDATES, 2, accum_steps=2, **kwargs)
+        return apply_micro_batches(optimizer, params, micro)
+
+    used = []
+    for name in ("_tensorflow_kernel_applies", "_torch_kernel_applies"):
+        def recorded(*args, _check=getattr(optimizers, name)):
+            used.append(_check(*args))
+            return used[-1]
+        monkeypatch.setattr(optimizers, name, recorded)
+    decay = {"weight_decay": 0.3} if make_optimizer is pretrain_optimizer else {}
+    fused = run(**decay)
+    assert any(used) == (keras.backend.backend() != "jax"), used
+
+    for name in ("_tensorflow_kernel_applies", "_torch_kernel_applies"):
+        monkeypatch.setattr(optimizers, name, lambda *args: False)
+    reference = run(**decay)
+    for a, b in zip(fused, reference):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    assert max(np.abs(a - p).max() for a, p in zip(fused, params)) > 0.1  # the weights moved
 
 
 def test_pretrain_weight_decay_is_lr_multiplied_and_excludable():
