@@ -214,6 +214,21 @@ def _keras_model(spec, config):
     return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None)
 
 
+def _keras_optimizer(name):
+    """The training step's optimizer, the same for keras_vit and keras-hub.
+
+    ``keras_vit``: the paper's Adam with learning-rate-multiplied weight decay
+    (`keras_vit.training.AdamWeightDecay`), which updates through the fused
+    training kernels on TensorFlow and PyTorch; ``keras``: Keras's `AdamW`.
+    Both with Keras's default weight decay, 0.004.
+    """
+    import keras
+    if name == "keras":
+        return keras.optimizers.AdamW(1e-4, weight_decay=0.004)
+    from keras_vit.training import AdamWeightDecay
+    return AdamWeightDecay(1e-4, weight_decay=0.004)
+
+
 def _child_keras(spec, config):
     import numpy as np
     import keras
@@ -236,7 +251,7 @@ def _child_keras(spec, config):
         model.compile(jit_compile=jit)
         step = lambda: model.predict_on_batch(x)  # noqa: E731
     else:
-        model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+        model.compile(optimizer=_keras_optimizer(spec.get("optimizer", "keras_vit")),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
 
         def forever():
@@ -349,7 +364,9 @@ def _child_hf(spec, config):
             sync()
     else:
         model.train()
-        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        # torch's fused kernel where the Keras models use keras_vit's (--optimizer).
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                                      fused=spec.get("optimizer", "keras_vit") == "keras_vit")
 
         def step():
             with autocast:
@@ -519,6 +536,10 @@ def build_parser():
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="Keras compile(jit_compile=...) for keras_vit and keras-hub (default auto, "
                    "what Keras users get: XLA on jax, on tensorflow with a GPU; never on torch)")
+    p.add_argument("--optimizer", choices=("keras_vit", "keras"), default="keras_vit",
+                   help="training's AdamW for keras_vit and keras-hub alike: keras_vit's AdamWeightDecay "
+                   "(fused kernels on tensorflow and torch; HF gets torch's fused AdamW) or Keras's AdamW "
+                   "(default keras_vit)")
     p.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads for every torch child (default: all cores)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved repetitions of every child "
@@ -649,7 +670,7 @@ def main(argv=None):
                 spec = {"kind": "model", "impl": impl, "variant": variant, "model": model,
                         "mode": mode, "image_size": size, "batch_size": batch, "dtype": dt,
                         "warmup": warmup, "runs": runs, "steps": steps, "threads": threads,
-                        "jit_compile": jit}
+                        "jit_compile": jit, "optimizer": args.optimizer}
                 label = f"[{r + 1}/{rounds}] {impl}{'/' + variant if variant else ''} {backend} {model} " \
                         f"{mode} {size}px bs{batch} {dt}"
                 print(label + " ...", end=" ", flush=True)
@@ -733,6 +754,7 @@ def main(argv=None):
     doc = {"machine": machine, "results": results, "skipped": skipped,
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
                         "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,
+                        "optimizer": args.optimizer,
                         "wall_s": round(time.perf_counter() - started, 1)}}
     validate(doc)
     if args.json:

@@ -85,6 +85,7 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     doc = json.loads(out.read_text())
     load_script().validate(doc)
     assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
+    assert doc["settings"]["optimizer"] == "keras_vit"  # training's AdamW, keras_vit's for every model
     # the peak is the best kernel measured: on torch's CPU MKL's matmul and oneDNN's packed linear
     kernels = doc["machine"]["matmul_gflops_by_kernel"][backend]
     assert sorted(kernels) == (["matmul", "onednn_linear"] if backend == "torch" else ["matmul"])
