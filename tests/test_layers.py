@@ -282,6 +282,30 @@ def test_layer_norm_equals_keras_layer_normalization_with_its_gradients():
     np.testing.assert_allclose(g, g_ref, atol=2e-5)
 
 
+def test_projection_matmul_equals_keras_matmul_with_its_gradients():
+    # JAX's CPU path (the gradient's two GEMMs in sequence) against autodiff of
+    # keras.ops.matmul, for x (batch, tokens, in) and a (in, out) kernel: d/dx, d/dkernel.
+    import keras
+    from unittest import mock
+
+    from keras_vit.layers import projection
+    from keras_vit.layers._utils import backend_platform
+    x, kernel, w = rand(2, 5, 8), rand(8, 6), rand(2, 5, 6)
+    params = np.concatenate([x.ravel(), kernel.ravel()])
+
+    def product(fn):
+        return lambda p: fn(keras.ops.reshape(p[:80], (2, 5, 8)), keras.ops.reshape(p[80:], (8, 6)))
+    y, g = value_and_gradient(product(projection.matmul), params, w)
+    y_ref, g_ref = value_and_gradient(product(keras.ops.matmul), params, w)
+    np.testing.assert_allclose(y, y_ref, atol=1e-6)
+    np.testing.assert_allclose(g, g_ref, atol=1e-6)
+    sequential = backend_platform() == ("jax", "cpu")
+    with mock.patch.object(projection, "_jax_sequential_matmul",
+                           wraps=projection._jax_sequential_matmul) as spy:
+        layers.MlpBlock(mlp_dim=16)(x)
+    assert spy.call_count == (2 if sequential else 0), backend_platform()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "mixed_bfloat16"])
 def test_encoder_block_norms_run_the_written_out_layer_norm_on_jax_and_tensorflow_cpus(dtype):
     from unittest import mock

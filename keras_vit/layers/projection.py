@@ -100,12 +100,51 @@ def dense(x, kernel, bias=None, activation=None, input_axes=1):
         if branch == "autograd":
             y = _onednn_linear().apply(x2, w, b)
         else:
-            y = ops.matmul(x2, w)
+            y = matmul(x2, w)
             if b is not None:
                 y = y + b
         if activation is not None:
             y = gelu(y, approximate=activation == "gelu_approximate")
     return ops.reshape(y, batch + out_dims) if len(out_dims) != 1 else y
+
+
+def matmul(x, kernel):
+    """``x · kernel`` for ``x (..., in)`` and ``kernel (in, out)``.
+
+    ``keras.ops.matmul``; on JAX's CPU with the two products of its gradient
+    in sequence: ``dx = dy kernelᵀ`` first, then ``dkernel = xᵀ dy``
+    (``jax.lax.optimization_barrier``). XLA:CPU otherwise schedules the two
+    GEMMs, independent of each other, to run at once, and on a machine of few
+    cores they compete for the same threads. ViT-S/16 ``train_on_batch`` at
+    batch 8 on the 2-core Zen 5: 10.22 -> 10.54 images/s (+3.1%, five
+    interleaved rounds, faster in each). Same numbers as autodiff's.
+    """
+    if backend_platform() != ("jax", "cpu"):
+        return ops.matmul(x, kernel)
+    return _jax_sequential_matmul()(x, kernel)
+
+
+@functools.cache
+def _jax_sequential_matmul():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def sequential_matmul(x, kernel):
+        return jnp.matmul(x, kernel)
+
+    def forward(x, kernel):
+        return jnp.matmul(x, kernel), (x, kernel)
+
+    def backward(saved, dy):
+        x, kernel = saved
+        dx = jnp.matmul(dy, kernel.T)
+        dx, x = jax.lax.optimization_barrier((dx, x))  # dkernel's GEMM after dx's
+        dkernel = jnp.matmul(x.reshape(-1, kernel.shape[0]).T, dy.reshape(-1, kernel.shape[1]))
+        return dx, dkernel
+
+    sequential_matmul.defvjp(forward, backward)
+    return sequential_matmul
 
 
 def gelu(x, approximate=True):
