@@ -16,7 +16,8 @@ Their update is written once in ``keras.ops`` (``update_step``), which XLA
 fuses into one pass per variable on JAX. On TensorFlow and PyTorch, where
 each op is a pass over memory, the same update runs in the backend's fused
 training kernel, to float32 rounding (docs/performance.md: ViT-S/16
-``train_on_batch`` at batch 8, TensorFlow +3%, PyTorch +5%):
+``train_on_batch`` at batch 8 on a 2-core CPU, TensorFlow 13.38 -> 14.19
+images/s, PyTorch 10.63 -> 11.85; Keras's ``AdamW`` 13.77 and 11.41):
 
 - TensorFlow, outside a distribution strategy: ``ResourceApplyAdam`` and
   ``ResourceApplyMomentum``, one kernel per variable.
