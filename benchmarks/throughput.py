@@ -236,7 +236,7 @@ def _child_keras(spec, config):
         import keras_vit  # noqa: F401
     else:
         import keras_hub  # noqa: F401
-    if spec["mode"] == "train" and spec.get("optimizer", "keras_vit") == "keras_vit":
+    if spec["mode"] == "train" and spec["optimizer"] == "keras_vit":
         # Imported before the memory baseline and the clock, as the models' packages: its
         # package brings keras_vit's tf.data input pipeline (TensorFlow) on every backend.
         import keras_vit.training  # noqa: F401
@@ -255,7 +255,7 @@ def _child_keras(spec, config):
         model.compile(jit_compile=jit)
         step = lambda: model.predict_on_batch(x)  # noqa: E731
     else:
-        model.compile(optimizer=_keras_optimizer(spec.get("optimizer", "keras_vit")),
+        model.compile(optimizer=_keras_optimizer(spec["optimizer"]),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=jit)
 
         def forever():
@@ -370,7 +370,7 @@ def _child_hf(spec, config):
         model.train()
         # torch's fused kernel where the Keras models use keras_vit's (--optimizer).
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4,
-                                      fused=spec.get("optimizer", "keras_vit") == "keras_vit")
+                                      fused=spec["optimizer"] == "keras_vit")
 
         def step():
             with autocast:
