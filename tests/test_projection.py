@@ -149,8 +149,8 @@ def gelu_derivative(x, approximate):
 
 @pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])
 def test_gelu_is_keras_gelu_with_the_exact_derivative(approximate):
-    # On TensorFlow the gradient is written out from x (so the backward keeps
-    # x alone) and on its CPU both run as XLA kernels; everywhere it must be
+    # On TensorFlow and JAX's CPU the gradient is written out from x (so the
+    # backward keeps x alone), on TensorFlow's CPU both run as XLA kernels; everywhere it must be
     # GELU's derivative, also where tanh and exp saturate, and the forward
     # keras.ops.gelu's (to float32 rounding: XLA's tanh is its own).
     x = np.concatenate([rand(3, 50, scale=3.0).ravel(), [0.0, -40.0, 40.0, -1e3, 1e3]]).astype("float32")
@@ -178,6 +178,22 @@ def test_gelu_runs_as_xla_kernels_on_tensorflow_cpu():
     else:
         assert not compiled
         print(f"XLA's GELU is TensorFlow's CPU path; {backend_platform()} runs keras.ops")
+
+
+@pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])
+def test_gelu_gradient_is_written_out_on_jax_cpu(approximate):
+    # On JAX's CPU the written-out gradient (from x alone) measured faster than
+    # autodiff's, which keeps the forward's tanh: it must be the one traced there.
+    from keras_vit.layers._utils import backend_platform
+
+    if backend_platform() != ("jax", "cpu"):
+        print(f"the written-out GELU gradient on JAX is its CPU path; {backend_platform()} "
+              "is checked by the gradient tests above")
+        return
+    import jax
+
+    primitives = [e.primitive.name for e in jax.make_jaxpr(lambda x: gelu(x, approximate))(rand(4, 8)).eqns]
+    assert primitives == ["custom_vjp_call"], primitives
 
 
 @pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])

@@ -3,10 +3,11 @@
 One ``keras.ops`` path for every backend, plus two branches that measurements
 proved worth it (docs/performance.md):
 
-- TensorFlow: GELU's gradient is written out from its input (`gelu`), so
-  the backward keeps that input alone instead of the intermediates autodiff
-  kept (about 280 MB for ViT-S/16 at batch 8); on its CPU the forward and
-  the gradient are each one XLA kernel.
+- TensorFlow, and JAX on a CPU: GELU's gradient is written out from its
+  input (`gelu`), so the backward keeps that input alone instead of the
+  intermediates autodiff kept (about 280 MB for ViT-S/16 at batch 8 on
+  TensorFlow; on JAX one pass over the MLP's activations fewer); on
+  TensorFlow's CPU the forward and the gradient are each one XLA kernel.
 - PyTorch on a CPU: oneDNN's linear, where PyTorch's own ``matmul`` runs
   through MKL. MKL takes a narrower code path on AMD's CPUs: on the Zen 5
   EPYC this project measured last, its float32 GEMMs on ViT-S/16's and B/16's
@@ -148,7 +149,7 @@ def _jax_sequential_matmul():
 
 
 def gelu(x, approximate=True):
-    """GELU; on TensorFlow its gradient keeps only ``x``, fused on its CPU.
+    """GELU; on TensorFlow and JAX's CPU its gradient keeps only ``x``.
 
     ``keras.ops.gelu`` on every backend, to float32 rounding. TensorFlow
     builds GELU from five to eight elementwise ops and its autodiff keeps their
@@ -160,8 +161,14 @@ def gelu(x, approximate=True):
     On TensorFlow's CPU the forward and the gradient are each compiled by XLA
     into one pass over memory instead of one pass per op: a GELU forward and
     backward of ``(8, 197, 1536)`` 6.2 -> 2.6 ms (tanh form) on this project's
-    2-core machine (docs/performance.md). PyTorch's GELU and JAX's fused
-    graphs already keep only ``x`` and run in one pass.
+    2-core machine (docs/performance.md). On JAX's CPU autodiff keeps the
+    tanh (or erf) of the forward, and XLA then writes it and GELU's output in
+    two passes over the MLP's activations; from ``x`` alone the forward is
+    one pass and the backward recomputes the tanh in its own: ViT-S/16
+    ``train_on_batch`` at batch 8 on the 2-core Zen 5 10.60 -> 10.97 images/s
+    (tanh form, six interleaved rounds, faster in each) and 10.08 -> 10.71
+    (erf), ViT-B/16 3.19 -> 3.31. PyTorch's GELU already keeps only ``x``
+    and runs in one pass.
 
     Args:
         x: any shape.
@@ -170,7 +177,7 @@ def gelu(x, approximate=True):
     Returns:
         ``x``'s shape and dtype.
     """
-    if keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() != "tensorflow" and backend_platform() != ("jax", "cpu"):
         return ops.gelu(x, approximate=approximate)
     return (_gelu_tanh if approximate else _gelu_erf)(x)
 
