@@ -6,7 +6,7 @@ proved worth it (docs/performance.md):
 - TensorFlow, and JAX on a CPU: GELU's gradient is written out from its
   input (`gelu`), so the backward keeps that input alone instead of the
   intermediates autodiff kept (about 280 MB for ViT-S/16 at batch 8 on
-  TensorFlow; on JAX one pass over the MLP's activations fewer); on
+  TensorFlow; on JAX one read of the MLP's activations fewer); on
   TensorFlow's CPU the forward and the gradient are each one XLA kernel.
 - PyTorch on a CPU: oneDNN's linear, where PyTorch's own ``matmul`` runs
   through MKL. MKL takes a narrower code path on AMD's CPUs: on the Zen 5
@@ -162,9 +162,9 @@ def gelu(x, approximate=True):
     into one pass over memory instead of one pass per op: a GELU forward and
     backward of ``(8, 197, 1536)`` 6.2 -> 2.6 ms (tanh form) on this project's
     2-core machine (docs/performance.md). On JAX's CPU autodiff keeps the
-    tanh (or erf) of the forward, and XLA then writes it and GELU's output in
-    two passes over the MLP's activations; from ``x`` alone the forward is
-    one pass and the backward recomputes the tanh in its own: ViT-S/16
+    forward's tanh (or erf) until the backward, which then reads it besides
+    ``x`` and the upstream gradient; from ``x`` alone the backward recomputes
+    it in the same pass, one read of the MLP's activations fewer: ViT-S/16
     ``train_on_batch`` at batch 8 on the 2-core Zen 5 10.60 -> 10.97 images/s
     (tanh form, six interleaved rounds, faster in each) and 10.08 -> 10.71
     (erf), ViT-B/16 3.19 -> 3.31. PyTorch's GELU already keeps only ``x``
