@@ -1,13 +1,15 @@
 """``x W + b``, then GELU: the projections of Eq. 2-3 and the MLP of Eq. 3.
 
-One ``keras.ops`` path for every backend, plus two branches that measurements
-proved worth it (docs/performance.md):
+One ``keras.ops`` path for every backend, plus three branches that
+measurements proved worth it (docs/performance.md):
 
 - TensorFlow, and JAX on a CPU: GELU's gradient is written out from its
   input (`gelu`), so the backward keeps that input alone instead of the
   intermediates autodiff kept (about 280 MB for ViT-S/16 at batch 8 on
   TensorFlow; on JAX one read of the MLP's activations fewer); on
   TensorFlow's CPU the forward and the gradient are each one XLA kernel.
+- JAX on a CPU: the projection's two gradient GEMMs run in sequence
+  (`matmul`), not at once on the same few cores.
 - PyTorch on a CPU: oneDNN's linear, where PyTorch's own ``matmul`` runs
   through MKL. MKL takes a narrower code path on AMD's CPUs: on the Zen 5
   EPYC this project measured last, its float32 GEMMs on ViT-S/16's and B/16's
@@ -24,7 +26,7 @@ proved worth it (docs/performance.md):
     oneDNN matmul (the bias's is a sum); ViT-S/16 ``fit`` at batch 8 went
     from 6.8 to 11.1 images/s on the Zen 5.
 
-Both agree with the ``keras.ops`` path to float32 rounding.
+All agree with the ``keras.ops`` path to float32 rounding.
 """
 
 import functools
