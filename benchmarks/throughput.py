@@ -57,7 +57,7 @@ def macs_per_image(config, image_size, num_classes=1000, last_block_queries=None
     d, m, layers = config["hidden_dim"], config["mlp_dim"], config["num_layers"]
     p, channels, stride = config["patch_size"], 3, 1
     if config.get("resnet_block_units") is not None:  # hybrid: patches of the stem's features
-        from keras_vit.layers.resnet import resnet_stride
+        from keras_vit.config import resnet_stride
         units = config["resnet_block_units"]
         width = int(64 * config.get("resnet_width_factor", 1))
         stride = resnet_stride(units)

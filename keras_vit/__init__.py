@@ -1,10 +1,12 @@
 """keras_vit: the Vision Transformer of Dosovitskiy et al. (ICLR 2021) for Keras 3."""
 
+from keras_vit import kernels
 from keras_vit import layers
+from keras_vit.config import ViTConfig
 from keras_vit.model import ViT
 from keras_vit.presets import presets
 from keras_vit.weights.pretrained import pretrained
 
 __version__ = "0.1.0"
 
-__all__ = ["ViT", "layers", "presets", "pretrained", "__version__"]
+__all__ = ["ViT", "ViTConfig", "kernels", "layers", "presets", "pretrained", "__version__"]

@@ -2,8 +2,8 @@
 
 import math
 
-from keras_vit.layers.resnet import resnet_stride
-from keras_vit.model import uses_class_token
+from keras_vit.config import resnet_stride
+from keras_vit.config import uses_class_token
 
 _BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _SIZES = {

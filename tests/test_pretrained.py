@@ -9,7 +9,7 @@ import pytest
 
 import keras_vit
 from keras_vit.cli import main
-from keras_vit.layers.resnet import resnet_stride
+from keras_vit.config import resnet_stride
 from keras_vit.presets import PRESETS
 from keras_vit.presets import preset_config
 from keras_vit.weights import download

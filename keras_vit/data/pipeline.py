@@ -18,7 +18,7 @@ from keras_vit.data import preprocessing
 from keras_vit.data.augment import BatchAugment
 from keras_vit.data.sources import Source
 from keras_vit.data.sources import load_source
-from keras_vit.layers._utils import pair
+from keras_vit.config import pair
 
 # Streams of stateless keys drawn from the seed, one per use.
 _ELEMENT, _BATCH, _SHUFFLE = 0, 1, 2

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from keras_vit.layers._utils import pair
+from keras_vit.config import pair
 
 PREPROCESSING = ("inception", "finetune", "resize")
 AREA_RANGES = {"inception": (0.08, 1.0), "finetune": (0.05, 1.0)}

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 
 from keras_vit.model import ViT
-from keras_vit.model import uses_class_token
+from keras_vit.config import uses_class_token
 
 
 def _check_model(model):

@@ -1,7 +1,6 @@
 """The building blocks of the Vision Transformer, as Keras layers."""
 
 from keras_vit.layers.attention import MultiHeadDotProductAttention
-from keras_vit.layers.attention import fused_attention
 from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
@@ -11,7 +10,6 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.patch_embedding import resize_patch_kernel
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding import resample_position_embeddings
-from keras_vit.layers.projection import dense
 from keras_vit.layers.resnet import BottleneckUnit
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.resnet import StandardizedConv2D
@@ -32,8 +30,6 @@ __all__ = [
     "StandardizedConv2D",
     "TokenPooling",
     "TransformerEncoder",
-    "dense",
-    "fused_attention",
     "resample_position_embeddings",
     "resize_patch_kernel",
 ]

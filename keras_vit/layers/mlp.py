@@ -2,7 +2,7 @@
 
 import keras
 
-from keras_vit.layers.projection import dense
+from keras_vit import kernels
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -62,9 +62,8 @@ class MlpBlock(keras.layers.Layer):
 
     def call(self, x, training=None):
         gelu = "gelu_approximate" if self.gelu_approximate else "gelu"
-        x = dense(x, self.fc1.kernel, self.fc1.bias, activation=gelu)
-        x = self.dropout(x, training=training)
-        return self.dropout(dense(x, self.fc2.kernel, self.fc2.bias), training=training)
+        x = self.dropout(kernels.dense(self.fc1, x, activation=gelu), training=training)
+        return self.dropout(kernels.dense(self.fc2, x), training=training)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

@@ -6,7 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.layers._utils import pair
+from keras_vit.config import pair
 
 RESAMPLE_METHODS = ("bilinear", "bicubic")
 

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.config import resnet_stride
 from keras_vit.layers._utils import standardize_data_format
 
 
@@ -30,11 +31,6 @@ class StandardizedConv2D(keras.layers.Conv2D):
         std = ops.std(kernel - mean, axis=(0, 1, 2), keepdims=True)
         kernel = ops.cast((kernel - mean) / (std + 1e-5), inputs.dtype)
         return super().convolution_op(inputs, kernel)
-
-
-def resnet_stride(block_units):
-    """Total stride of a ResNetStem: 4 for the root, x2 per stage after the first."""
-    return 4 * 2 ** max(len(block_units) - 1, 0)
 
 
 def resnet_width(width_factor):

@@ -3,8 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import backend_platform
-from keras_vit.layers._utils import upstream_gradient
+from keras_vit import kernels
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.mlp import MlpBlock
@@ -138,7 +137,7 @@ class TransformerEncoder(keras.layers.Layer):
         return x * ops.cast(self.layer_scale[index], x.dtype)
 
     def call(self, x, training=None, return_attention_scores=False, num_queries=None):
-        tokens = layer_norm(self.norm1, x)
+        tokens = kernels.layer_norm(self.norm1, x)
         queries = tokens
         if num_queries is not None:
             if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
@@ -152,7 +151,7 @@ class TransformerEncoder(keras.layers.Layer):
             y, scores = y
         y = self.dropout(y, training=training)
         x = x + self.drop_path(self._scaled(y, 0), training=training)
-        y = self.mlp(layer_norm(self.norm2, x), training=training)
+        y = self.mlp(kernels.layer_norm(self.norm2, x), training=training)
         x = x + self.drop_path(self._scaled(y, 1), training=training)
         return (x, scores) if return_attention_scores else x
 
@@ -183,65 +182,3 @@ class TransformerEncoder(keras.layers.Layer):
         )
         return config
 
-
-def layer_norm(layer, x):
-    """``layer(x)`` for a ``keras.layers.LayerNormalization`` over the last axis;
-    on JAX's and TensorFlow's CPU with its gradient written out.
-
-    ``x̂ = (x - mean) / sqrt(var + ε)``, ``y = x̂ γ + β``, in float32 and cast
-    to the layer's compute dtype, as Keras computes it (to float rounding).
-    The gradient: ``dx = (g - mean(g) - x̂ mean(g x̂)) / sqrt(var + ε)`` with
-    ``g = dy γ``, ``dγ = Σ dy x̂``, ``dβ = Σ dy``. There Keras's LayerNorm is
-    built from elementwise ops and reductions whose autodiff XLA:CPU and
-    TensorFlow run as more passes (JAX materialized γ broadcast to the
-    activations' shape for each backward); ViT-S/16 ``train_on_batch`` at
-    batch 8, six interleaved rounds: JAX 10.53 -> 10.76 images/s (+2.2%),
-    TensorFlow 13.89 -> 14.39 (+3.6%), faster in every round
-    (docs/performance.md). On XLA:CPU its reductions also end a chain that
-    autodiff's LayerNorm left: XLA duplicates elementwise producers into each
-    consumer fusion, and the residual stream's gradient (at block ``l`` the sum
-    of the LayerNorm backward of every block above) was recomputed in every
-    consumer, O(depth²) work. PyTorch's LayerNormalization calls its fused
-    ``layer_norm`` kernel, so there, on GPUs and for other configurations it is
-    ``layer(x)``.
-
-    Args:
-        layer: a built ``keras.layers.LayerNormalization``.
-        x: ``(..., D)``.
-
-    Returns:
-        ``x``'s shape, in ``layer.compute_dtype``.
-    """
-    axis = layer.axis if isinstance(layer.axis, int) else tuple(layer.axis)
-    plain = (
-        backend_platform() not in (("jax", "cpu"), ("tensorflow", "cpu"))
-        or axis not in (-1, (-1,), x.ndim - 1, (x.ndim - 1,))
-        or not (layer.center and layer.scale) or layer.rms_scaling
-    )
-    if plain:
-        return layer(x)
-    y = _layer_norm(ops.cast(x, "float32"), ops.cast(layer.gamma, "float32"),
-                    ops.cast(layer.beta, "float32"), layer.epsilon)
-    return ops.cast(y, layer.compute_dtype)
-
-
-def _layer_norm(x, gamma, beta, epsilon):
-    @ops.custom_gradient
-    def normalized(x, gamma, beta):
-        centered = x - ops.mean(x, axis=-1, keepdims=True)
-        inverse_std = ops.rsqrt(ops.mean(centered * centered, axis=-1, keepdims=True) + epsilon)
-        x_hat = centered * inverse_std
-
-        def grad(*args, upstream=None):
-            dy = upstream_gradient(args, upstream)
-            g = dy * gamma
-            dx = inverse_std * (
-                g - ops.mean(g, axis=-1, keepdims=True)
-                - x_hat * ops.mean(g * x_hat, axis=-1, keepdims=True)
-            )
-            axes = tuple(range(x.ndim - 1))
-            return dx, ops.sum(dy * x_hat, axis=axes), ops.sum(dy, axis=axes)
-
-        return x_hat * gamma + beta, grad
-
-    return normalized(x, gamma, beta)

@@ -20,15 +20,15 @@ deterministic and resumable:
 
 import keras
 
-from keras_vit.layers._utils import pair
 from keras_vit.layers.patch_corruption import KEEP
 from keras_vit.layers.patch_corruption import MASK
 from keras_vit.layers.patch_corruption import REPLACE
 from keras_vit.layers.patch_corruption import PatchCorruption
+from keras_vit.config import ViTConfig
+from keras_vit.config import uses_class_token
 from keras_vit.model import ViT
-from keras_vit.model import _forward
-from keras_vit.model import _Layers
-from keras_vit.model import uses_class_token
+from keras_vit.model import build_layers
+from keras_vit.model import forward
 
 COLOUR_LEVELS = 8                    # 3 bits per channel
 NUM_COLOURS = COLOUR_LEVELS ** 3     # 512 classes
@@ -220,8 +220,8 @@ class MaskedPatchPredictor(keras.Model):
     """A ViT that predicts the 3-bit mean colour of corrupted patches.
 
     The backbone is that of `ViT` with token pooling (Eq. 1-4), built by
-    `ViT` itself, so its layers have exactly the names and variable paths of
-    a `ViT`'s (``patch_embedding``, ``class_token``, ``position_embedding``,
+    the same `keras_vit.model.build_layers`, so its layers have exactly the
+    names and variable paths of a `ViT`'s (``patch_embedding``, ``class_token``, ``position_embedding``,
     ``encoder_block_{i}``, ``encoder_norm``) and its weights fine-tune with
     `masked_patch_to_vit`. Right after the patch embedding a
     `PatchCorruption` layer (``patch_corruption``) corrupts the patches the
@@ -304,47 +304,38 @@ class MaskedPatchPredictor(keras.Model):
         **kwargs,
     ):
         architecture = dict(
-            image_size=pair(image_size, "image_size"),
-            patch_size=pair(patch_size, "patch_size"),
-            num_layers=num_layers,
-            num_heads=num_heads,
-            hidden_dim=hidden_dim,
-            mlp_dim=mlp_dim,
-            dropout_rate=dropout_rate,
-            attention_dropout_rate=attention_dropout_rate,
-            drop_path_rate=drop_path_rate,
-            layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate,
-            qkv_bias=qkv_bias,
-            layer_scale_init=layer_scale_init,
-            num_registers=num_registers,
+            image_size=image_size, patch_size=patch_size, num_layers=num_layers,
+            num_heads=num_heads, hidden_dim=hidden_dim, mlp_dim=mlp_dim,
+            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+            drop_path_rate=drop_path_rate, layer_norm_epsilon=layer_norm_epsilon,
+            gelu_approximate=gelu_approximate, qkv_bias=qkv_bias,
+            layer_scale_init=layer_scale_init, num_registers=num_registers,
             position_embedding=position_embedding,
         )
-        backbone = ViT(**architecture, num_classes=0, pooling="token",
-                       data_format="channels_last", dtype=dtype)
-        built = {layer.name: layer for layer in backbone.layers if layer.name != "pooling"}
+        config = ViTConfig(**architecture, num_classes=0, pooling="token",
+                           data_format="channels_last")
+        built = build_layers(config, dtype)
+        del built["pooling"]
         built["patch_corruption"] = PatchCorruption(dtype=dtype, name="patch_corruption")
         head = keras.layers.Dense(NUM_COLOURS, kernel_initializer="zeros", dtype="float32",
                                   name="mpp_head")
 
-        num_patches = backbone.grid_size[0] * backbone.grid_size[1]
+        num_patches = config.grid_size[0] * config.grid_size[1]
         inputs = {
-            "images": keras.Input(shape=(*architecture["image_size"], 3), name="images"),
+            "images": keras.Input(shape=config.input_shape, name="images"),
             "corruption": keras.Input(shape=(num_patches,), dtype="int32", name="corruption"),
             "replacement": keras.Input(shape=(num_patches,), dtype="int32", name="replacement"),
         }
-        x = _forward(
-            _Layers(built.__getitem__, built, num_layers), inputs["images"],
-            corruption=(inputs["corruption"], inputs["replacement"]),
-        )
-        outputs = head(x[:, backbone.num_prefix_tokens:])
+        x = forward(built, inputs["images"], corruption=(inputs["corruption"], inputs["replacement"]))
+        outputs = head(x[:, config.num_prefix_tokens:])
         kwargs.setdefault("name", "masked_patch_predictor")
         super().__init__(inputs, outputs, dtype=dtype, **kwargs)
 
-        for key, value in architecture.items():
-            setattr(self, key, value)
-        self.grid_size = backbone.grid_size
-        self.num_prefix_tokens = backbone.num_prefix_tokens
+        self.config = config
+        for key in architecture:
+            setattr(self, key, getattr(config, key))
+        self.grid_size = config.grid_size
+        self.num_prefix_tokens = config.num_prefix_tokens
         self.dtype_policy = built["encoder_norm"].dtype_policy  # as ViT: functional models drop it
 
     @classmethod

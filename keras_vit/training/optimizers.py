@@ -12,23 +12,18 @@
 Both take vit_jax's learning-rate schedule (`keras_vit.training.schedules`)
 and count it in optimizer updates, also under gradient accumulation.
 
-Their update is written once in ``keras.ops`` (``update_step``), which XLA
-fuses into one pass per variable on JAX. On TensorFlow and PyTorch, where
-each op is a pass over memory, the same update runs in the backend's fused
-training kernel, to float32 rounding (docs/performance.md: ViT-S/16
-``train_on_batch`` at batch 8 on a 2-core CPU, TensorFlow 13.38 -> 14.19
-images/s, PyTorch 10.63 -> 11.85; Keras's ``AdamW`` 13.77 and 11.41):
-
-- TensorFlow, outside a distribution strategy: ``ResourceApplyAdam`` and
-  ``ResourceApplyMomentum``, one kernel per variable.
-- PyTorch: ``torch._fused_adam_`` and ``torch._fused_sgd_``, one call for
-  all variables (those of ``torch.optim``'s ``fused=True``).
+Their update is written once in ``keras.ops`` (`keras_vit.kernels`'s
+``adam_reference`` and ``momentum_reference``), which XLA fuses into one pass
+per variable on JAX. On TensorFlow and PyTorch the same update runs in the
+backend's fused training kernel (`keras_vit.kernels.optimizers`), to float32
+rounding.
 """
 
 import numbers
 
 import keras
 
+from keras_vit.kernels import optimizers as fused
 from keras_vit.training.schedules import learning_rate_schedule
 
 
@@ -94,7 +89,7 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
         return super()._backend_apply_gradients(_sum_over_replicas(grads), trainable_variables)
 
     def _backend_update_step(self, grads, trainable_variables, learning_rate):
-        if not _torch_kernel_applies(grads, trainable_variables):
+        if not fused.torch_kernel_applies(grads, trainable_variables):
             return super()._backend_update_step(grads, trainable_variables, learning_rate)
         import torch
 
@@ -130,31 +125,6 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
                 )
                 momentum = keras.ops.where(is_update_step, momentum, 1.0)
             average.assign(momentum * average + (1.0 - momentum) * variable)
-
-
-def _tensorflow_kernel_applies(gradient, variable):
-    """TensorFlow, outside a distribution strategy (whose variables update
-    per replica), a dense gradient of a resource variable: where its fused
-    training kernels (``ResourceApply*``) run the update."""
-    if keras.backend.backend() != "tensorflow":
-        return False
-    import tensorflow as tf
-
-    return (
-        not tf.distribute.has_strategy()
-        and not isinstance(gradient, tf.IndexedSlices)
-        and hasattr(variable, "handle")  # Keras's variable, or its tf.Variable (in `update`)
-    )
-
-
-def _torch_kernel_applies(grads, variables):
-    """PyTorch, dense gradients, all variables of one device and dtype: where
-    one fused kernel call (``torch._fused_*``) updates them all."""
-    if keras.backend.backend() != "torch":
-        return False
-    return all(not g.is_sparse for g in grads) and len(
-        {(v.value.device, v.value.dtype) for v in variables}
-    ) == 1
 
 
 def _torch_tensors(optimizer, grads, variables, slots):
@@ -231,27 +201,15 @@ class MomentumSGD(UpdateCountedOptimizer):
         gradient = keras.ops.cast(gradient, variable.dtype)
         trace = self.traces[self._get_variable_index(variable)]
         momentum = keras.ops.cast(self.momentum, variable.dtype)
-        if _tensorflow_kernel_applies(gradient, variable):
-            import tensorflow as tf
-
-            # accum = accum * momentum + grad; var -= lr * accum
-            tf.raw_ops.ResourceApplyMomentum(
-                var=variable.handle, accum=trace.handle, lr=learning_rate,
-                grad=gradient, momentum=momentum,
-            )
-            return
-        self.assign(trace, gradient + momentum * trace)
-        self.assign_sub(variable, learning_rate * trace)
+        if fused.tensorflow_kernel_applies(gradient, variable):
+            fused.tensorflow_momentum(variable, trace, gradient, learning_rate, momentum)
+        else:
+            fused.momentum_reference(variable, trace, gradient, learning_rate, momentum, self.assign)
 
     def _torch_update_step(self, grads, variables, learning_rate):
-        import torch
-
         params, grads, (traces,), rounded = _torch_tensors(self, grads, variables, [self.traces])
-        # buf = momentum * buf + grad; param -= lr * buf (no dampening)
-        torch._fused_sgd_(
-            params, grads, traces, weight_decay=0.0, momentum=rounded(self.momentum),
-            lr=keras.ops.cast(learning_rate, "float32"), dampening=0.0, nesterov=False,
-            maximize=False, is_first_step=False,
+        fused.torch_momentum(
+            params, grads, traces, keras.ops.cast(learning_rate, "float32"), rounded(self.momentum)
         )
 
     def get_config(self):
@@ -322,38 +280,20 @@ class AdamWeightDecay(UpdateCountedOptimizer):
         beta_2 = keras.ops.cast(self.beta_2, dtype)
         index = self._get_variable_index(variable)
         m, v = self.first_moments[index], self.second_moments[index]
-        if _tensorflow_kernel_applies(gradient, variable):
-            import tensorflow as tf
-
-            # The kernel's step, lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps'),
-            # is this one with eps' = eps sqrt(1 - b2^t).
-            beta_2_power = keras.ops.power(beta_2, t)
-            tf.raw_ops.ResourceApplyAdam(
-                var=variable.handle, m=m.handle, v=v.handle,
-                beta1_power=keras.ops.power(beta_1, t), beta2_power=beta_2_power,
-                lr=learning_rate, beta1=beta_1, beta2=beta_2,
-                epsilon=self.epsilon * keras.ops.sqrt(1.0 - beta_2_power), grad=gradient,
-            )
-            return
-        self.assign(m, beta_1 * m + (1.0 - beta_1) * gradient)
-        self.assign(v, beta_2 * v + (1.0 - beta_2) * keras.ops.square(gradient))
-        m_hat = m / (1.0 - keras.ops.power(beta_1, t))
-        v_hat = v / (1.0 - keras.ops.power(beta_2, t))
-        self.assign_sub(variable, learning_rate * m_hat / (keras.ops.sqrt(v_hat) + self.epsilon))
+        arguments = (variable, m, v, gradient, learning_rate, beta_1, beta_2, self.epsilon, t)
+        if fused.tensorflow_kernel_applies(gradient, variable):
+            fused.tensorflow_adam(*arguments)
+        else:
+            fused.adam_reference(*arguments, self.assign)
 
     def _torch_update_step(self, grads, variables, learning_rate):
-        import torch
-
         params, grads, (m, v), rounded = _torch_tensors(
             self, grads, variables, [self.first_moments, self.second_moments]
         )
-        step = keras.ops.cast(self.iterations + 1, "float32")
-        # torch.optim.Adam's update: this one, epsilon added to sqrt(v_hat).
-        torch._fused_adam_(
-            params, grads, m, v, [], [step] * len(params),
-            lr=keras.ops.cast(learning_rate, "float32"), beta1=rounded(self.beta_1),
-            beta2=rounded(self.beta_2), weight_decay=0.0, eps=self.epsilon, amsgrad=False,
-            maximize=False,
+        fused.torch_adam(
+            params, grads, m, v, keras.ops.cast(learning_rate, "float32"),
+            rounded(self.beta_1), rounded(self.beta_2), self.epsilon,
+            int(keras.ops.convert_to_numpy(self.iterations)) + 1,
         )
 
     def get_config(self):

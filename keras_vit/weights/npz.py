@@ -12,7 +12,7 @@ import zipfile
 
 import numpy as np
 
-from keras_vit.layers.resnet import resnet_stride
+from keras_vit.config import resnet_stride
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import square_grid

@@ -1,0 +1,212 @@
+"""The ViT architecture as data: one frozen `ViTConfig` for the model, the
+presets, the checkpoint readers and the training configs."""
+
+import dataclasses
+import numbers
+
+import keras
+
+POOLINGS = ("token", "gap", "map", "none")
+POSITION_EMBEDDINGS = ("learned", "sincos2d")
+
+
+def uses_class_token(pooling, position_embedding):
+    """Whether the model has a [class] token: for token pooling, and for the
+    token sequence (``"none"``) when position embeddings are learned."""
+    return pooling == "token" or (pooling == "none" and position_embedding == "learned")
+
+
+def resnet_stride(block_units):
+    """The stride of a BiT ResNet stem with `block_units` per stage: 4 for the
+    root, then 2 for each stage after the first."""
+    return 4 * 2 ** max(len(block_units) - 1, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class ViTConfig:
+    """Every architecture argument of `keras_vit.ViT`, checked once.
+
+    The fields are `ViT`'s constructor arguments (see its docstring); the
+    defaults are ViT-B/16 at 224 px. Sizes are normalised (an int image or
+    patch size becomes a pair, ``data_format=None`` Keras's image data
+    format) and every value is checked on construction: a ValueError names
+    the argument, what it got and what it takes.
+
+    Derived: `grid_size` (patches per side, Eq. 1's N = h * w),
+    `num_prefix_tokens` ([class] token and registers), `input_shape`.
+
+    Example:
+        ```python
+        from keras_vit import ViTConfig
+
+        config = ViTConfig(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                           hidden_dim=16, mlp_dim=32, num_classes=10)
+        print(config.grid_size, config.num_prefix_tokens, config.input_shape)
+        # (4, 4) 1 (32, 32, 3)
+        print(config.replace(image_size=64).grid_size)   # (8, 8)
+        ```
+    """
+
+    image_size: tuple = (224, 224)
+    patch_size: tuple = (16, 16)
+    num_layers: int = 12
+    num_heads: int = 12
+    hidden_dim: int = 768
+    mlp_dim: int = 3072
+    num_classes: int = 1000
+    pooling: str = "token"
+    representation_size: int | None = None
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    drop_path_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    gelu_approximate: bool = True
+    qkv_bias: bool = True
+    layer_scale_init: float | None = None
+    num_registers: int = 0
+    position_embedding: str = "learned"
+    resnet_block_units: tuple | None = None
+    resnet_width_factor: float = 1
+    head_bias_init: float = 0.0
+    num_channels: int = 3
+    class_names: tuple | None = None
+    data_format: str | None = None
+
+    def __post_init__(self):
+        def put(name, value):
+            object.__setattr__(self, name, value)
+
+        put("image_size", pair(self.image_size, "image_size"))
+        put("patch_size", pair(self.patch_size, "patch_size"))
+        data_format = self.data_format or keras.config.image_data_format()
+        if data_format not in ("channels_last", "channels_first"):
+            raise ValueError(
+                f"`data_format` must be 'channels_last' or 'channels_first', got {data_format!r}."
+            )
+        put("data_format", data_format)
+        for name, lowest in (("num_layers", 1), ("num_heads", 1), ("hidden_dim", 1),
+                             ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0),
+                             ("num_channels", 1)):
+            _check_int(name, getattr(self, name), lowest)
+        if self.representation_size is not None:
+            _check_int("representation_size", self.representation_size, 1)
+        if not _is_number(self.layer_norm_epsilon) or self.layer_norm_epsilon <= 0:
+            raise ValueError(f"`layer_norm_epsilon` must be a number > 0, got {self.layer_norm_epsilon!r}.")
+        for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
+            rate = getattr(self, name)
+            if not _is_number(rate) or not 0 <= rate < 1:
+                raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"Unknown pooling {self.pooling!r}; use one of {POOLINGS}.")
+        if self.position_embedding not in POSITION_EMBEDDINGS:
+            raise ValueError(
+                f"Unknown position_embedding {self.position_embedding!r}; use one of "
+                f"{POSITION_EMBEDDINGS}."
+            )
+        if self.class_names is not None:
+            names = tuple(str(name) for name in self.class_names)
+            if len(names) != self.num_classes:
+                raise ValueError(
+                    f"{len(names)} class_names for {self.num_classes} classes; give one "
+                    "name per class, or None."
+                )
+            put("class_names", names)
+        if self.hidden_dim % self.num_heads:
+            raise ValueError(
+                f"hidden_dim {self.hidden_dim} is not divisible by num_heads {self.num_heads}."
+            )
+        if self.resnet_block_units is not None:
+            put("resnet_block_units", tuple(int(n) for n in self.resnet_block_units))
+        stride = self.stem_stride
+        for size, patch, axis in zip(self.image_size, self.patch_size, ("height", "width")):
+            if size % (patch * stride):
+                raise ValueError(
+                    f"image {axis} {size} is not divisible by the patch size "
+                    f"{patch * stride}"
+                    + (f" (patch {patch} x ResNet stride {stride})" if stride > 1 else "")
+                    + f". Use an image size that is a multiple of {patch * stride}."
+                )
+
+    # -- derived ----------------------------------------------------------------
+
+    @property
+    def stem_stride(self):
+        """1 without a ResNet stem, else its stride."""
+        return 1 if self.resnet_block_units is None else resnet_stride(self.resnet_block_units)
+
+    @property
+    def grid_size(self):
+        """``(h, w)``: patches per column and row."""
+        stride = self.stem_stride
+        return tuple(size // (patch * stride) for size, patch in zip(self.image_size, self.patch_size))
+
+    @property
+    def uses_class_token(self):
+        return uses_class_token(self.pooling, self.position_embedding)
+
+    @property
+    def num_prefix_tokens(self):
+        """The [class] token, if any, plus the registers."""
+        return int(self.uses_class_token) + self.num_registers
+
+    @property
+    def input_shape(self):
+        """One image's shape, in `data_format`."""
+        if self.data_format == "channels_last":
+            return (*self.image_size, self.num_channels)
+        return (self.num_channels, *self.image_size)
+
+    # -- as data ------------------------------------------------------------------
+
+    def replace(self, **changes):
+        """A copy with some fields changed (checked as on construction)."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self):
+        """The fields as a JSON-ready dict (tuples as lists are read back the same)."""
+        config = dataclasses.asdict(self)
+        if config["class_names"] is not None:
+            config["class_names"] = list(config["class_names"])
+        return config
+
+    @classmethod
+    def from_dict(cls, config):
+        """A config from `to_dict`'s dict (or part of one): an unknown key is
+        refused with the valid ones listed."""
+        unknown = sorted(set(config) - set(FIELDS))
+        if unknown:
+            raise ValueError(
+                f"Unknown ViT argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
+                f"{', '.join(FIELDS)}."
+            )
+        return cls(**config)
+
+
+FIELDS = tuple(field.name for field in dataclasses.fields(ViTConfig))
+
+
+def pair(value, name):
+    """`value` as a tuple of two positive ints (an int gives ``(v, v)``); a
+    ValueError names the argument otherwise."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        value = (value, value)
+    try:
+        value = tuple(value)
+    except TypeError:
+        value = (value,)
+    if len(value) != 2 or not all(
+        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in value
+    ):
+        raise ValueError(
+            f"`{name}` must be a positive int or a pair of positive ints, got {value!r}."
+        )
+    return tuple(int(v) for v in value)
+
+
+def _is_number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _check_int(name, value, lowest):
+    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= lowest):
+        raise ValueError(f"`{name}` must be an int >= {lowest}, got {value!r}.")

@@ -1,0 +1,162 @@
+"""``softmax(q kᵀ · scale) v`` (Eq. 5-8 of the paper's Appendix A) through
+the fastest path each backend has, beside its ``keras.ops`` reference
+(`attention_reference`). What each path gains, measured, is in
+docs/performance.md."""
+
+import keras
+from keras import ops
+
+from keras_vit.kernels._platform import backend_platform
+from keras_vit.kernels._platform import fast_paths_enabled
+from keras_vit.kernels._platform import upstream_gradient
+
+
+def fused_attention(query, key, value, scale, training=None):
+    """``softmax(q kᵀ · scale) v`` through the backend's fused kernel.
+
+    `attention_reference` (``keras.ops.dot_product_attention``), except:
+
+    - JAX on a GPU in 16 bits with an odd number of tokens (197 with the
+      [class] token): cuDNN's fused kernel takes gradients only of even
+      lengths, so the sequences are padded by one token that cuDNN's padding
+      mask leaves out (`padded_attention`): the numbers of the unpadded
+      attention.
+    - JAX and TensorFlow on a CPU: `heads_first_attention`, both products as
+      batched matmuls with the batch axes leading (Keras's two einsums over
+      the tokens-first layout run slower there). JAX's inference (``training``
+      falsy) maps it over the images (`per_image_attention`).
+    - PyTorch: Keras's path, ``scaled_dot_product_attention``.
+
+    Args:
+        query: ``(batch, Tq, heads, head_dim)``.
+        key: ``(batch, Tk, heads, head_dim)``.
+        value: ``(batch, Tk, heads, head_dim)``.
+        scale: float. Multiplies ``q kᵀ`` (``head_dim ** -0.5``).
+        training: bool or None. Only chooses the kernel (JAX on a CPU): the
+            result is the same function either way, with gradients.
+
+    Returns:
+        ``(batch, Tq, heads, head_dim)``.
+    """
+    platform = backend_platform() if fast_paths_enabled() else None
+    if platform == ("jax", "gpu") and _odd_length_16_bits(query, key):
+        try:
+            return padded_attention(query, key, value, scale, implementation="cudnn")
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # no cuDNN attention for this GPU, cuDNN or head size: Keras's path
+    if platform == ("jax", "cpu") and not training:
+        return per_image_attention(query, key, value, scale)
+    if platform in (("jax", "cpu"), ("tensorflow", "cpu")):
+        return heads_first_attention(query, key, value, scale)
+    return attention_reference(query, key, value, scale)
+
+
+def attention_reference(query, key, value, scale):
+    """`fused_attention` in Keras alone: ``keras.ops.dot_product_attention``."""
+    return ops.dot_product_attention(query, key, value, scale=scale)
+
+
+def heads_first_attention(query, key, value, scale):
+    """``softmax(q kᵀ · scale) v`` as two batched matmuls over ``(batch, heads)``.
+
+    The numbers of ``keras.ops.dot_product_attention`` (JAX's XLA attention:
+    logits in float32 scaled after the product, softmax in float32, the
+    weights cast to the value's dtype), in another layout: q, k and v are
+    moved to ``(batch, heads, T, head_dim)`` first, so both products are plain
+    batched matmuls with the batch dimensions leading. Its gradient is written
+    out (`_heads_first_softmax_attention`).
+
+    Shapes as `fused_attention`.
+    """
+    q, k, v = (ops.transpose(x, (0, 2, 1, 3)) for x in (query, key, value))
+    # 16-bit q and k: their products are exact in float32, as JAX's bf16 x bf16
+    # -> f32 dot, and the logits and softmax stay in float32.
+    q, k = (ops.cast(x, "float32") for x in (q, k))
+    x = _heads_first_softmax_attention(q, k, v, scale)  # (batch, heads, Tq, head_dim)
+    return ops.transpose(x, (0, 2, 1, 3))
+
+
+def _heads_first_softmax_attention(q, k, v, scale):
+    """``softmax(q kᵀ · scale) v`` over ``(batch, heads, T, head_dim)``, float32
+    ``q`` and ``k``, with its gradient written out.
+
+    With ``w = softmax(q kᵀ · scale)`` and ``dy`` the gradient of ``w v``:
+    ``dv = wᵀ dy``, ``dl = w ⊙ (dy vᵀ - rowsum(dy vᵀ ⊙ w)) · scale``,
+    ``dq = dl k``, ``dk = dlᵀ q``. ``dk`` and ``dv`` are computed transposed,
+    ``(qᵀ dl)ᵀ`` and ``(dyᵀ w)ᵀ``: autodiff's ``wᵀ dy`` contracts the leading
+    axis of both operands, which XLA:CPU runs as plain loops, and it
+    materialized the scale broadcast to ``(batch, heads, Tq, Tk)``.
+    """
+    def transposed(x):
+        return ops.swapaxes(x, -1, -2)
+
+    @ops.custom_gradient
+    def attention(q, k, v):
+        weights = ops.softmax(ops.matmul(q, transposed(k)) * scale, axis=-1)
+        cast_weights = ops.cast(weights, v.dtype)
+
+        def grad(*args, upstream=None):
+            dy = upstream_gradient(args, upstream)
+            dw = ops.cast(ops.matmul(dy, transposed(v)), "float32")
+            dl = weights * (dw - ops.sum(dw * weights, axis=-1, keepdims=True)) * scale
+            return (
+                ops.matmul(dl, k),
+                transposed(ops.matmul(transposed(q), dl)),
+                transposed(ops.matmul(transposed(dy), cast_weights)),
+            )
+
+        return ops.matmul(cast_weights, v), grad
+
+    return attention(q, k, v)
+
+
+def per_image_attention(query, key, value, scale):
+    """`heads_first_attention` of one image at a time (``keras.ops.map``).
+
+    For JAX's CPU inference: XLA:CPU runs the ``(batch * heads)``-batched
+    products of `heads_first_attention` slowly; looping over the images
+    leaves it a batch of ``heads`` per product and that image's
+    ``(heads, Tq, Tk)`` weights to softmax while in cache. Its gradient is
+    slower at ViT's sequence lengths, so training keeps
+    `heads_first_attention`.
+
+    Shapes as `fused_attention`.
+    """
+    def one_image(qkv):
+        q, k, v = (x[None] for x in qkv)
+        return heads_first_attention(q, k, v, scale)[0]
+
+    return ops.map(one_image, (query, key, value))
+
+
+def _odd_length_16_bits(query, key):
+    odd = query.shape[1] % 2 == 1 or key.shape[1] % 2 == 1
+    return odd and keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
+
+
+def padded_attention(query, key, value, scale, implementation=None):
+    """JAX only: attention over sequences padded to even lengths and masked.
+
+    Each of ``Tq`` and ``Tk`` is padded by one zero token when odd; the padded
+    keys are left out by ``key_value_seq_lengths`` and the padded query rows
+    dropped, so the result is ``softmax(q kᵀ · scale) v`` of the inputs.
+    ``implementation`` is that of ``jax.nn.dot_product_attention`` (``"cudnn"``
+    on a GPU; ``"xla"`` computes the same anywhere).
+
+    Shapes as `fused_attention`.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    (batch, tq), tk = query.shape[:2], key.shape[1]
+
+    def even(x, length):
+        return jnp.pad(x, [(0, 0), (0, length % 2), (0, 0), (0, 0)])
+
+    out = jax.nn.dot_product_attention(
+        even(query, tq), even(key, tk), even(value, tk), scale=scale,
+        query_seq_lengths=jnp.full((batch,), tq, "int32"),
+        key_value_seq_lengths=jnp.full((batch,), tk, "int32"),
+        implementation=implementation,
+    )
+    return out[:, :tq]

@@ -1,0 +1,241 @@
+"""The projections of Eq. 2-3 and the MLP's GELU (Eq. 3), each beside its
+``keras.ops`` reference.
+
+- `dense`: a Keras ``Dense`` or ``EinsumDense`` layer, then GELU. On JAX's
+  CPU a plain float kernel is multiplied through `matmul`; everywhere else,
+  and for a quantized, float8 or LoRA layer, the layer itself is called.
+- `gelu`: on TensorFlow and JAX's CPU with its gradient written out from its
+  input; on TensorFlow's CPU the forward and the gradient are each one XLA
+  kernel.
+- `matmul`: on JAX's CPU the two products of its gradient run in sequence.
+
+What each gains, measured, is in docs/performance.md.
+"""
+
+import functools
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.kernels._platform import backend_platform
+from keras_vit.kernels._platform import fast_paths_enabled
+from keras_vit.kernels._platform import upstream_gradient
+
+ACTIVATIONS = (None, "gelu", "gelu_approximate")
+
+
+def dense(layer, x, activation=None):
+    """``activation(layer(x))`` for a built Keras ``Dense`` or ``EinsumDense``.
+
+    Args:
+        layer: a ``keras.layers.Dense`` or ``EinsumDense`` without an
+            activation of its own.
+        x: the layer's input, e.g. ``(batch, tokens, D)``.
+        activation: None, ``"gelu"`` (exact, erf) or ``"gelu_approximate"``
+            (tanh; the original code's).
+
+    Returns:
+        ``layer(x)``'s shape and dtype.
+
+    The same numbers as `dense_reference` to float rounding. The layer is
+    called (so whatever Keras does in its ``call`` applies: quantized kernels
+    and their scales, float8, LoRA) unless `plain_projection` holds and JAX
+    runs on a CPU, where its kernel goes through `matmul`.
+
+    Example:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit import kernels
+
+        layer = keras.layers.EinsumDense("btd,dnh->btnh", output_shape=(None, 4, 2), bias_axes="nh")
+        x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
+        layer.build(x.shape)
+        y = kernels.dense(layer, x, activation="gelu")
+        print(y.shape)                                       # (2, 5, 4, 2)
+        np.testing.assert_allclose(keras.ops.convert_to_numpy(y),
+                                   keras.ops.convert_to_numpy(kernels.dense_reference(layer, x, "gelu")),
+                                   rtol=1e-5, atol=1e-6)
+        ```
+    """
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
+    input_axes = plain_projection(layer)
+    if input_axes and backend_platform() == ("jax", "cpu") and fast_paths_enabled():
+        y = _projection(layer, x, input_axes)
+    else:
+        y = layer(x)
+    if activation is None:
+        return y
+    return gelu(y, approximate=activation == "gelu_approximate")
+
+
+def dense_reference(layer, x, activation=None):
+    """`dense` in Keras alone: ``layer(x)``, then ``keras.ops.gelu``."""
+    y = layer(x)
+    if activation is None:
+        return y
+    return ops.gelu(y, approximate=activation == "gelu_approximate")
+
+
+def plain_projection(layer):
+    """How many trailing axes of the input a float, non-LoRA ``Dense`` or
+    ``EinsumDense`` without activation contracts with the leading axes of its
+    kernel (1 for ``Dense``); None for any other layer, which only its own
+    ``call`` computes as Keras would."""
+    if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+        return None
+    if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
+        return None
+    if layer.activation is not keras.activations.linear:
+        return None
+    if isinstance(layer, keras.layers.Dense):
+        return 1
+    equation = layer.equation
+    if "." in equation:
+        return None
+    inputs, rest = equation.split(",")
+    kernel, output = rest.split("->")
+    contracted = [axis for axis in kernel if axis in inputs]
+    n = len(contracted)
+    if not n or kernel[:n] != inputs[-n:] or output != inputs[:-n] + kernel[n:]:
+        return None
+    return n
+
+
+def _projection(layer, x, input_axes):
+    """``x · kernel + bias`` through `matmul`, ``kernel``'s first `input_axes`
+    axes contracted with ``x``'s last."""
+    kernel = layer.kernel
+    in_dims = tuple(kernel.shape[:input_axes])
+    out_dims = tuple(kernel.shape[input_axes:])
+    fan_in, fan_out = math.prod(in_dims), math.prod(out_dims)
+    batch = tuple(ops.shape(x)[: x.ndim - input_axes])
+    y = matmul(
+        ops.reshape(x, batch + (fan_in,)),
+        ops.reshape(ops.cast(kernel, x.dtype), (fan_in, fan_out)),
+    )
+    y = ops.reshape(y, batch + out_dims)
+    if layer.bias is not None:
+        y = y + ops.cast(layer.bias, y.dtype)
+    return y
+
+
+def matmul(x, kernel):
+    """``x · kernel`` for ``x (..., in)`` and ``kernel (in, out)``.
+
+    ``keras.ops.matmul``; on JAX's CPU with the two products of its gradient
+    in sequence, ``dx = dy kernelᵀ`` first, then ``dkernel = xᵀ dy``
+    (``jax.lax.optimization_barrier``): XLA:CPU otherwise runs the two
+    independent GEMMs at once, on the same few cores. Autodiff's numbers.
+    """
+    if backend_platform() != ("jax", "cpu") or not fast_paths_enabled():
+        return ops.matmul(x, kernel)
+    return _jax_sequential_matmul()(x, kernel)
+
+
+@functools.cache
+def _jax_sequential_matmul():
+    import jax
+    import jax.numpy as jnp
+
+    @jax.custom_vjp
+    def sequential_matmul(x, kernel):
+        return jnp.matmul(x, kernel)
+
+    def forward(x, kernel):
+        return jnp.matmul(x, kernel), (x, kernel)
+
+    def backward(saved, dy):
+        x, kernel = saved
+        dx = jnp.matmul(dy, kernel.T)
+        dx, x = jax.lax.optimization_barrier((dx, x))  # dkernel's GEMM after dx's
+        dkernel = jnp.matmul(x.reshape(-1, kernel.shape[0]).T, dy.reshape(-1, kernel.shape[1]))
+        return dx, dkernel
+
+    sequential_matmul.defvjp(forward, backward)
+    return sequential_matmul
+
+
+def gelu(x, approximate=True):
+    """GELU; on TensorFlow and JAX's CPU its gradient keeps only ``x``.
+
+    ``keras.ops.gelu`` (`gelu_reference`) to float32 rounding. Autodiff keeps
+    GELU's intermediates for the backward pass (TensorFlow: its five to eight
+    elementwise ops; JAX: the tanh or erf); here the gradient is written out
+    from ``x`` alone (``Φ(x) + x φ(x)``, or the derivative of the tanh form).
+    On TensorFlow's CPU the forward and the gradient are each compiled by XLA
+    into one pass over memory. PyTorch's GELU already keeps only ``x``.
+
+    Args:
+        x: any shape.
+        approximate: bool. tanh form (the original code's) or exact (erf).
+
+    Returns:
+        ``x``'s shape and dtype.
+    """
+    platform = backend_platform()
+    if not fast_paths_enabled() or (platform[0] != "tensorflow" and platform != ("jax", "cpu")):
+        return gelu_reference(x, approximate)
+    return (_gelu_tanh if approximate else _gelu_erf)(x)
+
+
+def gelu_reference(x, approximate=True):
+    """`gelu` in Keras alone: ``keras.ops.gelu``."""
+    return ops.gelu(x, approximate=approximate)
+
+
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_INV_SQRT_2PI = 1 / math.sqrt(2 * math.pi)
+
+
+def _gelu_tanh_value(x):
+    return ops.gelu(x, approximate=True)
+
+
+def _gelu_tanh_gradient(x, upstream):
+    x2 = x * x
+    t = ops.tanh(_SQRT_2_OVER_PI * (x + 0.044715 * x * x2))
+    slope = 0.5 * _SQRT_2_OVER_PI * x * (1 - t * t) * (1 + 3 * 0.044715 * x2)
+    return upstream * (0.5 * (1 + t) + slope)
+
+
+def _gelu_erf_value(x):
+    return ops.gelu(x, approximate=False)
+
+
+def _gelu_erf_gradient(x, upstream):
+    cdf = 0.5 + 0.5 * ops.erf(x * math.sqrt(0.5))
+    return upstream * (cdf + _INV_SQRT_2PI * x * ops.exp(-0.5 * x * x))
+
+
+@ops.custom_gradient
+def _gelu_tanh(x):
+    def grad(*args, upstream=None):
+        return _fused(_gelu_tanh_gradient)(x, upstream_gradient(args, upstream))
+
+    return _fused(_gelu_tanh_value)(x), grad
+
+
+@ops.custom_gradient
+def _gelu_erf(x):
+    def grad(*args, upstream=None):
+        return _fused(_gelu_erf_gradient)(x, upstream_gradient(args, upstream))
+
+    return _fused(_gelu_erf_value)(x), grad
+
+
+_XLA = {}  # function -> its tf.function(jit_compile=True), one per function
+
+
+def _fused(fn):
+    """``fn`` compiled by XLA on TensorFlow's CPU (its elementwise ops fused
+    into one kernel), else ``fn`` itself: measured on the CPU only."""
+    if backend_platform() != ("tensorflow", "cpu"):
+        return fn
+    if fn not in _XLA:
+        import tensorflow as tf
+
+        _XLA[fn] = tf.function(fn, jit_compile=True, autograph=False)
+    return _XLA[fn]

@@ -1,0 +1,124 @@
+"""Copies of a `keras_vit.ViT` with another architecture (resolution, patch
+size, any argument), and its LoRA adaptation and merge."""
+
+import keras
+
+from keras_vit import layers as vit_layers
+from keras_vit.config import pair
+from keras_vit.model import projections
+from keras_vit.weights import transfer_weights
+
+LORA_TARGETS = ("query", "key", "value", "out", "fc1", "fc2")
+
+
+def with_config(model, skip=(), method="bilinear", **changes):
+    """A copy of `model` with some constructor arguments changed (`changes`)
+    and the weights copied by name: learned position embeddings are 2-D
+    interpolated to a new patch grid (``"bilinear"`` as vit_jax, or
+    ``"bicubic"`` as timm), and the layers named in `skip` (e.g.
+    ``("head",)`` for a new number of classes) keep their fresh initial
+    values."""
+    copy = type(model).from_config({**model.get_config(), **changes})
+    transfer_weights(model, copy, method=method, skip=skip)
+    return copy
+
+
+def with_image_size(model, image_size, method="bilinear"):
+    """A copy of `model` for another resolution: same weights, the position
+    embeddings 2-D interpolated to the new patch grid (Sec. 3.2)."""
+    return with_config(model, image_size=image_size, method=method)
+
+
+def with_patch_size(model, patch_size, image_size=None, method="bilinear"):
+    """A copy of `model` for another patch size, without retraining.
+
+    The patch-embedding kernel is PI-resized as in FlexiViT (Beyer et al.,
+    "FlexiViT: One Model for All Patch Sizes", CVPR 2023; see
+    :func:`keras_vit.layers.resize_patch_kernel`): for a larger patch, the
+    new kernel on a bilinearly upsampled patch gives the old kernel's
+    embedding of the patch. Learned position embeddings are interpolated to
+    the new patch grid with `method`, every other weight is copied.
+    `image_size` defaults to the model's.
+    """
+    if model.resnet_block_units is not None:
+        raise ValueError(
+            f"with_patch_size does not apply to the hybrid model {model.name}: "
+            "its patch embedding runs on ResNet features, not on pixels, so "
+            "resizing it is not FlexiViT. Use `with_image_size` to change the "
+            "resolution of a hybrid model."
+        )
+    try:
+        patch_size = pair(patch_size, "patch_size")
+    except ValueError as error:
+        raise ValueError(f"{error} Pass e.g. `with_patch_size(16)`.") from None
+    try:
+        image_size = model.image_size if image_size is None else pair(image_size, "image_size")
+    except ValueError:
+        raise ValueError(
+            f"`image_size` must be None (keep {model.image_size}), a positive "
+            f"int or a pair of positive ints, got {image_size!r}."
+        ) from None
+    for size, patch, axis in zip(image_size, patch_size, ("height", "width")):
+        if size % patch:
+            raise ValueError(
+                f"`patch_size` {patch} does not divide the image {axis} {size}. "
+                f"Choose a patch size that divides {size}, or pass an "
+                f"`image_size` that is a multiple of {patch}."
+            )
+    copy = type(model).from_config(
+        {**model.get_config(), "patch_size": patch_size, "image_size": image_size}
+    )
+    transfer_weights(model, copy, method=method, skip=("patch_embedding",))
+    old = model.get_layer("patch_embedding").projection
+    new = copy.get_layer("patch_embedding").projection
+    kernel = vit_layers.resize_patch_kernel(old.kernel, patch_size)
+    new.kernel.assign(keras.ops.cast(kernel, new.kernel.dtype))
+    new.bias.assign(old.bias)
+    return copy
+
+
+def enable_lora(model, rank, target=LORA_TARGETS, lora_alpha=None):
+    """`ViT.enable_lora`: Keras's ``enable_lora(rank)`` on the encoder's
+    projections named in `target`, then every weight frozen but the LoRA
+    weights and the head's (``head``, ``pre_logits``)."""
+    target = (target,) if isinstance(target, str) else tuple(target)
+    unknown = sorted(set(target) - set(LORA_TARGETS))
+    if unknown or not target:
+        raise ValueError(
+            f"LoRA targets must be among {LORA_TARGETS}, got {target!r}."
+        )
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+        raise ValueError(f"`rank` must be an int >= 1, got {rank!r}.")
+    adapted = []
+    for path, layer in projections(model).items():
+        head = path.split("/")[0] in ("head", "pre_logits")
+        if head:
+            continue
+        if path.split("/")[-1] in target and not layer.lora_enabled:
+            layer.enable_lora(rank, lora_alpha=lora_alpha)
+            adapted.append(layer)
+    if not adapted:
+        raise ValueError(f"{model.name} has no projection named {target} without LoRA.")
+    lora = {id(layer.lora_kernel_a) for layer in adapted} | {id(layer.lora_kernel_b) for layer in adapted}
+    for variable in model.weights:
+        if id(variable) in lora or variable.path.split("/")[0] in ("head", "pre_logits"):
+            continue
+        variable.trainable = False
+
+
+def merge_lora(model):
+    """A copy of a LoRA-adapted `model` with ``kernel + (alpha / rank) A · B``
+    in each adapted kernel and no LoRA weights: the same logits, a plain
+    `ViT` (what a ``.keras`` file saved from the adapted model holds)."""
+    copy = type(model).from_config(model.get_config())
+    layers = projections(copy)
+    for path, layer in projections(model).items():
+        layers[path].kernel.assign(layer.kernel)  # Keras's kernel property merges LoRA
+    merged = set(layers)
+    state = {variable.path: variable for variable in copy.weights}
+    for variable in model.weights:
+        owner = variable.path.rsplit("/", 1)[0]
+        if "lora_kernel" in variable.path or (owner in merged and variable.path.endswith("/kernel")):
+            continue
+        state[variable.path].assign(variable)
+    return copy
