@@ -163,15 +163,6 @@ def _child_matmul(spec):
 
     device = _device(backend)
     kernels = {"matmul": timed(f)}
-    if backend == "torch" and device == "cpu":
-        # On a CPU torch's matmul is MKL's; its oneDNN linear (weights packed
-        # once, as keras_vit's inference uses it) can be faster: the peak is
-        # the better of the two, so no result reads above 100%.
-        import torch
-        if torch.backends.mkldnn.is_available():
-            packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous())
-            kernels["onednn_linear"] = timed(
-                lambda x, _: torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], ""))
     return {"gflops": max(kernels.values()), "kernels": kernels, "device": device}
 
 
@@ -302,7 +293,8 @@ def _child_keras(spec, config):
         "torch_threads": threads,
     }
     if spec["impl"] == "keras_vit":  # tokens its last block updates (1: the [class] token alone)
-        out["last_block_queries"] = int(model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output.shape[1])
+        last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output.shape[1]
+        out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last)
     if backend == "jax" and _device("jax") == "gpu":
         out["fused_attention"] = _jax_fused_attention(model, x, spec["mode"] == "train")
     return out
@@ -750,8 +742,9 @@ def main(argv=None):
         "device_by_backend": device,
         "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0],
         "python": platform.python_version(), "platform": platform.platform(),
-        "versions": {d: _version(d) for d in ("keras", "keras-vit", "tensorflow", "tensorflow-cpu", "jax",
-                                              "jaxlib", "torch", "keras-hub", "transformers", "numpy")},
+        "versions": {d: _version(d) for d in ("keras", "keras-vision-transformer", "tensorflow",
+                                              "tensorflow-cpu", "jax", "jaxlib", "torch", "keras-hub",
+                                              "transformers", "numpy")},
     }
     if peaks.get("bfloat16"):
         machine["matmul_gflops_bf16_by_backend"] = peaks["bfloat16"]

@@ -11,6 +11,7 @@
     keras-vit predict vit_b16.augreg_in21k_ft_in1k_224 photo.jpg
     keras-vit predict hf://google/vit-base-patch16-224 photo.jpg
     keras-vit convert ViT-B_16.npz vit_b16.keras --image-size 384
+    keras-vit export runs/digits/model.keras vit.onnx --format onnx
     keras-vit explain runs/digits/model.keras photo.png --out runs/digits/explain
 
 Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
@@ -113,6 +114,9 @@ def add_recipe_flags(parser, default_config):
     group.add_argument("--init", help="fine-tuning: a .keras file or any checkpoint "
                        "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors, "
                        "a URL or a released name: keras-vit pretrained)")
+    group.add_argument("--lora-rank", type=int, metavar="R",
+                       help="fine-tuning: LoRA of rank R on every block's q, k, v, out, fc1 and "
+                       "fc2, the rest frozen but the head (docs/deploy.md)")
     scale = parser.add_argument_group(
         "scale-out (docs/distributed.md)",
         "TensorFlow: tpu, mirrored, multi_worker (reads TF_CONFIG); JAX: data_parallel, "
@@ -139,7 +143,7 @@ def _overrides(args):
             "batch_size", "accum_steps", "steps", "warmup_steps", "base_lr", "decay_type",
             "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
             "label_smoothing", "head_bias_init", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
-            "checkpoint_every", "keep_checkpoints", "few_shot", "init", "strategy",
+            "checkpoint_every", "keep_checkpoints", "few_shot", "init", "lora_rank", "strategy",
             "steps_per_execution")
     return {key: getattr(args, key) for key in keys}
 
@@ -305,6 +309,32 @@ def _convert(args):
     return 0
 
 
+EXPORT_FORMATS = {  # format -> the backends Keras exports it from (docs/deploy.md)
+    "tf_saved_model": ("tensorflow", "jax"),
+    "onnx": ("tensorflow", "jax", "torch"),
+    "openvino": ("tensorflow", "jax", "torch"),
+    "litert": ("tensorflow", "torch"),
+    "torch": ("torch",),
+}
+
+
+def _export(args):
+    import keras
+
+    backend = keras.backend.backend()
+    if backend not in EXPORT_FORMATS[args.format]:
+        raise ValueError(
+            f"Keras exports {args.format} from the {' or '.join(EXPORT_FORMATS[args.format])} "
+            f"backend, not from {backend}: run with KERAS_BACKEND="
+            f"{EXPORT_FORMATS[args.format][0]}."
+        )
+    model = _load_model(args.model, args.image_size)
+    model.export(args.output, format=args.format, verbose=False)
+    print(f"wrote {args.output}: {args.format} from {backend}, {type(model).__name__} "
+          f"{'x'.join(map(str, model.input_shape[1:]))} input, dynamic batch")
+    return 0
+
+
 def build_parser():
     """The ``argparse`` parser of the ``keras-vit`` command and its subcommands."""
     parser = argparse.ArgumentParser(
@@ -353,7 +383,7 @@ def build_parser():
         description="Writes attention rollout on the images (Fig. 6), mean attention distance "
         "(Fig. 7 right), position-embedding similarity (Fig. 7 centre) and the patch filters' "
         "principal components (Fig. 7 left) as PNGs, and the numbers as explain.json. "
-        'Needs matplotlib: pip install "keras-vit[plots]".')
+        'Needs matplotlib: pip install "keras-vision-transformer[plots]".')
     sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
     sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
@@ -367,11 +397,23 @@ def build_parser():
     sub.add_argument("output", help="path ending in .keras")
     sub.add_argument("--image-size", type=int, help="resample the position embeddings")
     sub.add_argument("--num-classes", type=int, help="a new zero-initialised head")
+
+    sub = commands.add_parser(
+        "export", help="a model as an inference artifact (ONNX, SavedModel, LiteRT, ...)",
+        description="Export a model with Keras's model.export, traced from Keras's layers and "
+        "ops alone; the batch axis stays dynamic. Formats by backend: tf_saved_model (tensorflow, "
+        "jax), onnx (all three), openvino (all three), litert (tensorflow, torch), torch (torch). "
+        "docs/deploy.md lists what each exporter handles.")
+    sub.add_argument("model", help=MODEL_HELP)
+    sub.add_argument("output", help="the artifact: a folder for tf_saved_model, else a file "
+                     "(.onnx, .xml, .tflite, .pt2)")
+    sub.add_argument("--format", required=True, choices=tuple(EXPORT_FORMATS))
+    sub.add_argument("--image-size", type=int, help="resample the position embeddings first")
     return parser
 
 
 HANDLERS = {"presets": _presets, "pretrained": _pretrained, "configs": _configs, "predict": _predict,
-            "evaluate": _evaluate, "convert": _convert, "explain": _explain,
+            "evaluate": _evaluate, "convert": _convert, "explain": _explain, "export": _export,
             **{command: _run_recipe for command in RECIPES}}
 
 

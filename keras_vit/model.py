@@ -376,8 +376,21 @@ class ViT(keras.Model):
                **kwargs):
         """Keras's ``export``, traced with Keras's layers and ops alone
         (`keras_vit.kernels.keras_layers_only`): every format Keras offers
-        (docs/deploy.md). The batch axis stays dynamic."""
+        (docs/deploy.md). The input signature defaults to the model's images
+        with a dynamic batch axis (Keras's ONNX exporter otherwise refuses a
+        model that was never called)."""
+        if input_signature is None:
+            images = self.inputs[0]
+            input_signature = [keras.InputSpec(shape=(None, *images.shape[1:]), dtype=images.dtype,
+                                               name="images")]
         with kernels.keras_layers_only():
+            if keras.backend.backend() == "torch" and format in ("onnx", "torch"):
+                from keras_vit import deploy  # Keras's own fix the batch or fail (deploy.py)
+
+                if format == "torch":
+                    return deploy.torch_program(self, filepath, input_signature)
+                return deploy.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
+                                         **kwargs)
             return super().export(filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)
 

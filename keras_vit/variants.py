@@ -112,13 +112,12 @@ def merge_lora(model):
     `ViT` (what a ``.keras`` file saved from the adapted model holds)."""
     copy = type(model).from_config(model.get_config())
     layers = projections(copy)
-    for path, layer in projections(model).items():
-        layers[path].kernel.assign(layer.kernel)  # Keras's kernel property merges LoRA
-    merged = set(layers)
+    for path, layer in projections(model).items():  # Keras's kernel property merges LoRA
+        layers[path].kernel.assign(keras.ops.convert_to_numpy(layer.kernel))
     state = {variable.path: variable for variable in copy.weights}
     for variable in model.weights:
         owner = variable.path.rsplit("/", 1)[0]
-        if "lora_kernel" in variable.path or (owner in merged and variable.path.endswith("/kernel")):
+        if "lora_kernel" in variable.path or (owner in layers and variable.path.endswith("/kernel")):
             continue
-        state[variable.path].assign(variable)
+        state[variable.path].assign(keras.ops.convert_to_numpy(variable))  # a copy, not an alias
     return copy

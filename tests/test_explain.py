@@ -172,7 +172,7 @@ def test_report_and_command_write_the_pictures(case, tmp_path, capsys):
 
 def test_plots_without_matplotlib_say_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ImportError, match=r'pip install "keras-vit\[plots\]"'):
+    with pytest.raises(ImportError, match=r'pip install "keras-vision-transformer\[plots\]"'):
         explain.plot_mean_attention_distance(np.zeros((2, 2)))
     model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=3)
     assert explain.mean_attention_distance(model, np.zeros((1, 16, 16, 3), "float32")).shape == (1, 2)

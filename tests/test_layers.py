@@ -5,6 +5,7 @@ from helpers import run_layer_test
 from helpers import to_numpy
 from helpers import value_and_gradient
 
+from keras_vit import kernels
 from keras_vit import layers
 
 RNG = np.random.default_rng(0)
@@ -182,38 +183,7 @@ def softmax_attention(q, k, v, scale):
 def test_fused_attention_is_softmax_attention(tq, tk):
     q, k, v = rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)
     expected = softmax_attention(q, k, v, 0.3)
-    np.testing.assert_allclose(to_numpy(layers.fused_attention(q, k, v, 0.3)), expected, atol=1e-5)
-
-
-@pytest.mark.parametrize("tq,tk", [(300, 300), (1, 301), (9, 577)])
-def test_onednn_attention_runs_pytorch_cpu_inference_of_long_sequences(tq, tk):
-    # PyTorch's CPU inference path from ONEDNN_ATTENTION_MIN_TOKENS key tokens.
-    import keras
-    if keras.backend.backend() != "torch":
-        pytest.skip(f"onednn_attention is PyTorch's CPU path; backend is {keras.backend.backend()}")
-    from unittest import mock
-
-    import torch
-
-    from keras_vit.layers import attention
-    assert attention.ONEDNN_ATTENTION_MIN_TOKENS == 300
-    q, k, v = (torch.from_numpy(rand(2, t, 3, 8)) for t in (tq, tk, tk))
-    expected = softmax_attention(q.numpy(), k.numpy(), v.numpy(), 0.3)
-    with mock.patch.object(attention, "onednn_attention", wraps=attention.onednn_attention) as spy:
-        with torch.no_grad():
-            got = layers.fused_attention(q, k, v, 0.3)
-            assert spy.call_count == 1
-            short = layers.fused_attention(q, k[:, :299], v[:, :299], 0.3)  # below the threshold
-            layers.fused_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), 0.3)  # float32 only
-        with_autograd = layers.fused_attention(q, k, v, 0.3)  # training keeps the fused kernel
-        assert spy.call_count == 1
-    assert got.shape == (2, tq, 3, 8) and got.is_contiguous()
-    np.testing.assert_allclose(to_numpy(got), expected, atol=1e-6)
-    np.testing.assert_allclose(to_numpy(with_autograd), expected, atol=1e-6)
-    np.testing.assert_allclose(
-        to_numpy(short), softmax_attention(q.numpy(), k[:, :299].numpy(), v[:, :299].numpy(), 0.3),
-        atol=1e-6,
-    )
+    np.testing.assert_allclose(to_numpy(kernels.fused_attention(q, k, v, 0.3)), expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
@@ -224,7 +194,7 @@ def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
     if keras.backend.backend() != "jax":
         pytest.skip(f"padded_attention is JAX's path; backend is {keras.backend.backend()}")
     import jax
-    from keras_vit.layers.attention import padded_attention
+    from keras_vit.kernels import padded_attention
     q, k, v = rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)
 
     def loss(fn):
@@ -244,8 +214,7 @@ def test_heads_first_attention_equals_keras_attention_with_its_gradient(tq, tk, 
     # keras.ops, so they are checked against keras.ops.dot_product_attention on
     # every backend.
     import keras
-    from keras_vit.layers import attention
-    heads_first_attention = getattr(attention, fn)
+    heads_first_attention = getattr(kernels, fn)
     qkv = np.concatenate([rand(2, tq, 3, 8), rand(2, tk, 3, 8), rand(2, tk, 3, 8)], axis=1)
     w = rand(2, tq, 3, 8)
 
@@ -269,7 +238,7 @@ def test_layer_norm_equals_keras_layer_normalization_with_its_gradients():
     # The written-out gradient (JAX's and TensorFlow's CPU path) against
     # autodiff of keras.ops.layer_normalization: d/dx, d/dgamma, d/dbeta.
     import keras
-    from keras_vit.layers.transformer_encoder import _layer_norm
+    from keras_vit.kernels.normalization import _layer_norm
     x, gamma, beta, w = rand(2, 5, 8), 1 + rand(8), rand(8), rand(2, 5, 8)
     params = np.concatenate([x.ravel(), gamma, beta])
 
@@ -288,8 +257,8 @@ def test_projection_matmul_equals_keras_matmul_with_its_gradients():
     import keras
     from unittest import mock
 
-    from keras_vit.layers import projection
-    from keras_vit.layers._utils import backend_platform
+    from keras_vit.kernels import projection
+    from keras_vit.kernels import backend_platform
     x, kernel, w = rand(2, 5, 8), rand(8, 6), rand(2, 5, 6)
     params = np.concatenate([x.ravel(), kernel.ravel()])
 
@@ -310,8 +279,8 @@ def test_projection_matmul_equals_keras_matmul_with_its_gradients():
 def test_encoder_block_norms_run_the_written_out_layer_norm_on_jax_and_tensorflow_cpus(dtype):
     from unittest import mock
 
-    from keras_vit.layers import transformer_encoder
-    from keras_vit.layers._utils import backend_platform
+    from keras_vit.kernels import backend_platform
+    from keras_vit.kernels import normalization as transformer_encoder
     block = layers.TransformerEncoder(num_heads=2, mlp_dim=16, dtype=dtype)
     x = rand(2, 5, 8)
     block.build(x.shape)
@@ -330,12 +299,12 @@ def test_encoder_block_norms_run_the_written_out_layer_norm_on_jax_and_tensorflo
 
 def test_jax_cpu_attention_maps_over_images_in_inference_only():
     import keras
-    from keras_vit.layers._utils import backend_platform
+    from keras_vit.kernels import backend_platform
     if backend_platform() != ("jax", "cpu"):
         pytest.skip(f"per_image_attention is JAX's CPU inference path; here {backend_platform()}")
     from unittest import mock
 
-    from keras_vit.layers import attention
+    from keras_vit.kernels import attention
     q, k, v = rand(2, 9, 3, 8), rand(2, 9, 3, 8), rand(2, 9, 3, 8)
     expected = softmax_attention(q, k, v, 0.3)
     layer = layers.MultiHeadDotProductAttention(num_heads=2)
@@ -344,7 +313,7 @@ def test_jax_cpu_attention_maps_over_images_in_inference_only():
                            (True, "heads_first_attention")):
         with mock.patch.object(attention, used, wraps=getattr(attention, used)) as spy:
             np.testing.assert_allclose(
-                to_numpy(layers.fused_attention(q, k, v, 0.3, training=training)), expected, atol=1e-6
+                to_numpy(kernels.fused_attention(q, k, v, 0.3, training=training)), expected, atol=1e-6
             )
             layer(x, training=training)
         assert spy.call_count == 2, (training, used)
@@ -443,11 +412,11 @@ def _vit_backward(num_layers, written_out):
     import jax
     import jax.numpy as jnp
     from keras_vit import ViT
-    from keras_vit.layers import transformer_encoder
+    from keras_vit import kernels as module
 
-    original = transformer_encoder.layer_norm
+    original = module.layer_norm
     if not written_out:
-        transformer_encoder.layer_norm = lambda layer, x: layer(x)
+        module.layer_norm = lambda layer, x: layer(x)
     try:
         model = ViT(image_size=32, patch_size=8, num_layers=num_layers, num_heads=2, hidden_dim=16,
                     mlp_dim=32, num_classes=5)
@@ -460,7 +429,7 @@ def _vit_backward(num_layers, written_out):
         grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
         return grad(trainable, images), grad.lower(trainable, images).compile().as_text()
     finally:
-        transformer_encoder.layer_norm = original
+        module.layer_norm = original
 
 
 def _widest_fusion(hlo):

@@ -111,16 +111,24 @@ def test_intermediates_equal_the_call_and_hold_attention(images):
 
 @pytest.mark.parametrize("pooling", ["token", "gap", "map", "none"])
 def test_last_block_computes_only_the_tokens_the_pooling_reads(images, pooling):
+    # Running the model, token pooling's last block updates the [class] token
+    # alone (num_queries=1); the functional graph keeps every token.
+    from unittest import mock
+
     model = ViT(**dict(TINY, pooling=pooling, num_classes=0 if pooling == "none" else 5))
     if pooling != "none":
         model.get_layer("head").kernel.assign(np.random.default_rng(0).normal(size=(16, 5)))
-    last = model.get_layer(f"encoder_block_{model.num_layers - 1}").output
+    last = model.get_layer(f"encoder_block_{model.num_layers - 1}")
     tokens = model.get_layer("encoder_block_0").output.shape[1]
-    assert last.shape[1] == (1 if pooling == "token" else tokens)
+    assert last.output.shape[1] == tokens
     record = model.intermediates(images)
     assert record[f"encoder_block_{model.num_layers - 1}"].shape[1] == tokens
     expected = record["logits"] if "logits" in record else record["features"]
-    np.testing.assert_allclose(to_numpy(model(images)), to_numpy(expected), atol=1e-5)
+    with mock.patch.object(type(last), "call", autospec=True, side_effect=type(last).call) as spy:
+        got = model(images)
+    queries = [c.kwargs.get("num_queries") for c in spy.call_args_list if c.args[0] is last]
+    assert queries == [1 if pooling == "token" else None], queries
+    np.testing.assert_allclose(to_numpy(got), to_numpy(expected), atol=1e-5)
 
 
 def test_keras_round_trip_and_config(images, tmp_path):

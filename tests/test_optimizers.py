@@ -10,7 +10,7 @@ from helpers import to_numpy
 from keras_vit.training.losses import SoftmaxCrossEntropy
 from keras_vit.training.losses import sigmoid_cross_entropy
 from keras_vit.training.losses import softmax_cross_entropy
-from keras_vit.training import optimizers
+from keras_vit.kernels import optimizers as kernels
 from keras_vit.training.optimizers import AdamWeightDecay
 from keras_vit.training.optimizers import MomentumSGD
 from keras_vit.training.optimizers import finetune_optimizer
@@ -203,8 +203,9 @@ def test_pretrain_optimizer_matches_flax_adam(accum_steps):
 
 @pytest.mark.parametrize("make_optimizer", [finetune_optimizer, pretrain_optimizer])
 def test_fused_kernels_give_the_keras_ops_update(make_optimizer, monkeypatch):
-    """TensorFlow's ``ResourceApply*`` and PyTorch's ``torch._fused_*`` kernels
-    update as the ``keras.ops`` path does (JAX runs that path: XLA fuses it)."""
+    """TensorFlow's ``ResourceApply*`` and PyTorch's fused ``torch.optim`` kernels
+    (keras_vit.kernels.optimizers) update as the ``keras.ops`` path does (JAX
+    runs that path: XLA fuses it)."""
     params, micro, _ = random_params_and_grads(2, seed=5)
 
     def run(**kwargs):
@@ -212,17 +213,17 @@ def test_fused_kernels_give_the_keras_ops_update(make_optimizer, monkeypatch):
         return apply_micro_batches(optimizer, params, micro)
 
     used = []
-    for name in ("_tensorflow_kernel_applies", "_torch_kernel_applies"):
-        def recorded(*args, _check=getattr(optimizers, name)):
+    for name in ("tensorflow_kernel_applies", "torch_kernel_applies"):
+        def recorded(*args, _check=getattr(kernels, name)):
             used.append(_check(*args))
             return used[-1]
-        monkeypatch.setattr(optimizers, name, recorded)
+        monkeypatch.setattr(kernels, name, recorded)
     decay = {"weight_decay": 0.3} if make_optimizer is pretrain_optimizer else {}
     fused = run(**decay)
     assert any(used) == (keras.backend.backend() != "jax"), used
 
-    for name in ("_tensorflow_kernel_applies", "_torch_kernel_applies"):
-        monkeypatch.setattr(optimizers, name, lambda *args: False)
+    for name in ("tensorflow_kernel_applies", "torch_kernel_applies"):
+        monkeypatch.setattr(kernels, name, lambda *args: False)
     reference = run(**decay)
     for a, b in zip(fused, reference):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)

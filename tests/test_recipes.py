@@ -102,6 +102,8 @@ def test_a_different_config_in_a_workdir_is_refused(tmp_path, capsys):
     (["pretrain", "--warmup-steps", "5000"], "--warmup-steps 5000 must be at least 0 and below --steps"),
     (["finetune", "--init", "/no/such/file.keras"], "--init /no/such/file.keras: no such file"),
     (["pretrain", "--init", "x.npz"], "--init is for fine-tuning"),
+    (["finetune", "--lora-rank", "0"], "--lora-rank must be a positive integer, got 0"),
+    (["pretrain", "--lora-rank", "4"], "--lora-rank adapts a trained model"),
 ])
 def test_bad_input_fails_before_training(argv, message, tmp_path, capsys):
     workdir = tmp_path / "run"

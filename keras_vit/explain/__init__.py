@@ -1,7 +1,7 @@
 """Understanding ViT (Sec. 4.5, Appendix D): attention rollout, attention
 distance, position-embedding similarity and patch filters, as numbers
 (`analysis`, NumPy only) and as the paper's pictures (`plots`, which need
-the optional matplotlib: ``pip install "keras-vit[plots]"``)."""
+the optional matplotlib: ``pip install "keras-vision-transformer[plots]"``)."""
 
 from keras_vit.explain.analysis import attention_rollout
 from keras_vit.explain.analysis import attention_weights

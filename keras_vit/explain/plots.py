@@ -1,6 +1,6 @@
 """The paper's pictures of what ViT learned, as matplotlib figures.
 
-matplotlib is an optional extra: ``pip install "keras-vit[plots]"``. Each
+matplotlib is an optional extra: ``pip install "keras-vision-transformer[plots]"``. Each
 function takes the numbers of `keras_vit.explain.analysis` and returns a
 `matplotlib.figure.Figure` (save it with ``figure.savefig(path)``).
 """
@@ -17,7 +17,7 @@ def _pyplot():
     except ImportError as error:
         raise ImportError(
             "The keras_vit.explain plots need matplotlib, an optional extra: "
-            'pip install "keras-vit[plots]" (or pip install matplotlib). The numeric '
+            'pip install "keras-vision-transformer[plots]" (or pip install matplotlib). The numeric '
             "functions (attention_rollout, mean_attention_distance, ...) work without it."
         ) from error
     return plt

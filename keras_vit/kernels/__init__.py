@@ -24,14 +24,14 @@ from keras_vit.kernels.attention import fused_attention
 from keras_vit.kernels.attention import heads_first_attention
 from keras_vit.kernels.attention import padded_attention
 from keras_vit.kernels.attention import per_image_attention
-from keras_vit.kernels.dense import dense
-from keras_vit.kernels.dense import dense_reference
-from keras_vit.kernels.dense import gelu
-from keras_vit.kernels.dense import gelu_reference
-from keras_vit.kernels.dense import matmul
-from keras_vit.kernels.dense import plain_projection
-from keras_vit.kernels.layer_norm import layer_norm
-from keras_vit.kernels.layer_norm import layer_norm_reference
+from keras_vit.kernels.projection import dense
+from keras_vit.kernels.projection import dense_reference
+from keras_vit.kernels.projection import gelu
+from keras_vit.kernels.projection import gelu_reference
+from keras_vit.kernels.projection import matmul
+from keras_vit.kernels.projection import plain_projection
+from keras_vit.kernels.normalization import layer_norm
+from keras_vit.kernels.normalization import layer_norm_reference
 from keras_vit.kernels.optimizers import adam_reference
 from keras_vit.kernels.optimizers import momentum_reference
 

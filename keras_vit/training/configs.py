@@ -52,6 +52,7 @@ _COMMON = dict(
     dtype="float32",
     seed=0,
     init=None,
+    lora_rank=None,
     strategy="none",
     steps_per_execution=1,
     checkpoint_every=1000,
@@ -235,6 +236,16 @@ def check_config(config):
             f"--init is for fine-tuning; config {config['name']!r} is a {config['kind']} run, "
             "which starts from fresh weights. Use `keras-vit finetune --init ...`."
         )
+    lora_rank = config.get("lora_rank")
+    if lora_rank is not None:
+        if not isinstance(lora_rank, int) or isinstance(lora_rank, bool) or lora_rank < 1:
+            raise ValueError(f"--lora-rank must be a positive integer, got {lora_rank!r}.")
+        if config["kind"] != "finetune":
+            raise ValueError(
+                f"--lora-rank adapts a trained model; config {config['name']!r} is a "
+                f"{config['kind']} run from fresh weights. Use `keras-vit finetune --init ... "
+                "--lora-rank R`."
+            )
     for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
         value = config[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

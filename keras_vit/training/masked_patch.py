@@ -25,6 +25,7 @@ from keras_vit.layers.patch_corruption import MASK
 from keras_vit.layers.patch_corruption import REPLACE
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.config import ViTConfig
+from keras_vit.config import pair
 from keras_vit.config import uses_class_token
 from keras_vit.model import ViT
 from keras_vit.model import build_layers

@@ -109,8 +109,12 @@ def build_model(config, source):
             arguments.pop(key)
         return masked_patch.MaskedPatchPredictor(**arguments)
     if config["kind"] == "finetune" and config["init"]:
-        return load_init(config["init"], config, source.num_classes, source.class_names)
-    return ViT(**model_arguments(config, source.num_classes, source.class_names))
+        model = load_init(config["init"], config, source.num_classes, source.class_names)
+    else:
+        model = ViT(**model_arguments(config, source.num_classes, source.class_names))
+    if config.get("lora_rank"):  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
+        model.enable_lora(config["lora_rank"])
+    return model
 
 
 def build_loss(config):

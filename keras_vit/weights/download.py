@@ -116,7 +116,7 @@ def _fetch_huggingface(rest):
     except ImportError as error:
         raise CheckpointError(
             f"hf://{rest} needs huggingface_hub: pip install huggingface_hub "
-            '(or pip install "keras-vit[hub]").') from error
+            '(or pip install "keras-vision-transformer[hub]").') from error
     try:
         if path and path.endswith((".npz", ".safetensors", ".json")):
             return pathlib.Path(huggingface_hub.hf_hub_download(repo_id, path, revision=revision))

@@ -1,0 +1,230 @@
+"""What Keras gives any model, on ViT: quantization, LoRA, export, and layer
+outputs that are what their names say."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from helpers import save_and_reload
+from helpers import to_numpy
+
+from keras_vit import ViT
+from keras_vit import kernels
+from keras_vit import variants
+
+BACKEND = keras.backend.backend()
+# The demo's architecture (the `digits` config: ViT-Ti/16's code, 4 blocks of
+# D 64, patch 4) at 16 px, the size the demo pre-trains at.
+DIGITS_MODEL = dict(image_size=16, patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128,
+                    num_classes=10)
+
+
+def digits(split):
+    from keras_vit.data.sources import load_source
+    import tensorflow as tf
+
+    batch = next(iter(load_source("digits", split).dataset.batch(2000)))
+    images = tf.image.resize(tf.cast(batch["image"], "float32"), (16, 16)).numpy() / 127.5 - 1
+    return images, np.asarray(batch["label"])
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The demo's model trained on the digits (train split), and the held-out digits."""
+    (x, y), (x_test, y_test) = digits("train"), digits("test")
+    keras.utils.set_random_seed(0)
+    model = ViT(**DIGITS_MODEL)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=64, epochs=10, verbose=0)
+    accuracy = (to_numpy(model.predict(x_test, verbose=0)).argmax(-1) == y_test).mean()
+    assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
+    return model, (x, y), (x_test, y_test)
+
+
+def copy_of(model):
+    clone = ViT.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    return clone
+
+
+# -- layer outputs -----------------------------------------------------------------
+
+@pytest.mark.parametrize("pooling", ["token", "gap", "map", "none"])
+def test_every_block_and_encoder_norm_output_is_the_whole_sequence(pooling):
+    model = ViT(image_size=16, patch_size=4, num_layers=3, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=5, pooling=pooling, num_registers=1)
+    tokens = 16 + model.num_prefix_tokens
+    for name in [f"encoder_block_{i}" for i in range(3)] + ["encoder_norm"]:
+        assert tuple(model.get_layer(name).output.shape) == (None, tokens, 16), name
+    x = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype("float32")
+    features = keras.Model(model.input, model.get_layer("encoder_norm").output)
+    record = model.intermediates(x)
+    np.testing.assert_allclose(to_numpy(features(x)), to_numpy(record["encoded"]), atol=1e-5)
+    last = keras.Model(model.input, model.get_layer("encoder_block_2").output)
+    np.testing.assert_allclose(to_numpy(last(x)), to_numpy(record["encoder_block_2"]), atol=1e-5)
+    if "head" in [layer.name for layer in model.layers]:
+        np.testing.assert_allclose(to_numpy(model(x)), to_numpy(record["logits"]), atol=1e-5)
+
+
+# -- quantization ------------------------------------------------------------------
+
+# Keras 3.15's modes for Dense and EinsumDense without calibration data, and
+# the largest logit error, relative to the logits' range, that each may give
+# (keras-hub's ViT of the shape of the issue's test: int8 0.007, float8 0.042).
+QUANTIZATION = {"int8": 0.05, "float8": 0.1, "int4": 0.3}
+
+
+@pytest.mark.parametrize("mode", list(QUANTIZATION))
+def test_quantize_gives_the_float_logits_and_saves(trained, mode, tmp_path):
+    model, _, (x_test, y_test) = trained
+    full = to_numpy(model.predict(x_test, verbose=0))
+    quantized = copy_of(model)
+    quantized.quantize(mode)
+    modes = {layer.quantization_mode for layer in variants.projections(quantized).values()}
+    assert modes == {mode}, modes
+    low = to_numpy(quantized.predict(x_test, verbose=0))
+    error = np.abs(low - full).max() / (full.max() - full.min())
+    print(f"{mode}: max logit error {error:.4f} of the logits' range; "
+          f"top-1 agreement {(low.argmax(-1) == full.argmax(-1)).mean():.2%}")
+    assert error < QUANTIZATION[mode], error
+    if mode == "int8":
+        agree = (low.argmax(-1) == full.argmax(-1)).mean()
+        assert agree >= 0.99, f"int8 agrees with float32 on {agree:.1%} of the held-out digits"
+    reloaded = save_and_reload(quantized, tmp_path)
+    assert {layer.quantization_mode for layer in variants.projections(reloaded).values()} == {mode}
+    np.testing.assert_allclose(to_numpy(reloaded.predict(x_test, verbose=0)), low, atol=1e-5)
+
+
+# -- LoRA --------------------------------------------------------------------------
+
+def test_lora_trains_only_the_adapters_and_the_head_and_merges(trained, tmp_path):
+    model, (x, y), (x_test, _) = trained
+    adapted = copy_of(model)
+    adapted.enable_lora(4)
+    lora = [v for v in adapted.trainable_weights if "lora_kernel" in v.path]
+    assert len(lora) == 2 * 6 * 4  # A and B of q, k, v, out, fc1, fc2 in 4 blocks
+    assert {v.path.split("/")[0] for v in adapted.trainable_weights if "lora" not in v.path} == {"head"}
+    frozen = {v.path: to_numpy(v).copy() for v in adapted.weights if "lora" not in v.path}
+    adapted.compile(optimizer=keras.optimizers.Adam(1e-2),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    adapted.fit(x[:256], (y[:256] + 1) % 10, batch_size=64, epochs=2, verbose=0)  # a new task
+    for v in adapted.weights:
+        if v.path in frozen and not v.path.startswith("head/"):
+            np.testing.assert_array_equal(to_numpy(v), frozen[v.path], err_msg=v.path)
+    assert all(np.abs(to_numpy(v)).max() > 0 for v in lora if "lora_kernel_b" in v.path)
+    logits = to_numpy(adapted.predict(x_test, verbose=0))
+    assert np.abs(logits - to_numpy(model.predict(x_test, verbose=0))).max() > 1e-2
+
+    merged = adapted.merge_lora()
+    assert not any("lora" in v.path for v in merged.weights)
+    np.testing.assert_allclose(to_numpy(merged.predict(x_test, verbose=0)), logits, rtol=1e-4, atol=1e-4)
+    reloaded = save_and_reload(adapted, tmp_path)  # Keras saves the merged kernels
+    np.testing.assert_allclose(to_numpy(reloaded.predict(x_test, verbose=0)), logits, rtol=1e-4, atol=1e-4)
+
+
+def test_lora_errors_name_the_problem():
+    model = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3)
+    with pytest.raises(ValueError, match=r"LoRA targets must be among \('query', 'key', 'value', "
+                                         r"'out', 'fc1', 'fc2'\), got \('qkv',\)"):
+        model.enable_lora(2, target=("qkv",))
+    with pytest.raises(ValueError, match=r"`rank` must be an int >= 1, got 0"):
+        model.enable_lora(0)
+    model.enable_lora(2, target="query")
+    assert [path for path, layer in variants.projections(model).items() if layer.lora_enabled] == [
+        "encoder_block_0/attention/query"]
+
+
+# -- export ------------------------------------------------------------------------
+
+FORMATS = {  # format -> the backends Keras 3.15 exports it from
+    "tf_saved_model": ("tensorflow", "jax"),
+    "onnx": ("tensorflow", "jax", "torch"),
+    "openvino": ("tensorflow", "jax", "torch"),
+    "litert": ("tensorflow", "torch"),
+    "torch": ("torch",),
+}
+# (format, backend) pairs an upstream tool cannot export today, with why (docs/deploy.md).
+UPSTREAM = {
+    ("openvino", "jax"): "Keras 3.15 converts a JAX model for OpenVINO through jax2tf with "
+    "native_serialization=False, which JAX 0.10 no longer has: the graph holds an XlaCallModule "
+    "op that OpenVINO cannot convert (export from TensorFlow or PyTorch instead)",
+}
+try:
+    import litert_torch  # noqa: F401
+except ImportError:
+    UPSTREAM["litert", "torch"] = (
+        "Keras exports LiteRT from PyTorch through litert-torch, which is not in the dev set: its "
+        "pins (typing_extensions 4.12, pydantic 2.11, torchao) would move the pinned packages; "
+        "export LiteRT from TensorFlow")
+
+
+def run_exported(fmt, path, images):
+    """The exported artifact, loaded by its own runtime, run on `images`."""
+    if fmt == "onnx":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(path)
+        return session.run(None, {session.get_inputs()[0].name: images})[0]
+    if fmt == "tf_saved_model":
+        import tensorflow as tf
+        loaded = tf.saved_model.load(path)  # kept: its variables die with it
+        return loaded.serve(images).numpy()
+    if fmt == "openvino":
+        import openvino
+        return openvino.Core().compile_model(path, "CPU")(images)[0]
+    if fmt == "litert":
+        import tensorflow as tf
+        interpreter = tf.lite.Interpreter(model_path=path)
+        index = interpreter.get_input_details()[0]["index"]
+        interpreter.resize_tensor_input(index, images.shape)
+        interpreter.allocate_tensors()
+        interpreter.set_tensor(index, images)
+        interpreter.invoke()
+        return interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    import torch
+    return torch.export.load(path).module()(torch.from_numpy(images)).detach().numpy()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_export_reloads_in_its_runtime_with_a_dynamic_batch(fmt, tmp_path):
+    if BACKEND not in FORMATS[fmt]:
+        pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
+    if (fmt, BACKEND) in UPSTREAM:
+        pytest.skip(UPSTREAM[fmt, BACKEND])
+    model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
+                num_classes=10)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    path = str(tmp_path / {"tf_saved_model": "saved", "onnx": "vit.onnx", "openvino": "vit.xml",
+                           "litert": "vit.tflite", "torch": "vit.pt2"}[fmt])
+    model.export(path, format=fmt, verbose=False)
+    assert os.path.exists(path)
+    assert kernels.fast_paths_enabled()  # export's switch is off again afterwards
+    for batch in (3, 5):  # one artifact, two batch sizes
+        images = np.random.default_rng(batch).normal(size=(batch, 32, 32, 3)).astype("float32")
+        got = np.asarray(run_exported(fmt, path, images))
+        want = to_numpy(model.predict(images, verbose=0))
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_export_command_writes_an_artifact_or_names_the_backend(tmp_path, capsys):
+    from keras_vit.cli import main
+
+    model = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3)
+    model.save(tmp_path / "m.keras")
+    images = np.random.default_rng(0).normal(size=(2, 16, 16, 3)).astype("float32")
+    assert main(["export", str(tmp_path / "m.keras"), str(tmp_path / "m.onnx"), "--format", "onnx"]) == 0
+    assert f"wrote {tmp_path / 'm.onnx'}: onnx from {BACKEND}" in capsys.readouterr().out
+    np.testing.assert_allclose(run_exported("onnx", str(tmp_path / "m.onnx"), images),
+                               to_numpy(model.predict(images, verbose=0)), atol=1e-4, rtol=1e-4)
+    refused = next(f for f, backends in FORMATS.items() if BACKEND not in backends)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(tmp_path / "m.keras"), str(tmp_path / "x"), "--format", refused])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"keras-vit export: error: Keras exports {refused} from the ") and \
+        f"not from {BACKEND}: run with KERAS_BACKEND=" in error, error
