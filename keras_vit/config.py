@@ -142,6 +142,7 @@ class ViTConfig:
 
     @property
     def uses_class_token(self):
+        """Whether the sequence starts with a [class] token (`uses_class_token`)."""
         return uses_class_token(self.pooling, self.position_embedding)
 
     @property

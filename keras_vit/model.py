@@ -185,7 +185,7 @@ class ViT(keras.Model):
     (``encoder_block_{i}`` and ``encoder_norm``: the whole token sequence).
     Running the model, with token pooling the last block updates the
     [class] token alone (`forward`'s ``class_only``): the same logits and
-    gradients, 7-9% faster.
+    gradients for less work (docs/performance.md).
 
     Examples:
         >>> import numpy as np
@@ -216,6 +216,12 @@ class ViT(keras.Model):
 
     def __init__(self, config=None, dtype=None, **kwargs):
         architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in FIELDS}
+        unknown = sorted(set(kwargs) - {"name", "trainable"})
+        if unknown:
+            raise ValueError(
+                f"Unknown ViT argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
+                f"{', '.join(FIELDS)}, and config, dtype, name, trainable."
+            )
         if config is None:
             config = ViTConfig.from_dict(architecture)
         elif architecture:

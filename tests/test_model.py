@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 from helpers import save_and_reload
@@ -224,3 +226,30 @@ def test_class_names_travel_with_the_model(tmp_path):
     assert model.with_image_size(64).class_names == names
     with pytest.raises(ValueError, match="2 class_names for 5 classes"):
         ViT(**TINY, class_names=["a", "b"])
+
+
+def test_vit_config_is_the_architecture_as_data(images, tmp_path):
+    from keras_vit import ViTConfig
+
+    config = ViTConfig(**TINY)
+    assert config.grid_size == (4, 4) and config.num_prefix_tokens == 1
+    assert config.input_shape == (32, 32, 3) and config.image_size == (32, 32)
+    assert ViTConfig.from_dict(config.to_dict()) == config
+    assert config.replace(image_size=64).grid_size == (8, 8) and config.image_size == (32, 32)
+    model = ViT(config)
+    assert model.config == config and model.num_classes == 5 and model.grid_size == (4, 4)
+    assert ViT(config, num_classes=3).config == config.replace(num_classes=3)
+    assert model.get_config() == {"name": "vit", "trainable": True, "dtype": model.get_config()["dtype"],
+                                  **config.to_dict()}
+    reloaded = save_and_reload(model, tmp_path)
+    assert reloaded.config == config
+    with pytest.raises(ValueError, match=r"Unknown ViT argument\(s\) 'hidden_size'\. Valid ones: "
+                                         r"image_size, patch_size, num_layers"):
+        ViTConfig.from_dict({"hidden_size": 64})
+    with pytest.raises(ValueError, match=r"Unknown ViT argument\(s\) 'hidden_size'\. Valid ones: .*"
+                                         r"and config, dtype, name, trainable"):
+        ViT(**TINY, hidden_size=64)
+    with pytest.raises(ValueError, match=r"`config` must be a keras_vit.ViTConfig or None"):
+        ViT({"image_size": 32})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.num_layers = 3

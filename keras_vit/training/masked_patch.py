@@ -20,13 +20,13 @@ deterministic and resumable:
 
 import keras
 
+from keras_vit.config import ViTConfig
+from keras_vit.config import pair
+from keras_vit.config import uses_class_token
 from keras_vit.layers.patch_corruption import KEEP
 from keras_vit.layers.patch_corruption import MASK
 from keras_vit.layers.patch_corruption import REPLACE
 from keras_vit.layers.patch_corruption import PatchCorruption
-from keras_vit.config import ViTConfig
-from keras_vit.config import pair
-from keras_vit.config import uses_class_token
 from keras_vit.model import ViT
 from keras_vit.model import build_layers
 from keras_vit.model import forward
@@ -216,6 +216,14 @@ def masked_patch_loss():
 
 # -- the model ----------------------------------------------------------------
 
+# The ViTConfig fields a masked patch model takes (the rest are its own: no
+# head, token pooling, RGB channels last, no ResNet stem).
+ARCHITECTURE = ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
+                "dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon",
+                "gelu_approximate", "qkv_bias", "layer_scale_init", "num_registers",
+                "position_embedding")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MaskedPatchPredictor(keras.Model):
     """A ViT that predicts the 3-bit mean colour of corrupted patches.
@@ -235,22 +243,15 @@ class MaskedPatchPredictor(keras.Model):
     its neighbours).
 
     Args:
-        image_size: as for `ViT`.
-        patch_size: as for `ViT`.
-        num_layers: as for `ViT`.
-        num_heads: as for `ViT`.
-        hidden_dim: as for `ViT`.
-        mlp_dim: as for `ViT`.
-        dropout_rate: as for `ViT`.
-        attention_dropout_rate: as for `ViT`.
-        drop_path_rate: as for `ViT`.
-        layer_norm_epsilon: as for `ViT`.
-        gelu_approximate: as for `ViT`.
-        qkv_bias: as for `ViT`.
-        layer_scale_init: as for `ViT`.
-        num_registers: as for `ViT`.
-        position_embedding: as for `ViT`.
+        config: a `keras_vit.ViTConfig` (its head, pooling, channels and data
+            format are this model's own), or None to make one of the keyword
+            arguments.
         dtype: as for `ViT`.
+        **kwargs: the `ViTConfig` fields in ``ARCHITECTURE`` (``image_size``,
+            ``patch_size``, ``num_layers``, ``num_heads``, ``hidden_dim``,
+            ``mlp_dim``, the dropout rates, ``layer_norm_epsilon``,
+            ``gelu_approximate``, ``qkv_bias``, ``layer_scale_init``,
+            ``num_registers``, ``position_embedding``), and Keras's ``name``.
 
     Inputs: a dict ``{"images": (batch, H, W, 3) float in [-1, 1],
         "corruption": (batch, N) int32, "replacement": (batch, N) int32}``,
@@ -284,37 +285,23 @@ class MaskedPatchPredictor(keras.Model):
         ```
     """
 
-    def __init__(
-        self,
-        image_size=224,
-        patch_size=16,
-        num_layers=12,
-        num_heads=12,
-        hidden_dim=768,
-        mlp_dim=3072,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        drop_path_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=True,
-        qkv_bias=True,
-        layer_scale_init=None,
-        num_registers=0,
-        position_embedding="learned",
-        dtype=None,
-        **kwargs,
-    ):
-        architecture = dict(
-            image_size=image_size, patch_size=patch_size, num_layers=num_layers,
-            num_heads=num_heads, hidden_dim=hidden_dim, mlp_dim=mlp_dim,
-            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
-            drop_path_rate=drop_path_rate, layer_norm_epsilon=layer_norm_epsilon,
-            gelu_approximate=gelu_approximate, qkv_bias=qkv_bias,
-            layer_scale_init=layer_scale_init, num_registers=num_registers,
-            position_embedding=position_embedding,
-        )
-        config = ViTConfig(**architecture, num_classes=0, pooling="token",
-                           data_format="channels_last")
+    def __init__(self, config=None, dtype=None, **kwargs):
+        architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in ARCHITECTURE}
+        if config is None:
+            config = ViTConfig.from_dict(architecture)
+        elif architecture:
+            config = config.replace(**architecture)
+        if not isinstance(config, ViTConfig):
+            raise ValueError(f"`config` must be a keras_vit.ViTConfig or None, got {config!r}.")
+        if config.resnet_block_units is not None:
+            raise ValueError(
+                "masked patch prediction needs a plain ViT, not a hybrid with a ResNet stem: "
+                "its overlapping receptive fields would show a corrupted patch's pixels to its "
+                "neighbours. Set resnet_block_units=None."
+            )
+        # the backbone's own settings: no head, token pooling's [class] token, RGB channels last
+        config = config.replace(num_classes=0, pooling="token", data_format="channels_last",
+                                num_channels=3, representation_size=None, class_names=None)
         built = build_layers(config, dtype)
         del built["pooling"]
         built["patch_corruption"] = PatchCorruption(dtype=dtype, name="patch_corruption")
@@ -333,7 +320,7 @@ class MaskedPatchPredictor(keras.Model):
         super().__init__(inputs, outputs, dtype=dtype, **kwargs)
 
         self.config = config
-        for key in architecture:
+        for key in ARCHITECTURE:
             setattr(self, key, getattr(config, key))
         self.grid_size = config.grid_size
         self.num_prefix_tokens = config.num_prefix_tokens
@@ -359,21 +346,7 @@ class MaskedPatchPredictor(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            "image_size": self.image_size,
-            "patch_size": self.patch_size,
-            "num_layers": self.num_layers,
-            "num_heads": self.num_heads,
-            "hidden_dim": self.hidden_dim,
-            "mlp_dim": self.mlp_dim,
-            "dropout_rate": self.dropout_rate,
-            "attention_dropout_rate": self.attention_dropout_rate,
-            "drop_path_rate": self.drop_path_rate,
-            "layer_norm_epsilon": self.layer_norm_epsilon,
-            "gelu_approximate": self.gelu_approximate,
-            "qkv_bias": self.qkv_bias,
-            "layer_scale_init": self.layer_scale_init,
-            "num_registers": self.num_registers,
-            "position_embedding": self.position_embedding,
+            **{key: value for key, value in self.config.to_dict().items() if key in ARCHITECTURE},
         }
 
     @classmethod
