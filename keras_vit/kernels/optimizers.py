@@ -75,9 +75,10 @@ def torch_adam(params, grads, m, v, learning_rate, beta_1, beta_2, epsilon, t):
     """`adam_reference` for lists of PyTorch tensors in one fused call
     (``torch.optim.adam.adam(fused=True)``, torch.optim.Adam's update)."""
     import torch
+    from torch.optim.adam import adam
 
     steps = list(torch.full((len(params),), float(t) - 1.0).unbind())  # it adds 1 to each
-    torch.optim.adam.adam(
+    adam(
         params, grads, m, v, [], steps, fused=True,
         amsgrad=False, beta1=beta_1, beta2=beta_2, lr=learning_rate,
         weight_decay=0.0, eps=epsilon, maximize=False,
@@ -106,9 +107,9 @@ def torch_momentum(params, grads, traces, learning_rate, momentum):
     """`momentum_reference` for lists of PyTorch tensors in one fused call
     (``torch.optim.sgd.sgd(fused=True)``: ``buf = momentum buf + grad;
     param -= lr buf``, no dampening)."""
-    import torch
+    from torch.optim.sgd import sgd
 
-    torch.optim.sgd.sgd(
+    sgd(
         params, grads, traces, fused=True, weight_decay=0.0, momentum=momentum,
         lr=learning_rate, dampening=0.0, nesterov=False, maximize=False,
     )
