@@ -186,6 +186,17 @@ class ViTConfig:
 FIELDS = tuple(field.name for field in dataclasses.fields(ViTConfig))
 
 
+def resolve_config(config, fields):
+    """The `ViTConfig` a model is built from: `config` with `fields` (a
+    dict of `ViTConfig` fields) replaced, or a config of `fields` when
+    `config` is None."""
+    if config is None:
+        return ViTConfig.from_dict(fields)
+    if not isinstance(config, ViTConfig):
+        raise ValueError(f"`config` must be a keras_vit.ViTConfig or None, got {config!r}.")
+    return config.replace(**fields) if fields else config
+
+
 def pair(value, name):
     """`value` as a tuple of two positive ints (an int gives ``(v, v)``); a
     ValueError names the argument otherwise."""

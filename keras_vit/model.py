@@ -17,7 +17,7 @@ from keras_vit import inputs
 from keras_vit import kernels
 from keras_vit import layers as vit_layers
 from keras_vit.config import FIELDS
-from keras_vit.config import ViTConfig
+from keras_vit.config import resolve_config
 
 
 def block_names(num_layers):
@@ -222,12 +222,7 @@ class ViT(keras.Model):
                 f"Unknown ViT argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
                 f"{', '.join(FIELDS)}, and config, dtype, name, trainable."
             )
-        if config is None:
-            config = ViTConfig.from_dict(architecture)
-        elif architecture:
-            config = config.replace(**architecture)
-        if not isinstance(config, ViTConfig):
-            raise ValueError(f"`config` must be a keras_vit.ViTConfig or None, got {config!r}.")
+        config = resolve_config(config, architecture)
         built = build_layers(config, dtype)
         images = keras.Input(shape=config.input_shape, name="images")
         kwargs.setdefault("name", "vit")

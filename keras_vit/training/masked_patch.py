@@ -20,7 +20,7 @@ deterministic and resumable:
 
 import keras
 
-from keras_vit.config import ViTConfig
+from keras_vit.config import resolve_config
 from keras_vit.config import pair
 from keras_vit.config import uses_class_token
 from keras_vit.layers.patch_corruption import KEEP
@@ -287,12 +287,7 @@ class MaskedPatchPredictor(keras.Model):
 
     def __init__(self, config=None, dtype=None, **kwargs):
         architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in ARCHITECTURE}
-        if config is None:
-            config = ViTConfig.from_dict(architecture)
-        elif architecture:
-            config = config.replace(**architecture)
-        if not isinstance(config, ViTConfig):
-            raise ValueError(f"`config` must be a keras_vit.ViTConfig or None, got {config!r}.")
+        config = resolve_config(config, architecture)
         if config.resnet_block_units is not None:
             raise ValueError(
                 "masked patch prediction needs a plain ViT, not a hybrid with a ResNet stem: "
