@@ -78,12 +78,7 @@ class ViTConfig:
 
         put("image_size", pair(self.image_size, "image_size"))
         put("patch_size", pair(self.patch_size, "patch_size"))
-        data_format = self.data_format or keras.config.image_data_format()
-        if data_format not in ("channels_last", "channels_first"):
-            raise ValueError(
-                f"`data_format` must be 'channels_last' or 'channels_first', got {data_format!r}."
-            )
-        put("data_format", data_format)
+        put("data_format", standardize_data_format(self.data_format))
         for name, lowest in (("num_layers", 1), ("num_heads", 1), ("hidden_dim", 1),
                              ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0),
                              ("num_channels", 1)):
@@ -213,6 +208,16 @@ def pair(value, name):
             f"`{name}` must be a positive int or a pair of positive ints, got {value!r}."
         )
     return tuple(int(v) for v in value)
+
+
+def standardize_data_format(value):
+    """`value`, or Keras's image data format when None, checked."""
+    value = value or keras.config.image_data_format()
+    if value not in ("channels_last", "channels_first"):
+        raise ValueError(
+            f"`data_format` must be 'channels_last' or 'channels_first', got {value!r}."
+        )
+    return value
 
 
 def _is_number(value):

@@ -19,6 +19,9 @@ from keras_vit import layers as vit_layers
 from keras_vit.config import FIELDS
 from keras_vit.config import resolve_config
 
+# The projections of each block (attention, MLP): what `ViT.enable_lora` adapts by default.
+PROJECTION_NAMES = ("query", "key", "value", "out", "fc1", "fc2")
+
 
 def block_names(num_layers):
     """``encoder_block_0`` ... ``encoder_block_{L-1}``."""
@@ -133,7 +136,7 @@ def projections(model):
     found = {}
     for layer in model.layers:
         for inner in (layer, getattr(layer, "attention", None), getattr(layer, "mlp", None)):
-            for name in ("query", "key", "value", "out", "fc1", "fc2"):
+            for name in PROJECTION_NAMES:
                 sublayer = getattr(inner, name, None)
                 if isinstance(sublayer, (keras.layers.Dense, keras.layers.EinsumDense)):
                     found[sublayer.path] = sublayer
@@ -345,8 +348,7 @@ class ViT(keras.Model):
 
     # -- Keras features: LoRA, export -------------------------------------------
 
-    def enable_lora(self, rank, target=("query", "key", "value", "out", "fc1", "fc2"),
-                    lora_alpha=None):
+    def enable_lora(self, rank, target=PROJECTION_NAMES, lora_alpha=None):
         """Low-rank adaptation of the encoder's projections, over Keras's
         ``Layer.enable_lora``; `fit` then trains the LoRA weights and the head.
 

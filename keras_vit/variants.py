@@ -5,10 +5,11 @@ import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.config import pair
+from keras_vit.model import PROJECTION_NAMES
 from keras_vit.model import projections
 from keras_vit.weights import transfer_weights
 
-LORA_TARGETS = ("query", "key", "value", "out", "fc1", "fc2")
+HEAD = ("head", "pre_logits")  # the layers LoRA leaves trainable
 
 
 def with_config(model, skip=(), method="bilinear", **changes):
@@ -77,33 +78,31 @@ def with_patch_size(model, patch_size, image_size=None, method="bilinear"):
     return copy
 
 
-def enable_lora(model, rank, target=LORA_TARGETS, lora_alpha=None):
+def enable_lora(model, rank, target=PROJECTION_NAMES, lora_alpha=None):
     """`ViT.enable_lora`: Keras's ``enable_lora(rank)`` on the encoder's
     projections named in `target`, then every weight frozen but the LoRA
     weights and the head's (``head``, ``pre_logits``)."""
     target = (target,) if isinstance(target, str) else tuple(target)
-    unknown = sorted(set(target) - set(LORA_TARGETS))
+    unknown = sorted(set(target) - set(PROJECTION_NAMES))
     if unknown or not target:
         raise ValueError(
-            f"LoRA targets must be among {LORA_TARGETS}, got {target!r}."
+            f"LoRA targets must be among {PROJECTION_NAMES}, got {target!r}."
         )
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"`rank` must be an int >= 1, got {rank!r}.")
-    adapted = []
-    for path, layer in projections(model).items():
-        head = path.split("/")[0] in ("head", "pre_logits")
-        if head:
-            continue
-        if path.split("/")[-1] in target and not layer.lora_enabled:
-            layer.enable_lora(rank, lora_alpha=lora_alpha)
-            adapted.append(layer)
+    adapted = [
+        layer for path, layer in projections(model).items()
+        if path.split("/")[0] not in HEAD and path.split("/")[-1] in target
+        and not layer.lora_enabled
+    ]
     if not adapted:
         raise ValueError(f"{model.name} has no projection named {target} without LoRA.")
-    lora = {id(layer.lora_kernel_a) for layer in adapted} | {id(layer.lora_kernel_b) for layer in adapted}
+    for layer in adapted:
+        layer.enable_lora(rank, lora_alpha=lora_alpha)
+    lora = {id(v) for layer in adapted for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
     for variable in model.weights:
-        if id(variable) in lora or variable.path.split("/")[0] in ("head", "pre_logits"):
-            continue
-        variable.trainable = False
+        if id(variable) not in lora and variable.path.split("/")[0] not in HEAD:
+            variable.trainable = False
 
 
 def merge_lora(model):

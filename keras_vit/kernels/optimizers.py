@@ -73,11 +73,12 @@ def tensorflow_adam(variable, m, v, gradient, learning_rate, beta_1, beta_2, eps
 
 def torch_adam(params, grads, m, v, learning_rate, beta_1, beta_2, epsilon, t):
     """`adam_reference` for lists of PyTorch tensors in one fused call
-    (``torch.optim.adam.adam(fused=True)``, torch.optim.Adam's update)."""
-    import torch
+    (``torch.optim.adam.adam(fused=True)``, torch.optim.Adam's update); `t`,
+    the update count, a float32 tensor on the parameters' device."""
     from torch.optim.adam import adam
 
-    steps = list(torch.full((len(params),), float(t) - 1.0).unbind())  # it adds 1 to each
+    # one step tensor per parameter, t - 1: the call adds 1 to each first
+    steps = list((t - 1.0).reshape(1).repeat(len(params)).unbind())
     adam(
         params, grads, m, v, [], steps, fused=True,
         amsgrad=False, beta1=beta_1, beta2=beta_2, lr=learning_rate,

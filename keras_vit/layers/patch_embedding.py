@@ -5,7 +5,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.config import pair
-from keras_vit.layers._utils import standardize_data_format
+from keras_vit.config import standardize_data_format
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

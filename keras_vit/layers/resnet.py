@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.config import resnet_stride
-from keras_vit.layers._utils import standardize_data_format
+from keras_vit.config import standardize_data_format
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

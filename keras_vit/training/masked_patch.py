@@ -20,8 +20,8 @@ deterministic and resumable:
 
 import keras
 
-from keras_vit.config import resolve_config
 from keras_vit.config import pair
+from keras_vit.config import resolve_config
 from keras_vit.config import uses_class_token
 from keras_vit.layers.patch_corruption import KEEP
 from keras_vit.layers.patch_corruption import MASK

@@ -293,7 +293,7 @@ class AdamWeightDecay(UpdateCountedOptimizer):
         fused.torch_adam(
             params, grads, m, v, keras.ops.cast(learning_rate, "float32"),
             rounded(self.beta_1), rounded(self.beta_2), self.epsilon,
-            int(keras.ops.convert_to_numpy(self.iterations)) + 1,
+            keras.ops.cast(self.iterations + 1, "float32"),
         )
 
     def get_config(self):
