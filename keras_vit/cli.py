@@ -20,6 +20,7 @@ Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 import argparse
 import sys
 
+from keras_vit import files
 from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.model import ViT
 
@@ -42,6 +43,34 @@ def _ints(text):
         return [int(part) for part in text.split(",") if part]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def _positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _non_negative_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _shots(text):
+    """``1,5,10`` -> [1, 5, 10]; empty for none."""
+    values = _ints(text)
+    if values and min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive shots per class such as 1,5,10, got {text!r}")
+    return values
 
 
 def _randaugment(text):
@@ -109,7 +138,7 @@ def add_recipe_flags(parser, default_config):
     group.add_argument("--seed", type=int, help="data order, augmentation and initialisation")
     group.add_argument("--checkpoint-every", type=int, help="updates between checkpoints")
     group.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default 3)")
-    group.add_argument("--few-shot", type=_ints, metavar="K,K",
+    group.add_argument("--few-shot", type=_shots, metavar="K,K",
                        help="also report few-shot linear accuracy for these shots")
     group.add_argument("--init", help="fine-tuning: a .keras file or any checkpoint "
                        "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors, "
@@ -130,11 +159,11 @@ def add_recipe_flags(parser, default_config):
                        "(default: the TPU_NAME environment variable)")
     scale.add_argument("--coordinator", metavar="HOST:PORT",
                        help="JAX, several hosts: the address of process 0")
-    scale.add_argument("--num-processes", type=int, help="JAX, several hosts: processes in all")
-    scale.add_argument("--process-id", type=int, help="JAX, several hosts: this process, 0..N-1")
-    scale.add_argument("--model-axis", type=int, default=2,
+    scale.add_argument("--num-processes", type=_positive_int, help="JAX, several hosts: processes in all")
+    scale.add_argument("--process-id", type=_non_negative_int, help="JAX, several hosts: this process, 0..N-1")
+    scale.add_argument("--model-axis", type=_positive_int, default=2,
                        help="model_parallel: devices that split each layer's heads and MLP (default 2)")
-    scale.add_argument("--host-devices", type=int,
+    scale.add_argument("--host-devices", type=_positive_int,
                        help="split the host CPU into N logical devices (to try a strategy on a CPU)")
 
 
@@ -259,10 +288,11 @@ def _explain(args):
     from keras_vit.data import read_images
     from keras_vit.explain import write_report
 
+    out = files.output_folder(args.out, "--out")
     model = _load_model(args.model, args.image_size)
     images = read_images(args.images, model.image_size)
     titles = [pathlib.Path(p).name for p in args.images]
-    written = write_report(model, images, args.out, titles=titles, batch_size=args.batch_size)
+    written = write_report(model, images, out, titles=titles, batch_size=args.batch_size)
     for name, path in written.items():
         print(f"{name}: {path}")
     return 0
@@ -302,12 +332,15 @@ def _evaluate(args):
 
 
 def _convert(args):
+    files.output_file(args.output, "output", (".keras",))
     model = _load_model(args.checkpoint, args.image_size, args.num_classes)
     model.save(args.output)
     print(f"wrote {args.output}: {type(model).__name__}, {model.count_params():,} parameters, "
           f"{model.image_size[0]}x{model.image_size[1]} px")
     return 0
 
+
+EXPORT_SUFFIXES = {"onnx": (".onnx",), "openvino": (".xml",), "litert": (".tflite",), "torch": (".pt2",)}
 
 EXPORT_FORMATS = {  # format -> the backends Keras exports it from (docs/deploy.md)
     "tf_saved_model": ("tensorflow", "jax"),
@@ -328,6 +361,10 @@ def _export(args):
             f"backend, not from {backend}: run with KERAS_BACKEND="
             f"{EXPORT_FORMATS[args.format][0]}."
         )
+    if args.format in EXPORT_SUFFIXES:
+        files.output_file(args.output, "output", EXPORT_SUFFIXES[args.format])
+    else:  # a SavedModel is a folder
+        files.output_folder(args.output, "output")
     model = _load_model(args.model, args.image_size)
     model.export(args.output, format=args.format, verbose=False)
     print(f"wrote {args.output}: {args.format} from {backend}, {type(model).__name__} "
@@ -335,9 +372,17 @@ def _export(args):
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with every error as one first line, ``keras-vit CMD: error:
+    ...`` (exit status 2), as the commands' own errors are."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for its flags.\n")
+
+
 def build_parser():
     """The ``argparse`` parser of the ``keras-vit`` command and its subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-vit", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run `keras-vit COMMAND --help` for each command's flags. "
@@ -363,8 +408,8 @@ def build_parser():
                               "images are read, resized and scaled to [-1, 1] for you.")
     sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
-    sub.add_argument("--top-k", type=int, default=5, help="classes to print per image")
-    sub.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
+    sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
+    sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
 
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
@@ -374,9 +419,9 @@ def build_parser():
     sub.add_argument("--data-dir", help="TFDS data directory")
     sub.add_argument("--split", default="test", help="the split to evaluate on (TFDS syntax)")
     sub.add_argument("--train-split", default="train", help="where few-shot examples come from")
-    sub.add_argument("--image-size", type=int, help="evaluate at this resolution")
-    sub.add_argument("--batch-size", type=int, default=64, help="images per forward pass")
-    sub.add_argument("--few-shot", type=_ints, metavar="K,K", help="e.g. 1,5,10,25")
+    sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
+    sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
+    sub.add_argument("--few-shot", type=_shots, metavar="K,K", help="e.g. 1,5,10,25")
 
     sub = commands.add_parser(
         "explain", help="what the model learned, as the paper's pictures (Fig. 6, 7)",
@@ -387,16 +432,16 @@ def build_parser():
     sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("images", nargs="+", help="image files (PNG, JPEG, ...)")
     sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
-    sub.add_argument("--image-size", type=int, help="resolution for a checkpoint (default: its own)")
-    sub.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
+    sub.add_argument("--image-size", type=_positive_int, help="resolution for a checkpoint (default: its own)")
+    sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
 
     sub = commands.add_parser("convert", help="a checkpoint to a .keras file",
                               description="Read any checkpoint ViT.from_checkpoint reads and "
                               "save it as a .keras model.")
     sub.add_argument("checkpoint")
     sub.add_argument("output", help="path ending in .keras")
-    sub.add_argument("--image-size", type=int, help="resample the position embeddings")
-    sub.add_argument("--num-classes", type=int, help="a new zero-initialised head")
+    sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings")
+    sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")
 
     sub = commands.add_parser(
         "export", help="a model as an inference artifact (ONNX, SavedModel, LiteRT, ...)",
@@ -408,7 +453,7 @@ def build_parser():
     sub.add_argument("output", help="the artifact: a folder for tf_saved_model, else a file "
                      "(.onnx, .xml, .tflite, .pt2)")
     sub.add_argument("--format", required=True, choices=tuple(EXPORT_FORMATS))
-    sub.add_argument("--image-size", type=int, help="resample the position embeddings first")
+    sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings first")
     return parser
 
 
@@ -431,8 +476,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         return HANDLERS[args.command](args)
-    except (ValueError, RuntimeError) as error:  # ours: what was given, and what to do
-        parser.exit(2, f"keras-vit {args.command}: error: {error}\n")
+    except (ValueError, RuntimeError, OSError) as error:  # what was given, and what to do
+        parser.exit(2, f"keras-vit {args.command}: error: {_message(error)}\n")
+
+
+def _message(error):
+    """The error's text; an operating-system error the package did not word
+    (a full disk, a permission) as its reason and path."""
+    if isinstance(error, OSError) and error.strerror and error.filename:
+        return f"{error.filename}: {error.strerror}."
+    return str(error)
 
 
 if __name__ == "__main__":

@@ -83,12 +83,14 @@ def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
 
 def test_a_different_config_in_a_workdir_is_refused(tmp_path, capsys):
     workdir = tmp_path / "run"
-    workdir.mkdir()
+    (workdir / "checkpoints").mkdir(parents=True)
+    (workdir / "checkpoints" / "ckpt-000000500.json").write_text("{}")  # it trained
     (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}), "backend": "x"}))
     before = (workdir / "config.json").read_text()
     fails(["pretrain", "--workdir", str(workdir), *TINY, *FAST], capsys, "holds a run with a different config")
     assert (workdir / "config.json").read_text() == before
-    assert sorted(p.name for p in workdir.iterdir()) == ["config.json"]
+    assert sorted(p.name for p in workdir.iterdir()) == ["checkpoints", "config.json"]
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["ckpt-000000500.json"]
 
 
 @pytest.mark.parametrize("argv,message", [

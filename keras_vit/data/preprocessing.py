@@ -9,6 +9,7 @@ and takes its key as an argument, so a given key always gives the same image.
 """
 
 import os
+import re
 
 import numpy as np
 import tensorflow as tf
@@ -23,14 +24,38 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 
 
+# What a whole file of each format ends with; a file cut short (an
+# interrupted copy or download) lacks it. Trailing bytes after it are allowed.
+_END_MARKERS = {b"\xff\xd8\xff": b"\xff\xd9", b"\x89PNG\r\n\x1a\n": b"IEND\xaeB`\x82", b"GIF8": b";"}
+_TAIL = 4096
+
+
 def check_image_file(path):
-    """Raises an error naming `path` unless it is a file that starts as a JPEG,
-    PNG, GIF or BMP file does (a cheap check of its first 8 bytes)."""
+    """Raises an error naming `path` unless it is a file that starts as a
+    JPEG, PNG, GIF or BMP file does and is whole.
+
+    Whole: its format's end marker (a JPEG's FF D9, a PNG's IEND chunk, a
+    GIF's trailer) is in its last 4 KiB, or a BMP is as long as its header
+    says. A file without it (a truncated copy, or a JPEG followed by other
+    data, as motion photos are) is decoded to decide. Reading two small
+    pieces of each file keeps this cheap enough to run on a whole folder
+    before training, so a broken file is refused before any work, not found
+    hours into a run.
+
+    Raises:
+        FileNotFoundError: `path` does not exist.
+        ValueError: it is not a readable image of these formats.
+    """
     try:
         with open(path, "rb") as file:
             head = file.read(8)
+            size = file.seek(0, os.SEEK_END)
+            file.seek(max(0, size - _TAIL))
+            tail = file.read()
     except FileNotFoundError:
         raise FileNotFoundError(f"Image file {path} does not exist.") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a folder, not an image file.") from None
     except OSError as err:
         raise ValueError(f"Cannot read image file {path}: {err}") from err
     if not head.startswith(_SIGNATURES):
@@ -38,6 +63,26 @@ def check_image_file(path):
             f"{path} is not a JPEG, PNG, GIF or BMP image (it starts with {head!r}). "
             "Convert it to one of these formats or remove it."
         )
+    if head.startswith(b"BM"):
+        whole = len(head) >= 6 and size >= int.from_bytes(head[2:6], "little")
+    else:
+        end = next(marker for start, marker in _END_MARKERS.items() if head.startswith(start))
+        whole = end in tail
+    if not whole:
+        try:
+            decode_image(tf.io.read_file(path))
+        except tf.errors.OpError as err:
+            raise ValueError(
+                f"Cannot decode image file {path}: it is cut short or damaged ({op_message(err)}). "
+                "Replace it with a whole copy, or remove it."
+            ) from None
+
+
+def op_message(error):
+    """A TensorFlow op error's own words, without the graph node and op
+    names around them."""
+    message = re.sub(r"\{\{.*?\}\}\s*", "", error.message)
+    return re.sub(r"\s*\[(Op|\[).*$", "", message, flags=re.S).strip().splitlines()[0]
 
 
 def decode_image(contents):
@@ -143,6 +188,6 @@ def read_images(paths, image_size):
         try:
             image = decode_image(tf.io.read_file(path))
         except tf.errors.OpError as err:
-            raise ValueError(f"Cannot decode image file {path}: {err.message}") from err
+            raise ValueError(f"Cannot decode image file {path}: {op_message(err)}") from err
         images.append(normalize(resize(image, size)).numpy())
     return np.stack(images)

@@ -17,6 +17,7 @@ import tensorflow_datasets as tfds
 from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
 from keras_vit.data.preprocessing import check_image_file
 from keras_vit.data.preprocessing import decode_image
+from keras_vit.data.preprocessing import op_message
 from keras_vit.data.preprocessing import to_rgb
 
 # TFDS image-classification datasets of the paper and its transfer tasks; any
@@ -56,6 +57,8 @@ class Source:
         num_classes: int. Labels are in ``[0, num_classes)``.
         class_names: list of str, or None when the dataset names none.
         num_examples: int. Length of `dataset`.
+        files: list of str, or None. An image folder's files, in the order
+            of `dataset`; None for other sources.
     """
 
     dataset: tf.data.Dataset
@@ -64,6 +67,7 @@ class Source:
     num_classes: int
     class_names: list | None
     num_examples: int
+    files: list | None = None
 
 
 def load_source(name, split, data_dir=None):
@@ -223,12 +227,43 @@ def _folder_source(root, split):
     for key, start, stop in _slices(root, split, {key: len(p) for key, (p, _) in files.items()}):
         paths += files[key][0][start:stop]
         labels += files[key][1][start:stop]
-    for path in paths:
-        check_image_file(path)
+    _check_files(paths)
     dataset = tf.data.Dataset.from_tensor_slices(
         {"path": tf.constant(paths, tf.string), "label": tf.constant(labels, tf.int64)}
     ).map(_decode_file, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return Source(dataset, root, split, len(class_names), class_names, len(paths))
+    return Source(dataset, root, split, len(class_names), class_names, len(paths), paths)
+
+
+def _check_files(paths, shown=5):
+    """Refuses a folder with any file `check_image_file` refuses, naming
+    the first on the first line and listing `shown` in all, before any
+    training starts."""
+    problems = []
+    for path in paths:
+        try:
+            check_image_file(path)
+        except (OSError, ValueError) as error:
+            problems.append(str(error))
+    if len(problems) > 1:
+        listed = problems[1:shown]
+        more = f"\n  ... and {len(problems) - shown} more" if len(problems) > shown else ""
+        raise ValueError(f"{problems[0]}\n{len(problems) - 1} more of the {len(paths)} image files "
+                         "cannot be used either:\n  " + "\n  ".join(listed) + more)
+    if problems:
+        raise ValueError(problems[0])
+
+
+def unreadable_files(source):
+    """``{path: why}`` for the files of an image-folder `source` that
+    TensorFlow cannot decode (each fully decoded: slow, for after a decoding
+    error); empty for other sources."""
+    bad = {}
+    for path in source.files or ():
+        try:
+            decode_image(tf.io.read_file(path))
+        except tf.errors.OpError as error:
+            bad[path] = op_message(error)
+    return bad
 
 
 # -- TFDS --------------------------------------------------------------------

@@ -1,11 +1,11 @@
 """`write_report`: every picture of `keras_vit.explain` for one model and
 some images, as PNG files and one JSON of the numbers."""
 
-import json
 import pathlib
 
 import numpy as np
 
+from keras_vit import files
 from keras_vit.explain import analysis
 from keras_vit.explain import plots
 
@@ -56,6 +56,6 @@ def write_report(model, images, out, titles=None, batch_size=32, verbose="auto")
             continue
         save(name, draw(values))
     path = out / "explain.json"
-    path.write_text(json.dumps(numbers, indent=1) + "\n")
+    files.write_json(path, numbers, indent=1)
     written["numbers"] = path
     return written

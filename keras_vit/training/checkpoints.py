@@ -17,6 +17,11 @@ record last: a checkpoint exists once its record does. Reading checks the
 record, the size, the hash and every variable's shape; a damaged or partial
 checkpoint is reported and skipped for the one before it. The newest `keep`
 are kept.
+
+Nothing non-finite is written: a state with a NaN or an infinity in any
+float variable raises `NonFiniteState` instead of becoming a checkpoint, and
+`Checkpointing` stops the run at the first non-finite loss, before the
+interval's checkpoint; the newest checkpoint stays the last finite one.
 """
 
 import hashlib
@@ -31,6 +36,7 @@ import keras
 import numpy as np
 
 from keras_vit.distribution import to_numpy
+from keras_vit.weights import CheckpointError
 
 _NAME = re.compile(r"ckpt-(\d{9})\.json$")
 # Testing hook: "batch:N" kills this process (SIGKILL) after the N-th batch it trains,
@@ -39,8 +45,28 @@ _NAME = re.compile(r"ckpt-(\d{9})\.json$")
 KILL_AT = "KERAS_VIT_KILL_AT"
 
 
-class CheckpointError(RuntimeError):
-    """A checkpoint that cannot be used."""
+class NonFiniteState(CheckpointError):
+    """A model or optimizer state with NaN or infinite values, which is
+    never written as a checkpoint.
+
+    Attributes:
+        step: the update whose state it is.
+        variable: the path of the first such variable.
+    """
+
+    def __init__(self, step, variable):
+        super().__init__(f"the state after update {step} is not finite ({variable} holds NaN or "
+                         "infinite values); it was not written")
+        self.step = step
+        self.variable = variable
+
+
+def _first_non_finite(variables, values):
+    """The path of the first float variable with a NaN or an infinity, or None."""
+    for variable, value in zip(variables, values):
+        if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
+            return variable.path
+    return None
 
 
 def _state(model):
@@ -72,11 +98,15 @@ def _set_backend_rng(states):
 
 def _fsync_write(path, write):
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as file:
-        write(file)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _sha256(path):
@@ -130,21 +160,35 @@ class CheckpointManager:
         """Writes the checkpoint of `step` (after `epoch` Keras epochs)."""
         variables = _state(model)
         values = [to_numpy(v) for v in variables]  # every process: sharded values are gathered
+        bad = _first_non_finite(variables, values)  # every process decides alike
+        if bad is not None:
+            raise NonFiniteState(step, bad)
         if not self.write:
             return
-        self.directory.mkdir(parents=True, exist_ok=True)
         data, record = self._paths(step)
         rng = _backend_rng()
         arrays = {**{f"v{i:05d}": v for i, v in enumerate(values)}, **{f"rng_{k}": v for k, v in rng.items()}}
-        _fsync_write(data, lambda f: np.savez(f, **arrays))
-        if _kill_requested("checkpoint", step):
-            os.kill(os.getpid(), signal.SIGKILL)
-        meta = {
-            "step": step, "epoch": epoch, "size": data.stat().st_size, "sha256": _sha256(data),
-            "variables": [[v.path, list(value.shape)] for v, value in zip(variables, values)],
-            "backend_rng": sorted(rng),
-        }
-        _fsync_write(record, lambda f: f.write((json.dumps(meta, indent=1) + "\n").encode()))
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            _fsync_write(data, lambda f: np.savez(f, **arrays))
+            if _kill_requested("checkpoint", step):
+                os.kill(os.getpid(), signal.SIGKILL)
+            meta = {
+                "step": step, "epoch": epoch, "size": data.stat().st_size, "sha256": _sha256(data),
+                "variables": [[v.path, list(value.shape)] for v, value in zip(variables, values)],
+                "backend_rng": sorted(rng),
+            }
+            _fsync_write(record, lambda f: f.write((json.dumps(meta, indent=1) + "\n").encode()))
+        except OSError as error:  # a full disk, a folder taken away: the older checkpoints stand
+            data.unlink(missing_ok=True)
+            kept = self.steps()
+            raise CheckpointError(
+                f"Could not write the checkpoint of update {step} in {self.directory} "
+                f"({error.strerror or error}). "
+                + (f"The checkpoint of update {kept[-1]} is kept; free space there and run the same "
+                   "command again to resume from it." if kept else
+                   "No checkpoint was written yet; free space there and run the same command again.")
+            ) from None
         self._prune()
 
     def _prune(self):
@@ -166,6 +210,9 @@ class CheckpointManager:
         with np.load(data) as arrays:
             values = [arrays[f"v{i:05d}"] for i in range(len(variables))]
             rng = {k: arrays[f"rng_{k}"] for k in meta.get("backend_rng", [])}
+        bad = _first_non_finite(variables, values)
+        if bad is not None:
+            raise CheckpointError(f"{data.name} holds NaN or infinite values ({bad})")
         return meta, values, rng
 
     def restore(self, model):
@@ -190,13 +237,27 @@ class CheckpointManager:
 
 class Checkpointing(keras.callbacks.Callback):
     """Saves a checkpoint at the end of every Keras epoch (one checkpoint
-    interval of `updates_per_epoch` optimizer updates)."""
+    interval of `updates_per_epoch` optimizer updates of `accum_steps`
+    micro-batches), and stops the run when it diverges.
 
-    def __init__(self, manager, updates_per_epoch):
+    Divergence is a non-finite loss after a batch, or a non-finite state at
+    a checkpoint (`NonFiniteState`). The run then stops at once and no
+    checkpoint is written for the interval: `diverged_at` holds the update
+    and `diverged_because` what was not finite.
+    """
+
+    def __init__(self, manager, updates_per_epoch, accum_steps=1):
         super().__init__()
         self.manager = manager
         self.updates_per_epoch = updates_per_epoch
+        self.accum_steps = accum_steps
+        self.diverged_at = None
+        self.diverged_because = None
         self._batches = 0
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
 
     def on_train_batch_begin(self, batch, logs=None):
         # Just before the first batch: fit's start-up (the torch data
@@ -207,8 +268,22 @@ class Checkpointing(keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self._batches += 1
+        loss = (logs or {}).get("loss")
+        if self.diverged_at is None and loss is not None and not np.isfinite(float(loss)):
+            self.mark_diverged(self._epoch * self.updates_per_epoch + batch // self.accum_steps + 1,
+                               f"the loss is {float(loss)}")
         if _kill_requested("batch", self._batches):
             os.kill(os.getpid(), signal.SIGKILL)
 
     def on_epoch_end(self, epoch, logs=None):
-        self.manager.save(self.model, step=(epoch + 1) * self.updates_per_epoch, epoch=epoch + 1)
+        if self.diverged_at is not None:
+            return
+        try:
+            self.manager.save(self.model, step=(epoch + 1) * self.updates_per_epoch, epoch=epoch + 1)
+        except NonFiniteState as error:
+            self.mark_diverged(error.step, f"{error.variable} holds NaN or infinite values")
+
+    def mark_diverged(self, update, because):
+        """Records that the run diverged at `update` (`because` says how) and stops it."""
+        self.diverged_at, self.diverged_because = update, because
+        self.model.stop_training = True

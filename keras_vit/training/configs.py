@@ -8,7 +8,9 @@ is the global batch, which ``accum_steps`` micro-batches make up.
 """
 
 import math
+import numbers
 
+from keras_vit.config import FIELDS
 from keras_vit.distribution import check_strategy
 from keras_vit.presets import preset_config
 
@@ -170,6 +172,15 @@ PLACEMENT_KEYS = ("strategy", "steps_per_execution", "keep_checkpoints")
 
 KINDS = ("pretrain", "finetune", "masked_patch")
 
+# ViT arguments a recipe sets from its own keys (flags); `model_args` may not.
+RECIPE_MODEL_KEYS = {
+    "image_size": "--image-size", "num_classes": "the dataset's classes",
+    "class_names": "the dataset's class names", "dropout_rate": "--dropout-rate",
+    "drop_path_rate": "--drop-path-rate", "representation_size": "the config's representation_size",
+    "head_bias_init": "--head-bias-init",
+}
+DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+
 
 def get_config(name):
     """A copy of the named config; an unknown name lists the known ones."""
@@ -208,8 +219,19 @@ def resolve_config(name, overrides, kind=None):
     return config
 
 
+def _number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive_ints(value):
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+
+
 def check_config(config):
-    """Clear errors for settings that cannot run, before anything starts."""
+    """Clear errors for settings that cannot run, before anything starts:
+    every count a positive integer, every rate a finite number in its range,
+    `model_args` only the ViT's own arguments."""
     for key in ("steps", "batch_size", "accum_steps"):
         value = config[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -225,12 +247,34 @@ def check_config(config):
             f"--warmup-steps {config['warmup_steps']} must be at least 0 and below --steps "
             f"{config['steps']}."
         )
-    if config["base_lr"] <= 0:
-        raise ValueError(f"--base-lr must be positive, got {config['base_lr']}.")
+    if not _number(config["base_lr"]) or config["base_lr"] <= 0:
+        raise ValueError(f"--base-lr must be a positive number, got {config['base_lr']}.")
+    for key, low, low_open, high in (("weight_decay", 0, False, None), ("head_bias_init", None, False, None),
+                                     ("label_smoothing", 0, False, 1), ("mixup", 0, False, None),
+                                     ("cutmix", 0, False, 1)):
+        value = config[key]
+        if not _number(value) or (low is not None and value < low) or (high is not None and value > high):
+            bounds = ("" if low is None else f" at least {low}") + ("" if high is None else f" and at most {high}")
+            raise ValueError(f"--{key.replace('_', '-')} must be a finite number{bounds}, got {value!r}.")
+    clip = config["grad_norm_clip"]
+    if clip is not None and (not _number(clip) or clip <= 0):
+        raise ValueError(f"--grad-norm-clip must be a positive number (or None for no clipping), got {clip!r}.")
+    polyak = config["polyak"]
+    if polyak is not None and (not _number(polyak) or not 0 < polyak < 1):
+        raise ValueError(f"--polyak is the averaging momentum, a number in (0, 1) such as 0.9999, "
+                         f"got {polyak!r}.")
+    if not isinstance(config["seed"], int) or isinstance(config["seed"], bool):
+        raise ValueError(f"--seed must be an integer, got {config['seed']!r}.")
+    if not _positive_ints(config["few_shot"]):
+        raise ValueError(f"--few-shot must be positive integers (shots per class) such as 1,5,10, "
+                         f"got {config['few_shot']!r}.")
+    if config["dtype"] not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {config['dtype']!r}.")
     if config["loss"] not in ("softmax", "sigmoid"):
         raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {config['loss']!r}.")
     if config["decay_type"] not in ("cosine", "linear"):
         raise ValueError(f"--decay-type must be 'cosine' or 'linear', got {config['decay_type']!r}.")
+    _check_model_args(config["model_args"])
     if config["init"] and config["kind"] != "finetune":
         raise ValueError(
             f"--init is for fine-tuning; config {config['name']!r} is a {config['kind']} run, "
@@ -252,3 +296,21 @@ def check_config(config):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
     check_strategy(config["strategy"])
     return config
+
+
+def _check_model_args(model_args):
+    """`model_args` holds ViT arguments (`keras_vit.ViTConfig` fields) that
+    the recipe does not set itself."""
+    if not isinstance(model_args, dict):
+        raise ValueError(f"--model-args must be KEY=VALUE pairs (a dict), got {model_args!r}.")
+    unknown = sorted(set(model_args) - set(FIELDS))
+    if unknown:
+        valid = [key for key in FIELDS if key not in RECIPE_MODEL_KEYS]
+        raise ValueError(f"--model-args: unknown ViT argument(s) {', '.join(map(repr, unknown))}. "
+                         f"Valid ones: {', '.join(valid)}.")
+    clashes = sorted(set(model_args) & set(RECIPE_MODEL_KEYS))
+    if clashes:
+        key = clashes[0]
+        raise ValueError(f"--model-args: {key} is set by {RECIPE_MODEL_KEYS[key]}, not --model-args; "
+                         "remove it there" + (f" and pass {RECIPE_MODEL_KEYS[key]}."
+                                              if RECIPE_MODEL_KEYS[key].startswith("--") else "."))

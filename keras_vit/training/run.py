@@ -16,17 +16,31 @@ The work directory holds everything of the run:
 Starting the same command again in the same directory continues from the
 newest usable checkpoint, with the data stream at the same position, and ends
 with the weights of a run never interrupted; a different config there is
-refused and nothing is overwritten. Under a distribution strategy only the
-chief process writes the directory.
+refused and nothing is overwritten (a directory with a config but no
+checkpoint and no model is not a run yet, and the next command takes it).
+Under a distribution strategy only the chief process writes the directory.
+
+A run that fails leaves nothing broken:
+
+- every check (the config, the model's arguments, the augmentation, the
+  data, the work directory) runs before the first write;
+- nothing non-finite is written: at the first NaN or infinite loss the run
+  stops with a `DivergenceError`, its newest checkpoint is the last finite
+  one, and the same command resumes from it;
+- a file the data pipeline cannot decode stops the run with a `RunError`
+  naming it, the checkpoints kept;
+- the reports are strict JSON (`keras_vit.files.write_json`).
 """
 
-import json
 import pathlib
 import time
 
 import keras
+import numpy as np
+import tensorflow as tf
 
 from keras_vit import data as vit_data
+from keras_vit import files
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
 from keras_vit.model import ViT
@@ -43,7 +57,23 @@ from keras_vit.training.optimizers import pretrain_optimizer
 from keras_vit.weights import CheckpointError
 
 class RunError(ValueError):
-    """A run that cannot start; raised before any training."""
+    """A run that cannot start (raised before anything is written), or one
+    that cannot go on (its checkpoints kept)."""
+
+
+class DivergenceError(RunError):
+    """A run whose loss or weights became NaN or infinite. Nothing
+    non-finite was written: the newest checkpoint is the last finite one.
+
+    Attributes:
+        update: int. The optimizer update at which it was seen.
+        checkpoint: int or None. The update of the newest checkpoint kept.
+    """
+
+    def __init__(self, message, update, checkpoint):
+        super().__init__(message)
+        self.update = update
+        self.checkpoint = checkpoint
 
 
 # -- models -------------------------------------------------------------------
@@ -171,14 +201,19 @@ def eval_dataset(config, source):
 # -- the work directory -------------------------------------------------------
 
 def prepare_workdir(workdir, config, write=True):
-    """Creates the work directory and writes config.json, or checks that the
-    one already there describes the same run (a resume; the placement keys
-    may differ). Only checks when `write` is False (not the chief)."""
-    workdir = pathlib.Path(workdir)
+    """Checks that `workdir` can hold the run of `config`, then (with
+    `write`, on the chief) creates it and writes config.json.
+
+    A config.json already there must describe the same run (a resume; the
+    placement keys may differ), unless the directory holds no checkpoint and
+    no model: a run that never trained (refused, or stopped before its first
+    checkpoint) is replaced. Returns the directory as a `pathlib.Path`.
+    """
+    workdir = files.output_folder(workdir, "--workdir")
     path = workdir / "config.json"
     record = {**config, "backend": keras.backend.backend()}
-    if path.exists():
-        previous = json.loads(path.read_text())
+    if path.exists() and _has_trained(workdir):
+        previous = files.read_json(path, "the config of the run in this --workdir")
         changed = {
             k: (previous.get(k), record.get(k))
             for k in sorted(set(previous) | set(record))
@@ -190,13 +225,15 @@ def prepare_workdir(workdir, config, write=True):
                 f"{workdir} holds a run with a different config:\n{lines}\n"
                 "Nothing there was changed. Use another --workdir, or the same flags to resume."
             )
-    if not write:
-        return workdir
-    workdir.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
+    if write:
+        workdir.mkdir(parents=True, exist_ok=True)
+        files.write_json(path, record, indent=2, sort_keys=True)
     return workdir
+
+
+def _has_trained(workdir):
+    """Whether `workdir` holds a checkpoint or a trained model."""
+    return (workdir / "model.keras").exists() or bool(CheckpointManager(workdir / "checkpoints").steps())
 
 
 def updates_per_epoch(config):
@@ -283,11 +320,14 @@ def train(config, workdir, verbose="auto", topology=None):
             f"{micro_per_epoch} batches between checkpoints (--checkpoint-every {per_epoch} updates "
             f"of {config['accum_steps']} micro-batches)."
         )
+    # Nothing is written before every check has passed: the work directory
+    # (a different run there is refused before building), the data, the
+    # model, the augmentation (when the pipelines are made), then config.json.
+    workdir = prepare_workdir(workdir, config, write=False)
     keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
     source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
     eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
-    prepare_workdir(workdir, config, write=False)  # a different run there: refused before building
-    manager = CheckpointManager(pathlib.Path(workdir) / "checkpoints", keep=config["keep_checkpoints"],
+    manager = CheckpointManager(workdir / "checkpoints", keep=config["keep_checkpoints"],
                                 write=topology.is_chief)
 
     topology.shard_model({**preset_config(config["model"]), **config["model_args"]})
@@ -304,7 +344,6 @@ def train(config, workdir, verbose="auto", topology=None):
         )
         model.optimizer.build(model.trainable_variables)
         topology.prepare(model)
-        workdir = prepare_workdir(workdir, config, write=topology.is_chief)
         resumed = manager.restore(model)
         initial_epoch = resumed["epoch"] if resumed else 0
         dataset = topology.distribute_dataset(
@@ -312,20 +351,33 @@ def train(config, workdir, verbose="auto", topology=None):
                                                shard=(index, count)),
             micro_batch,
         )
-        callbacks = [Checkpointing(manager, per_epoch), LearningRateLogger(), keras.callbacks.TerminateOnNaN()]
+        eval_dataset(config, eval_source)  # its arguments checked now, before the first write
+        workdir = prepare_workdir(workdir, config, write=topology.is_chief)
+        checkpointing = Checkpointing(manager, per_epoch, config["accum_steps"])
+        callbacks = [checkpointing, LearningRateLogger()]
         if topology.is_chief:
             callbacks += [
-                keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=True),
+                # A run that starts over (no checkpoint) starts its log over.
+                keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=initial_epoch > 0),
                 keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="epoch"),
             ]
         start = time.perf_counter()
-        history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
-                            initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose,
-                            shuffle=False)
+        try:
+            history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
+                                initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose,
+                                shuffle=False)
+        except tf.errors.InvalidArgumentError as error:
+            _raise_for_unreadable_files(error, source, manager)
+            raise
         seconds = time.perf_counter() - start
+        if checkpointing.diverged_at is not None:
+            raise _divergence(config, checkpointing, manager)
         # fit ends with the Polyak averages (use_ema) in place; every process
         # takes part in gathering sharded weights.
         weights = [to_numpy(w) for w in model.weights]
+    if not all(np.isfinite(w).all() for w in weights if np.issubdtype(w.dtype, np.floating)):
+        checkpointing.mark_diverged(config["steps"], "the final (averaged) weights hold NaN or infinite values")
+        raise _divergence(config, checkpointing, manager)
     model = single_device_copy(model, weights)
     if not topology.is_chief:
         return model, {}
@@ -343,9 +395,44 @@ def train(config, workdir, verbose="auto", topology=None):
     model.save(workdir / "model.keras")
     path = workdir / "results.json"
     if path.exists():  # a finished run started again keeps what it recorded
-        results = {**results, **json.loads(path.read_text())}
-    path.write_text(json.dumps(results, indent=2) + "\n")
+        results = {**results, **files.read_json(path, "the results of the run")}
+    files.write_json(path, results, indent=2)
     return model, results
+
+
+def _divergence(config, checkpointing, manager):
+    """The `DivergenceError` of a run that `checkpointing` stopped."""
+    kept = manager.steps()
+    checkpoint = kept[-1] if kept else None
+    where = (f"the newest checkpoint is that of update {checkpoint}, and the same command resumes "
+             "from it" if checkpoint else "no checkpoint was written yet, and the same command "
+             "starts over")
+    return DivergenceError(
+        f"Training diverged at update {checkpointing.diverged_at} of {config['steps']}: "
+        f"{checkpointing.diverged_because}. Nothing non-finite was written: {where}. If it diverges "
+        f"again, start a new --workdir with a lower --base-lr (now {config['base_lr']:g}), gradient "
+        f"clipping (--grad-norm-clip, now {config['grad_norm_clip']}), more --warmup-steps (now "
+        f"{config['warmup_steps']}) or --dtype float32 (now {config['dtype']}), and check the data "
+        "for NaN or infinite values.",
+        checkpointing.diverged_at, checkpoint,
+    )
+
+
+def _raise_for_unreadable_files(error, source, manager):
+    """A `RunError` naming the files of `source` that cannot be decoded, when
+    those caused `error` (one `fit` raised); returns otherwise."""
+    bad = vit_data.unreadable_files(source)
+    if not bad:
+        return
+    (first, why), *rest = bad.items()
+    kept = manager.steps()
+    raise RunError(
+        f"Cannot decode image file {first} ({why}), found during training"
+        + (f"; {len(rest)} more cannot either" if rest else "")
+        + f". Replace or remove {'them' if rest else 'it'}, then run the same command again: "
+        + (f"it resumes from the checkpoint of update {kept[-1]}." if kept else "it starts over.")
+        + "".join(f"\n  {path} ({reason})" for path, reason in rest)
+    ) from error
 
 
 def _jit_compile(strategy):

@@ -1,0 +1,116 @@
+"""The files keras_vit writes and reads, checked before anything is written.
+
+Every output path is checked before work starts (`output_file`,
+`output_folder`), JSON reports never hold ``NaN`` or ``Infinity``
+(`write_json`: non-finite numbers become ``null``, which JSON has), a JSON
+file that cannot be parsed is reported with its path (`read_json`), and
+each file is written to a temporary name and renamed, so a kill or a full
+disk leaves the previous file whole (`write_atomic`).
+
+The errors are `ValueError` (a value to change) and `FileNotFoundError`
+(a path to create), each naming the path and what to do.
+"""
+
+import json
+import math
+import os
+import pathlib
+
+
+def output_folder(path, flag):
+    """`path` as a folder keras_vit may create or write into; raises a
+    `ValueError` naming `flag` (e.g. ``"--workdir"``) when it is a file,
+    lies under a file, or cannot be written. Creates nothing.
+
+    Returns:
+        pathlib.Path.
+    """
+    path = pathlib.Path(path).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{flag} {path} is a file, not a folder. Name a folder (it is created if "
+                         "missing), or move the file away.")
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {path}: {existing} is a file, so no folder can be made under it. "
+                         "Choose another path.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: {existing} is not writable by this user. Choose a "
+                         "folder you can write to.")
+    return path
+
+
+def output_file(path, flag, suffixes=None):
+    """`path` as a file keras_vit may write: its folder exists and is
+    writable, it is not a folder, and it ends in one of `suffixes` (e.g.
+    ``(".keras",)``) when given. Creates nothing.
+
+    Returns:
+        pathlib.Path.
+    """
+    path = pathlib.Path(path).expanduser()
+    if suffixes and not str(path).endswith(tuple(suffixes)):
+        raise ValueError(f"{flag} {path} must end in {' or '.join(suffixes)}, the format written "
+                         f"there, e.g. {path.with_suffix(suffixes[0]).name}.")
+    if path.is_dir():
+        raise ValueError(f"{flag} {path} is a folder; name a file in it, e.g. "
+                         f"{path / ('model' + (suffixes[0] if suffixes else ''))}.")
+    folder = path.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{flag} {path}: the folder {folder} does not exist. Create it "
+                                "first (mkdir -p), or write somewhere that exists.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{flag} {path}: the folder {folder} is not writable by this user.")
+    return path
+
+
+def finite_or_null(value):
+    """`value` (a JSON-able tree of dicts, lists and numbers) with every NaN
+    and infinity replaced by None."""
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_atomic(path, text):
+    """Writes `text` to `path` through a temporary file in the same folder,
+    flushed and renamed: a reader sees the old file or the new one, never
+    part of one, and a failed write (a full disk) leaves the old file and
+    no temporary one."""
+    path = pathlib.Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json(path, data, **dumps_kwargs):
+    """Writes `data` as strict JSON (`finite_or_null`: no NaN or Infinity)
+    with `write_atomic`."""
+    text = json.dumps(finite_or_null(data), allow_nan=False, **dumps_kwargs)
+    write_atomic(path, text + "\n")
+
+
+def read_json(path, what):
+    """The JSON object in `path`; a file that is not a JSON object raises a
+    `ValueError` naming it and `what` it should be (e.g. "the run's
+    config")."""
+    path = pathlib.Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); it should hold {what}. Repair or "
+                         "remove the file.") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object; it should hold "
+                         f"{what}. Repair or remove the file.")
+    return data
