@@ -161,7 +161,7 @@ def add_recipe_flags(parser, default_config):
                        help="JAX, several hosts: the address of process 0")
     scale.add_argument("--num-processes", type=_positive_int, help="JAX, several hosts: processes in all")
     scale.add_argument("--process-id", type=_non_negative_int, help="JAX, several hosts: this process, 0..N-1")
-    scale.add_argument("--model-axis", type=_positive_int, default=2,
+    scale.add_argument("--model-axis", type=_positive_int,
                        help="model_parallel: devices that split each layer's heads and MLP (default 2)")
     scale.add_argument("--host-devices", type=_positive_int,
                        help="split the host CPU into N logical devices (to try a strategy on a CPU)")
@@ -201,12 +201,10 @@ def _run_recipe(args):
 def _load_model(path, image_size=None, num_classes=None):
     import pathlib
 
-    import keras
-
     if str(path).endswith(".keras"):
         if not pathlib.Path(path).exists():
-            raise ValueError(f"No model at {path}.")
-        model = keras.saving.load_model(path, safe_mode=True, compile=False)
+            raise FileNotFoundError(f"No model at {path}.")
+        model = files.load_keras_model(path, "")
         if not isinstance(model, ViT):
             if image_size or num_classes is not None:
                 raise ValueError(f"{path} holds a {type(model).__name__}, not a ViT: it "

@@ -146,7 +146,7 @@ def check_strategy(strategy, backend=None):
 
 
 def setup(strategy="none", *, tpu=None, coordinator=None, num_processes=None, process_id=None,
-          model_axis=2, host_devices=None):
+          model_axis=None, host_devices=None):
     """Sets up `strategy` on this process and returns its `Topology`.
 
     Args:
@@ -160,13 +160,23 @@ def setup(strategy="none", *, tpu=None, coordinator=None, num_processes=None, pr
         process_id: JAX, several hosts: this process, in
             ``[0, num_processes)``.
         model_axis: ``model_parallel``: devices on the ``model`` axis of the
-            mesh, over which attention heads and MLP units are split.
+            mesh, over which attention heads and MLP units are split
+            (default 2).
         host_devices: int or None. Split the host CPU into this many logical
             devices (to try a strategy on a machine without accelerators).
             Must come before the backend's first computation.
     """
     backend = keras.backend.backend()
     check_strategy(strategy, backend)
+    # A setting the strategy does not use is refused, not ignored.
+    for flag, value, wanted in (("--tpu", tpu, ("tpu",)), ("--model-axis", model_axis, ("model_parallel",)),
+                                ("--host-devices", host_devices,
+                                 tuple(s for s in ALL_STRATEGIES if s not in ("none", "tpu")))):
+        if value is not None and strategy not in wanted:
+            raise DistributionError(
+                f"{flag} {value} is for --strategy {' or '.join(wanted)}; with --strategy {strategy} it "
+                f"would do nothing. Drop it, or choose such a strategy."
+            )
     multi_host = coordinator is not None or num_processes is not None or process_id is not None
     if multi_host and backend != "jax":
         raise DistributionError(
@@ -182,7 +192,7 @@ def setup(strategy="none", *, tpu=None, coordinator=None, num_processes=None, pr
             _join_jax_processes(coordinator, num_processes, process_id)
         elif strategy != "none" and _cluster_environment():
             keras.distribution.initialize()
-        return _jax(strategy, model_axis)
+        return _jax(strategy, 2 if model_axis is None else model_axis)
     return Topology()
 
 

@@ -15,6 +15,9 @@ import json
 import math
 import os
 import pathlib
+import zipfile
+
+import keras
 
 
 def output_folder(path, flag):
@@ -114,3 +117,24 @@ def read_json(path, what):
         raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object; it should hold "
                          f"{what}. Repair or remove the file.")
     return data
+
+
+def load_keras_model(path, flag):
+    """The model in a `.keras` file, loaded with ``safe_mode`` and no
+    compile; a missing, damaged or foreign file raises an error naming
+    `flag` (e.g. ``"--init"``; empty for a positional argument) and the
+    path."""
+    path = pathlib.Path(path).expanduser()
+    named = f"{flag} {path}" if flag else str(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{named}: no such file.")
+    if not path.is_file():
+        raise ValueError(f"{named} is a folder, not a .keras file.")
+    if not zipfile.is_zipfile(path):
+        raise ValueError(f"{named} is not a readable .keras file: it is not a zip archive "
+                         "(damaged, cut short, or another format). Save the model again.")
+    try:
+        return keras.saving.load_model(path, safe_mode=True, compile=False)
+    except Exception as error:  # Keras raises many kinds; the message names each
+        raise ValueError(f"{named}: not a readable .keras model ({type(error).__name__}: "
+                         f"{error}).") from error

@@ -215,6 +215,10 @@ def test_paths_that_cannot_be_used(tmp_path, capsys):
     a_file.write_text("x")
     photo = tmp_path / "photo.jpg"
     photo.write_bytes(jpeg_bytes())
+    cut = tmp_path / "cut.keras"
+    cut.write_bytes(path.read_bytes()[:1000])
+    workdir = tmp_path / "run"
+    (workdir / "checkpoints").mkdir(parents=True)
     for argv, start in (
         (["predict", str(path), str(tmp_path / "missing.png")],
          f"keras-vit predict: error: Image file {tmp_path / 'missing.png'} does not exist."),
@@ -229,6 +233,11 @@ def test_paths_that_cannot_be_used(tmp_path, capsys):
          f"keras-vit explain: error: --out {a_file} is a file, not a folder."),
         (["predict", str(tmp_path / "missing.keras"), str(photo)],
          f"keras-vit predict: error: No model at {tmp_path / 'missing.keras'}"),
+        (["predict", str(cut), str(photo)],
+         f"keras-vit predict: error: {cut} is not a readable .keras file: it is not a zip archive"),
+        (["convert", str(workdir), str(tmp_path / "x.keras")],
+         f"keras-vit convert: error: {workdir} is a keras_vit work directory, not a checkpoint: its "
+         f"trained model is {workdir / 'model.keras'}, written when its run ends."),
     ):
         assert cli_error(argv, capsys).startswith(start), argv
     with pytest.raises(FileNotFoundError, match="missing.png does not exist"):
@@ -298,6 +307,12 @@ def test_wrong_values_are_refused(tmp_path, capsys):
          f"keras-vit export: error: output {tmp_path / 'out.txt'} must end in .onnx"),
         (["evaluate", str(path), "--image-size", "0"],
          "keras-vit evaluate: error: argument --image-size: expected a positive integer, got '0'"),
+        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--tpu", "local"],
+         "keras-vit pretrain: error: --tpu local is for --strategy tpu; with --strategy none it would "
+         "do nothing."),
+        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--host-devices", "2"],
+         "keras-vit pretrain: error: --host-devices 2 is for --strategy mirrored or multi_worker or "
+         "data_parallel or model_parallel; with --strategy none"),
     ):
         line = cli_error(argv, capsys)
         assert line.startswith(start), (argv, line)

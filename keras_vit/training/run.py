@@ -32,7 +32,6 @@ A run that fails leaves nothing broken:
 - the reports are strict JSON (`keras_vit.files.write_json`).
 """
 
-import pathlib
 import time
 
 import keras
@@ -104,13 +103,10 @@ def load_init(path, config, num_classes, class_names=None):
     overrides = dict(dropout_rate=config["dropout_rate"], drop_path_rate=config["drop_path_rate"],
                      dtype=config["dtype"], class_names=class_names)
     if str(path).endswith(".keras"):
-        path = pathlib.Path(path)
-        if not path.exists():
-            raise RunError(f"--init {path}: no such file.")
         try:
-            source = keras.saving.load_model(path, safe_mode=True, compile=False)
-        except Exception as error:
-            raise RunError(f"--init {path}: not a readable .keras model ({error}).") from error
+            source = files.load_keras_model(path, "--init")
+        except (OSError, ValueError) as error:
+            raise RunError(str(error)) from error
         if isinstance(source, masked_patch.MaskedPatchPredictor):
             return masked_patch.masked_patch_to_vit(
                 source, num_classes, image_size=config["image_size"], **overrides

@@ -63,6 +63,12 @@ def reader_for(path):
     if path.suffix in PICKLE_SUFFIXES:
         _refuse_pickle(path)
     if path.is_dir():
+        if (path / "model.keras").exists() or (path / "checkpoints").is_dir():
+            raise CheckpointError(
+                f"{path} is a keras_vit work directory, not a checkpoint: its trained model is "
+                f"{path / 'model.keras'}" + ("" if (path / "model.keras").exists() else
+                                            ", written when its run ends") + "."
+            )
         if not (path / "model.safetensors").exists():
             pickled = [p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
             if pickled:
