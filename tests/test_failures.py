@@ -22,7 +22,7 @@ from keras_vit.training import resolve_config
 from keras_vit.training import run as run_module
 from keras_vit.training import train
 from keras_vit.training.checkpoints import CheckpointManager
-from keras_vit.training.run import DivergenceError
+from keras_vit.training import DivergenceError
 from keras_vit.weights import CheckpointError
 
 TINY_ARGS = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=32, patch_size=4)

@@ -21,6 +21,7 @@ from keras_vit.training.optimizers import AdamWeightDecay
 from keras_vit.training.optimizers import MomentumSGD
 from keras_vit.training.optimizers import finetune_optimizer
 from keras_vit.training.optimizers import pretrain_optimizer
+from keras_vit.training.run import DivergenceError
 from keras_vit.training.run import RunError
 from keras_vit.training.run import train
 from keras_vit.training.schedules import learning_rate_schedule
@@ -28,6 +29,7 @@ from keras_vit.training.schedules import learning_rate_schedule
 __all__ = [
     "AdamWeightDecay",
     "CONFIGS",
+    "DivergenceError",
     "MaskedPatchPredictor",
     "MomentumSGD",
     "RunError",
