@@ -78,16 +78,22 @@ def finite_or_null(value):
     return value
 
 
-def write_atomic(path, text):
-    """Writes `text` to `path` through a temporary file in the same folder,
-    flushed and renamed: a reader sees the old file or the new one, never
-    part of one, and a failed write (a full disk) leaves the old file and
-    no temporary one."""
+def write_atomic(path, content):
+    """Writes `content` (str, bytes, or a function that writes to a binary
+    file) to `path` through a temporary file in the same folder, flushed to
+    disk and renamed: a reader sees the old file or the new one, never part
+    of one, and a failed write (a full disk) leaves the old file and no
+    temporary one."""
     path = pathlib.Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    if isinstance(content, str):
+        content = content.encode("utf-8")
     try:
-        with open(tmp, "w", encoding="utf-8") as file:
-            file.write(text)
+        with open(tmp, "wb") as file:
+            if callable(content):
+                content(file)
+            else:
+                file.write(content)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)

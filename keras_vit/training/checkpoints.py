@@ -36,6 +36,7 @@ import keras
 import numpy as np
 
 from keras_vit.distribution import to_numpy
+from keras_vit.files import write_atomic
 from keras_vit.weights import CheckpointError
 
 _NAME = re.compile(r"ckpt-(\d{9})\.json$")
@@ -94,19 +95,6 @@ def _set_backend_rng(states):
     torch.set_rng_state(torch.from_numpy(states.pop("torch_cpu")))
     if states:
         torch.cuda.set_rng_state_all([torch.from_numpy(states[f"torch_cuda{i}"]) for i in range(len(states))])
-
-
-def _fsync_write(path, write):
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        with open(tmp, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _sha256(path):
@@ -170,7 +158,7 @@ class CheckpointManager:
         arrays = {**{f"v{i:05d}": v for i, v in enumerate(values)}, **{f"rng_{k}": v for k, v in rng.items()}}
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
-            _fsync_write(data, lambda f: np.savez(f, **arrays))
+            write_atomic(data, lambda f: np.savez(f, **arrays))
             if _kill_requested("checkpoint", step):
                 os.kill(os.getpid(), signal.SIGKILL)
             meta = {
@@ -178,7 +166,7 @@ class CheckpointManager:
                 "variables": [[v.path, list(value.shape)] for v, value in zip(variables, values)],
                 "backend_rng": sorted(rng),
             }
-            _fsync_write(record, lambda f: f.write((json.dumps(meta, indent=1) + "\n").encode()))
+            write_atomic(record, json.dumps(meta, indent=1) + "\n")
         except OSError as error:  # a full disk, a folder taken away: the older checkpoints stand
             data.unlink(missing_ok=True)
             kept = self.steps()
