@@ -265,6 +265,9 @@ def test_presets_and_refusals():
         MaskedPatchPredictor.from_preset("r50_vit_b16")
     with pytest.raises(ValueError, match="pooling 'gap' has no \\[class\\] token"):
         masked_patch_to_vit(MaskedPatchPredictor(**TINY), 10, pooling="gap")
+    with pytest.raises(ValueError, match=r"Unknown MaskedPatchPredictor argument\(s\) 'num_layrs', "
+                       r"'pooling'. Valid ones: image_size, patch_size, num_layers"):
+        MaskedPatchPredictor(**TINY, num_layrs=2, pooling="gap")
 
 
 def test_mixed_bfloat16_trains_with_float32_logits():

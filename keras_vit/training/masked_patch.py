@@ -287,6 +287,13 @@ class MaskedPatchPredictor(keras.Model):
 
     def __init__(self, config=None, dtype=None, **kwargs):
         architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in ARCHITECTURE}
+        unknown = sorted(set(kwargs) - {"name", "trainable"})
+        if unknown:
+            raise ValueError(
+                f"Unknown MaskedPatchPredictor argument(s) {', '.join(map(repr, unknown))}. Valid "
+                f"ones: {', '.join(ARCHITECTURE)}, and config, dtype, name, trainable (the head, "
+                "pooling and channels are the model's own)."
+            )
         config = resolve_config(config, architecture)
         if config.resnet_block_units is not None:
             raise ValueError(
