@@ -4,6 +4,7 @@ before the first write; every failure of the command line is one line
 ``keras-vit CMD: error: ...`` with exit status 2; the Python API raises the
 same messages as `ValueError`, `FileNotFoundError` or `CheckpointError`."""
 
+import csv
 import hashlib
 import io
 import json
@@ -93,6 +94,11 @@ def test_a_diverging_run_writes_nothing_non_finite_and_resumes(tmp_path, monkeyp
         np.testing.assert_array_equal(to_numpy(a), to_numpy(b))
     assert CheckpointManager(workdir / "checkpoints").steps() == [2, 4]
     assert json.loads((workdir / "results.json").read_text())["steps"] == 4
+    # The log holds each interval once: the diverged attempt's row is gone.
+    with open(workdir / "log.csv") as file:
+        rows = list(csv.DictReader(file))
+    assert [row["epoch"] for row in rows] == ["0", "1"]
+    assert all(math.isfinite(float(row["loss"])) for row in rows)
 
 
 def test_divergence_before_the_first_checkpoint_through_the_cli(tmp_path, capsys, monkeypatch):

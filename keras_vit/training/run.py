@@ -239,6 +239,23 @@ def updates_per_epoch(config):
     return max(d for d in range(1, every + 1) if steps % d == 0)
 
 
+def trim_log(path, epochs):
+    """Keeps the header and the rows of the first `epochs` checkpoint
+    intervals of log.csv (none: the file goes): a resumed run logs the
+    intervals after its checkpoint again, and those of a killed or diverged
+    attempt go."""
+    if not path.exists():
+        return
+    header, *rows = path.read_text().splitlines(keepends=True) or [""]
+    if epochs == 0 or "epoch" not in header.split(","):
+        path.unlink()
+        return
+    column = header.split(",").index("epoch")
+    kept = [row for row in rows if int(row.split(",")[column]) < epochs]
+    if len(kept) < len(rows):
+        files.write_atomic(path, header + "".join(kept))
+
+
 class LearningRateLogger(keras.callbacks.Callback):
     """Adds the optimizer's current learning rate to the logs."""
 
@@ -352,9 +369,9 @@ def train(config, workdir, verbose="auto", topology=None):
         checkpointing = Checkpointing(manager, per_epoch, config["accum_steps"])
         callbacks = [checkpointing, LearningRateLogger()]
         if topology.is_chief:
+            trim_log(workdir / "log.csv", initial_epoch)
             callbacks += [
-                # A run that starts over (no checkpoint) starts its log over.
-                keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=initial_epoch > 0),
+                keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=True),
                 keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="epoch"),
             ]
         start = time.perf_counter()
