@@ -68,14 +68,22 @@ def check_image_file(path):
     else:
         end = next(marker for start, marker in _END_MARKERS.items() if head.startswith(start))
         whole = end in tail
-    if not whole:
-        try:
-            decode_image(tf.io.read_file(path))
-        except tf.errors.OpError as err:
-            raise ValueError(
-                f"Cannot decode image file {path}: it is cut short or damaged ({op_message(err)}). "
-                "Replace it with a whole copy, or remove it."
-            ) from None
+    why = None if whole else decode_failure(path)
+    if why is not None:
+        raise ValueError(
+            f"Cannot decode image file {path}: it is cut short or damaged ({why}). "
+            "Replace it with a whole copy, or remove it."
+        )
+
+
+def decode_failure(path):
+    """Why TensorFlow cannot decode the image file `path` (`op_message`),
+    or None when it can: the whole file is decoded."""
+    try:
+        decode_image(tf.io.read_file(path))
+    except tf.errors.OpError as err:
+        return op_message(err)
+    return None
 
 
 def op_message(error):

@@ -17,7 +17,7 @@ import tensorflow_datasets as tfds
 from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
 from keras_vit.data.preprocessing import check_image_file
 from keras_vit.data.preprocessing import decode_image
-from keras_vit.data.preprocessing import op_message
+from keras_vit.data.preprocessing import decode_failure
 from keras_vit.data.preprocessing import to_rgb
 
 # TFDS image-classification datasets of the paper and its transfer tasks; any
@@ -257,13 +257,8 @@ def unreadable_files(source):
     """``{path: why}`` for the files of an image-folder `source` that
     TensorFlow cannot decode (each fully decoded: slow, for after a decoding
     error); empty for other sources."""
-    bad = {}
-    for path in source.files or ():
-        try:
-            decode_image(tf.io.read_file(path))
-        except tf.errors.OpError as error:
-            bad[path] = op_message(error)
-    return bad
+    failures = {path: decode_failure(path) for path in source.files or ()}
+    return {path: why for path, why in failures.items() if why is not None}
 
 
 # -- TFDS --------------------------------------------------------------------

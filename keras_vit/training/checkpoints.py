@@ -62,7 +62,7 @@ class NonFiniteState(CheckpointError):
         self.variable = variable
 
 
-def _first_non_finite(variables, values):
+def first_non_finite(variables, values):
     """The path of the first float variable with a NaN or an infinity, or None."""
     for variable, value in zip(variables, values):
         if np.issubdtype(value.dtype, np.floating) and not np.isfinite(value).all():
@@ -148,7 +148,7 @@ class CheckpointManager:
         """Writes the checkpoint of `step` (after `epoch` Keras epochs)."""
         variables = _state(model)
         values = [to_numpy(v) for v in variables]  # every process: sharded values are gathered
-        bad = _first_non_finite(variables, values)  # every process decides alike
+        bad = first_non_finite(variables, values)  # every process decides alike
         if bad is not None:
             raise NonFiniteState(step, bad)
         if not self.write:
@@ -198,7 +198,7 @@ class CheckpointManager:
         with np.load(data) as arrays:
             values = [arrays[f"v{i:05d}"] for i in range(len(variables))]
             rng = {k: arrays[f"rng_{k}"] for k in meta.get("backend_rng", [])}
-        bad = _first_non_finite(variables, values)
+        bad = first_non_finite(variables, values)
         if bad is not None:
             raise CheckpointError(f"{data.name} holds NaN or infinite values ({bad})")
         return meta, values, rng
@@ -258,7 +258,7 @@ class Checkpointing(keras.callbacks.Callback):
         self._batches += 1
         loss = (logs or {}).get("loss")
         if self.diverged_at is None and loss is not None and not np.isfinite(float(loss)):
-            self.mark_diverged(self._epoch * self.updates_per_epoch + batch // self.accum_steps + 1,
+            self._diverge(self._epoch * self.updates_per_epoch + batch // self.accum_steps + 1,
                                f"the loss is {float(loss)}")
         if _kill_requested("batch", self._batches):
             os.kill(os.getpid(), signal.SIGKILL)
@@ -269,9 +269,9 @@ class Checkpointing(keras.callbacks.Callback):
         try:
             self.manager.save(self.model, step=(epoch + 1) * self.updates_per_epoch, epoch=epoch + 1)
         except NonFiniteState as error:
-            self.mark_diverged(error.step, f"{error.variable} holds NaN or infinite values")
+            self._diverge(error.step, f"{error.variable} holds NaN or infinite values")
 
-    def mark_diverged(self, update, because):
+    def _diverge(self, update, because):
         """Records that the run diverged at `update` (`because` says how) and stops it."""
         self.diverged_at, self.diverged_because = update, because
         self.model.stop_training = True

@@ -223,9 +223,8 @@ def _number(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive_ints(value):
-    return isinstance(value, (list, tuple)) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 def check_config(config):
@@ -234,7 +233,7 @@ def check_config(config):
     `model_args` only the ViT's own arguments."""
     for key in ("steps", "batch_size", "accum_steps"):
         value = config[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _positive_int(value):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
     if config["batch_size"] % config["accum_steps"]:
         raise ValueError(
@@ -249,9 +248,8 @@ def check_config(config):
         )
     if not _number(config["base_lr"]) or config["base_lr"] <= 0:
         raise ValueError(f"--base-lr must be a positive number, got {config['base_lr']}.")
-    for key, low, low_open, high in (("weight_decay", 0, False, None), ("head_bias_init", None, False, None),
-                                     ("label_smoothing", 0, False, 1), ("mixup", 0, False, None),
-                                     ("cutmix", 0, False, 1)):
+    for key, low, high in (("weight_decay", 0, None), ("head_bias_init", None, None),
+                           ("label_smoothing", 0, 1), ("mixup", 0, None), ("cutmix", 0, 1)):
         value = config[key]
         if not _number(value) or (low is not None and value < low) or (high is not None and value > high):
             bounds = ("" if low is None else f" at least {low}") + ("" if high is None else f" and at most {high}")
@@ -265,7 +263,8 @@ def check_config(config):
                          f"got {polyak!r}.")
     if not isinstance(config["seed"], int) or isinstance(config["seed"], bool):
         raise ValueError(f"--seed must be an integer, got {config['seed']!r}.")
-    if not _positive_ints(config["few_shot"]):
+    few_shot = config["few_shot"]
+    if not isinstance(few_shot, (list, tuple)) or not all(map(_positive_int, few_shot)):
         raise ValueError(f"--few-shot must be positive integers (shots per class) such as 1,5,10, "
                          f"got {config['few_shot']!r}.")
     if config["dtype"] not in DTYPES:
@@ -282,7 +281,7 @@ def check_config(config):
         )
     lora_rank = config.get("lora_rank")
     if lora_rank is not None:
-        if not isinstance(lora_rank, int) or isinstance(lora_rank, bool) or lora_rank < 1:
+        if not _positive_int(lora_rank):
             raise ValueError(f"--lora-rank must be a positive integer, got {lora_rank!r}.")
         if config["kind"] != "finetune":
             raise ValueError(
@@ -292,7 +291,7 @@ def check_config(config):
             )
     for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
         value = config[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        if not _positive_int(value):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
     check_strategy(config["strategy"])
     return config

@@ -35,7 +35,6 @@ A run that fails leaves nothing broken:
 import time
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from keras_vit import data as vit_data
@@ -49,6 +48,7 @@ from keras_vit.training import losses
 from keras_vit.training import masked_patch
 from keras_vit.training.checkpoints import CheckpointManager
 from keras_vit.training.checkpoints import Checkpointing
+from keras_vit.training.checkpoints import first_non_finite
 from keras_vit.training.configs import PLACEMENT_KEYS
 from keras_vit.training.configs import check_config
 from keras_vit.training.optimizers import finetune_optimizer
@@ -364,7 +364,7 @@ def train(config, workdir, verbose="auto", topology=None):
                                                shard=(index, count)),
             micro_batch,
         )
-        eval_dataset(config, eval_source)  # its arguments checked now, before the first write
+        test = eval_dataset(config, eval_source)  # its arguments checked before the first write
         workdir = prepare_workdir(workdir, config, write=topology.is_chief)
         checkpointing = Checkpointing(manager, per_epoch, config["accum_steps"])
         callbacks = [checkpointing, LearningRateLogger()]
@@ -384,13 +384,14 @@ def train(config, workdir, verbose="auto", topology=None):
             raise
         seconds = time.perf_counter() - start
         if checkpointing.diverged_at is not None:
-            raise _divergence(config, checkpointing, manager)
+            raise _divergence(config, checkpointing.diverged_at, checkpointing.diverged_because, manager)
         # fit ends with the Polyak averages (use_ema) in place; every process
         # takes part in gathering sharded weights.
         weights = [to_numpy(w) for w in model.weights]
-    if not all(np.isfinite(w).all() for w in weights if np.issubdtype(w.dtype, np.floating)):
-        checkpointing.mark_diverged(config["steps"], "the final (averaged) weights hold NaN or infinite values")
-        raise _divergence(config, checkpointing, manager)
+    bad = first_non_finite(model.weights, weights)
+    if bad is not None:
+        raise _divergence(config, config["steps"], f"the final (averaged) weight {bad} holds NaN or "
+                          "infinite values", manager)
     model = single_device_copy(model, weights)
     if not topology.is_chief:
         return model, {}
@@ -399,10 +400,10 @@ def train(config, workdir, verbose="auto", topology=None):
     if history.history.get("loss"):
         results["final_loss"] = float(history.history["loss"][-1])
     if config["kind"] != "masked_patch":
-        results["test_accuracy"] = evaluation.accuracy(model, eval_dataset(config, eval_source))
+        results["test_accuracy"] = evaluation.accuracy(model, test)
         if config["few_shot"]:
             results["few_shot"] = evaluation.few_shot_accuracy(
-                model, eval_dataset(config, source), eval_dataset(config, eval_source),
+                model, eval_dataset(config, source), test,
                 source.num_classes, shots=config["few_shot"],
             )
     model.save(workdir / "model.keras")
@@ -413,21 +414,21 @@ def train(config, workdir, verbose="auto", topology=None):
     return model, results
 
 
-def _divergence(config, checkpointing, manager):
-    """The `DivergenceError` of a run that `checkpointing` stopped."""
+def _divergence(config, update, because, manager):
+    """The `DivergenceError` of a run that diverged at `update` (`because`
+    says how)."""
     kept = manager.steps()
     checkpoint = kept[-1] if kept else None
     where = (f"the newest checkpoint is that of update {checkpoint}, and the same command resumes "
              "from it" if checkpoint else "no checkpoint was written yet, and the same command "
              "starts over")
     return DivergenceError(
-        f"Training diverged at update {checkpointing.diverged_at} of {config['steps']}: "
-        f"{checkpointing.diverged_because}. Nothing non-finite was written: {where}. If it diverges "
-        f"again, start a new --workdir with a lower --base-lr (now {config['base_lr']:g}), gradient "
+        f"Training diverged at update {update} of {config['steps']}: {because}. Nothing non-finite "
+        f"was written: {where}. If it diverges again, start a new --workdir with a lower --base-lr (now {config['base_lr']:g}), gradient "
         f"clipping (--grad-norm-clip, now {config['grad_norm_clip']}), more --warmup-steps (now "
         f"{config['warmup_steps']}) or --dtype float32 (now {config['dtype']}), and check the data "
         "for NaN or infinite values.",
-        checkpointing.diverged_at, checkpoint,
+        update, checkpoint,
     )
 
 
