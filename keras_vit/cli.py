@@ -151,6 +151,11 @@ def add_recipe_flags(parser, default_config):
         "model_parallel; torch: none. The global batch, learning rate and steps mean the same run "
         "under every strategy.")
     scale.add_argument("--strategy", choices=ALL_STRATEGIES, help="default none: one device")
+    scale.add_argument("--data-shards", type=_positive_int, metavar="N",
+                       help="read the data as N disjoint parts, each host (input pipeline) its "
+                       "share of them (default: one per host, kept on resume); the data order "
+                       "depends on N, so a run started with N resumes the same on any number of "
+                       "hosts that divides N")
     scale.add_argument("--steps-per-execution", type=int,
                        help="batches per compiled call (TPU: e.g. 50); must divide the batches "
                        "between checkpoints")
@@ -172,7 +177,7 @@ def _overrides(args):
             "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
             "label_smoothing", "head_bias_init", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
             "checkpoint_every", "keep_checkpoints", "few_shot", "init", "lora_rank", "strategy",
-            "steps_per_execution")
+            "data_shards", "steps_per_execution")
     return {key: getattr(args, key) for key in keys}
 
 

@@ -3,7 +3,9 @@ Keras backend: image sources (the embedded digits, TFDS, image folders),
 the paper's preprocessing, Keras core augmentations, exact determinism.
 """
 
+from keras_vit.data.pipeline import concatenate_shards
 from keras_vit.data.pipeline import input_pipeline
+from keras_vit.data.preprocessing import DecodeError
 from keras_vit.data.preprocessing import op_message
 from keras_vit.data.preprocessing import read_images
 from keras_vit.data.sources import DATASETS
@@ -11,4 +13,14 @@ from keras_vit.data.sources import Source
 from keras_vit.data.sources import load_source
 from keras_vit.data.sources import unreadable_files
 
-__all__ = ["DATASETS", "Source", "input_pipeline", "load_source", "op_message", "read_images", "unreadable_files"]
+__all__ = [
+    "DATASETS",
+    "DecodeError",
+    "Source",
+    "concatenate_shards",
+    "input_pipeline",
+    "load_source",
+    "op_message",
+    "read_images",
+    "unreadable_files",
+]

@@ -1,5 +1,5 @@
 """`input_pipeline`: a `Source` to batches that `model.fit` takes on every
-backend, repeatable exactly from a seed.
+backend, repeatable exactly from a seed, and cheap to shard and resume.
 
 The stream is a sequence of epochs, each the source's examples (shuffled
 per epoch when training), numbered by their position in the stream; batch k
@@ -8,6 +8,19 @@ epochs. Every random choice is a stateless op keyed on (seed, element
 index) or (seed, batch index): parallel maps keep the result fixed,
 ``start_batch`` can begin anywhere, and the output does not depend on the
 Keras backend or on TensorFlow's global seed.
+
+What a pod needs (big_vision's input pipeline does the same):
+
+- each host reads its own part of the data (`Source.shard`: TFDS's
+  `even_splits`, or a range of an image folder's files), never the other
+  hosts' images;
+- images stay encoded until after the shuffle and the skip of a resume: the
+  digits and image folders shuffle the indices of a whole epoch
+  (`tf.random.experimental.index_shuffle`, no buffer, so a resume starts at
+  batch k at no cost); TFDS shuffles encoded records in a buffer, and a
+  resume skips encoded records;
+- the training crops decode only the crop window of a JPEG
+  (`preprocessing.random_crop_encoded`).
 """
 
 import numbers
@@ -70,7 +83,10 @@ def input_pipeline(
         mixup: float. Alpha of Keras's `MixUp`; 0 = off. Training only.
         cutmix: float in [0, 1]. Factor of Keras's `CutMix`; 0 = off.
             Training only. With both on, each batch gets one of the two.
-        shuffle_buffer: int. Examples in the shuffle buffer.
+        shuffle_buffer: int. Encoded examples in the shuffle buffer of a
+            source without random access (TFDS, or a `Source` made by
+            hand); the digits and image folders shuffle whole epochs and
+            need none.
         repeat: bool. Repeat the data without end (each epoch reshuffled).
             Defaults to `training`.
         drop_remainder: bool. Drop a last, smaller batch (static shapes
@@ -78,13 +94,15 @@ def input_pipeline(
         start_batch: int. Start the stream at this batch: the result equals
             the stream from batch 0 with `start_batch` batches skipped
             (for resuming a run mid-epoch).
-        shard: None, or (index, count): this input pipeline's rows of every
-            batch, for one of `count` workers or hosts sharing each global
-            batch of `batch_size` (rows ``[index * b, (index + 1) * b)``
-            with ``b = batch_size / count``). Only those rows are cropped
-            and augmented, so the shards together are the unsharded batches
-            exactly, except that MixUp and CutMix mix within a shard.
-            Needs `drop_remainder`.
+        shard: None, or (index, count): the pipeline of host `index` of
+            `count` that share each global batch of `batch_size`. It reads
+            only its part of the source (`Source.shard`: disjoint parts that
+            together are the source) and yields ``batch_size / count`` rows
+            of each global batch from it. The same seed and count give the
+            same batches; another count gives another order (and other
+            crops) of the same examples per epoch. MixUp and CutMix mix
+            within a shard. Needs `drop_remainder`. `concatenate_shards`
+            puts the shards' batches together.
         data_dir: TFDS data folder, when `source` is a name.
 
     Returns:
@@ -147,63 +165,103 @@ def input_pipeline(
         if not isinstance(value, bool):
             raise ValueError(f"`{name}` must be True or False, got {value!r}.")
     shard_index, shard_count = _check_shard(shard, batch_size, drop_remainder)
+    part = source.shard(shard_index, shard_count)
+    if part.num_examples < 1:
+        raise ValueError(
+            f"Part {shard_index + 1} of {shard_count} of {source.name!r} split {source.split!r} has no "
+            f"examples: the split has {source.num_examples}, fewer than the {shard_count} shards."
+        )
+    rows = batch_size // shard_count
     augment = BatchAugment(randaugment, mixup, cutmix) if training else None
 
     root = tf.constant([seed, 0], tf.int64)
     element_key, batch_key, shuffle_key = (
         tf.random.experimental.stateless_fold_in(root, stream) for stream in (_ELEMENT, _BATCH, _SHUFFLE)
     )
+    n = part.num_examples
+    first = start_batch * rows
 
-    def epoch(index):
-        """The examples of epoch `index`: in source order, or shuffled with
-        a seed made from (seed, index) when training."""
-        if not training:
-            return source.dataset
-        # Dataset.shuffle mixes its seed with the graph-level seed, which is
-        # TensorFlow's global seed unless set here, in this function's graph.
-        tf.compat.v1.random.set_random_seed(1)
-        epoch_seed = tf.random.stateless_uniform(
-            [], tf.random.experimental.stateless_fold_in(shuffle_key, index),
-            minval=None, maxval=None, dtype=tf.int64,
-        )
-        return source.dataset.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+    def epoch_key(index):
+        return tf.random.experimental.stateless_fold_in(shuffle_key, index)
 
-    def element(index, example):
-        image = example["image"]
+    if training and part.table is not None:
+        # Random access: element j is example shuffle_e(j mod n) of epoch
+        # e = j // n, a permutation drawn from (seed, e) and evaluated at one
+        # index (no buffer, any start at no cost).
+        table = {key: tf.constant(values) for key, values in part.table.items()}
+
+        def lookup(j):
+            index = tf.random.experimental.index_shuffle(j % n, epoch_key(j // n), n - 1)
+            return j, {key: tf.gather(values, index) for key, values in table.items()}
+
+        examples = tf.data.Dataset.range(first, tf.int64.max if repeat else n).map(lookup)
+    else:
+        def epoch(index):
+            """The records of epoch `index`: in source order, or shuffled
+            (encoded) with a seed made from (seed, index) when training."""
+            if not training:
+                return part.records
+            # Dataset.shuffle mixes its seed with the graph-level seed, which
+            # is TensorFlow's global seed unless set here, in this graph.
+            tf.compat.v1.random.set_random_seed(1)
+            epoch_seed = tf.random.stateless_uniform([], epoch_key(index), minval=None, maxval=None,
+                                                     dtype=tf.int64)
+            return part.records.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
+
+        first_epoch, offset = divmod(first, n)
+        epochs = tf.data.Dataset.range(first_epoch, tf.int64.max if repeat else 1)
+        examples = epochs.flat_map(epoch).skip(offset).enumerate(start=first)  # skipped still encoded
+
+    def element(j, record):
         if preprocess == "resize":
-            image = preprocessing.resize(image, size)
+            image = preprocessing.resize(part.decode(record["image"]), size)
         else:
-            key = tf.random.experimental.stateless_fold_in(element_key, index)
-            image = preprocessing.random_crop(image, key, size, area_range, flip)
-        return image, tf.one_hot(example["label"], source.num_classes, dtype=tf.float32)
+            # Keyed on the element's row of the global batch: one host's
+            # crops do not depend on what the other hosts read.
+            row = j // rows * batch_size + shard_index * rows + j % rows
+            key = tf.random.experimental.stateless_fold_in(element_key, row)
+            image = part.random_crop(record["image"], key, size, area_range, flip)
+        return image, tf.one_hot(record["label"], source.num_classes, dtype=tf.float32)
 
     def batch(index, images_labels):
         images, labels = images_labels
         if augment is not None and augment.active:
-            key = tf.random.experimental.stateless_fold_in(batch_key, index)
+            key = tf.random.experimental.stateless_fold_in(batch_key, index * shard_count + shard_index)
             images, labels = augment(images, labels, key)
             images = tf.clip_by_value(images, 0.0, 255.0)  # RandAugment may overshoot by rounding
         return preprocessing.normalize(images), labels
 
-    first = start_batch * batch_size
-    first_epoch, offset = divmod(first, source.num_examples)
-    epochs = tf.data.Dataset.range(first_epoch, tf.int64.max if repeat else 1)
-    dataset = epochs.flat_map(epoch).skip(offset).enumerate(start=first)
-    if shard_count > 1:
-        rows = batch_size // shard_count
-        dataset = dataset.filter(lambda index, _: (index % batch_size) // rows == shard_index)
-    dataset = dataset.map(element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    dataset = dataset.batch(
-        batch_size // shard_count, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
+    dataset = examples.map(element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.batch(rows, drop_remainder=drop_remainder, num_parallel_calls=tf.data.AUTOTUNE,
+                            deterministic=True)
     dataset = dataset.apply(tf.data.experimental.assert_cardinality(  # flat_map hides it from Keras
-        _num_batches(source.num_examples - first, batch_size, drop_remainder) if not repeat
-        else tf.data.INFINITE_CARDINALITY
+        _num_batches(n - first, rows, drop_remainder) if not repeat else tf.data.INFINITE_CARDINALITY
     ))
     dataset = dataset.enumerate(start=start_batch)
     dataset = dataset.map(batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def concatenate_shards(datasets):
+    """The global batches of sharded pipelines: batch k of every dataset in
+    `datasets` (each a tuple of tensors per batch, e.g. the shards of an
+    `input_pipeline`), concatenated along the batch in their order. One
+    dataset is returned as it is."""
+    if len(datasets) == 1:
+        return datasets[0]
+    return tf.data.Dataset.zip(tuple(datasets)).map(
+        lambda *shards: tuple(tf.concat(parts, axis=0) for parts in zip(*shards)),
+        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+    )
+
+
+def _options():
+    """tf.data's host settings, as big_vision sets them: ops inside a map
+    run on one thread each (the pipeline is parallel across elements)."""
+    options = tf.data.Options()
+    options.deterministic = True
+    options.threading.max_intra_op_parallelism = 1
+    return options
 
 
 def _num_batches(num_examples, batch_size, drop_remainder):

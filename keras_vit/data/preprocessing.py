@@ -20,6 +20,9 @@ PREPROCESSING = ("inception", "finetune", "resize")
 AREA_RANGES = {"inception": (0.08, 1.0), "finetune": (0.05, 1.0)}
 ASPECT_RATIO_RANGE = (3 / 4, 4 / 3)
 
+# What iterating a pipeline raises for an image it cannot decode.
+DecodeError = tf.errors.InvalidArgumentError
+
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 _SIGNATURES = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 
@@ -121,15 +124,15 @@ def resize(image, size):
     return tf.image.resize(image, size, method="bilinear")
 
 
-def random_crop(image, key, size, area_range, flip):
-    """A random box of `area_range` of the image's area and aspect ratio in
-    (3/4, 4/3), resized to `size` (bilinear), flipped left-right with
-    probability 1/2 when `flip`. `key` is a stateless seed, shape (2,).
+def crop_window(shape, key, area_range):
+    """The random box of the training crops for an image of `shape` (H, W,
+    C): area in `area_range` of the image's, aspect ratio in (3/4, 4/3)
+    (`tf.image.stateless_sample_distorted_bounding_box`, as vit_jax).
 
-    Returns float32 `size` + (3,) in [0, 255].
+    Returns int32 (offset_y, offset_x) and (height, width), each shape (2,).
     """
     begin, crop_size, _ = tf.image.stateless_sample_distorted_bounding_box(
-        tf.shape(image),
+        shape,
         bounding_boxes=tf.zeros([0, 0, 4], tf.float32),
         seed=tf.random.experimental.stateless_fold_in(key, 0),
         min_object_covered=0.0,
@@ -137,7 +140,48 @@ def random_crop(image, key, size, area_range, flip):
         area_range=area_range,
         use_image_if_no_bounding_boxes=True,
     )
-    crop = tf.slice(image, begin, crop_size)
+    return begin[:2], crop_size[:2]
+
+
+def random_crop(image, key, size, area_range, flip):
+    """A random box of `area_range` of the image's area and aspect ratio in
+    (3/4, 4/3) (`crop_window`), resized to `size` (bilinear), flipped
+    left-right with probability 1/2 when `flip`. `key` is a stateless seed,
+    shape (2,).
+
+    Returns float32 `size` + (3,) in [0, 255].
+    """
+    begin, crop_size = crop_window(tf.shape(image), key, area_range)
+    crop = tf.slice(image, tf.concat([begin, [0]], 0), tf.concat([crop_size, [-1]], 0))
+    return _resize_and_flip(crop, key, size, flip)
+
+
+def random_crop_encoded(contents, key, size, area_range, flip):
+    """`random_crop` of an encoded image (a scalar string of JPEG, PNG, GIF
+    or BMP bytes) that decodes only what it keeps when it can: a JPEG's crop
+    window alone (`tf.io.decode_and_crop_jpeg`, its size read from the
+    header); other formats are decoded whole, then cropped.
+
+    The window is the one `random_crop` takes from the decoded image with
+    the same key. The pixels are too, except that a JPEG with subsampled
+    colour may differ by a few levels along the crop's edges (its colour is
+    upsampled without the pixels outside).
+    """
+
+    def jpeg():
+        begin, crop_size = crop_window(tf.io.extract_jpeg_shape(contents), key, area_range)
+        return tf.io.decode_and_crop_jpeg(contents, tf.concat([begin, crop_size], 0), channels=3)
+
+    def whole():
+        image = decode_image(contents)
+        begin, crop_size = crop_window(tf.shape(image), key, area_range)
+        return tf.slice(image, tf.concat([begin, [0]], 0), tf.concat([crop_size, [-1]], 0))
+
+    crop = tf.cond(tf.io.is_jpeg(contents), jpeg, whole)
+    return _resize_and_flip(crop, key, size, flip)
+
+
+def _resize_and_flip(crop, key, size, flip):
     crop.set_shape([None, None, 3])
     crop = resize(crop, size)
     if flip:

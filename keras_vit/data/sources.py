@@ -8,6 +8,7 @@ names. Splits use the TFDS syntax everywhere (``"train"``,
 
 import dataclasses
 import functools
+import numbers
 import os
 
 import numpy as np
@@ -18,6 +19,8 @@ from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
 from keras_vit.data.preprocessing import check_image_file
 from keras_vit.data.preprocessing import decode_image
 from keras_vit.data.preprocessing import decode_failure
+from keras_vit.data.preprocessing import random_crop
+from keras_vit.data.preprocessing import random_crop_encoded
 from keras_vit.data.preprocessing import to_rgb
 
 # TFDS image-classification datasets of the paper and its transfer tasks; any
@@ -45,29 +48,112 @@ _FOLDER_LAYOUT = (
 )
 
 
+ENCODINGS = ("pixels", "file", "bytes")
+
+
 @dataclasses.dataclass
 class Source:
-    """A labelled image dataset, before any preprocessing.
+    """A labelled image dataset, before any preprocessing, its images still
+    encoded: an input pipeline shuffles and skips them so, and decodes only
+    those it keeps (and of a JPEG, only the crop).
 
     Attributes:
-        dataset: `tf.data.Dataset` of ``{"image": uint8 (H, W, 3), "label":
-            int64 scalar}``, in the same order on every pass.
+        records: `tf.data.Dataset` of ``{"image": encoded image, "label":
+            int64 scalar}``, in the same order on every pass. The image is
+            as `encoding` says.
         name: the dataset name or folder given to `load_source`.
         split: the split as given, e.g. ``"train[:98%]"``.
         num_classes: int. Labels are in ``[0, num_classes)``.
         class_names: list of str, or None when the dataset names none.
-        num_examples: int. Length of `dataset`.
+        num_examples: int. Length of `records`.
+        encoding: ``"pixels"`` (uint8 (H, W, 3): the digits, or any
+            decoded dataset), ``"file"`` (the path of an image file: an
+            image folder) or ``"bytes"`` (the bytes of a JPEG, PNG, GIF or
+            BMP file: TFDS).
         files: list of str, or None. An image folder's files, in the order
-            of `dataset`; None for other sources.
+            of `records`; None for other sources.
+        image_shape: the static shape of the decoded images, e.g. (32, 32,
+            3) for CIFAR, (None, None, 3) when they differ.
+        table: None, or the records as arrays ``{"image": (n, ...), "label":
+            (n,)}`` for random access: an input pipeline then shuffles the
+            indices of a whole epoch, with no shuffle buffer, and starts
+            anywhere in it at no cost.
+        reader: None, or ``f(index, count)`` -> the `Source` of part
+            `index` of `count`, read as such (TFDS reads only that part's
+            files); see `shard`.
     """
 
-    dataset: tf.data.Dataset
+    records: tf.data.Dataset
     name: str
     split: str
     num_classes: int
     class_names: list | None
     num_examples: int
+    encoding: str = "pixels"
     files: list | None = None
+    image_shape: tuple = (None, None, 3)
+    table: dict | None = None
+    reader: object = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"Source `encoding` must be one of {ENCODINGS}, got {self.encoding!r}.")
+
+    @property
+    def dataset(self):
+        """The decoded examples: `tf.data.Dataset` of ``{"image": uint8
+        (H, W, 3), "label": int64}``, in the order of `records`."""
+        if self.encoding == "pixels":
+            return self.records
+        return self.records.map(lambda record: {**record, "image": self.decode(record["image"])},
+                                num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+    def decode(self, image):
+        """One record's image -> uint8 (H, W, 3)."""
+        if self.encoding == "pixels":
+            return image
+        if self.encoding == "file":
+            image = tf.io.read_file(image)
+        image = decode_image(image)
+        image.set_shape(self.image_shape)
+        return image
+
+    def random_crop(self, image, key, size, area_range, flip):
+        """`preprocessing.random_crop` of one record's image, decoding no
+        more of it than the crop needs (`random_crop_encoded`)."""
+        if self.encoding == "pixels":
+            return random_crop(image, key, size, area_range, flip)
+        if self.encoding == "file":
+            image = tf.io.read_file(image)
+        return random_crop_encoded(image, key, size, area_range, flip)
+
+    def shard(self, index, count):
+        """Part `index` of `count`: the examples
+        ``[index * n // count, (index + 1) * n // count)`` of this source's
+        n (TFDS: `tfds.even_splits`, which reads only that part's files).
+        The parts are disjoint, their sizes differ by at most one, and
+        together they are the source: one host's share of the data.
+        """
+        if not (_is_index(index) and _is_index(count) and 0 <= index < count):
+            raise ValueError(f"A source's part must be (index, count) with 0 <= index < count, "
+                             f"got ({index!r}, {count!r}).")
+        if count == 1:
+            return self
+        if self.reader is not None:
+            return self.reader(index, count)
+        start, stop = self.num_examples * index // count, self.num_examples * (index + 1) // count
+        if self.table is not None:
+            table = {key: values[start:stop] for key, values in self.table.items()}
+            records = tf.data.Dataset.from_tensor_slices(table)
+        else:
+            table, records = None, self.records.skip(start).take(stop - start)
+        files = None if self.files is None else self.files[start:stop]
+        return dataclasses.replace(self, records=records, num_examples=stop - start, table=table,
+                                   files=files, split=f"{self.split} (part {index + 1} of {count})")
+
+
+def _is_index(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def load_source(name, split, data_dir=None):
@@ -163,8 +249,9 @@ def _digits_source(split):
              for key, start, stop in _slices("digits", split, sizes)]
     images = np.concatenate([images for images, _ in parts])
     labels = np.concatenate([labels for _, labels in parts])
-    dataset = tf.data.Dataset.from_tensor_slices({"image": images, "label": labels})
-    return Source(dataset, "digits", split, 10, [str(i) for i in range(10)], len(labels))
+    table = {"image": images, "label": labels}
+    return Source(tf.data.Dataset.from_tensor_slices(table), "digits", split, 10,
+                  [str(i) for i in range(10)], len(labels), table=table)
 
 
 # -- image folders -----------------------------------------------------------
@@ -213,10 +300,6 @@ def _folder_files(folder, class_names):
     return [paths[i] for i in order], [labels[i] for i in order]
 
 
-def _decode_file(example):
-    return {"image": decode_image(tf.io.read_file(example["path"])), "label": example["label"]}
-
-
 def _folder_source(root, split):
     folders = _folder_splits(root)
     class_names = _subfolders(folders["train"])
@@ -228,10 +311,9 @@ def _folder_source(root, split):
         paths += files[key][0][start:stop]
         labels += files[key][1][start:stop]
     _check_files(paths)
-    dataset = tf.data.Dataset.from_tensor_slices(
-        {"path": tf.constant(paths, tf.string), "label": tf.constant(labels, tf.int64)}
-    ).map(_decode_file, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return Source(dataset, root, split, len(class_names), class_names, len(paths), paths)
+    table = {"image": np.array(paths, dtype=object), "label": np.array(labels, dtype=np.int64)}
+    return Source(tf.data.Dataset.from_tensor_slices(table), root, split, len(class_names), class_names,
+                  len(paths), "file", paths, table=table)
 
 
 def _check_files(paths, shown=5):
@@ -264,10 +346,6 @@ def unreadable_files(source):
 # -- TFDS --------------------------------------------------------------------
 
 
-def _tfds_example(example):
-    return {"image": to_rgb(example["image"]), "label": tf.cast(example["label"], tf.int64)}
-
-
 def _tfds_source(name, split, data_dir):
     try:
         builder = tfds.builder(name, data_dir=data_dir)
@@ -295,16 +373,33 @@ def _tfds_source(name, split, data_dir):
             f"TFDS dataset {name!r} has features {sorted(features)}: an image-classification "
             "dataset needs an 'image' and a class 'label' feature."
         )
-    try:
-        dataset = builder.as_dataset(split=split, shuffle_files=False)
-    except ValueError as err:
-        raise ValueError(
-            f"Split {split!r} of TFDS dataset {name!r} cannot be read: {err}\nIts splits: "
-            f"{', '.join(builder.info.splits) or 'unknown'}; slices as 'train[:98%]'."
-        ) from None
-    num_examples = int(dataset.cardinality())
-    if num_examples < 0:
-        num_examples = builder.info.splits[split].num_examples
-    dataset = dataset.map(_tfds_example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     label = features["label"]
-    return Source(dataset, name, split, label.num_classes, list(label.names) or None, num_examples)
+    encoded = isinstance(features["image"], tfds.features.Image)
+
+    def read(part, index=0, count=1):
+        """The `Source` of `part`: the images still encoded (TFDS's
+        `SkipDecoding`) when the feature is an image file."""
+        try:
+            dataset = builder.as_dataset(
+                split=part, shuffle_files=False,
+                decoders={"image": tfds.decode.SkipDecoding()} if encoded else None,
+            )
+        except ValueError as err:
+            raise ValueError(
+                f"Split {split!r} of TFDS dataset {name!r} cannot be read: {err}\nIts splits: "
+                f"{', '.join(builder.info.splits) or 'unknown'}; slices as 'train[:98%]'."
+            ) from None
+        num_examples = int(dataset.cardinality())
+        if num_examples < 0:
+            num_examples = builder.info.splits[part].num_examples
+        dataset = dataset.map(
+            lambda example: {"image": example["image"] if encoded else to_rgb(example["image"]),
+                             "label": tf.cast(example["label"], tf.int64)},
+            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
+        )
+        described = split if count == 1 else f"{split} (part {index + 1} of {count})"
+        return Source(dataset, name, described, label.num_classes, list(label.names) or None, num_examples,
+                      "bytes" if encoded else "pixels", image_shape=(*features["image"].shape[:2], 3),
+                      reader=lambda i, n: read(tfds.even_splits(split, n)[i], i, n))
+
+    return read(split)

@@ -56,6 +56,7 @@ _COMMON = dict(
     init=None,
     lora_rank=None,
     strategy="none",
+    data_shards=None,
     steps_per_execution=1,
     checkpoint_every=1000,
     keep_checkpoints=3,
@@ -289,9 +290,9 @@ def check_config(config):
                 f"{config['kind']} run from fresh weights. Use `keras-vit finetune --init ... "
                 "--lora-rank R`."
             )
-    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
+    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints", "data_shards"):
         value = config[key]
-        if not _positive_int(value):
+        if not _positive_int(value) and not (key == "data_shards" and value is None):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
     check_strategy(config["strategy"])
     return config

@@ -35,9 +35,7 @@ A run that fails leaves nothing broken:
 import time
 
 import keras
-import tensorflow as tf
 
-from keras_vit import data as vit_data
 from keras_vit import files
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
@@ -169,25 +167,40 @@ def build_optimizer(config):
 # -- data ---------------------------------------------------------------------
 
 def train_dataset(config, source, start_batch=0, shard=None):
-    """The micro-batches of the run from `start_batch` on (this pipeline's
-    rows of them with `shard`)."""
+    """The micro-batches of the run from `start_batch` on; with `shard`
+    ``(index, count)``, those of input pipeline `index` of `count`.
+
+    The data is read as ``config["data_shards"]`` disjoint parts (one per
+    pipeline unless set); each pipeline reads ``data_shards / count`` of
+    them and puts their rows side by side, in part order. So the stream
+    depends on `data_shards`, not on how many pipelines share it.
+    """
+    from keras_vit import data as vit_data  # TensorFlow's tf.data, for runs only
+
+    index, count = shard or (0, 1)
+    parts = config["data_shards"] or count
     micro_batch = config["batch_size"] // config["accum_steps"]
-    dataset = vit_data.input_pipeline(
-        source, image_size=config["image_size"], batch_size=micro_batch, training=True,
-        preprocess=config["preprocess"], seed=config["seed"], area_range=config["area_range"],
-        flip=config["flip"], randaugment=config["randaugment"], mixup=config["mixup"],
-        cutmix=config["cutmix"], start_batch=start_batch, shard=shard,
-    )
-    if config["kind"] == "masked_patch":
-        patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
-        dataset = masked_patch.masked_patch_dataset(
-            dataset, patch_size, config["seed"], start_batch=start_batch, shard=shard
+    streams = []
+    for part in range(index * parts // count, (index + 1) * parts // count):
+        dataset = vit_data.input_pipeline(
+            source, image_size=config["image_size"], batch_size=micro_batch, training=True,
+            preprocess=config["preprocess"], seed=config["seed"], area_range=config["area_range"],
+            flip=config["flip"], randaugment=config["randaugment"], mixup=config["mixup"],
+            cutmix=config["cutmix"], start_batch=start_batch, shard=(part, parts),
         )
-    return dataset
+        if config["kind"] == "masked_patch":
+            patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
+            dataset = masked_patch.masked_patch_dataset(
+                dataset, patch_size, config["seed"], start_batch=start_batch, shard=(part, parts)
+            )
+        streams.append(dataset)
+    return vit_data.concatenate_shards(streams)
 
 
 def eval_dataset(config, source):
     """The evaluation `input_pipeline` of a resolved config over `source` (batches of at most 256)."""
+    from keras_vit import data as vit_data
+
     return vit_data.input_pipeline(
         source, image_size=config["image_size"],
         batch_size=min(config["batch_size"], 256), training=False,
@@ -206,10 +219,9 @@ def prepare_workdir(workdir, config, write=True):
     checkpoint) is replaced. Returns the directory as a `pathlib.Path`.
     """
     workdir = files.output_folder(workdir, "--workdir")
-    path = workdir / "config.json"
     record = {**config, "backend": keras.backend.backend()}
-    if path.exists() and _has_trained(workdir):
-        previous = files.read_json(path, "the config of the run in this --workdir")
+    previous = recorded_config(workdir)
+    if previous is not None:
         changed = {
             k: (previous.get(k), record.get(k))
             for k in sorted(set(previous) | set(record))
@@ -223,8 +235,45 @@ def prepare_workdir(workdir, config, write=True):
             )
     if write:
         workdir.mkdir(parents=True, exist_ok=True)
-        files.write_json(path, record, indent=2, sort_keys=True)
+        files.write_json(workdir / "config.json", record, indent=2, sort_keys=True)
     return workdir
+
+
+def recorded_config(workdir):
+    """The config.json of the run in `workdir` (a `pathlib.Path`), or None
+    when no run trained there (no checkpoint, no model)."""
+    path = workdir / "config.json"
+    if path.exists() and _has_trained(workdir):
+        return files.read_json(path, "the config of the run in this --workdir")
+    return None
+
+
+def data_shards(config, workdir, topology):
+    """How many parts the run reads its data as (`train_dataset`):
+    ``config["data_shards"]``, else what the run resumed in `workdir`
+    recorded, else one part per input pipeline of `topology`. Each
+    pipeline must read the same number of parts, each part the same rows."""
+    shards = config["data_shards"]
+    if shards is None:
+        previous = recorded_config(files.output_folder(workdir, "--workdir")) or {}
+        shards = previous.get("data_shards") or topology.num_shards
+    pipelines = topology.num_shards
+    if shards % pipelines:
+        raise RunError(
+            f"The run reads its data as {shards} parts (--data-shards {shards}), which the {pipelines} "
+            f"input pipelines of --strategy {topology.strategy} cannot share evenly: each reads whole "
+            f"parts. Run it on a number of hosts that divides {shards}, or use another --workdir."
+        )
+    micro_batch = config["batch_size"] // config["accum_steps"]
+    if micro_batch % shards:
+        raise RunError(
+            f"--batch-size {config['batch_size']}"
+            + (f" / --accum-steps {config['accum_steps']}" if config["accum_steps"] > 1 else "")
+            + f" = {micro_batch} does not split into the {shards} parts the data is read as "
+            f"(--data-shards; one per input pipeline by default): each part gives the same rows of "
+            f"every batch. Use a batch that is a multiple of {shards}."
+        )
+    return shards
 
 
 def _has_trained(workdir):
@@ -336,8 +385,11 @@ def train(config, workdir, verbose="auto", topology=None):
     # Nothing is written before every check has passed: the work directory
     # (a different run there is refused before building), the data, the
     # model, the augmentation (when the pipelines are made), then config.json.
+    config = {**config, "data_shards": data_shards(config, workdir, topology)}
     workdir = prepare_workdir(workdir, config, write=False)
     keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
+    from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
+
     source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
     eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
     manager = CheckpointManager(workdir / "checkpoints", keep=config["keep_checkpoints"],
@@ -379,7 +431,7 @@ def train(config, workdir, verbose="auto", topology=None):
             history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
                                 initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose,
                                 shuffle=False)
-        except tf.errors.InvalidArgumentError as error:
+        except vit_data.DecodeError as error:
             _raise_for_unreadable_files(error, source, manager)
             raise
         seconds = time.perf_counter() - start
@@ -435,6 +487,8 @@ def _divergence(config, update, because, manager):
 def _raise_for_unreadable_files(error, source, manager):
     """A `RunError` naming the files of `source` that cannot be decoded, when
     those caused `error` (one `fit` raised); returns otherwise."""
+    from keras_vit import data as vit_data
+
     bad = vit_data.unreadable_files(source)
     if not bad:
         return
