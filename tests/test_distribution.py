@@ -98,6 +98,15 @@ def reference(tmp_path_factory):
     return workdir
 
 
+@pytest.fixture(scope="module")
+def reference_two_hosts(tmp_path_factory):
+    """The one-device run fed the global batches of two hosts (each reading
+    half the data): the reference of the two-process runs."""
+    workdir = tmp_path_factory.mktemp("reference_two_hosts") / "run"
+    run_ok(command(workdir, "--data-shards", "2"))
+    return workdir
+
+
 def assert_same_run(workdir, reference, strategy):
     difference = max_difference(workdir, reference)
     loss_difference = np.max(np.abs(np.subtract(losses(workdir), losses(reference))))
@@ -119,7 +128,7 @@ def test_mirrored_over_two_cpu_devices_is_the_one_device_run(tmp_path, reference
 
 
 @only_on("tensorflow", "MultiWorkerMirroredStrategy")
-def test_multi_worker_on_two_processes_is_the_one_device_run(tmp_path, reference):
+def test_multi_worker_on_two_processes_is_the_one_device_run(tmp_path, reference_two_hosts):
     workdir = tmp_path / "multi_worker"
     workers = [f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"]
     processes = [
@@ -130,7 +139,8 @@ def test_multi_worker_on_two_processes_is_the_one_device_run(tmp_path, reference
     for process in processes:
         code, out = finish(process)
         assert code == 0, out[-4000:]
-    assert_same_run(workdir, reference, "multi_worker (2 processes)")
+    assert_same_run(workdir, reference_two_hosts, "multi_worker (2 processes)")
+    assert json.loads((workdir / "config.json").read_text())["data_shards"] == 2
 
 
 @only_on("tensorflow", "TPUStrategy")
@@ -196,7 +206,7 @@ def test_model_parallel_really_shards_heads_and_mlp(tmp_path):
 
 
 @only_on("jax", "jax.distributed")
-def test_two_jax_processes_are_the_one_device_run(tmp_path, reference):
+def test_two_jax_processes_are_the_one_device_run(tmp_path, reference_two_hosts):
     workdir = tmp_path / "two_hosts"
     coordinator = f"127.0.0.1:{free_port()}"
     processes = [
@@ -207,7 +217,8 @@ def test_two_jax_processes_are_the_one_device_run(tmp_path, reference):
     for process in processes:
         code, out = finish(process)
         assert code == 0, out[-4000:]
-    assert_same_run(workdir, reference, "data_parallel (2 processes)")
+    assert_same_run(workdir, reference_two_hosts, "data_parallel (2 processes)")
+    assert json.loads((workdir / "config.json").read_text())["data_shards"] == 2
 
 
 # -- runs that survive ----------------------------------------------------------------
@@ -304,13 +315,24 @@ def test_checkpoints_are_atomic_pruned_and_checked(tmp_path):
         checkpoints.CheckpointManager(tmp_path, keep=0)
 
 
-def test_shards_of_the_pipeline_are_the_global_batches():
+def test_hosts_read_disjoint_parts_and_make_the_global_batches():
+    """Each of 4 hosts reads a quarter of the split; their rows side by side
+    are the global batches of a one-device run fed as 4 hosts."""
+    from keras_vit.data import concatenate_shards
+
     source = load_source("digits", "train")
     common = dict(image_size=16, batch_size=8, training=True, seed=3, start_batch=5)
-    whole = next(iter(input_pipeline(source, **common)))
-    parts = [next(iter(input_pipeline(source, **common, shard=(i, 4)))) for i in range(4)]
+    parts = [input_pipeline(source, **common, shard=(i, 4)) for i in range(4)]
+    quarters = [source.shard(i, 4) for i in range(4)]
+    assert [q.num_examples for q in quarters] == [359, 359, 359, 360]
+    labels = [np.concatenate([np.asarray(y) for _, y in p.take(180)]).argmax(1) for p in parts]
+    for quarter, seen in zip(quarters, labels, strict=True):  # 180 batches of 2 rows: an epoch of a quarter
+        expected = np.bincount(quarter.table["label"], minlength=10)
+        assert (np.bincount(seen[:quarter.num_examples], minlength=10) == expected).all()
+    whole = next(iter(concatenate_shards(parts)))
+    assert whole[0].shape == (8, 16, 16, 3)
     for k in range(2):
-        np.testing.assert_array_equal(np.concatenate([p[k].numpy() for p in parts]), whole[k].numpy())
+        np.testing.assert_array_equal(np.concatenate([next(iter(p))[k].numpy() for p in parts]), whole[k].numpy())
     with pytest.raises(ValueError, match="does not split into 3 equal shards"):
         input_pipeline(source, **{**common, "shard": (0, 3)})
     with pytest.raises(ValueError, match="0 <= index < count"):

@@ -268,8 +268,8 @@ def data_shards(config, workdir, topology):
     if micro_batch % shards:
         raise RunError(
             f"--batch-size {config['batch_size']}"
-            + (f" / --accum-steps {config['accum_steps']}" if config["accum_steps"] > 1 else "")
-            + f" = {micro_batch} does not split into the {shards} parts the data is read as "
+            + (f" / --accum-steps {config['accum_steps']} = {micro_batch}" if config["accum_steps"] > 1 else "")
+            + f" does not split into the {shards} parts the data is read as "
             f"(--data-shards; one per input pipeline by default): each part gives the same rows of "
             f"every batch. Use a batch that is a multiple of {shards}."
         )
