@@ -16,7 +16,7 @@ when resuming at the last batch of the first epoch.
 Rates are of each pipeline's own rows: a host of N yields batch / N rows
 per global batch. Each rate is the median over ``--runs`` rounds of one
 timed pass over ``--images`` rows of a freshly built pipeline, after its
-first batch (timed apart) and a warm-up; every round measures every
+first batch (timed apart) and a warm-up pass; every round measures every
 pipeline in turn, so the machine's drift hits all alike.
 """
 
@@ -130,13 +130,13 @@ def reference_pipeline(root, image_size, batch_size, shard=(0, 1), shuffle_buffe
 
 def measure(make, rows_per_pass):
     """(seconds to the first batch, images/s over a pass of `rows_per_pass`
-    rows after a warm-up of a quarter of that) of the dataset `make()`
-    builds."""
+    rows after a warm-up pass of as many, while tf.data's autotuning
+    settles) of the dataset `make()` builds."""
     start = time.perf_counter()
     iterator = iter(make())
     rows = len(next(iterator)[0])
     first = time.perf_counter() - start
-    for _ in range(max(1, rows_per_pass // rows // 4)):
+    for _ in range(max(1, rows_per_pass // rows)):
         next(iterator)
     batches = max(1, -(-rows_per_pass // rows))
     start = time.perf_counter()

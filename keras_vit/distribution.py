@@ -9,9 +9,11 @@ TensorFlow runs through `tf.distribute` (``tpu``: `TPUStrategy`,
 
 Whatever the strategy, the global batch is the same: each data-parallel
 replica gets ``global / replicas`` examples, and each input pipeline (one per
-TensorFlow worker or JAX process) reads its own, disjoint rows of every global
-batch (`keras_vit.data.input_pipeline(shard=...)`), so the same seed, batch,
-learning rate and steps give the same run on one device or many.
+TensorFlow worker or JAX process) reads and decodes only its own part of the
+data, its rows of every global batch (`keras_vit.data.input_pipeline(shard=...)`).
+The run's data is read as ``data_shards`` parts shared out among the
+pipelines, so the same seed, batch, learning rate, steps and `data_shards`
+give the same run on one device or many.
 """
 
 import contextlib
@@ -43,8 +45,9 @@ class Topology:
         strategy: one of `ALL_STRATEGIES`.
         num_replicas: int. Data-parallel replicas; each gets ``global batch /
             num_replicas`` examples of every batch.
-        num_shards: int. Input pipelines reading disjoint rows of each global
-            batch (TensorFlow workers, or JAX processes holding different data).
+        num_shards: int. Input pipelines reading disjoint parts of the data,
+            each its rows of every global batch (TensorFlow workers, or JAX
+            processes holding different data).
         shard_index: int. This process's pipeline, in ``[0, num_shards)``.
         is_chief: bool. Whether this process writes the work directory.
         tf_strategy: the `tf.distribute.Strategy`, or None.

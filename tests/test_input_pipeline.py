@@ -6,6 +6,7 @@ and schedules come without TensorFlow."""
 
 import hashlib
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -156,6 +157,30 @@ def test_crops_follow_the_specification():
             assert np.abs(a - b).mean() <= tolerance, (tolerance, np.abs(a - b).mean())
 
 
+HOST_STREAM = (
+    "import sys, numpy as np\n"
+    "from keras_vit.data import input_pipeline\n"
+    "dataset = input_pipeline('digits', 'train[:60]', image_size=16, batch_size=8, training=True, seed=4,\n"
+    "                         randaugment=(2, 5), mixup=0.5, shard=(1, 2), start_batch=3)\n"
+    "np.savez(sys.argv[1], *[np.asarray(t) for batch in dataset.take(2) for t in batch])\n"
+)
+
+
+def test_a_host_gets_the_same_batches_on_another_backend(tmp_path):
+    other = "jax" if BACKEND == "tensorflow" else "tensorflow"
+    out = tmp_path / "host.npz"
+    result = subprocess.run([sys.executable, "-c", HOST_STREAM, str(out)], capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "KERAS_BACKEND": other}, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    here = input_pipeline("digits", "train[:60]", image_size=16, batch_size=8, training=True, seed=4,
+                          randaugment=(2, 5), mixup=0.5, shard=(1, 2), start_batch=3)
+    there = np.load(out)
+    arrays = [np.asarray(t) for batch in here.take(2) for t in batch]
+    assert arrays[0].shape == (4, 16, 16, 3)
+    for i, array in enumerate(arrays):
+        assert array.tobytes() == there[f"arr_{i}"].tobytes(), f"{other}: array {i} differs"
+
+
 def test_the_shuffle_holds_encoded_images(sources):
     """The folder's and the digits' epochs are shuffled by index (no buffer);
     TFDS's buffer takes the records as stored: JPEG bytes."""
@@ -212,3 +237,20 @@ def test_training_imports_no_tensorflow():
                             env={**os.environ, "KERAS_BACKEND": BACKEND}, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]
+
+
+def test_the_benchmark_reports_every_ratio_and_target(tmp_path):
+    """benchmarks/input_pipeline.py end to end, tiny: its JSON has a rate per
+    pipeline and host count, every ratio and each target's verdict."""
+    out = tmp_path / "bench.json"
+    assert bench().main(["--images", "24", "--image-size", "32", "--batch-size", "8", "--shards", "1,2",
+                         "--runs", "1", "--work", str(tmp_path / "work"), "--json", str(out)]) == 0
+    results = json.loads(out.read_text())
+    assert {(r["pipeline"], r["hosts"]) for r in results["rates"]} == {
+        (name, hosts) for name in ("keras_vit folder", "keras_vit tfds", "reference folder") for hosts in (1, 2)}
+    assert all(r["images_per_s"] > 0 for r in results["rates"])
+    assert set(results["ratios"]) == {
+        "folder host of 2 / unsharded", "tfds host of 2 / unsharded", "folder unsharded / reference unsharded",
+        "folder first batch at end of epoch / at 0", "tfds first batch at end of epoch / at 0"}
+    assert len(results["targets"]) == 4 and results["targets"]["shuffle buffer holds encoded images"]
+    assert results["shuffle"]["tfds"]["buffer_bytes"] < results["shuffle"]["tfds"]["same_images_decoded_bytes"]
