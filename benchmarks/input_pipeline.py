@@ -167,7 +167,6 @@ def shuffle_memory(source, shuffle_buffer):
 
 
 def run(args):
-    import keras  # noqa: F401  (the backend the pipeline is measured under)
     import tensorflow as tf
 
     from keras_vit.data import input_pipeline
