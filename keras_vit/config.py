@@ -192,18 +192,21 @@ def resolve_config(config, fields):
     return config.replace(**fields) if fields else config
 
 
+def is_int(value):
+    """Whether `value` is an integer (a Python or NumPy int, not a bool)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
 def pair(value, name):
     """`value` as a tuple of two positive ints (an int gives ``(v, v)``); a
     ValueError names the argument otherwise."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+    if is_int(value):
         value = (value, value)
     try:
         value = tuple(value)
     except TypeError:
         value = (value,)
-    if len(value) != 2 or not all(
-        isinstance(v, numbers.Integral) and not isinstance(v, bool) and v > 0 for v in value
-    ):
+    if len(value) != 2 or not all(is_int(v) and v > 0 for v in value):
         raise ValueError(
             f"`{name}` must be a positive int or a pair of positive ints, got {value!r}."
         )
@@ -225,5 +228,5 @@ def _is_number(value):
 
 
 def _check_int(name, value, lowest):
-    if not (isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= lowest):
+    if not (is_int(value) and value >= lowest):
         raise ValueError(f"`{name}` must be an int >= {lowest}, got {value!r}.")

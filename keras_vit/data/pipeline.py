@@ -23,14 +23,13 @@ What a pod needs (big_vision's input pipeline does the same):
   (`preprocessing.random_crop_encoded`).
 """
 
-import numbers
-
 import tensorflow as tf
 
 from keras_vit.data import preprocessing
 from keras_vit.data.augment import BatchAugment
 from keras_vit.data.sources import Source
 from keras_vit.data.sources import load_source
+from keras_vit.config import is_int
 from keras_vit.config import pair
 
 # Streams of stateless keys drawn from the seed, one per use.
@@ -154,11 +153,11 @@ def input_pipeline(
         )
     area_range = _check_area_range(area_range or preprocessing.AREA_RANGES.get(preprocess))
     for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer)):
-        if not _is_int(value) or value < 1:
+        if not is_int(value) or value < 1:
             raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    if not _is_int(start_batch) or start_batch < 0:
+    if not is_int(start_batch) or start_batch < 0:
         raise ValueError(f"`start_batch` must be an int >= 0, got {start_batch!r}.")
-    if not _is_int(seed):
+    if not is_int(seed):
         raise ValueError(f"`seed` must be an int, got {seed!r}.")
     if source.num_examples < 1:
         raise ValueError(f"Source {source.name!r} split {source.split!r} has no examples.")
@@ -280,16 +279,12 @@ def _num_batches(num_examples, batch_size, drop_remainder):
     return num_examples // batch_size if drop_remainder else -(-num_examples // batch_size)
 
 
-def _is_int(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _check_shard(shard, batch_size, drop_remainder):
     if shard is None:
         return 0, 1
     try:
         index, count = shard
-        valid = _is_int(index) and _is_int(count) and 0 <= index < count
+        valid = is_int(index) and is_int(count) and 0 <= index < count
     except (TypeError, ValueError):
         valid = False
     if not valid:

@@ -170,15 +170,13 @@ def random_crop_encoded(contents, key, size, area_range, flip):
 
     def jpeg():
         begin, crop_size = crop_window(tf.io.extract_jpeg_shape(contents), key, area_range)
-        return tf.io.decode_and_crop_jpeg(contents, tf.concat([begin, crop_size], 0), channels=3)
+        crop = tf.io.decode_and_crop_jpeg(contents, tf.concat([begin, crop_size], 0), channels=3)
+        return _resize_and_flip(crop, key, size, flip)
 
     def whole():
-        image = decode_image(contents)
-        begin, crop_size = crop_window(tf.shape(image), key, area_range)
-        return tf.slice(image, tf.concat([begin, [0]], 0), tf.concat([crop_size, [-1]], 0))
+        return random_crop(decode_image(contents), key, size, area_range, flip)
 
-    crop = tf.cond(tf.io.is_jpeg(contents), jpeg, whole)
-    return _resize_and_flip(crop, key, size, flip)
+    return tf.cond(tf.io.is_jpeg(contents), jpeg, whole)
 
 
 def _resize_and_flip(crop, key, size, flip):

@@ -8,13 +8,13 @@ names. Splits use the TFDS syntax everywhere (``"train"``,
 
 import dataclasses
 import functools
-import numbers
 import os
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from keras_vit.config import is_int
 from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
 from keras_vit.data.preprocessing import check_image_file
 from keras_vit.data.preprocessing import decode_image
@@ -134,7 +134,7 @@ class Source:
         The parts are disjoint, their sizes differ by at most one, and
         together they are the source: one host's share of the data.
         """
-        if not (_is_index(index) and _is_index(count) and 0 <= index < count):
+        if not (is_int(index) and is_int(count) and 0 <= index < count):
             raise ValueError(f"A source's part must be (index, count) with 0 <= index < count, "
                              f"got ({index!r}, {count!r}).")
         if count == 1:
@@ -150,10 +150,6 @@ class Source:
         files = None if self.files is None else self.files[start:stop]
         return dataclasses.replace(self, records=records, num_examples=stop - start, table=table,
                                    files=files, split=f"{self.split} (part {index + 1} of {count})")
-
-
-def _is_index(value):
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 def load_source(name, split, data_dir=None):

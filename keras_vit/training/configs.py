@@ -290,10 +290,13 @@ def check_config(config):
                 f"{config['kind']} run from fresh weights. Use `keras-vit finetune --init ... "
                 "--lora-rank R`."
             )
-    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints", "data_shards"):
+    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
         value = config[key]
-        if not _positive_int(value) and not (key == "data_shards" and value is None):
+        if not _positive_int(value):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
+    if config["data_shards"] is not None and not _positive_int(config["data_shards"]):
+        raise ValueError(f"--data-shards must be a positive integer (or None: one part per input "
+                         f"pipeline), got {config['data_shards']!r}.")
     check_strategy(config["strategy"])
     return config
 

@@ -180,6 +180,7 @@ def train_dataset(config, source, start_batch=0, shard=None):
     index, count = shard or (0, 1)
     parts = config["data_shards"] or count
     micro_batch = config["batch_size"] // config["accum_steps"]
+    patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
     streams = []
     for part in range(index * parts // count, (index + 1) * parts // count):
         dataset = vit_data.input_pipeline(
@@ -189,7 +190,6 @@ def train_dataset(config, source, start_batch=0, shard=None):
             cutmix=config["cutmix"], start_batch=start_batch, shard=(part, parts),
         )
         if config["kind"] == "masked_patch":
-            patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
             dataset = masked_patch.masked_patch_dataset(
                 dataset, patch_size, config["seed"], start_batch=start_batch, shard=(part, parts)
             )
