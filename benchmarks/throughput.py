@@ -390,8 +390,8 @@ def child(spec):
     if spec["kind"] == "matmul":
         out = _child_matmul(spec)
     else:
-        from keras_vit.presets import count_params, preset_config
-        config = preset_config(spec["model"])
+        from keras_vit.presets import PRESETS, count_params, preset_name
+        config = dict(PRESETS[preset_name(spec["model"])]["config"])  # the Table 1 row
         if spec["impl"] != "keras_vit" and config.get("resnet_block_units") is not None:
             print("RESULT " + json.dumps({"skipped": f"{spec['model']} is a hybrid (ResNet stem): "
                                           f"{spec['impl']} has no equivalent"}), flush=True)

@@ -187,10 +187,10 @@ def _run_recipe(args):
     from keras_vit.training import train
 
     config = resolve_config(args.config, _overrides(args), kind=RECIPES[args.command][0])
-    if config["kind"] == "finetune" and not config["init"]:
+    if config.kind == "finetune" and not config.init:
         print("note: no --init given: fine-tuning starts from random weights.", file=sys.stderr)
     topology = distribution.setup(
-        config["strategy"], tpu=args.tpu, coordinator=args.coordinator,
+        config.strategy, tpu=args.tpu, coordinator=args.coordinator,
         num_processes=args.num_processes, process_id=args.process_id, model_axis=args.model_axis,
         host_devices=args.host_devices,
     )
@@ -258,9 +258,9 @@ def _configs(args):
     from keras_vit.training import CONFIGS
 
     for name, config in CONFIGS.items():
-        print(f"{name:14s} {config['kind']:12s} {config['model']:12s} {config['dataset']:18s} "
-              f"{config['steps']:>9,d} steps  batch {config['batch_size']:<5d} lr {config['base_lr']:g}"
-              f"  ({config['paper']})")
+        print(f"{name:14s} {config.kind:12s} {config.model:12s} {config.dataset:18s} "
+              f"{config.steps:>9,d} steps  batch {config.batch_size:<5d} lr {config.base_lr:g}"
+              f"  ({config.paper})")
     return 0
 
 

@@ -368,8 +368,8 @@ def layout_map(model, mesh):
     its ``batch`` axis.
 
     Args:
-        model: a ViT or `MaskedPatchPredictor`, or their config dict
-            (``num_heads`` and ``mlp_dim`` are read).
+        model: a ViT or `MaskedPatchPredictor`, its `keras_vit.ViTConfig`,
+            or a dict of its fields (``num_heads`` and ``mlp_dim`` are read).
         mesh: `keras.distribution.DeviceMesh` with a ``model`` axis (and a
             ``batch`` axis for the data).
 
@@ -382,7 +382,7 @@ def layout_map(model, mesh):
             f"layout_map needs a mesh with a {MODEL_AXIS!r} axis (and {BATCH_AXIS!r} for the data); "
             f"got axes {mesh.axis_names}."
         )
-    config = model if isinstance(model, dict) else model.get_config()
+    config = model if isinstance(model, dict) else getattr(model, "config", model).to_dict()
     size = mesh.shape[mesh.axis_names.index(MODEL_AXIS)]
     for key in ("num_heads", "mlp_dim"):
         if config[key] % size:

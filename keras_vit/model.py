@@ -267,7 +267,7 @@ class ViT(keras.Model):
         if pretrained is None:
             pretrained = entry is not None
         if not pretrained:
-            return cls(**{**preset_config(entry.architecture if entry else name), **overrides})
+            return cls(preset_config(entry.architecture if entry else name), **overrides)
         return cls.from_checkpoint((entry or default_pretrained(name)).name, **overrides)
 
     @classmethod

@@ -2,8 +2,7 @@
 
 import math
 
-from keras_vit.config import resnet_stride
-from keras_vit.config import uses_class_token
+from keras_vit.config import resolve_config
 
 _BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _SIZES = {
@@ -84,74 +83,71 @@ def preset_name(name):
     return key
 
 
-def preset_config(name):
-    """The ViT arguments of a preset, by our name or the paper's name.
+def preset_config(name, **overrides):
+    """The `keras_vit.ViTConfig` of a preset, by our name or the paper's
+    name, with `overrides` (ViT arguments) replaced; the arguments the preset
+    does not set keep `ViTConfig`'s defaults (224 px, 1000 classes).
 
     Examples:
         ```python
         from keras_vit.presets import preset_config
 
-        print(preset_config("R50+ViT-B/16"))
-        # {'hidden_dim': 768, 'num_layers': 12, 'num_heads': 12, 'mlp_dim': 3072,
-        #  'patch_size': 1, 'resnet_block_units': (3, 4, 9)}
+        config = preset_config("R50+ViT-B/16")
+        print(config.hidden_dim, config.patch_size, config.resnet_block_units)   # 768 (1, 1) (3, 4, 9)
+        print(preset_config("vit_b16", image_size=384).grid_size)               # (24, 24)
         ```
     """
-    return dict(PRESETS[preset_name(name)]["config"])
+    return resolve_config(None, {**PRESETS[preset_name(name)]["config"], **overrides})
 
 
-def count_params(
-    image_size=224, patch_size=16, num_layers=12, num_heads=12, hidden_dim=768,
-    mlp_dim=3072, num_classes=1000, pooling="token", representation_size=None,
-    qkv_bias=True, layer_scale_init=None, num_registers=0,
-    position_embedding="learned", resnet_block_units=None, resnet_width_factor=1,
-    num_channels=3, **unused,
-):
-    """The parameter count of a ViT configuration, without building it.
+def count_params(config=None, **fields):
+    """The parameter count of a ViT, without building it.
+
+    Args:
+        config: a `keras_vit.ViTConfig`, or None for one of `fields`.
+        **fields: `ViTConfig` fields (replacing those of `config`).
 
     Examples:
         ```python
         from keras_vit import ViT
-        from keras_vit.presets import count_params
+        from keras_vit.presets import count_params, preset_config
 
         args = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
                     mlp_dim=32, num_classes=5, pooling="map", num_registers=2)
         assert count_params(**args) == ViT(**args).count_params()
-        print(count_params(image_size=384, num_classes=10))   # ViT-B/16 at 384 px: 86098186
+        print(count_params(preset_config("vit_b16", image_size=384, num_classes=10)))   # 86098186
         ```
     """
-    image_h, image_w = (image_size, image_size) if isinstance(image_size, int) else image_size
-    patch_h, patch_w = (patch_size, patch_size) if isinstance(patch_size, int) else patch_size
-    d, m = hidden_dim, mlp_dim
-    total, channels, stride = 0, num_channels, 1
-    if resnet_block_units is not None:
-        width = int(64 * resnet_width_factor)
+    c = resolve_config(config, fields)
+    d, m = c.hidden_dim, c.mlp_dim
+    total, channels = 0, c.num_channels
+    if c.resnet_block_units is not None:
+        width = int(64 * c.resnet_width_factor)
         total += 49 * channels * width + 2 * width
         channels = width
-        for stage, units in enumerate(resnet_block_units):
+        for stage, units in enumerate(c.resnet_block_units):
             w = width * 2**stage
             for unit in range(units):
                 total += channels * w + 9 * w * w + w * 4 * w + 2 * (w + w + 4 * w)
                 if channels != 4 * w or (stage > 0 and unit == 0):
                     total += channels * 4 * w + 2 * 4 * w
                 channels = 4 * w
-        stride = resnet_stride(resnet_block_units)
-    total += patch_h * patch_w * channels * d + d
-    prefix = int(uses_class_token(pooling, position_embedding)) + num_registers
-    total += prefix * d
-    if position_embedding == "learned":
-        total += (prefix + math.prod((image_h // (patch_h * stride), image_w // (patch_w * stride)))) * d
+    total += math.prod(c.patch_size) * channels * d + d
+    total += c.num_prefix_tokens * d
+    if c.position_embedding == "learned":
+        total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
     mlp = d * m + m + m * d + d
-    attention = 4 * d * d + d + (3 * d if qkv_bias else 0)
-    block = 4 * d + attention + mlp + (2 * d if layer_scale_init is not None else 0)
-    total += num_layers * block + 2 * d
-    if pooling == "map":
+    attention = 4 * d * d + d + (3 * d if c.qkv_bias else 0)
+    block = 4 * d + attention + mlp + (2 * d if c.layer_scale_init is not None else 0)
+    total += c.num_layers * block + 2 * d
+    if c.pooling == "map":
         total += d + 4 * d * d + 4 * d + 2 * d + mlp
     features = d
-    if representation_size:
-        total += d * representation_size + representation_size
-        features = representation_size
-    if num_classes:
-        total += features * num_classes + num_classes
+    if c.representation_size:
+        total += d * c.representation_size + c.representation_size
+        features = c.representation_size
+    if c.num_classes:
+        total += features * c.num_classes + c.num_classes
     return total
 
 

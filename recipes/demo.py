@@ -50,9 +50,9 @@ def main():
         workdir = output / name
         shutil.rmtree(workdir, ignore_errors=True)  # the demo's own earlier run
         config = resolve_config("digits" if name == "pretrain" else "digits-finetune", overrides)
-        print(f"\n== {name}: config {config['name']!r} ({config['paper']}), "
-              f"{config['image_size']}x{config['image_size']} px, {config['steps']} steps, "
-              f"batch {config['batch_size']}, lr {config['base_lr']} -> {workdir}")
+        print(f"\n== {name}: config {config.name!r} ({config.paper}), "
+              f"{config.image_size}x{config.image_size} px, {config.steps} steps, "
+              f"batch {config.batch_size}, lr {config.base_lr} -> {workdir}")
         model, results = train(config, workdir, verbose=args.verbose)
         runs[name] = (model, results)
         grid = model.get_layer("position_embedding").grid_size

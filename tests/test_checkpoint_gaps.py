@@ -15,6 +15,7 @@ from reference import random_vit_params
 from reference import vit_forward
 
 from keras_vit import ViT
+from keras_vit.presets import PRESETS
 from keras_vit.presets import count_params
 from keras_vit.presets import preset_config
 from keras_vit.weights import CheckpointError
@@ -81,10 +82,10 @@ def vit_jax_shapes(hidden_dim, num_layers, num_heads, mlp_dim, patch_size, resne
 
 @pytest.mark.parametrize("preset", ["r_vit_ti16", "r26_vit_s32", "r50_vit_l32", "r50_vit_b16"])
 def test_hybrid_presets_count_as_vit_jax(preset):
-    config = preset_config(preset)
+    config = PRESETS[preset]["config"]
     expected = sum(math.prod(s) for s in vit_jax_shapes(**config).values())
     print(f"{preset}: vit_jax {expected:,d} parameters")
-    assert count_params(**config) == expected
+    assert count_params(**config) == count_params(preset_config(preset)) == expected
     if preset in ("r_vit_ti16", "r26_vit_s32"):  # small enough to build here
         assert ViT.from_preset(preset).count_params() == expected
 

@@ -164,7 +164,7 @@ def test_tpu_runs_the_mirrored_code_path_after_the_strategy(tmp_path, monkeypatc
                                            model_args=dict(num_layers=1, hidden_dim=16, num_heads=2,
                                                            mlp_dim=32, patch_size=4)))
     model, results = train(config, tmp_path / "tpu", verbose=0, topology=topology)
-    alone, _ = train({**config, "strategy": "none"}, tmp_path / "none", verbose=0)
+    alone, _ = train(config.replace(strategy="none"), tmp_path / "none", verbose=0)
     for a, b in zip(model.weights, alone.weights, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-5)
     assert 0 <= results["test_accuracy"] <= 1
@@ -413,9 +413,9 @@ def test_a_resume_may_change_placement_but_not_the_run(tmp_path):
                                            few_shot=[], model_args=dict(num_layers=1, hidden_dim=16,
                                                                         num_heads=2, mlp_dim=32)))
     train(config, tmp_path, verbose=0)
-    train({**config, "keep_checkpoints": 5}, tmp_path, verbose=0)  # placement: accepted
+    train(config.replace(keep_checkpoints=5), tmp_path, verbose=0)  # placement: accepted
     with pytest.raises(ValueError, match="seed: was 0, now 1"):
-        train({**config, "seed": 1}, tmp_path, verbose=0)
+        train(config.replace(seed=1), tmp_path, verbose=0)
 
 
 def test_steps_per_execution_is_the_same_run(tmp_path):
@@ -424,11 +424,11 @@ def test_steps_per_execution_is_the_same_run(tmp_path):
                                                                         num_heads=2, mlp_dim=32)))
     if BACKEND == "torch":
         with pytest.raises(ValueError, match="one batch per call on the torch backend"):
-            train({**config, "steps_per_execution": 2}, tmp_path / "two", verbose=0)
+            train(config.replace(steps_per_execution=2), tmp_path / "two", verbose=0)
         return
     one, _ = train(config, tmp_path / "one", verbose=0)
-    two, _ = train({**config, "steps_per_execution": 2}, tmp_path / "two", verbose=0)
+    two, _ = train(config.replace(steps_per_execution=2), tmp_path / "two", verbose=0)
     for a, b in zip(one.weights, two.weights, strict=True):
         np.testing.assert_allclose(to_numpy(a), to_numpy(b), atol=1e-6)
     with pytest.raises(ValueError, match="--steps-per-execution 3 must divide the 2 batches"):
-        train({**config, "steps_per_execution": 3}, tmp_path / "three", verbose=0)
+        train(config.replace(steps_per_execution=3), tmp_path / "three", verbose=0)

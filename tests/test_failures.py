@@ -179,7 +179,7 @@ def test_a_refused_run_writes_nothing_and_a_config_alone_is_not_a_run(tmp_path, 
         assert not workdir.exists(), argv
     # A directory with only the config of a run that never trained is taken.
     workdir.mkdir()
-    (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}), "backend": "x"}))
+    (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}).to_dict(), "backend": "x"}))
     assert main(["pretrain", "--workdir", str(workdir), *TINY, *FAST]) == 0
     assert json.loads((workdir / "config.json").read_text())["steps"] == 4
     capsys.readouterr()

@@ -29,9 +29,9 @@ def test_entry_parses(entry):
     assert entry.architecture in PRESETS
     assert entry.name == f"{entry.architecture}.{entry.name.split('.', 1)[1]}"
     assert pretrained.PRETRAINED[entry.name] is entry
-    stride = resnet_stride(config["resnet_block_units"]) if "resnet_block_units" in config else 1
+    stride = resnet_stride(config.resnet_block_units) if config.resnet_block_units is not None else 1
     assert entry.image_size in (224, 384)
-    assert entry.image_size % (config["patch_size"] * stride) == 0
+    assert entry.image_size % (config.patch_size[0] * stride) == 0
     # 0: released without a head (Hugging Face *-in21k, timm orig_in21k).
     assert entry.num_classes in (0, 1000, 21843)
     assert (entry.class_names == "imagenet1k") == (entry.num_classes == 1000)

@@ -36,17 +36,17 @@ def fails(argv, capsys, message):
 
 
 def test_every_config_resolves_and_the_tables_hold():
-    kinds = {name: config["kind"] for name, config in CONFIGS.items()}
+    kinds = {name: config.kind for name, config in CONFIGS.items()}
     assert {"pretrain", "finetune", "masked_patch"} == set(kinds.values())
     b16 = resolve_config("i21k-b16", {})
-    assert (b16["batch_size"], b16["warmup_steps"], b16["base_lr"], b16["weight_decay"]) == (4096, 10_000, 1e-3, 0.03)
-    assert (b16["loss"], b16["head_bias_init"], b16["representation_size"]) == ("sigmoid", -10.0, 768)
-    assert b16["steps"] == int(np.ceil(90 * 14_197_122 / 4096))
-    assert resolve_config("i1k-b16", {})["decay_type"] == "cosine"
+    assert (b16.batch_size, b16.warmup_steps, b16.base_lr, b16.weight_decay) == (4096, 10_000, 1e-3, 0.03)
+    assert (b16.loss, b16.head_bias_init, b16.representation_size) == ("sigmoid", -10.0, 768)
+    assert b16.steps == int(np.ceil(90 * 14_197_122 / 4096))
+    assert resolve_config("i1k-b16", {}).decay_type == "cosine"
     cifar = resolve_config("ft-cifar10", {"batch_size": 512, "accum_steps": 8})
-    assert (cifar["steps"], cifar["image_size"], cifar["train_split"], cifar["lr_grid"]) == (
+    assert (cifar.steps, cifar.image_size, cifar.train_split, cifar.lr_grid) == (
         10_000, 384, "train[:98%]", [0.001, 0.003, 0.01, 0.03])
-    assert resolve_config("ft-pets", {})["steps"] == 500
+    assert resolve_config("ft-pets", {}).steps == 500
 
 
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
@@ -85,7 +85,7 @@ def test_a_different_config_in_a_workdir_is_refused(tmp_path, capsys):
     workdir = tmp_path / "run"
     (workdir / "checkpoints").mkdir(parents=True)
     (workdir / "checkpoints" / "ckpt-000000500.json").write_text("{}")  # it trained
-    (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}), "backend": "x"}))
+    (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}).to_dict(), "backend": "x"}))
     before = (workdir / "config.json").read_text()
     fails(["pretrain", "--workdir", str(workdir), *TINY, *FAST], capsys, "holds a run with a different config")
     assert (workdir / "config.json").read_text() == before

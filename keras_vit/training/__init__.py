@@ -3,6 +3,7 @@ optimizers and losses of the released code, masked patch prediction, the
 few-shot linear evaluation, and the paper's recipes as named configs."""
 
 from keras_vit.training.configs import CONFIGS
+from keras_vit.training.configs import RunConfig
 from keras_vit.training.configs import get_config
 from keras_vit.training.configs import resolve_config
 from keras_vit.training.evaluation import accuracy
@@ -32,6 +33,7 @@ __all__ = [
     "DivergenceError",
     "MaskedPatchPredictor",
     "MomentumSGD",
+    "RunConfig",
     "RunError",
     "SigmoidCrossEntropy",
     "SoftmaxCrossEntropy",

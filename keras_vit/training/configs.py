@@ -2,15 +2,18 @@
 (pre-training) and Table 4 (fine-tuning), masked patch prediction
 (Appendix B.1.2), and small configs on the embedded digits.
 
-A config is a flat dict of the recipes' flags; command-line flags override it
-(`resolve_config`). Steps count optimizer updates, as in the paper; the batch
-is the global batch, which ``accum_steps`` micro-batches make up.
+A config is a `RunConfig`, a frozen dataclass of the recipes' flags, checked
+on construction; command-line flags override it (`resolve_config`). Steps
+count optimizer updates, as in the paper; the batch is the global batch,
+which ``accum_steps`` micro-batches make up.
 """
 
+import dataclasses
+import json
 import math
 import numbers
 
-from keras_vit.config import FIELDS
+from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.distribution import check_strategy
 from keras_vit.presets import preset_config
 
@@ -21,48 +24,218 @@ DATASET_SIZES = {
     "imagenet2012": 1_281_167,
 }
 
-_COMMON = dict(
-    dataset="digits",
-    data_dir=None,
-    train_split="train",
-    eval_split="test",
-    model="vit_b16",
-    model_args={},
-    image_size=224,
-    batch_size=512,
-    accum_steps=1,
-    steps=1000,
-    warmup_steps=0,
-    base_lr=1e-3,
-    lr_grid=[],
-    decay_type="cosine",
-    weight_decay=0.0,
-    grad_norm_clip=1.0,
-    dropout_rate=0.0,
-    drop_path_rate=0.0,
-    loss="softmax",
-    label_smoothing=0.0,
-    representation_size=None,
-    head_bias_init=0.0,
-    polyak=None,
-    preprocess="inception",
-    area_range=None,
-    flip=True,
-    randaugment=None,
-    mixup=0.0,
-    cutmix=0.0,
-    dtype="float32",
-    seed=0,
-    init=None,
-    lora_rank=None,
-    strategy="none",
-    data_shards=None,
-    steps_per_execution=1,
-    checkpoint_every=1000,
-    keep_checkpoints=3,
-    few_shot=[],
-)
+# Where and how a run executes, not what it computes: a run may resume with
+# other values (on another slice or strategy after a preemption).
+PLACEMENT_KEYS = ("strategy", "steps_per_execution", "keep_checkpoints")
 
+KINDS = ("pretrain", "finetune", "masked_patch")
+
+# ViT arguments a recipe sets from its own keys (flags); `model_args` may not.
+RECIPE_MODEL_KEYS = {
+    "image_size": "--image-size", "num_classes": "the dataset's classes",
+    "class_names": "the dataset's class names", "dropout_rate": "--dropout-rate",
+    "drop_path_rate": "--drop-path-rate", "representation_size": "the config's representation_size",
+    "head_bias_init": "--head-bias-init",
+}
+DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """One training run's settings: a row of Table 3 or 4 (or a digits
+    config) with the command line's flags applied. Frozen and checked on
+    construction (`check_config`): a ValueError names the flag, what it got
+    and what it takes.
+
+    The fields are the recipes' flags (``--base-lr`` is `base_lr`; `keras-vit
+    pretrain --help` describes each), plus `name`, `kind` (``"pretrain"``,
+    ``"finetune"`` or ``"masked_patch"``), `paper` (the row it comes from)
+    and `epochs` (the paper's, for pre-training rows). `model_args` holds
+    `keras_vit.ViTConfig` fields that change the preset `model`.
+
+    Example:
+        ```python
+        from keras_vit.training import resolve_config
+
+        config = resolve_config("i21k-b16", {"steps": 20_000})
+        print(config.batch_size, config.base_lr, config.steps)    # 4096 0.001 20000
+        print(config.replace(seed=1).seed)                       # 1
+        ```
+    """
+
+    name: str
+    kind: str
+    paper: str
+    dataset: str = "digits"
+    data_dir: str | None = None
+    train_split: str = "train"
+    eval_split: str = "test"
+    model: str = "vit_b16"
+    model_args: dict = dataclasses.field(default_factory=dict)
+    image_size: int = 224
+    batch_size: int = 512
+    accum_steps: int = 1
+    steps: int = 1000
+    warmup_steps: int = 0
+    base_lr: float = 1e-3
+    lr_grid: list = dataclasses.field(default_factory=list)
+    decay_type: str = "cosine"
+    weight_decay: float = 0.0
+    grad_norm_clip: float | None = 1.0
+    dropout_rate: float = 0.0
+    drop_path_rate: float = 0.0
+    loss: str = "softmax"
+    label_smoothing: float = 0.0
+    representation_size: int | None = None
+    head_bias_init: float = 0.0
+    polyak: float | None = None
+    preprocess: str = "inception"
+    area_range: list | None = None
+    flip: bool = True
+    randaugment: list | None = None
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    dtype: str = "float32"
+    seed: int = 0
+    init: str | None = None
+    lora_rank: int | None = None
+    strategy: str = "none"
+    data_shards: int | None = None
+    steps_per_execution: int = 1
+    checkpoint_every: int = 1000
+    keep_checkpoints: int = 3
+    few_shot: list = dataclasses.field(default_factory=list)
+    epochs: float | None = None
+
+    def __post_init__(self):
+        if isinstance(self.model_args, dict):  # a copy of its own (else refused below)
+            object.__setattr__(self, "model_args", dict(self.model_args))
+        check_config(self)
+
+    def replace(self, **changes):
+        """A copy with some fields changed, checked as on construction."""
+        return type(self).from_dict({**self.to_dict(), **changes})
+
+    def to_dict(self):
+        """The fields as JSON data (what a run's config.json records)."""
+        return json.loads(json.dumps(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls, config):
+        """A config from `to_dict`'s dict; an unknown key is refused with the
+        known ones listed."""
+        unknown = sorted(set(config) - set(FIELDS))
+        if unknown:
+            raise ValueError(f"Unknown config keys {unknown}; known: {sorted(FIELDS)}.")
+        return cls(**config)
+
+
+FIELDS = tuple(field.name for field in dataclasses.fields(RunConfig))
+
+
+def _number(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive_int(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_config(config):
+    """Clear errors for settings that cannot run, before anything starts:
+    every count a positive integer, every rate a finite number in its range,
+    `model_args` only the ViT's own arguments. `RunConfig` runs it on
+    construction."""
+    if config.kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {config.kind!r}.")
+    for key in ("steps", "batch_size", "accum_steps"):
+        value = getattr(config, key)
+        if not _positive_int(value):
+            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
+    if config.batch_size % config.accum_steps:
+        raise ValueError(
+            f"--batch-size {config.batch_size} is not divisible by --accum-steps "
+            f"{config.accum_steps}: the global batch is split into accum_steps equal "
+            f"micro-batches. Use a batch that is a multiple of {config.accum_steps}."
+        )
+    if not 0 <= config.warmup_steps < config.steps:
+        raise ValueError(
+            f"--warmup-steps {config.warmup_steps} must be at least 0 and below --steps "
+            f"{config.steps}."
+        )
+    if not _number(config.base_lr) or config.base_lr <= 0:
+        raise ValueError(f"--base-lr must be a positive number, got {config.base_lr}.")
+    for key, low, high in (("weight_decay", 0, None), ("head_bias_init", None, None),
+                           ("label_smoothing", 0, 1), ("mixup", 0, None), ("cutmix", 0, 1)):
+        value = getattr(config, key)
+        if not _number(value) or (low is not None and value < low) or (high is not None and value > high):
+            bounds = ("" if low is None else f" at least {low}") + ("" if high is None else f" and at most {high}")
+            raise ValueError(f"--{key.replace('_', '-')} must be a finite number{bounds}, got {value!r}.")
+    clip = config.grad_norm_clip
+    if clip is not None and (not _number(clip) or clip <= 0):
+        raise ValueError(f"--grad-norm-clip must be a positive number (or None for no clipping), got {clip!r}.")
+    polyak = config.polyak
+    if polyak is not None and (not _number(polyak) or not 0 < polyak < 1):
+        raise ValueError(f"--polyak is the averaging momentum, a number in (0, 1) such as 0.9999, "
+                         f"got {polyak!r}.")
+    if not isinstance(config.seed, int) or isinstance(config.seed, bool):
+        raise ValueError(f"--seed must be an integer, got {config.seed!r}.")
+    few_shot = config.few_shot
+    if not isinstance(few_shot, (list, tuple)) or not all(map(_positive_int, few_shot)):
+        raise ValueError(f"--few-shot must be positive integers (shots per class) such as 1,5,10, "
+                         f"got {config.few_shot!r}.")
+    if config.dtype not in DTYPES:
+        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}.")
+    if config.loss not in ("softmax", "sigmoid"):
+        raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {config.loss!r}.")
+    if config.decay_type not in ("cosine", "linear"):
+        raise ValueError(f"--decay-type must be 'cosine' or 'linear', got {config.decay_type!r}.")
+    _check_model_args(config.model_args)
+    if config.init and config.kind != "finetune":
+        raise ValueError(
+            f"--init is for fine-tuning; config {config.name!r} is a {config.kind} run, "
+            "which starts from fresh weights. Use `keras-vit finetune --init ...`."
+        )
+    lora_rank = config.lora_rank
+    if lora_rank is not None:
+        if not _positive_int(lora_rank):
+            raise ValueError(f"--lora-rank must be a positive integer, got {lora_rank!r}.")
+        if config.kind != "finetune":
+            raise ValueError(
+                f"--lora-rank adapts a trained model; config {config.name!r} is a "
+                f"{config.kind} run from fresh weights. Use `keras-vit finetune --init ... "
+                "--lora-rank R`."
+            )
+    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
+        value = getattr(config, key)
+        if not _positive_int(value):
+            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
+    if config.data_shards is not None and not _positive_int(config.data_shards):
+        raise ValueError(f"--data-shards must be a positive integer (or None: one part per input "
+                         f"pipeline), got {config.data_shards!r}.")
+    check_strategy(config.strategy)
+    return config
+
+
+def _check_model_args(model_args):
+    """`model_args` holds ViT arguments (`keras_vit.ViTConfig` fields) that
+    the recipe does not set itself."""
+    if not isinstance(model_args, dict):
+        raise ValueError(f"--model-args must be KEY=VALUE pairs (a dict), got {model_args!r}.")
+    unknown = sorted(set(model_args) - set(MODEL_FIELDS))
+    if unknown:
+        valid = [key for key in MODEL_FIELDS if key not in RECIPE_MODEL_KEYS]
+        raise ValueError(f"--model-args: unknown ViT argument(s) {', '.join(map(repr, unknown))}. "
+                         f"Valid ones: {', '.join(valid)}.")
+    clashes = sorted(set(model_args) & set(RECIPE_MODEL_KEYS))
+    if clashes:
+        key = clashes[0]
+        raise ValueError(f"--model-args: {key} is set by {RECIPE_MODEL_KEYS[key]}, not --model-args; "
+                         "remove it there" + (f" and pass {RECIPE_MODEL_KEYS[key]}."
+                                              if RECIPE_MODEL_KEYS[key].startswith("--") else "."))
+
+
+# -- the paper's rows ----------------------------------------------------------
 
 def _pretrain(dataset, model, epochs, base_lr, decay_type, weight_decay, dropout, paper_row,
               loss="sigmoid", eval_split="validation"):
@@ -73,7 +246,7 @@ def _pretrain(dataset, model, epochs, base_lr, decay_type, weight_decay, dropout
         image_size=224, batch_size=4096, steps=steps, warmup_steps=10_000, base_lr=base_lr,
         decay_type=decay_type, weight_decay=weight_decay, dropout_rate=dropout,
         grad_norm_clip=1.0, loss=loss,
-        representation_size=preset_config(model)["hidden_dim"],  # the pre-training MLP head
+        representation_size=preset_config(model).hidden_dim,  # the pre-training MLP head
         head_bias_init=-10.0 if multi_label else 0.0, preprocess="inception",
         eval_split=eval_split, epochs=epochs,
     )
@@ -165,35 +338,18 @@ CONFIGS = {
     ),
 }
 
-CONFIGS = {name: {**_COMMON, **config, "name": name} for name, config in CONFIGS.items()}
-
-# Where and how a run executes, not what it computes: a run may resume with
-# other values (on another slice or strategy after a preemption).
-PLACEMENT_KEYS = ("strategy", "steps_per_execution", "keep_checkpoints")
-
-KINDS = ("pretrain", "finetune", "masked_patch")
-
-# ViT arguments a recipe sets from its own keys (flags); `model_args` may not.
-RECIPE_MODEL_KEYS = {
-    "image_size": "--image-size", "num_classes": "the dataset's classes",
-    "class_names": "the dataset's class names", "dropout_rate": "--dropout-rate",
-    "drop_path_rate": "--drop-path-rate", "representation_size": "the config's representation_size",
-    "head_bias_init": "--head-bias-init",
-}
-DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+CONFIGS = {name: RunConfig(name=name, **config) for name, config in CONFIGS.items()}
 
 
 def get_config(name):
-    """A copy of the named config; an unknown name lists the known ones."""
+    """The named `RunConfig`; an unknown name lists the known ones."""
     if name not in CONFIGS:
         raise ValueError(
             f"Unknown config {name!r}. Known configs:\n"
-            + "\n".join(f"  {n:14s} {c['kind']:12s} {c['paper']}" for n, c in CONFIGS.items())
+            + "\n".join(f"  {n:14s} {c.kind:12s} {c.paper}" for n, c in CONFIGS.items())
             + "\nList them with `keras-vit configs`."
         )
-    config = dict(CONFIGS[name])
-    config["model_args"] = dict(config["model_args"])
-    return config
+    return CONFIGS[name]
 
 
 def resolve_config(name, overrides, kind=None):
@@ -203,117 +359,15 @@ def resolve_config(name, overrides, kind=None):
     recipe that runs it: a config of another kind is refused.
     """
     config = get_config(name)
-    if kind is not None and config["kind"] != kind:
+    if kind is not None and config.kind != kind:
         raise ValueError(
-            f"Config {name!r} is a {config['kind']} config, not {kind}. Configs for {kind}: "
-            + ", ".join(n for n, c in CONFIGS.items() if c["kind"] == kind) + "."
+            f"Config {name!r} is a {config.kind} config, not {kind}. Configs for {kind}: "
+            + ", ".join(n for n, c in CONFIGS.items() if c.kind == kind) + "."
         )
-    unknown = set(overrides) - set(config)
+    unknown = set(overrides) - set(FIELDS)
     if unknown:
-        raise ValueError(f"Unknown config keys {sorted(unknown)}; known: {sorted(config)}.")
+        raise ValueError(f"Unknown config keys {sorted(unknown)}; known: {sorted(FIELDS)}.")
     overrides = {k: v for k, v in overrides.items() if v is not None}
-    if overrides.get("model", config["model"]) != config["model"]:
-        config["model_args"] = {}  # another preset: the config's changes to it do not apply
-    overrides["model_args"] = {**config["model_args"], **overrides.get("model_args", {})}
-    config.update(overrides)
-    check_config(config)
-    return config
-
-
-def _number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _positive_int(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def check_config(config):
-    """Clear errors for settings that cannot run, before anything starts:
-    every count a positive integer, every rate a finite number in its range,
-    `model_args` only the ViT's own arguments."""
-    for key in ("steps", "batch_size", "accum_steps"):
-        value = config[key]
-        if not _positive_int(value):
-            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
-    if config["batch_size"] % config["accum_steps"]:
-        raise ValueError(
-            f"--batch-size {config['batch_size']} is not divisible by --accum-steps "
-            f"{config['accum_steps']}: the global batch is split into accum_steps equal "
-            f"micro-batches. Use a batch that is a multiple of {config['accum_steps']}."
-        )
-    if not 0 <= config["warmup_steps"] < config["steps"]:
-        raise ValueError(
-            f"--warmup-steps {config['warmup_steps']} must be at least 0 and below --steps "
-            f"{config['steps']}."
-        )
-    if not _number(config["base_lr"]) or config["base_lr"] <= 0:
-        raise ValueError(f"--base-lr must be a positive number, got {config['base_lr']}.")
-    for key, low, high in (("weight_decay", 0, None), ("head_bias_init", None, None),
-                           ("label_smoothing", 0, 1), ("mixup", 0, None), ("cutmix", 0, 1)):
-        value = config[key]
-        if not _number(value) or (low is not None and value < low) or (high is not None and value > high):
-            bounds = ("" if low is None else f" at least {low}") + ("" if high is None else f" and at most {high}")
-            raise ValueError(f"--{key.replace('_', '-')} must be a finite number{bounds}, got {value!r}.")
-    clip = config["grad_norm_clip"]
-    if clip is not None and (not _number(clip) or clip <= 0):
-        raise ValueError(f"--grad-norm-clip must be a positive number (or None for no clipping), got {clip!r}.")
-    polyak = config["polyak"]
-    if polyak is not None and (not _number(polyak) or not 0 < polyak < 1):
-        raise ValueError(f"--polyak is the averaging momentum, a number in (0, 1) such as 0.9999, "
-                         f"got {polyak!r}.")
-    if not isinstance(config["seed"], int) or isinstance(config["seed"], bool):
-        raise ValueError(f"--seed must be an integer, got {config['seed']!r}.")
-    few_shot = config["few_shot"]
-    if not isinstance(few_shot, (list, tuple)) or not all(map(_positive_int, few_shot)):
-        raise ValueError(f"--few-shot must be positive integers (shots per class) such as 1,5,10, "
-                         f"got {config['few_shot']!r}.")
-    if config["dtype"] not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {config['dtype']!r}.")
-    if config["loss"] not in ("softmax", "sigmoid"):
-        raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {config['loss']!r}.")
-    if config["decay_type"] not in ("cosine", "linear"):
-        raise ValueError(f"--decay-type must be 'cosine' or 'linear', got {config['decay_type']!r}.")
-    _check_model_args(config["model_args"])
-    if config["init"] and config["kind"] != "finetune":
-        raise ValueError(
-            f"--init is for fine-tuning; config {config['name']!r} is a {config['kind']} run, "
-            "which starts from fresh weights. Use `keras-vit finetune --init ...`."
-        )
-    lora_rank = config.get("lora_rank")
-    if lora_rank is not None:
-        if not _positive_int(lora_rank):
-            raise ValueError(f"--lora-rank must be a positive integer, got {lora_rank!r}.")
-        if config["kind"] != "finetune":
-            raise ValueError(
-                f"--lora-rank adapts a trained model; config {config['name']!r} is a "
-                f"{config['kind']} run from fresh weights. Use `keras-vit finetune --init ... "
-                "--lora-rank R`."
-            )
-    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
-        value = config[key]
-        if not _positive_int(value):
-            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
-    if config["data_shards"] is not None and not _positive_int(config["data_shards"]):
-        raise ValueError(f"--data-shards must be a positive integer (or None: one part per input "
-                         f"pipeline), got {config['data_shards']!r}.")
-    check_strategy(config["strategy"])
-    return config
-
-
-def _check_model_args(model_args):
-    """`model_args` holds ViT arguments (`keras_vit.ViTConfig` fields) that
-    the recipe does not set itself."""
-    if not isinstance(model_args, dict):
-        raise ValueError(f"--model-args must be KEY=VALUE pairs (a dict), got {model_args!r}.")
-    unknown = sorted(set(model_args) - set(FIELDS))
-    if unknown:
-        valid = [key for key in FIELDS if key not in RECIPE_MODEL_KEYS]
-        raise ValueError(f"--model-args: unknown ViT argument(s) {', '.join(map(repr, unknown))}. "
-                         f"Valid ones: {', '.join(valid)}.")
-    clashes = sorted(set(model_args) & set(RECIPE_MODEL_KEYS))
-    if clashes:
-        key = clashes[0]
-        raise ValueError(f"--model-args: {key} is set by {RECIPE_MODEL_KEYS[key]}, not --model-args; "
-                         "remove it there" + (f" and pass {RECIPE_MODEL_KEYS[key]}."
-                                              if RECIPE_MODEL_KEYS[key].startswith("--") else "."))
+    # Another preset: the config's changes to its own preset do not apply.
+    model_args = {} if overrides.get("model", config.model) != config.model else config.model_args
+    return config.replace(**{**overrides, "model_args": {**model_args, **overrides.get("model_args", {})}})

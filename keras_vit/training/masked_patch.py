@@ -30,6 +30,7 @@ from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.model import ViT
 from keras_vit.model import build_layers
 from keras_vit.model import forward
+from keras_vit.presets import preset_config
 
 COLOUR_LEVELS = 8                    # 3 bits per channel
 NUM_COLOURS = COLOUR_LEVELS ** 3     # 512 classes
@@ -332,16 +333,14 @@ class MaskedPatchPredictor(keras.Model):
     def from_preset(cls, name, **overrides):
         """A preset architecture (``"vit_b16"`` or ``"ViT-B/16"``), freshly
         initialised; keyword arguments override any of its settings."""
-        from keras_vit.presets import preset_config
-
         config = preset_config(name)
-        if "resnet_block_units" in config:
+        if config.resnet_block_units is not None:
             raise ValueError(
                 f"{name!r} is a hybrid with a ResNet stem; masked patch prediction "
                 "needs a plain ViT (the stem's overlapping receptive fields would show "
                 "a corrupted patch's pixels to its neighbours). Use e.g. 'vit_b16'."
             )
-        return cls(**{**config, **overrides})
+        return cls(config, **overrides)
 
     def get_config(self):
         return {

@@ -48,7 +48,7 @@ from keras_vit.training.checkpoints import CheckpointManager
 from keras_vit.training.checkpoints import Checkpointing
 from keras_vit.training.checkpoints import first_non_finite
 from keras_vit.training.configs import PLACEMENT_KEYS
-from keras_vit.training.configs import check_config
+from keras_vit.training.configs import RunConfig
 from keras_vit.training.optimizers import finetune_optimizer
 from keras_vit.training.optimizers import pretrain_optimizer
 from keras_vit.weights import CheckpointError
@@ -75,21 +75,16 @@ class DivergenceError(RunError):
 
 # -- models -------------------------------------------------------------------
 
-def model_arguments(config, num_classes, class_names=None):
-    """ViT arguments: the preset, the config's `model_args`, then the
-    recipe's settings (resolution, classes, regularisation, numerics)."""
-    arguments = {**preset_config(config["model"]), **config["model_args"]}
-    arguments.update(
-        image_size=config["image_size"],
-        num_classes=num_classes,
-        class_names=class_names,
-        dropout_rate=config["dropout_rate"],
-        drop_path_rate=config["drop_path_rate"],
-        representation_size=config["representation_size"],
-        head_bias_init=config["head_bias_init"],
-        dtype=config["dtype"],
+def model_config(config, num_classes, class_names=None):
+    """The `keras_vit.ViTConfig` a run trains: the preset, the config's
+    `model_args`, then the recipe's settings (resolution, classes,
+    regularisation)."""
+    return preset_config(
+        config.model, **config.model_args, image_size=config.image_size,
+        num_classes=num_classes, class_names=class_names, dropout_rate=config.dropout_rate,
+        drop_path_rate=config.drop_path_rate, representation_size=config.representation_size,
+        head_bias_init=config.head_bias_init,
     )
-    return arguments
 
 
 def load_init(path, config, num_classes, class_names=None):
@@ -98,8 +93,8 @@ def load_init(path, config, num_classes, class_names=None):
     file, a URL or a released name), at the config's resolution with a new
     zero-initialised head of `num_classes` and no pre-logits layer (as
     vit_jax fine-tunes)."""
-    overrides = dict(dropout_rate=config["dropout_rate"], drop_path_rate=config["drop_path_rate"],
-                     dtype=config["dtype"], class_names=class_names)
+    overrides = dict(dropout_rate=config.dropout_rate, drop_path_rate=config.drop_path_rate,
+                     dtype=config.dtype, class_names=class_names)
     if str(path).endswith(".keras"):
         try:
             source = files.load_keras_model(path, "--init")
@@ -107,7 +102,7 @@ def load_init(path, config, num_classes, class_names=None):
             raise RunError(str(error)) from error
         if isinstance(source, masked_patch.MaskedPatchPredictor):
             return masked_patch.masked_patch_to_vit(
-                source, num_classes, image_size=config["image_size"], **overrides
+                source, num_classes, image_size=config.image_size, **overrides
             )
         if not isinstance(source, ViT):
             raise RunError(
@@ -115,11 +110,11 @@ def load_init(path, config, num_classes, class_names=None):
                 "MaskedPatchPredictor; fine-tuning starts from one of those."
             )
         return source.with_config(
-            skip=("head", "pre_logits"), image_size=config["image_size"], num_classes=num_classes,
+            skip=("head", "pre_logits"), image_size=config.image_size, num_classes=num_classes,
             representation_size=None, name="vit", **overrides,
         )
     try:
-        return ViT.from_checkpoint(path, image_size=config["image_size"],
+        return ViT.from_checkpoint(path, image_size=config.image_size,
                                    num_classes=num_classes, representation_size=None, **overrides)
     except CheckpointError as error:
         raise RunError(f"--init {path}: {error}") from error
@@ -127,41 +122,39 @@ def load_init(path, config, num_classes, class_names=None):
 
 def build_model(config, source):
     """The model a run trains, for the classes of `source`."""
-    if config["kind"] == "masked_patch":
-        arguments = model_arguments(config, num_classes=0)
-        for key in ("num_classes", "class_names", "representation_size", "head_bias_init"):
-            arguments.pop(key)
-        return masked_patch.MaskedPatchPredictor(**arguments)
-    if config["kind"] == "finetune" and config["init"]:
-        model = load_init(config["init"], config, source.num_classes, source.class_names)
+    if config.kind == "masked_patch":
+        return masked_patch.MaskedPatchPredictor(model_config(config, num_classes=0),
+                                                 dtype=config.dtype)
+    if config.kind == "finetune" and config.init:
+        model = load_init(config.init, config, source.num_classes, source.class_names)
     else:
-        model = ViT(**model_arguments(config, source.num_classes, source.class_names))
-    if config.get("lora_rank"):  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
-        model.enable_lora(config["lora_rank"])
+        model = ViT(model_config(config, source.num_classes, source.class_names), dtype=config.dtype)
+    if config.lora_rank:  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
+        model.enable_lora(config.lora_rank)
     return model
 
 
 def build_loss(config):
     """The loss of a resolved config: masked patch, sigmoid or softmax cross-entropy."""
-    if config["kind"] == "masked_patch":
+    if config.kind == "masked_patch":
         return masked_patch.masked_patch_loss()
-    if config["loss"] == "sigmoid":
+    if config.loss == "sigmoid":
         return losses.sigmoid_cross_entropy()
-    return losses.softmax_cross_entropy(label_smoothing=config["label_smoothing"])
+    return losses.softmax_cross_entropy(label_smoothing=config.label_smoothing)
 
 
 def build_optimizer(config):
     """The optimizer of a resolved config: `pretrain_optimizer` or `finetune_optimizer`."""
     common = dict(
-        base_lr=config["base_lr"], total_steps=config["steps"],
-        warmup_steps=config["warmup_steps"], decay_type=config["decay_type"],
-        grad_norm_clip=config["grad_norm_clip"], accum_steps=config["accum_steps"],
+        base_lr=config.base_lr, total_steps=config.steps,
+        warmup_steps=config.warmup_steps, decay_type=config.decay_type,
+        grad_norm_clip=config.grad_norm_clip, accum_steps=config.accum_steps,
     )
-    if config["polyak"]:
-        common.update(use_ema=True, ema_momentum=config["polyak"])
-    if config["kind"] == "finetune":
+    if config.polyak:
+        common.update(use_ema=True, ema_momentum=config.polyak)
+    if config.kind == "finetune":
         return finetune_optimizer(**common)
-    return pretrain_optimizer(weight_decay=config["weight_decay"], **common)
+    return pretrain_optimizer(weight_decay=config.weight_decay, **common)
 
 
 # -- data ---------------------------------------------------------------------
@@ -170,7 +163,7 @@ def train_dataset(config, source, start_batch=0, shard=None):
     """The micro-batches of the run from `start_batch` on; with `shard`
     ``(index, count)``, those of input pipeline `index` of `count`.
 
-    The data is read as ``config["data_shards"]`` disjoint parts (one per
+    The data is read as ``config.data_shards`` disjoint parts (one per
     pipeline unless set); each pipeline reads ``data_shards / count`` of
     them and puts their rows side by side, in part order. So the stream
     depends on `data_shards`, not on how many pipelines share it.
@@ -178,20 +171,20 @@ def train_dataset(config, source, start_batch=0, shard=None):
     from keras_vit import data as vit_data  # TensorFlow's tf.data, for runs only
 
     index, count = shard or (0, 1)
-    parts = config["data_shards"] or count
-    micro_batch = config["batch_size"] // config["accum_steps"]
-    patch_size = {**preset_config(config["model"]), **config["model_args"]}["patch_size"]
+    parts = config.data_shards or count
+    micro_batch = config.batch_size // config.accum_steps
+    patch_size = preset_config(config.model, **config.model_args).patch_size
     streams = []
     for part in range(index * parts // count, (index + 1) * parts // count):
         dataset = vit_data.input_pipeline(
-            source, image_size=config["image_size"], batch_size=micro_batch, training=True,
-            preprocess=config["preprocess"], seed=config["seed"], area_range=config["area_range"],
-            flip=config["flip"], randaugment=config["randaugment"], mixup=config["mixup"],
-            cutmix=config["cutmix"], start_batch=start_batch, shard=(part, parts),
+            source, image_size=config.image_size, batch_size=micro_batch, training=True,
+            preprocess=config.preprocess, seed=config.seed, area_range=config.area_range,
+            flip=config.flip, randaugment=config.randaugment, mixup=config.mixup,
+            cutmix=config.cutmix, start_batch=start_batch, shard=(part, parts),
         )
-        if config["kind"] == "masked_patch":
+        if config.kind == "masked_patch":
             dataset = masked_patch.masked_patch_dataset(
-                dataset, patch_size, config["seed"], start_batch=start_batch, shard=(part, parts)
+                dataset, patch_size, config.seed, start_batch=start_batch, shard=(part, parts)
             )
         streams.append(dataset)
     return vit_data.concatenate_shards(streams)
@@ -202,8 +195,8 @@ def eval_dataset(config, source):
     from keras_vit import data as vit_data
 
     return vit_data.input_pipeline(
-        source, image_size=config["image_size"],
-        batch_size=min(config["batch_size"], 256), training=False,
+        source, image_size=config.image_size,
+        batch_size=min(config.batch_size, 256), training=False,
     )
 
 
@@ -219,7 +212,7 @@ def prepare_workdir(workdir, config, write=True):
     checkpoint) is replaced. Returns the directory as a `pathlib.Path`.
     """
     workdir = files.output_folder(workdir, "--workdir")
-    record = {**config, "backend": keras.backend.backend()}
+    record = {**config.to_dict(), "backend": keras.backend.backend()}
     previous = recorded_config(workdir)
     if previous is not None:
         changed = {
@@ -250,10 +243,10 @@ def recorded_config(workdir):
 
 def data_shards(config, workdir, topology):
     """How many parts the run reads its data as (`train_dataset`):
-    ``config["data_shards"]``, else what the run resumed in `workdir`
+    ``config.data_shards``, else what the run resumed in `workdir`
     recorded, else one part per input pipeline of `topology`. Each
     pipeline must read the same number of parts, each part the same rows."""
-    shards = config["data_shards"]
+    shards = config.data_shards
     if shards is None:
         previous = recorded_config(files.output_folder(workdir, "--workdir")) or {}
         shards = previous.get("data_shards") or topology.num_shards
@@ -264,11 +257,11 @@ def data_shards(config, workdir, topology):
             f"input pipelines of --strategy {topology.strategy} cannot share evenly: each reads whole "
             f"parts. Run it on a number of hosts that divides {shards}, or use another --workdir."
         )
-    micro_batch = config["batch_size"] // config["accum_steps"]
+    micro_batch = config.batch_size // config.accum_steps
     if micro_batch % shards:
         raise RunError(
-            f"--batch-size {config['batch_size']}"
-            + (f" / --accum-steps {config['accum_steps']} = {micro_batch}" if config["accum_steps"] > 1 else "")
+            f"--batch-size {config.batch_size}"
+            + (f" / --accum-steps {config.accum_steps} = {micro_batch}" if config.accum_steps > 1 else "")
             + f" does not split into the {shards} parts the data is read as "
             f"(--data-shards; one per input pipeline by default): each part gives the same rows of "
             f"every batch. Use a batch that is a multiple of {shards}."
@@ -284,7 +277,7 @@ def _has_trained(workdir):
 def updates_per_epoch(config):
     """Keras epochs of this run are checkpoint intervals: the largest divisor
     of `steps` that is at most `checkpoint_every` optimizer updates."""
-    steps, every = config["steps"], max(1, min(config["checkpoint_every"], config["steps"]))
+    steps, every = config.steps, max(1, min(config.checkpoint_every, config.steps))
     return max(d for d in range(1, every + 1) if steps % d == 0)
 
 
@@ -316,17 +309,18 @@ class LearningRateLogger(keras.callbacks.Callback):
 # -- the run ------------------------------------------------------------------
 
 def train(config, workdir, verbose="auto", topology=None):
-    """Runs `config` (a resolved config dict) in `workdir`; returns the
-    trained model (on one device) and a dict of results. Every check that
-    can fail does so before training starts.
+    """Runs `config` in `workdir`; returns the trained model (on one device)
+    and a dict of results. Every check that can fail does so before
+    training starts.
 
     Args:
-        config: a resolved config (`resolve_config`).
+        config: a `RunConfig` (`resolve_config` gives one), or a dict of its
+            fields.
         workdir: the run's directory; a run there with the same config is
             resumed.
         verbose: `model.fit`'s verbosity.
         topology: a `keras_vit.distribution.Topology` from
-            `keras_vit.distribution.setup(config["strategy"], ...)`; None for
+            `keras_vit.distribution.setup(config.strategy, ...)`; None for
             one device.
 
     Examples:
@@ -340,7 +334,7 @@ def train(config, workdir, verbose="auto", topology=None):
         model, results = train(config, "runs/tiny", verbose=0)
         print(sorted(results))   # ['few_shot', 'final_loss', 'steps', 'test_accuracy', 'train_seconds']
         try:
-            train({**config, "base_lr": 0.01}, "runs/tiny", verbose=0)
+            train(config.replace(base_lr=0.01), "runs/tiny", verbose=0)
         except RunError as error:
             print(error)
         # runs/tiny holds a run with a different config:
@@ -348,64 +342,65 @@ def train(config, workdir, verbose="auto", topology=None):
         # Nothing there was changed. Use another --workdir, or the same flags to resume.
         ```
     """
-    check_config(config)
-    preset_config(config["model"])
+    if not isinstance(config, RunConfig):
+        config = RunConfig.from_dict(config)  # checked on construction
+    preset_config(config.model)
     topology = topology or Topology()
-    if topology.strategy != config["strategy"]:
+    if topology.strategy != config.strategy:
         raise RunError(
-            f"The config asks for --strategy {config['strategy']} but the topology is set up for "
-            f"{topology.strategy}; pass keras_vit.distribution.setup(config['strategy'], ...)."
+            f"The config asks for --strategy {config.strategy} but the topology is set up for "
+            f"{topology.strategy}; pass keras_vit.distribution.setup(config.strategy, ...)."
         )
-    if topology.tf_strategy is not None and config["accum_steps"] > 1:
+    if topology.tf_strategy is not None and config.accum_steps > 1:
         # Keras 3.15 accumulates and applies inside ops.cond, and the
         # strategy's synchronisation (merge_call) is refused there.
         raise RunError(
-            f"--accum-steps {config['accum_steps']} with --strategy {config['strategy']}: Keras 3.15 "
+            f"--accum-steps {config.accum_steps} with --strategy {config.strategy}: Keras 3.15 "
             "cannot accumulate gradients under a TensorFlow distribution strategy (it synchronises "
             "the replicas inside a conditional). Use --accum-steps 1: the replicas together hold the "
             "global batch."
         )
-    micro_batch = config["batch_size"] // config["accum_steps"]
-    topology.check_batch(micro_batch, "--batch-size / --accum-steps" if config["accum_steps"] > 1
+    micro_batch = config.batch_size // config.accum_steps
+    topology.check_batch(micro_batch, "--batch-size / --accum-steps" if config.accum_steps > 1
                          else "--batch-size")
     per_epoch = updates_per_epoch(config)
-    epochs = config["steps"] // per_epoch
-    micro_per_epoch = per_epoch * config["accum_steps"]
-    if config["steps_per_execution"] > 1 and keras.backend.backend() == "torch":
+    epochs = config.steps // per_epoch
+    micro_per_epoch = per_epoch * config.accum_steps
+    if config.steps_per_execution > 1 and keras.backend.backend() == "torch":
         raise RunError(
-            f"--steps-per-execution {config['steps_per_execution']}: Keras runs one batch per call on "
+            f"--steps-per-execution {config.steps_per_execution}: Keras runs one batch per call on "
             "the torch backend; leave it at 1 (it is for XLA on TensorFlow and JAX, chiefly TPUs)."
         )
-    if micro_per_epoch % config["steps_per_execution"]:
+    if micro_per_epoch % config.steps_per_execution:
         raise RunError(
-            f"--steps-per-execution {config['steps_per_execution']} must divide the "
+            f"--steps-per-execution {config.steps_per_execution} must divide the "
             f"{micro_per_epoch} batches between checkpoints (--checkpoint-every {per_epoch} updates "
-            f"of {config['accum_steps']} micro-batches)."
+            f"of {config.accum_steps} micro-batches)."
         )
     # Nothing is written before every check has passed: the work directory
     # (a different run there is refused before building), the data, the
     # model, the augmentation (when the pipelines are made), then config.json.
-    config = {**config, "data_shards": data_shards(config, workdir, topology)}
+    config = config.replace(data_shards=data_shards(config, workdir, topology))
     workdir = prepare_workdir(workdir, config, write=False)
-    keras.utils.set_random_seed(config["seed"])  # initialisation and dropout; the data has its own
+    keras.utils.set_random_seed(config.seed)  # initialisation and dropout; the data has its own
     from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
 
-    source = vit_data.load_source(config["dataset"], config["train_split"], config["data_dir"])
-    eval_source = vit_data.load_source(config["dataset"], config["eval_split"], config["data_dir"])
-    manager = CheckpointManager(workdir / "checkpoints", keep=config["keep_checkpoints"],
+    source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
+    eval_source = vit_data.load_source(config.dataset, config.eval_split, config.data_dir)
+    manager = CheckpointManager(workdir / "checkpoints", keep=config.keep_checkpoints,
                                 write=topology.is_chief)
 
-    topology.shard_model({**preset_config(config["model"]), **config["model_args"]})
+    topology.shard_model(preset_config(config.model, **config.model_args))
     with topology.scope():
         model = build_model(config, source)
         model.compile(
             optimizer=build_optimizer(config), loss=build_loss(config),
-            metrics=None if config["kind"] == "masked_patch"
+            metrics=None if config.kind == "masked_patch"
             else [keras.metrics.CategoricalAccuracy(name="accuracy")],
             weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-            if config["kind"] == "masked_patch" else None,
-            jit_compile=_jit_compile(config["strategy"]),
-            steps_per_execution=config["steps_per_execution"],
+            if config.kind == "masked_patch" else None,
+            jit_compile=_jit_compile(config.strategy),
+            steps_per_execution=config.steps_per_execution,
         )
         model.optimizer.build(model.trainable_variables)
         topology.prepare(model)
@@ -418,7 +413,7 @@ def train(config, workdir, verbose="auto", topology=None):
         )
         test = eval_dataset(config, eval_source)  # its arguments checked before the first write
         workdir = prepare_workdir(workdir, config, write=topology.is_chief)
-        checkpointing = Checkpointing(manager, per_epoch, config["accum_steps"])
+        checkpointing = Checkpointing(manager, per_epoch, config.accum_steps)
         callbacks = [checkpointing, LearningRateLogger()]
         if topology.is_chief:
             trim_log(workdir / "log.csv", initial_epoch)
@@ -442,21 +437,21 @@ def train(config, workdir, verbose="auto", topology=None):
         weights = [to_numpy(w) for w in model.weights]
     bad = first_non_finite(model.weights, weights)
     if bad is not None:
-        raise _divergence(config, config["steps"], f"the final (averaged) weight {bad} holds NaN or "
+        raise _divergence(config, config.steps, f"the final (averaged) weight {bad} holds NaN or "
                           "infinite values", manager)
     model = single_device_copy(model, weights)
     if not topology.is_chief:
         return model, {}
 
-    results = {"steps": config["steps"], "train_seconds": round(seconds, 1)}
+    results = {"steps": config.steps, "train_seconds": round(seconds, 1)}
     if history.history.get("loss"):
         results["final_loss"] = float(history.history["loss"][-1])
-    if config["kind"] != "masked_patch":
+    if config.kind != "masked_patch":
         results["test_accuracy"] = evaluation.accuracy(model, test)
-        if config["few_shot"]:
+        if config.few_shot:
             results["few_shot"] = evaluation.few_shot_accuracy(
                 model, eval_dataset(config, source), test,
-                source.num_classes, shots=config["few_shot"],
+                source.num_classes, shots=config.few_shot,
             )
     model.save(workdir / "model.keras")
     path = workdir / "results.json"
@@ -475,10 +470,10 @@ def _divergence(config, update, because, manager):
              "from it" if checkpoint else "no checkpoint was written yet, and the same command "
              "starts over")
     return DivergenceError(
-        f"Training diverged at update {update} of {config['steps']}: {because}. Nothing non-finite "
-        f"was written: {where}. If it diverges again, start a new --workdir with a lower --base-lr (now {config['base_lr']:g}), gradient "
-        f"clipping (--grad-norm-clip, now {config['grad_norm_clip']}), more --warmup-steps (now "
-        f"{config['warmup_steps']}) or --dtype float32 (now {config['dtype']}), and check the data "
+        f"Training diverged at update {update} of {config.steps}: {because}. Nothing non-finite "
+        f"was written: {where}. If it diverges again, start a new --workdir with a lower --base-lr (now {config.base_lr:g}), gradient "
+        f"clipping (--grad-norm-clip, now {config.grad_norm_clip}), more --warmup-steps (now "
+        f"{config.warmup_steps}) or --dtype float32 (now {config.dtype}), and check the data "
         "for NaN or infinite values.",
         update, checkpoint,
     )
