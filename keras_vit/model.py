@@ -13,15 +13,17 @@ The architecture is a `keras_vit.ViTConfig`; the input checks are in
 
 import keras
 
+from keras_vit import deploy
 from keras_vit import inputs
 from keras_vit import kernels
 from keras_vit import layers as vit_layers
+from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import resolve_config
-
-# The projections of each block (attention, MLP): what `ViT.enable_lora` adapts by default.
-PROJECTION_NAMES = ("query", "key", "value", "out", "fc1", "fc2")
-
+from keras_vit.presets import preset_config
+from keras_vit.weights import load_checkpoint
+from keras_vit.weights.pretrained import PRETRAINED
+from keras_vit.weights.pretrained import default_pretrained
 
 def block_names(num_layers):
     """``encoder_block_0`` ... ``encoder_block_{L-1}``."""
@@ -85,8 +87,8 @@ def forward(layers, images, training=None, record=None, corruption=None, class_o
             ``patch_corruption`` layer (masked patch prediction, Sec. 4.6).
         class_only: the last block updates the [class] token alone (its
             query attends to every token): Eq. 4 reads only z_L^0, so with
-            token pooling the logits are the same for 85% of a block's work
-            less. `ViT.call` uses it; the functional graph keeps every token.
+            token pooling the logits are the same for 85% less of a block's
+            work. `ViT.call` uses it; the functional graph keeps every token.
 
     Returns:
         What the last layer gives: logits ``(batch, classes)``, features, or
@@ -129,92 +131,39 @@ def forward(layers, images, training=None, record=None, corruption=None, class_o
     return x
 
 
-def projections(model):
-    """path -> layer, every ``Dense`` and ``EinsumDense`` of `model` (the
-    layers Keras quantizes and adapts with LoRA): q, k, v and out of each
-    attention, fc1 and fc2 of each MLP, ``pre_logits`` and ``head``."""
-    found = {}
-    for layer in model.layers:
-        for inner in (layer, getattr(layer, "attention", None), getattr(layer, "mlp", None)):
-            for name in PROJECTION_NAMES:
-                sublayer = getattr(inner, name, None)
-                if isinstance(sublayer, (keras.layers.Dense, keras.layers.EinsumDense)):
-                    found[sublayer.path] = sublayer
-        if isinstance(layer, keras.layers.Dense):
-            found[layer.path] = layer
-    return found
-
-
-def dtype_policy_config(model):
-    """`model`'s dtype policy, serialized; with quantized layers a
-    ``DTypePolicyMap`` of their policies by path (as keras-hub's backbones),
-    so that a quantized model rebuilds quantized from its config."""
-    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=model.dtype_policy)
-    for path, layer in projections(model).items():
-        if layer.quantization_mode is not None:
-            policy_map[path] = layer.dtype_policy
-    if not policy_map.keys():
-        return keras.dtype_policies.serialize(model.dtype_policy)
-    return keras.dtype_policies.serialize(policy_map)
-
-
 @keras.saving.register_keras_serializable(package="keras_vit")
 class ViT(keras.Model):
     """Vision Transformer: image in, logits (or features) out.
 
-    The model of "An Image is Worth 16x16 Words" as a functional Keras model
-    that trains with ``fit``, serializes to ``.keras``, quantizes
-    (``model.quantize``), takes LoRA (`enable_lora`), exports
-    (``model.export``) and runs on TensorFlow, JAX and PyTorch. Defaults are
-    ViT-B/16 at 224 px, initialised as the original code: zero head kernel and
-    [class] token, normal(0.02) position embeddings, Xavier-uniform dense
-    kernels.
+    The model of "An Image is Worth 16x16 Words" as a functional Keras model:
+    it trains with ``fit``, saves to ``.keras``, quantizes
+    (``model.quantize``), takes LoRA (`enable_lora`) and exports
+    (``model.export``) on TensorFlow, JAX and PyTorch. Defaults are ViT-B/16
+    at 224 px, initialised as the original code (zero head kernel and
+    [class] token, normal(0.02) position embeddings, Xavier-uniform kernels).
 
     Args:
-        config: a `keras_vit.ViTConfig`, or None to make one of the keyword
-            arguments. Keyword arguments given with a config replace its
-            fields.
+        config: a `keras_vit.ViTConfig`, or None for one of the keyword
+            arguments; keyword arguments given with a config replace its fields.
         dtype: a dtype policy such as ``"mixed_bfloat16"``.
-        **kwargs: the fields of `keras_vit.ViTConfig` (``image_size``,
-            ``patch_size``, ``num_layers``, ``num_heads``, ``hidden_dim``,
-            ``mlp_dim``, ``num_classes``, ``pooling``, ... each described
-            there), and Keras's ``name`` and ``trainable``.
+        **kwargs: `keras_vit.ViTConfig` fields (``image_size``,
+            ``patch_size``, ``num_layers``, ...), and Keras's ``name`` and
+            ``trainable``.
 
     Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``).
-    Output shape: ``(batch, num_classes)``, ``(batch, features)`` when
-        ``num_classes=0``, or ``(batch, tokens, ...)`` with ``pooling="none"``.
+    Output shape: ``(batch, num_classes)``; ``(batch, features)`` when
+        ``num_classes=0``; ``(batch, tokens, D)`` with ``pooling="none"``.
 
-    Every layer's output in the functional graph is what its name says
-    (``encoder_block_{i}`` and ``encoder_norm``: the whole token sequence).
-    Running the model, with token pooling the last block updates the
-    [class] token alone (`forward`'s ``class_only``): the same logits and
-    gradients for less work (docs/performance.md).
+    In the functional graph every layer's output is what its name says
+    (``encoder_block_{i}``, ``encoder_norm``: the whole token sequence);
+    running the model with token pooling, the last block updates the [class]
+    token alone (`forward`'s ``class_only``): the same logits for less work.
 
-    Examples:
+    Example:
         >>> import numpy as np
         >>> model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4)
         >>> model(np.zeros((2, 32, 32, 3))).shape
         (2, 10)
-
-        ```python
-        import keras
-        import numpy as np
-        from keras_vit import ViT, ViTConfig
-
-        model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4, num_layers=2)
-        images = np.zeros((2, 32, 32, 3), "float32")
-        print(model(images).shape)                    # (2, 10)
-        print(model.grid_size, model.num_prefix_tokens)   # (8, 8) 1
-
-        config = ViTConfig(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
-                           mlp_dim=32, num_classes=0, pooling="gap")
-        print(ViT(config)(images).shape)              # (2, 16)
-
-        record = model.intermediates(images)
-        print(record["attention_1"].shape)            # (2, 3, 65, 65)
-        tokens = keras.Model(model.input, model.get_layer("encoder_norm").output)
-        print(tokens(images).shape)                   # (2, 65, 192)
-        ```
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
@@ -241,28 +190,32 @@ class ViT(keras.Model):
         # is also what makes `compile` add loss scaling under mixed_float16).
         self.dtype_policy = built["encoder_norm"].dtype_policy
 
+    def call(self, images, training=None, mask=None):
+        inputs.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
+        layers = {layer.name: layer for layer in self.layers}
+        return forward(layers, images, training, class_only=self.config.pooling == "token")
+
+    def intermediates(self, images, training=False):
+        """Every stage of the model on `images`, run eagerly, in a dict:
+        ``"embeddings"`` (z_0, Eq. 1), ``"encoder_block_{i}"`` (z_l),
+        ``"attention_{i}"`` (``(batch, heads, tokens, tokens)``), ``"encoded"``
+        (LN(z_L)), ``"features"`` (y) and ``"logits"``; the values of
+        ``model(images)``."""
+        inputs.check_images(self, images)
+        record = {}
+        forward({layer.name: layer for layer in self.layers}, images, training, record)
+        return record
+
     # -- construction ---------------------------------------------------------
 
     @classmethod
     def from_preset(cls, name, pretrained=None, **overrides):
-        """A preset architecture, freshly initialised or with released weights.
-
-        Args:
-            name: a preset (``"vit_b16"`` or ``"ViT-B/16"``, see
-                :func:`keras_vit.presets`) or a released checkpoint
-                (``"vit_b16.augreg_in21k_ft_in1k_224"``, see
-                :func:`keras_vit.pretrained`).
-            pretrained: True loads weights: the named checkpoint, or for a
-                preset its recommended one, downloaded and cached on first
-                use. False gives fresh weights. None (default): weights
-                exactly when `name` is a checkpoint.
-            **overrides: constructor arguments; with weights, those of
-                :meth:`from_checkpoint` (``image_size``, ``num_classes``, ...).
-        """
-        from keras_vit.presets import preset_config
-        from keras_vit.weights.pretrained import PRETRAINED
-        from keras_vit.weights.pretrained import default_pretrained
-
+        """A preset (``"vit_b16"``, ``"ViT-B/16"``: `keras_vit.presets`) or a
+        released checkpoint (``"vit_b16.augreg_in21k_ft_in1k_224"``:
+        `keras_vit.pretrained`). `pretrained`: True loads weights (the
+        checkpoint's, or the preset's recommended one), False gives fresh
+        ones, None weights exactly for a checkpoint. `overrides`: `ViT`'s
+        arguments, or with weights `from_checkpoint`'s."""
         entry = PRETRAINED.get(str(name))
         if pretrained is None:
             pretrained = entry is not None
@@ -273,125 +226,72 @@ class ViT(keras.Model):
     @classmethod
     def from_checkpoint(cls, path, image_size=None, num_classes=None,
                         resample_method="bilinear", **overrides):
-        """Builds the model stored in a checkpoint and loads its weights.
-
-        Formats: vit_jax / AugReg ``.npz``, big_vision ``.npz``, a Hugging
-        Face ViT directory and timm ``.safetensors`` (docs/checkpoints.md). A
-        different ``image_size`` resamples the position embeddings (Sec.
-        3.2); a different ``num_classes`` replaces the head with a
-        zero-initialised one (0 removes it); `resample_method` is
-        ``"bilinear"`` (vit_jax) or ``"bicubic"`` (timm). Other keyword
-        arguments override the architecture (``dropout_rate``, ``dtype``;
-        ``num_heads`` for timm files, which do not store it).
-        """
-        from keras_vit.weights import load_checkpoint
-
+        """The model stored in a checkpoint, with its weights: a vit_jax /
+        AugReg / big_vision ``.npz``, a Hugging Face directory or a timm
+        ``.safetensors``, by path, URL or ``hf://`` (docs/checkpoints.md).
+        Another ``image_size`` resamples the position embeddings (Sec. 3.2,
+        `resample_method` ``"bilinear"`` as vit_jax or ``"bicubic"`` as
+        timm); another ``num_classes`` gives a new zero-initialised head (0:
+        none); `overrides` change other arguments (``dropout_rate``,
+        ``dtype``)."""
         return load_checkpoint(cls, path, image_size, num_classes, resample_method, **overrides)
 
     def with_image_size(self, image_size, method="bilinear"):
         """`keras_vit.variants.with_image_size`: this model at another resolution."""
-        from keras_vit import variants
-
         return variants.with_image_size(self, image_size, method)
 
     def with_patch_size(self, patch_size, image_size=None, method="bilinear"):
         """`keras_vit.variants.with_patch_size`: FlexiViT's PI-resize of the patch kernel."""
-        from keras_vit import variants
-
         return variants.with_patch_size(self, patch_size, image_size, method)
 
     def with_config(self, skip=(), method="bilinear", **changes):
         """`keras_vit.variants.with_config`: a copy with some arguments changed."""
-        from keras_vit import variants
-
         return variants.with_config(self, skip, method, **changes)
 
-    # -- use ------------------------------------------------------------------
+    # -- Keras's features, with the images checked first (`keras_vit.inputs`) --
 
     def __call__(self, images, *args, **kwargs):
         inputs.check_images(self, images)  # before Keras's own input checks
         return super().__call__(images, *args, **kwargs)
 
-    def call(self, images, training=None, mask=None):
-        inputs.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
-        layers = {layer.name: layer for layer in self.layers}
-        return forward(layers, images, training, class_only=self.config.pooling == "token")
-
     def fit(self, x=None, *args, **kwargs):
-        """Keras's ``fit``, the images checked first (`keras_vit.inputs`)."""
         inputs.check_data(self, x)
         return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
-        """Keras's ``evaluate``, the images checked first as in `fit`."""
         inputs.check_data(self, x)
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
-        """Keras's ``predict``, the images checked first as in `fit`."""
         inputs.check_data(self, x)
         return super().predict(x, *args, **kwargs)
 
-    def intermediates(self, images, training=False):
-        """Runs the model eagerly and returns every stage in a dict.
-
-        Keys: ``"embeddings"`` (z_0, Eq. 1), ``"encoder_block_{i}"`` (z_l),
-        ``"attention_{i}"`` (weights ``(batch, heads, tokens, tokens)``),
-        ``"encoded"`` (LN(z_L)), ``"features"`` (y, after pooling and
-        pre-logits) and ``"logits"`` when there is a head. The values equal
-        those of ``model(images)``.
-        """
-        inputs.check_images(self, images)
-        record = {}
-        forward({layer.name: layer for layer in self.layers}, images, training, record)
-        return record
-
-    # -- Keras features: LoRA, export -------------------------------------------
-
-    def enable_lora(self, rank, target=PROJECTION_NAMES, lora_alpha=None):
-        """Low-rank adaptation of the encoder's projections, over Keras's
-        ``Layer.enable_lora``; `fit` then trains the LoRA weights and the head.
-
-        Args:
-            rank: int. The rank of each ``A (in, rank) · B (rank, out)``.
-            target: names of the projections to adapt, among ``query``,
-                ``key``, ``value``, ``out`` (attention) and ``fc1``, ``fc2``
-                (MLP).
-            lora_alpha: float or None (``rank``). Scales ``A · B`` by
-                ``lora_alpha / rank``.
-
-        Every other weight but the head's (``head``, ``pre_logits``) is
-        frozen. `keras_vit.variants.merge_lora` folds the LoRA weights into
-        the kernels; a ``.keras`` file saved from here holds the merged kernels.
-        """
-        from keras_vit import variants
-
+    def enable_lora(self, rank, target=variants.PROJECTION_NAMES, lora_alpha=None):
+        """`keras_vit.variants.enable_lora`: Keras's ``enable_lora(rank)`` on
+        the projections named in `target` (``query``, ``key``, ``value``,
+        ``out``, ``fc1``, ``fc2``), ``A · B`` scaled by ``lora_alpha / rank``;
+        every other weight but the head's frozen."""
         variants.enable_lora(self, rank, target, lora_alpha)
 
     def merge_lora(self):
         """`keras_vit.variants.merge_lora`: a plain copy with the LoRA weights
         folded into the kernels (the same logits)."""
-        from keras_vit import variants
-
         return variants.merge_lora(self)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                **kwargs):
-        """Keras's ``export``, traced with Keras's layers and ops alone
-        (`keras_vit.kernels.keras_layers_only`): every format Keras offers
-        (docs/deploy.md). The input signature defaults to the model's images
-        with a dynamic batch axis (Keras's ONNX exporter otherwise refuses a
-        model that was never called)."""
+        """Keras's ``export``, traced with Keras's layers alone
+        (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
+        every format Keras offers (docs/deploy.md); PyTorch's ONNX and
+        program through `keras_vit.deploy`."""
         if input_signature is None:
             images = self.inputs[0]
             input_signature = [keras.InputSpec(shape=(None, *images.shape[1:]), dtype=images.dtype,
                                                name="images")]
         with kernels.keras_layers_only():
-            if keras.backend.backend() == "torch" and format in ("onnx", "torch"):
-                from keras_vit import deploy  # Keras's own fix the batch or fail (deploy.py)
-
-                if format == "torch":
-                    return deploy.torch_program(self, filepath, input_signature)
+            if keras.backend.backend() == "torch" and format == "torch":
+                return deploy.torch_program(self, filepath, input_signature)
+            if keras.backend.backend() == "torch" and format == "onnx":
                 return deploy.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
                                          **kwargs)
             return super().export(filepath, format=format, verbose=verbose,
@@ -400,12 +300,8 @@ class ViT(keras.Model):
     # -- serialization --------------------------------------------------------
 
     def get_config(self):
-        return {
-            "name": self.name,
-            "trainable": self.trainable,
-            "dtype": dtype_policy_config(self),
-            **self.config.to_dict(),
-        }
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": variants.dtype_policy_config(self), **self.config.to_dict()}
 
     @classmethod
     def from_config(cls, config):

@@ -1,14 +1,15 @@
 """Copies of a `keras_vit.ViT` with another architecture (resolution, patch
-size, any argument), and its LoRA adaptation and merge."""
+size, any argument), its LoRA adaptation and merge, and the projections
+that Keras quantizes and adapts."""
 
 import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.config import pair
-from keras_vit.model import PROJECTION_NAMES
-from keras_vit.model import projections
 from keras_vit.weights import transfer_weights
 
+# The projections of each block (attention, MLP): what `ViT.enable_lora` adapts by default.
+PROJECTION_NAMES = ("query", "key", "value", "out", "fc1", "fc2")
 HEAD = ("head", "pre_logits")  # the layers LoRA leaves trainable
 
 
@@ -120,3 +121,32 @@ def merge_lora(model):
             continue
         state[variable.path].assign(keras.ops.convert_to_numpy(variable))  # a copy, not an alias
     return copy
+
+
+def projections(model):
+    """path -> layer, every ``Dense`` and ``EinsumDense`` of `model` (the
+    layers Keras quantizes and adapts with LoRA): q, k, v and out of each
+    attention, fc1 and fc2 of each MLP, ``pre_logits`` and ``head``."""
+    found = {}
+    for layer in model.layers:
+        for inner in (layer, getattr(layer, "attention", None), getattr(layer, "mlp", None)):
+            for name in PROJECTION_NAMES:
+                sublayer = getattr(inner, name, None)
+                if isinstance(sublayer, (keras.layers.Dense, keras.layers.EinsumDense)):
+                    found[sublayer.path] = sublayer
+        if isinstance(layer, keras.layers.Dense):
+            found[layer.path] = layer
+    return found
+
+
+def dtype_policy_config(model):
+    """`model`'s dtype policy, serialized; with quantized layers a
+    ``DTypePolicyMap`` of their policies by path (as keras-hub's backbones),
+    so that a quantized model rebuilds quantized from its config."""
+    policy_map = keras.dtype_policies.DTypePolicyMap(default_policy=model.dtype_policy)
+    for path, layer in projections(model).items():
+        if layer.quantization_mode is not None:
+            policy_map[path] = layer.dtype_policy
+    if not policy_map.keys():
+        return keras.dtype_policies.serialize(model.dtype_policy)
+    return keras.dtype_policies.serialize(policy_map)

@@ -310,7 +310,8 @@ def test_layers_hold_no_backend_code():
 
 
 def module_imports():
-    """module -> the keras_vit modules it imports at module level, and the
+    """module -> the keras_vit modules it imports (at module level or inside a
+    function: an import on use is a dependency all the same), and the
     private names it imports from another module."""
     graph, private = {}, []
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -318,7 +319,7 @@ def module_imports():
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         tree = ast.parse(path.read_text())
         deps = set()
-        for node in tree.body:  # module level only: imports inside functions run on use
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("keras_vit"):
                 for alias in node.names:
                     full = f"{node.module}.{alias.name}"
