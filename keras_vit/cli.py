@@ -18,6 +18,7 @@ Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 """
 
 import argparse
+import pathlib
 import sys
 
 from keras_vit import files
@@ -203,8 +204,6 @@ def _run_recipe(args):
 
 
 def _load_model(path, image_size=None, num_classes=None):
-    import pathlib
-
     if str(path).endswith(".keras"):
         if not pathlib.Path(path).exists():
             raise FileNotFoundError(f"No model at {path}.")
@@ -285,8 +284,6 @@ def _predict(args):
 
 
 def _explain(args):
-    import pathlib
-
     from keras_vit.data import read_images
     from keras_vit.explain import write_report
 
@@ -334,11 +331,21 @@ def _evaluate(args):
 
 
 def _convert(args):
-    files.output_file(args.output, "output", (".keras",))
+    if args.format == "keras":
+        files.output_file(args.output, "output", (".keras",))
+    elif pathlib.Path(args.output).exists():  # before reading (and perhaps downloading) the input
+        raise ValueError(f"output {args.output} exists; nothing was written. Choose a new path, "
+                         "or remove it first.")
     model = _load_model(args.checkpoint, args.image_size, args.num_classes)
-    model.save(args.output)
-    print(f"wrote {args.output}: {type(model).__name__}, {model.count_params():,} parameters, "
-          f"{model.image_size[0]}x{model.image_size[1]} px")
+    if args.format == "keras":
+        model.save(args.output)
+    elif not isinstance(model, ViT):
+        raise ValueError(f"{args.checkpoint} holds a {type(model).__name__}, not a ViT; "
+                         f"--format {args.format} writes a ViT.")
+    else:
+        model.save_checkpoint(args.output, format=args.format)
+    print(f"wrote {args.output} ({args.format}): {type(model).__name__}, "
+          f"{model.count_params():,} parameters, {model.image_size[0]}x{model.image_size[1]} px")
     return 0
 
 
@@ -437,11 +444,17 @@ def build_parser():
     sub.add_argument("--image-size", type=_positive_int, help="resolution for a checkpoint (default: its own)")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
 
-    sub = commands.add_parser("convert", help="a checkpoint to a .keras file",
-                              description="Read any checkpoint ViT.from_checkpoint reads and "
-                              "save it as a .keras model.")
+    sub = commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
+                              "vit_jax .npz, Hugging Face or timm files",
+                              description="Read any checkpoint ViT.from_checkpoint reads (or a "
+                              ".keras ViT) and write it as a .keras model (default) or, with "
+                              "--format, as a vit_jax .npz, a Hugging Face ViT directory or a "
+                              "timm .safetensors / hub directory (ViT.save_checkpoint).")
     sub.add_argument("checkpoint")
-    sub.add_argument("output", help="path ending in .keras")
+    sub.add_argument("output", help="path ending in .keras; with --format: a .npz file, a new "
+                     "directory, or (timm) a .safetensors file")
+    sub.add_argument("--format", choices=("keras", "npz", "huggingface", "timm"), default="keras",
+                     help="what to write (default keras)")
     sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings")
     sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")
 

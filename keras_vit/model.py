@@ -22,6 +22,7 @@ from keras_vit.config import FIELDS
 from keras_vit.config import resolve_config
 from keras_vit.presets import preset_config
 from keras_vit.weights import load_checkpoint
+from keras_vit.weights import save_checkpoint
 from keras_vit.weights.pretrained import PRETRAINED
 from keras_vit.weights.pretrained import default_pretrained
 
@@ -235,6 +236,13 @@ class ViT(keras.Model):
         none); `overrides` change other arguments (``dropout_rate``,
         ``dtype``)."""
         return load_checkpoint(cls, path, image_size, num_classes, resample_method, **overrides)
+
+    def save_checkpoint(self, path, format="npz"):
+        """`keras_vit.weights.save_checkpoint`: this model as a vit_jax
+        ``.npz`` (``format="npz"``), a Hugging Face ViT directory
+        (``"huggingface"``) or a timm ``.safetensors`` / hub directory
+        (``"timm"``), which `from_checkpoint` (and those libraries) read back."""
+        return save_checkpoint(self, path, format)
 
     def with_image_size(self, image_size, method="bilinear"):
         """`keras_vit.variants.with_image_size`: this model at another resolution."""

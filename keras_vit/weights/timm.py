@@ -106,9 +106,15 @@ def read_timm(path, num_heads=None):
     reader.put("patch_embedding/projection/bias", reader.pop("patch_embed.proj.bias"))
     hidden_dim = kernel.shape[-1]
     num_heads = _heads(meta, hidden_dim, num_heads, source)
+    model_args = (meta or {}).get("model_args") or {}
+    if model_args.get("act_layer", "gelu") not in ("gelu", "gelu_tanh"):
+        raise CheckpointError(f"{source}: config.json's model_args act_layer "
+                              f"{model_args['act_layer']!r} is not one keras_vit implements "
+                              "('gelu', 'gelu_tanh').")
     config = dict(
         hidden_dim=hidden_dim, num_heads=num_heads, patch_size=tuple(kernel.shape[:2]),
-        num_channels=kernel.shape[2], gelu_approximate=False, layer_norm_epsilon=1e-6,
+        num_channels=kernel.shape[2], layer_norm_epsilon=1e-6,
+        gelu_approximate=model_args.get("act_layer") == "gelu_tanh",  # timm's default: exact GELU
     )
     prefix = 0
     if reader.has("cls_token"):
@@ -121,12 +127,18 @@ def read_timm(path, num_heads=None):
         prefix += registers.shape[1]
     posemb = reader.pop("pos_embed")
     patches = posemb.shape[1] - prefix
-    if math.isqrt(patches) ** 2 != patches and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]:
+    no_embed_class = model_args.get("no_embed_class", (  # else: told by the shape
+        math.isqrt(patches) ** 2 != patches and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]))
+    if no_embed_class and prefix:
         # no_embed_class: E_pos covers the patches only; prefix rows add zero.
         posemb = np.concatenate([np.zeros((1, prefix, hidden_dim), posemb.dtype), posemb], 1)
         patches = posemb.shape[1] - prefix
     reader.put("position_embedding/embeddings", posemb)
     grid = square_grid(patches)
+    if "img_size" in model_args:  # the hub config's size, for any grid
+        size = model_args["img_size"]
+        size = (size, size) if isinstance(size, int) else tuple(size)
+        grid = tuple(s // p for s, p in zip(size, config["patch_size"]))
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
 
@@ -144,7 +156,7 @@ def read_timm(path, num_heads=None):
         for i in (1, 2):
             if reader.has(f"{key}ls{i}.gamma"):
                 reader.put(f"{target}/layer_scale_{i}", reader.pop(f"{key}ls{i}.gamma"))
-                config["layer_scale_init"] = 1e-5
+                config["layer_scale_init"] = model_args.get("init_values", 1e-5)
         num_layers += 1
     config.update(num_layers=num_layers, mlp_dim=reader.state["encoder_block_0/mlp/fc1/kernel"].shape[1])
     reader.layer_norm("norm", "encoder_norm")

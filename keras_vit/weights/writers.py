@@ -1,0 +1,383 @@
+"""A ViT written back to the formats keras_vit reads: a vit_jax ``.npz``, a
+Hugging Face ``ViTForImageClassification`` / ``ViTModel`` directory, and a
+timm ``VisionTransformer`` ``.safetensors`` (with its hub ``config.json``).
+
+Each writer is the inverse of its reader (`read_npz`, `read_huggingface`,
+`read_timm`), key by key: the reader, applied to what the writer wrote, gives
+back the same model. A model the format cannot express is refused with the
+option that stands in the way, before anything is written; an existing file
+is never overwritten.
+"""
+
+import json
+import pathlib
+
+import numpy as np
+
+from keras_vit.weights.assign import CheckpointError
+
+FORMATS = ("npz", "huggingface", "timm")
+
+
+def model_state(model):
+    """path -> float32 NumPy array, every variable of `model`."""
+    import keras
+
+    return {v.path: np.asarray(keras.ops.convert_to_numpy(v), np.float32) for v in model.weights}
+
+
+def save_checkpoint(model, path, format="npz"):
+    """Writes `model` (a `keras_vit.ViT`) to `path` in `format`.
+
+    Args:
+        model: a `keras_vit.ViT`.
+        path: where to write: a ``.npz`` file (``"npz"``); a directory, made
+            here (``"huggingface"``: ``config.json`` + ``model.safetensors``;
+            ``"timm"``: the same, timm's hub layout); or, for ``"timm"``, a
+            ``.safetensors`` file alone.
+        format: ``"npz"`` (vit_jax; big_vision's layout for MAP pooling),
+            ``"huggingface"`` or ``"timm"``.
+
+    Returns:
+        The path written, a `pathlib.Path`.
+
+    Raises:
+        ValueError: an unknown format, a path that exists, or a model the
+            format cannot express (the message names the option).
+    """
+    if format not in FORMATS:
+        raise ValueError(f"Unknown checkpoint format {format!r}; use one of {', '.join(FORMATS)}.")
+    path = pathlib.Path(path).expanduser()
+    if path.exists():
+        raise ValueError(f"{path} exists; nothing was written. Choose a new path, or remove it first.")
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"{path}: the folder {path.parent} does not exist. Create it first.")
+    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "timm": _write_timm}[format]
+    writer(model, path)
+    return path
+
+
+def _refuse(model, format, checks):
+    """A ValueError for the first of `checks` ((bad, option, fix) triples)
+    that holds."""
+    for bad, option, fix in checks:
+        if bad:
+            raise ValueError(
+                f"{model.name} cannot be written as {format}: {option}. Nothing was written. {fix}"
+            )
+
+
+def _no_registers_or_layer_scale(model, reader):
+    c = model.config
+    return [
+        (c.num_registers, f"it has {c.num_registers} register tokens, which {reader} has no key for",
+         "Write it with format='timm', which has them."),
+        (c.layer_scale_init is not None, "it has LayerScale, which " + reader + " has no key for",
+         "Write it with format='timm', which has it."),
+    ]
+
+
+# -- vit_jax / big_vision .npz -------------------------------------------------
+
+def _write_npz(model, path):
+    c = model.config
+    _refuse(model, "npz", [
+        (not str(path).endswith(".npz"), f"the path {path} does not end in .npz", "Name a .npz file."),
+        (not c.gelu_approximate, "it uses exact (erf) GELU, and vit_jax's code runs the tanh "
+         "approximation", "Use format='timm' or 'huggingface', or accept slightly different "
+         "numbers: `model.with_config(gelu_approximate=True).save_checkpoint(...)`."),
+        (c.layer_norm_epsilon != 1e-6, f"its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and "
+         "vit_jax's is 1e-6", "Use format='huggingface' (it stores the epsilon)."),
+        (c.pooling == "none", "pooling='none' (the token sequence) has no vit_jax classifier",
+         "Use pooling 'token', 'gap' or 'map'."),
+        *_no_registers_or_layer_scale(model, "vit_jax"),
+    ])
+    state = model_state(model)
+    out = {}
+
+    def norm(source, target):
+        out[target + "/scale"] = state.pop(source + "/gamma")
+        out[target + "/bias"] = state.pop(source + "/beta")
+
+    def dense(source, target):
+        out[target + "/kernel"] = state.pop(source + "/kernel")
+        if source + "/bias" in state:
+            out[target + "/bias"] = state.pop(source + "/bias")
+
+    def attention(source, target):
+        for name in ("query", "key", "value", "out"):
+            dense(f"{source}/{name}", f"{target}/{name}")
+
+    if c.resnet_block_units is not None:
+        out["conv_root/kernel"] = state.pop("resnet/conv_root/kernel")
+        norm("resnet/gn_root", "gn_root")
+        for key in [k for k in state if k.startswith("resnet/block")]:
+            stage_unit, name, kind = key.split("/")[1:]
+            stage, unit = stage_unit[len("block"):].split("_unit")
+            target = f"block{stage}/unit{unit}/{name}"
+            if kind == "kernel":
+                out[target + "/kernel"] = state.pop(key)
+            else:
+                out[target + ("/scale" if kind == "gamma" else "/bias")] = state.pop(key)
+    dense("patch_embedding/projection", "embedding")
+    big_vision = c.pooling == "map"  # the MAP head exists in big_vision's layout only
+    posemb = state.pop("position_embedding/embeddings", None)
+    if "class_token/tokens" in state:
+        cls = state.pop("class_token/tokens")
+        if big_vision and posemb is not None:  # big_vision adds E_pos before the [class] token
+            cls, posemb = cls + posemb[:, :1], posemb[:, 1:]
+        out["cls"] = cls
+    if posemb is not None:
+        out["pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"] = posemb
+    for i in range(c.num_layers):
+        source, target = f"encoder_block_{i}", f"Transformer/encoderblock_{i}"
+        norm(source + "/norm1", target + "/LayerNorm_0")
+        attention(source + "/attention", target + "/MultiHeadDotProductAttention_1")
+        norm(source + "/norm2", target + "/LayerNorm_2")
+        dense(source + "/mlp/fc1", target + "/MlpBlock_3/Dense_0")
+        dense(source + "/mlp/fc2", target + "/MlpBlock_3/Dense_1")
+    norm("encoder_norm", "Transformer/encoder_norm")
+    if big_vision:
+        out["MAPHead_0/probe"] = state.pop("pooling/probe")
+        attention("pooling/attention", "MAPHead_0/MultiHeadDotProductAttention_0")
+        norm("pooling/norm", "MAPHead_0/LayerNorm_0")
+        dense("pooling/mlp/fc1", "MAPHead_0/MlpBlock_0/Dense_0")
+        dense("pooling/mlp/fc2", "MAPHead_0/MlpBlock_0/Dense_1")
+    for name in ("pre_logits", "head"):
+        if name + "/kernel" in state:
+            dense(name, name)
+    _check_all_written(model, state, "npz")
+    with open(path, "wb") as file:
+        np.savez(file, **out)
+
+
+def _check_all_written(model, state, format):
+    if state:
+        raise CheckpointError(f"{model.name}: the {format} writer has no key for {sorted(state)[:8]}.")
+
+
+# -- PyTorch layouts -------------------------------------------------------------
+
+def _conv(kernel):
+    """HWIO -> OIHW."""
+    return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
+
+
+def _linear(kernel):
+    """(in, out) -> (out, in)."""
+    return np.ascontiguousarray(kernel.T)
+
+
+def _heads_in(kernel):
+    """(D, heads, head_dim) -> (heads * head_dim, D)."""
+    return np.ascontiguousarray(kernel.reshape(kernel.shape[0], -1).T)
+
+
+def _heads_out(kernel):
+    """(heads, head_dim, D) -> (D, heads * head_dim)."""
+    return np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T)
+
+
+def _save_safetensors(tensors, path):
+    from safetensors.numpy import save_file
+
+    save_file({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()}, str(path),
+              metadata={"format": "pt"})
+
+
+def _write_folder(path, tensors, config):
+    """``config.json`` and ``model.safetensors`` in a new folder `path`; a
+    failed write leaves no folder."""
+    import shutil
+
+    path.mkdir()
+    try:
+        _save_safetensors(tensors, path / "model.safetensors")
+        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _image_size(config):
+    height, width = config.image_size
+    return height if height == width else [height, width]
+
+
+# -- Hugging Face ViT -------------------------------------------------------------
+
+def _write_huggingface(model, path):
+    c = model.config
+    _refuse(model, "a Hugging Face ViT", [
+        (c.pooling != "token", f"pooling {c.pooling!r}: Hugging Face's ViT classifies the "
+         "[class] token", "Write it with format='timm' (gap, map) or 'npz'."),
+        (c.resnet_block_units is not None, "it is a hybrid (ResNet stem), which Hugging Face's "
+         "ViT does not have", "Write it with format='npz'."),
+        (c.position_embedding != "learned", "its position embeddings are sin-cos, not learned",
+         "Write it with format='npz'."),
+        (c.patch_size[0] != c.patch_size[1], f"its patches are {c.patch_size[0]}x"
+         f"{c.patch_size[1]}, and Hugging Face's ViT has square patches", "Use format='timm'."),
+        (c.representation_size and c.num_classes, "it has a pre-logits layer and a head: "
+         "ViTForImageClassification classifies the [class] token without its pooler",
+         "Drop the head (`model.with_config(num_classes=0)`) to write a ViTModel whose pooler "
+         "is the pre-logits layer, or use format='npz'."),
+        *_no_registers_or_layer_scale(model, "Hugging Face's ViT"),
+    ])
+    state = model_state(model)
+    prefix = "vit." if c.num_classes else ""
+    out = {}
+
+    def put(key, value):
+        out[prefix + key] = value
+
+    def norm(source, key):
+        put(key + ".weight", state.pop(source + "/gamma"))
+        put(key + ".bias", state.pop(source + "/beta"))
+
+    def linear(source, key, layout=_linear, top=False):
+        (out.__setitem__ if top else put)(key + ".weight", layout(state.pop(source + "/kernel")))
+        if source + "/bias" in state:
+            (out.__setitem__ if top else put)(key + ".bias", state.pop(source + "/bias").reshape(-1))
+
+    put("embeddings.cls_token", state.pop("class_token/tokens"))
+    put("embeddings.position_embeddings", state.pop("position_embedding/embeddings"))
+    linear("patch_embedding/projection", "embeddings.patch_embeddings.projection", _conv)
+    for i in range(c.num_layers):
+        source, key = f"encoder_block_{i}", f"encoder.layer.{i}."
+        norm(source + "/norm1", key + "layernorm_before")
+        for name in ("query", "key", "value"):
+            linear(f"{source}/attention/{name}", f"{key}attention.attention.{name}", _heads_in)
+        linear(source + "/attention/out", key + "attention.output.dense", _heads_out)
+        norm(source + "/norm2", key + "layernorm_after")
+        linear(source + "/mlp/fc1", key + "intermediate.dense")
+        linear(source + "/mlp/fc2", key + "output.dense")
+    norm("encoder_norm", "layernorm")
+    if c.representation_size:
+        linear("pre_logits", "pooler.dense")
+    if c.num_classes:
+        linear("head", "classifier", top=True)
+    _check_all_written(model, state, "Hugging Face")
+    names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
+    config = {
+        "architectures": ["ViTForImageClassification" if c.num_classes else "ViTModel"],
+        "model_type": "vit",
+        "hidden_size": c.hidden_dim,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "intermediate_size": c.mlp_dim,
+        "hidden_act": "gelu_pytorch_tanh" if c.gelu_approximate else "gelu",
+        "layer_norm_eps": c.layer_norm_epsilon,
+        "image_size": _image_size(c),
+        "patch_size": c.patch_size[0],
+        "num_channels": c.num_channels,
+        "qkv_bias": c.qkv_bias,
+        "encoder_stride": c.patch_size[0],
+        "hidden_dropout_prob": 0.0,
+        "attention_probs_dropout_prob": 0.0,
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+    }
+    if c.representation_size:
+        config.update(pooler_output_size=c.representation_size, pooler_act="tanh")
+    _write_folder(path, out, config)
+
+
+# -- timm VisionTransformer --------------------------------------------------------
+
+def _write_timm(model, path):
+    c = model.config
+    _refuse(model, "timm", [
+        (c.resnet_block_units is not None, "it is a hybrid (ResNet stem); timm keeps those in "
+         "another model class (vision_transformer_hybrid)", "Write it with format='npz'."),
+        (c.position_embedding != "learned", "its position embeddings are sin-cos; timm's "
+         "VisionTransformer learns them", "Write it with format='npz'."),
+        (c.representation_size is not None, "it has a pre-logits layer, which timm's "
+         "VisionTransformer no longer has", "Write it with format='npz' or 'huggingface'."),
+        (c.pooling == "none", "pooling='none' has no timm classifier", "Use another pooling."),
+        (c.layer_norm_epsilon != 1e-6, f"its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and "
+         "timm's ViT uses 1e-6", "Use format='huggingface' (it stores the epsilon)."),
+        (int(c.hidden_dim * (c.mlp_dim / c.hidden_dim)) != c.mlp_dim, f"timm makes the MLP "
+         f"width int(embed_dim * mlp_ratio), which does not give {c.mlp_dim} for width {c.hidden_dim}",
+         "Use format='huggingface' or 'npz'."),
+    ])
+    state = model_state(model)
+    out = {}
+
+    def norm(source, key):
+        out[key + ".weight"] = state.pop(source + "/gamma")
+        out[key + ".bias"] = state.pop(source + "/beta")
+
+    def linear(source, key, layout=_linear):
+        out[key + ".weight"] = layout(state.pop(source + "/kernel"))
+        if source + "/bias" in state:
+            out[key + ".bias"] = state.pop(source + "/bias").reshape(-1)
+
+    def fused(source, names, key):
+        """q, k, v (or k, v) projections as timm's one ``Linear``."""
+        out[key + ".weight"] = np.concatenate([_heads_in(state.pop(f"{source}/{n}/kernel"))
+                                               for n in names])
+        if f"{source}/{names[0]}/bias" in state:
+            out[key + ".bias"] = np.concatenate([state.pop(f"{source}/{n}/bias").reshape(-1)
+                                                 for n in names])
+
+    linear("patch_embedding/projection", "patch_embed.proj", _conv)
+    if "class_token/tokens" in state:
+        out["cls_token"] = state.pop("class_token/tokens")
+    if "registers/tokens" in state:
+        out["reg_token"] = state.pop("registers/tokens")
+    out["pos_embed"] = state.pop("position_embedding/embeddings")
+    for i in range(c.num_layers):
+        source, key = f"encoder_block_{i}", f"blocks.{i}."
+        norm(source + "/norm1", key + "norm1")
+        fused(source + "/attention", ("query", "key", "value"), key + "attn.qkv")
+        linear(source + "/attention/out", key + "attn.proj", _heads_out)
+        norm(source + "/norm2", key + "norm2")
+        linear(source + "/mlp/fc1", key + "mlp.fc1")
+        linear(source + "/mlp/fc2", key + "mlp.fc2")
+        for j in (1, 2):
+            if f"{source}/layer_scale_{j}" in state:
+                out[f"{key}ls{j}.gamma"] = state.pop(f"{source}/layer_scale_{j}")
+    norm("encoder_norm", "norm")
+    if c.pooling == "map":
+        out["attn_pool.latent"] = state.pop("pooling/probe")
+        linear("pooling/attention/query", "attn_pool.q", _heads_in)
+        fused("pooling/attention", ("key", "value"), "attn_pool.kv")
+        linear("pooling/attention/out", "attn_pool.proj", _heads_out)
+        norm("pooling/norm", "attn_pool.norm")
+        linear("pooling/mlp/fc1", "attn_pool.mlp.fc1")
+        linear("pooling/mlp/fc2", "attn_pool.mlp.fc2")
+    if c.num_classes:
+        linear("head", "head")
+    _check_all_written(model, state, "timm")
+    if str(path).endswith(".safetensors"):
+        _save_safetensors(out, path)
+        return
+    model_args = dict(
+        img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
+        embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
+        mlp_ratio=c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, num_classes=c.num_classes,
+        class_token=c.uses_class_token, reg_tokens=c.num_registers, no_embed_class=False,
+        global_pool={"token": "token", "gap": "avg", "map": "map"}[c.pooling], fc_norm=False,
+        act_layer="gelu_tanh" if c.gelu_approximate else "gelu",
+    )
+    if c.layer_scale_init is not None:
+        model_args["init_values"] = c.layer_scale_init
+    config = {
+        "architecture": "vit_base_patch16_224",  # the family; model_args give every size
+        "num_classes": c.num_classes,
+        "num_features": c.hidden_dim,
+        "global_pool": model_args["global_pool"],
+        "model_args": model_args,
+        "pretrained_cfg": {
+            "input_size": [c.num_channels, *c.image_size],
+            "interpolation": "bicubic",
+            "mean": [0.5] * c.num_channels,  # keras_vit's inputs: [-1, 1]
+            "std": [0.5] * c.num_channels,
+            "crop_pct": 1.0,
+            "num_classes": c.num_classes,
+            "classifier": "head",
+        },
+    }
+    if c.class_names:
+        config["label_names"] = list(c.class_names)
+    _write_folder(path, out, config)

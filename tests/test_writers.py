@@ -1,0 +1,163 @@
+"""`ViT.save_checkpoint`: a ViT written as a vit_jax .npz, a Hugging Face
+directory and a timm .safetensors, read back by keras_vit (and by
+transformers) with the same logits; what a format cannot express refused."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit import ViT
+from keras_vit.cli import main
+from keras_vit.weights import save_checkpoint
+
+BASE = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+            num_classes=5)
+
+# Each format with the architectures it can express.
+CASES = [
+    ("npz", {}),
+    ("npz", dict(pooling="gap")),
+    ("npz", dict(pooling="map")),
+    ("npz", dict(representation_size=8)),
+    ("npz", dict(position_embedding="sincos2d", pooling="gap")),
+    ("npz", dict(num_classes=0, qkv_bias=False)),
+    ("npz", dict(image_size=64, patch_size=1, resnet_block_units=(1, 2), resnet_width_factor=0.5)),
+    ("huggingface", {}),
+    ("huggingface", dict(gelu_approximate=False, layer_norm_epsilon=1e-12)),
+    ("huggingface", dict(num_classes=0, representation_size=8)),
+    ("huggingface", dict(num_classes=0)),
+    ("huggingface", dict(image_size=(32, 16), qkv_bias=False, class_names=list("abcde"))),
+    ("timm", {}),
+    ("timm", dict(gelu_approximate=False)),
+    ("timm", dict(pooling="gap")),
+    ("timm", dict(pooling="map")),
+    ("timm", dict(num_registers=2, layer_scale_init=0.1)),
+    ("timm", dict(qkv_bias=False, num_classes=0)),
+    ("timm", dict(image_size=(32, 16), class_names=list("abcde"))),
+]
+
+
+def random_model(**changes):
+    """A ViT with every weight random (a zero head or token would hide a
+    mis-mapped key)."""
+    model = ViT(**{**BASE, **changes})
+    rng = np.random.default_rng(len(model.weights))
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype("float32"))
+    return model
+
+
+def images(model, seed=0):
+    size = model.image_size
+    return np.random.default_rng(seed).normal(size=(2, *size, 3)).astype("float32")
+
+
+def target(tmp_path, format, name="out"):
+    return tmp_path / (name + ".npz" if format == "npz" else name)
+
+
+@pytest.mark.parametrize("format, changes", CASES, ids=[f"{f}-{'-'.join(c) or 'paper'}" for f, c in CASES])
+def test_reader_gives_back_what_the_writer_wrote(tmp_path, format, changes):
+    model = random_model(**changes)
+    path = model.save_checkpoint(target(tmp_path, format), format=format)
+    # sin-cos embeddings store no grid: the size is passed, as for any such file
+    size = {"image_size": model.image_size} if model.position_embedding != "learned" else {}
+    back = ViT.from_checkpoint(path, **size)
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+    assert back.config == model.config
+    assert [v.path for v in back.weights] == [v.path for v in model.weights]
+
+
+def test_a_bare_timm_safetensors_file(tmp_path):
+    # timm's own file without its hub config.json: read with the head count given.
+    model = random_model(gelu_approximate=False)
+    path = model.save_checkpoint(tmp_path / "model.safetensors", format="timm")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
+    back = ViT.from_checkpoint(path, num_heads=2)
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("changes", [{}, dict(gelu_approximate=False, layer_norm_epsilon=1e-12),
+                                     dict(num_classes=0, representation_size=8),
+                                     dict(image_size=(32, 16), qkv_bias=False)])
+def test_transformers_loads_the_huggingface_directory(tmp_path, changes):
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    model = random_model(**changes)
+    path = model.save_checkpoint(tmp_path / "hf", format="huggingface")
+    config = json.loads((path / "config.json").read_text())
+    hf_class = transformers.ViTForImageClassification if model.num_classes else transformers.ViTModel
+    assert config["architectures"] == [hf_class.__name__]
+    hf = hf_class.from_pretrained(path).eval()  # no custom code, no missing or unused keys
+    x = images(model)
+    with torch.no_grad():
+        out = hf(torch.from_numpy(x.transpose(0, 3, 1, 2)))
+    expected = out.logits if model.num_classes else out.pooler_output
+    np.testing.assert_allclose(expected.numpy(), to_numpy(model(x)), rtol=0, atol=1e-5)
+
+
+def test_timm_hub_config_describes_the_model(tmp_path):
+    model = random_model(pooling="gap", num_registers=2, class_names=list("abcde"))
+    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    config = json.loads((path / "config.json").read_text())
+    args = config["model_args"]
+    assert (args["embed_dim"], args["depth"], args["num_heads"], args["reg_tokens"]) == (16, 2, 2, 2)
+    assert (args["global_pool"], args["class_token"], args["fc_norm"]) == ("avg", False, False)
+    assert args["act_layer"] == "gelu_tanh" and int(args["embed_dim"] * args["mlp_ratio"]) == 32
+    assert config["label_names"] == list("abcde") and config["num_classes"] == 5
+
+
+@pytest.mark.parametrize(
+    "format, changes, option",
+    [
+        ("timm", dict(image_size=64, patch_size=1, resnet_block_units=(1, 2)), "hybrid"),
+        ("timm", dict(representation_size=8), "pre-logits"),
+        ("timm", dict(position_embedding="sincos2d", pooling="gap"), "sin-cos"),
+        ("huggingface", dict(pooling="gap"), "pooling 'gap'"),
+        ("huggingface", dict(num_registers=1), "register tokens"),
+        ("huggingface", dict(representation_size=8), "pre-logits layer and a head"),
+        ("npz", dict(gelu_approximate=False), "exact (erf) GELU"),
+        ("npz", dict(layer_scale_init=0.1), "LayerScale"),
+        ("npz", dict(layer_norm_epsilon=1e-5), "epsilon"),
+    ],
+)
+def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, option):
+    model = ViT(**{**BASE, **changes})
+    path = target(tmp_path, format)
+    with pytest.raises(ValueError, match="cannot be written") as error:
+        model.save_checkpoint(path, format=format)
+    assert option in str(error.value) and "Nothing was written" in str(error.value)
+    assert not path.exists()
+
+
+def test_bad_format_and_existing_path(tmp_path):
+    model = ViT(**BASE)
+    with pytest.raises(ValueError, match="Unknown checkpoint format 'onnx'; use one of npz"):
+        save_checkpoint(model, tmp_path / "x", format="onnx")
+    (tmp_path / "taken.npz").write_bytes(b"mine")
+    with pytest.raises(ValueError, match="exists; nothing was written"):
+        model.save_checkpoint(tmp_path / "taken.npz")
+    assert (tmp_path / "taken.npz").read_bytes() == b"mine"
+    with pytest.raises(ValueError, match="does not end in .npz"):
+        model.save_checkpoint(tmp_path / "model.bin")
+
+
+@pytest.mark.parametrize("format", ["npz", "huggingface", "timm"])
+def test_convert_writes_each_format(tmp_path, capsys, format):
+    model = random_model()
+    model.save(tmp_path / "model.keras")
+    out = target(tmp_path, format)
+    assert main(["convert", str(tmp_path / "model.keras"), str(out), "--format", format]) == 0
+    assert f"({format})" in capsys.readouterr().out
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(out)(x)), to_numpy(model(x)),
+                               rtol=0, atol=1e-6)
+    # a second run refuses to overwrite, before reading anything
+    with pytest.raises(SystemExit) as exit_info:
+        main(["convert", str(tmp_path / "missing.keras"), str(out), "--format", format])
+    assert exit_info.value.code == 2
+    assert "exists; nothing was written" in capsys.readouterr().err
