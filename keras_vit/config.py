@@ -8,6 +8,7 @@ import keras
 
 POOLINGS = ("token", "gap", "map", "none")
 POSITION_EMBEDDINGS = ("learned", "sincos2d")
+MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 
 
 def uses_class_token(pooling, position_embedding):
@@ -33,7 +34,17 @@ class ViTConfig:
     the argument, what it got and what it takes.
 
     Derived: `grid_size` (patches per side, Eq. 1's N = h * w),
-    `num_prefix_tokens` ([class] token and registers), `input_shape`.
+    `num_prefix_tokens` ([class], distillation and register tokens),
+    `input_shape`.
+
+    The options of the ViT family are off by default, so the defaults are
+    the paper's model: ``mlp_activation`` (``"quick_gelu"``: OpenAI's CLIP;
+    ``"swiglu"``: DINOv2 giant), ``qk_norm`` (a LayerNorm of each head's
+    query and key), ``norm_pre`` (a LayerNorm before the encoder: CLIP),
+    ``fc_norm`` (the final LayerNorm after pooling instead of before it:
+    timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding) and
+    ``distillation`` (DeiT's distillation token and head, the two heads'
+    logits averaged).
 
     Example:
         ```python
@@ -68,6 +79,12 @@ class ViTConfig:
     resnet_block_units: tuple | None = None
     resnet_width_factor: float = 1
     head_bias_init: float = 0.0
+    mlp_activation: str = "gelu"
+    qk_norm: bool = False
+    norm_pre: bool = False
+    fc_norm: bool = False
+    patch_bias: bool = True
+    distillation: bool = False
     num_channels: int = 3
     class_names: tuple | None = None
     data_format: str | None = None
@@ -93,6 +110,22 @@ class ViTConfig:
                 raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
         if self.pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {self.pooling!r}; use one of {POOLINGS}.")
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(
+                f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
+            )
+        for name in ("qk_norm", "norm_pre", "fc_norm", "patch_bias", "distillation"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        if self.distillation and (self.pooling != "token" or self.fc_norm
+                                  or self.representation_size):
+            raise ValueError(
+                "distillation (DeiT) reads the [class] and distillation tokens: it needs "
+                f"pooling='token' (got {self.pooling!r}), no fc_norm and no representation_size."
+            )
+        if self.fc_norm and self.pooling == "none":
+            raise ValueError("fc_norm normalises the pooled features; pooling='none' has none. "
+                             "Use fc_norm=False, or another pooling.")
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"Unknown position_embedding {self.position_embedding!r}; use one of "
@@ -142,8 +175,8 @@ class ViTConfig:
 
     @property
     def num_prefix_tokens(self):
-        """The [class] token, if any, plus the registers."""
-        return int(self.uses_class_token) + self.num_registers
+        """The [class] and distillation tokens, if any, plus the registers."""
+        return int(self.uses_class_token) + int(self.distillation) + self.num_registers
 
     @property
     def input_shape(self):

@@ -42,30 +42,42 @@ def build_layers(config, dtype=None):
     if c.resnet_block_units is not None:
         add(vit_layers.ResNetStem(c.resnet_block_units, c.resnet_width_factor, c.data_format,
                                   dtype=dtype, name="resnet"))
-    add(vit_layers.PatchEmbedding(c.hidden_dim, c.patch_size, c.data_format, dtype=dtype,
-                                  name="patch_embedding"))
+    add(vit_layers.PatchEmbedding(c.hidden_dim, c.patch_size, c.data_format,
+                                  use_bias=c.patch_bias, dtype=dtype, name="patch_embedding"))
     if c.num_registers:
         add(vit_layers.ClassToken(c.num_registers, dtype=dtype, name="registers"))
+    if c.distillation:  # DeiT: [x_class; x_distill; ...]
+        add(vit_layers.ClassToken(1, dtype=dtype, name="distillation_token"))
     if c.uses_class_token:
         add(vit_layers.ClassToken(1, dtype=dtype, name="class_token"))
     add(vit_layers.PositionEmbedding(c.grid_size, c.num_prefix_tokens, c.position_embedding,
                                      dtype=dtype, name="position_embedding"))
     add(keras.layers.Dropout(c.dropout_rate, dtype=dtype, name="embedding_dropout"))
+    norm = dict(epsilon=c.layer_norm_epsilon, dtype=dtype)
+    if c.norm_pre:  # CLIP
+        add(keras.layers.LayerNormalization(**norm, name="norm_pre"))
     for i, name in enumerate(block_names(c.num_layers)):
         add(vit_layers.TransformerEncoder(
             c.num_heads, c.mlp_dim, dropout_rate=c.dropout_rate,
             attention_dropout_rate=c.attention_dropout_rate,
             drop_path_rate=c.drop_path_rate * i / max(c.num_layers - 1, 1),  # linear in depth
             layer_norm_epsilon=c.layer_norm_epsilon, gelu_approximate=c.gelu_approximate,
-            qkv_bias=c.qkv_bias, layer_scale_init=c.layer_scale_init, dtype=dtype, name=name,
+            qkv_bias=c.qkv_bias, layer_scale_init=c.layer_scale_init, qk_norm=c.qk_norm,
+            mlp_activation=c.mlp_activation, dtype=dtype, name=name,
         ))
-    add(keras.layers.LayerNormalization(epsilon=c.layer_norm_epsilon, dtype=dtype,
-                                        name="encoder_norm"))
+    if not c.fc_norm:
+        add(keras.layers.LayerNormalization(**norm, name="encoder_norm"))
     if c.pooling == "map":
         add(vit_layers.MultiHeadAttentionPooling(c.num_heads, c.mlp_dim, c.layer_norm_epsilon,
-                                                 c.gelu_approximate, dtype=dtype, name="pooling"))
+                                                 c.gelu_approximate, c.mlp_activation,
+                                                 dtype=dtype, name="pooling"))
     elif c.pooling != "none":
         add(vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype, name="pooling"))
+    if c.fc_norm:  # timm: the final LayerNorm after pooling
+        add(keras.layers.LayerNormalization(**norm, name="fc_norm"))
+    if c.distillation:
+        add(vit_layers.TokenPooling("distillation", c.num_prefix_tokens, dtype=dtype,
+                                    name="distillation_pooling"))
     if c.representation_size:
         add(keras.layers.Dense(c.representation_size, activation="tanh",
                                kernel_initializer="glorot_uniform", dtype=dtype, name="pre_logits"))
@@ -73,6 +85,11 @@ def build_layers(config, dtype=None):
         add(keras.layers.Dense(c.num_classes, kernel_initializer="zeros",
                                bias_initializer=keras.initializers.Constant(c.head_bias_init),
                                dtype=dtype, name="head"))
+    if c.distillation:  # DeiT averages its two heads' logits (or the two tokens, headless)
+        if c.num_classes:
+            add(keras.layers.Dense(c.num_classes, kernel_initializer="zeros", dtype=dtype,
+                                   name="head_dist"))
+        add(keras.layers.Average(dtype=dtype, name="distillation_average"))
     return built
 
 
@@ -86,8 +103,8 @@ def forward(layers, images, training=None, record=None, corruption=None, class_o
         record: None, or a dict that receives every stage (`ViT.intermediates`).
         corruption: ``(codes, replacement)``, the inputs of a
             ``patch_corruption`` layer (masked patch prediction, Sec. 4.6).
-        class_only: the last block updates the [class] token alone (its
-            query attends to every token): Eq. 4 reads only z_L^0, so with
+        class_only: the last block updates the [class] token alone (with
+            DeiT's distillation token; its queries attend to every token): Eq. 4 reads only z_L^0, so with
             token pooling the logits are the same for 85% less of a block's
             work. `ViT.call` uses it; the functional graph keeps every token.
 
@@ -101,11 +118,13 @@ def forward(layers, images, training=None, record=None, corruption=None, class_o
     x = layers["patch_embedding"](x)                          # x_p E
     if "patch_corruption" in layers:                          # Sec. 4.6
         x = layers["patch_corruption"](x, *corruption)
-    for name in ("registers", "class_token"):
+    for name in ("registers", "distillation_token", "class_token"):
         if name in layers:
             x = layers[name](x)                               # [x_class; ...]
     x = layers["position_embedding"](x)                       # + E_pos
     x = layers["embedding_dropout"](x, training=training)
+    if "norm_pre" in layers:
+        x = layers["norm_pre"](x)
     if record is not None:
         record["embeddings"] = x
     names = [name for name in layers if name.startswith("encoder_block_")]
@@ -115,20 +134,28 @@ def forward(layers, images, training=None, record=None, corruption=None, class_o
                                                        return_attention_scores=True)
             record[name] = x
         else:
+            queries = 1 + ("distillation_token" in layers)    # the tokens read
             last = class_only and i == len(names) - 1
-            x = layers[name](x, training=training, num_queries=1 if last else None)
-    x = layers["encoder_norm"](x)                             # LN, Eq. 4
+            x = layers[name](x, training=training, num_queries=queries if last else None)
+    if "encoder_norm" in layers:
+        x = layers["encoder_norm"](x)                         # LN, Eq. 4
     if record is not None:
         record["encoded"] = x
-    for name in ("pooling", "pre_logits"):
+    tokens = x
+    for name in ("pooling", "fc_norm", "pre_logits"):
         if name in layers:
             x = layers[name](x)                               # y
     if record is not None:
         record["features"] = x
-    if "head" in layers:
+    if "distillation_average" in layers:                      # DeiT: two tokens, two heads
+        distilled = layers["distillation_pooling"](tokens)
+        if "head" in layers:
+            x, distilled = layers["head"](x), layers["head_dist"](distilled)
+        x = layers["distillation_average"]([x, distilled])
+    elif "head" in layers:
         x = layers["head"](x)
-        if record is not None:
-            record["logits"] = x
+    if record is not None:
+        record["logits" if "head" in layers else "features"] = x
     return x
 
 
@@ -189,7 +216,7 @@ class ViT(keras.Model):
         self.num_prefix_tokens = config.num_prefix_tokens
         # Functional models drop `dtype`: the layers' policy is the model's (this
         # is also what makes `compile` add loss scaling under mixed_float16).
-        self.dtype_policy = built["encoder_norm"].dtype_policy
+        self.dtype_policy = built["patch_embedding"].dtype_policy
 
     def call(self, images, training=None, mask=None):
         inputs.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`

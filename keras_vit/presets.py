@@ -132,14 +132,16 @@ def count_params(config=None, **fields):
                 if channels != 4 * w or (stage > 0 and unit == 0):
                     total += channels * 4 * w + 2 * 4 * w
                 channels = 4 * w
-    total += math.prod(c.patch_size) * channels * d + d
+    total += math.prod(c.patch_size) * channels * d + d * c.patch_bias
     total += c.num_prefix_tokens * d
     if c.position_embedding == "learned":
         total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
-    mlp = d * m + m + m * d + d
+    gated = 2 if c.mlp_activation == "swiglu" else 1
+    mlp = d * gated * m + gated * m + m * d + d
     attention = 4 * d * d + d + (3 * d if c.qkv_bias else 0)
-    block = 4 * d + attention + mlp + (2 * d if c.layer_scale_init is not None else 0)
-    total += c.num_layers * block + 2 * d
+    qk_norm = 4 * (d // c.num_heads) if c.qk_norm else 0
+    block = 4 * d + attention + qk_norm + mlp + (2 * d if c.layer_scale_init is not None else 0)
+    total += c.num_layers * block + 2 * d + 2 * d * c.norm_pre  # encoder_norm (or fc_norm)
     if c.pooling == "map":
         total += d + 4 * d * d + 4 * d + 2 * d + mlp
     features = d
@@ -147,7 +149,7 @@ def count_params(config=None, **fields):
         total += d * c.representation_size + c.representation_size
         features = c.representation_size
     if c.num_classes:
-        total += features * c.num_classes + c.num_classes
+        total += (features * c.num_classes + c.num_classes) * (1 + c.distillation)
     return total
 
 

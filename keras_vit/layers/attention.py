@@ -28,6 +28,12 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         use_bias: bool. Biases on query, key and value. Defaults to True.
         dropout_rate: float. Dropout on the attention weights.
         seed: int or None. Seed of the dropout.
+        qk_norm: bool. A LayerNorm over each head's query and key
+            (``query_norm``, ``key_norm``; weights ``(head_dim,)`` shared by
+            the heads) before the dot product (Dehghani et al., "Scaling
+            Vision Transformers to 22 Billion Parameters", 2023; timm's
+            ``qk_norm``).
+        norm_epsilon: float. Their epsilon.
 
     Call arguments:
         query: ``(batch, Tq, D)``.
@@ -66,9 +72,11 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def __init__(
         self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
-        **kwargs,
+        qk_norm=False, norm_epsilon=1e-6, **kwargs,
     ):
         super().__init__(**kwargs)
+        self.qk_norm = bool(qk_norm)
+        self.norm_epsilon = float(norm_epsilon)
         self.num_heads = int(num_heads)
         self.head_dim = head_dim
         self.use_bias = use_bias
@@ -111,12 +119,22 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         self.key.build(value_shape)
         self.value.build(value_shape)
         self.out.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
+        if self.qk_norm:
+            self.query_norm, self.key_norm = (
+                keras.layers.LayerNormalization(epsilon=self.norm_epsilon, dtype=self.dtype_policy,
+                                                name=name)
+                for name in ("query_norm", "key_norm")
+            )
+            self.query_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
+            self.key_norm.build(value_shape[:-1] + (self.num_heads, head_dim))
 
     def call(self, query, value=None, training=None, return_attention_scores=False):
         value = query if value is None else value
         q = kernels.dense(self.query, query)  # (batch, Tq, heads, head_dim)
         k = kernels.dense(self.key, value)    # (batch, Tv, heads, head_dim)
         v = kernels.dense(self.value, value)
+        if self.qk_norm:
+            q, k = self.query_norm(q), self.key_norm(k)
         scale = self._head_dim**-0.5
         weights = None
         if return_attention_scores or (training and self.dropout_rate > 0):
@@ -140,5 +158,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             use_bias=self.use_bias,
             dropout_rate=self.dropout_rate,
             seed=self.seed,
+            qk_norm=self.qk_norm,
+            norm_epsilon=self.norm_epsilon,
         )
         return config

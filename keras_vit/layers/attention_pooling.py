@@ -19,6 +19,7 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         mlp_dim: int or None. MLP hidden size; defaults to 4 * D.
         layer_norm_epsilon: float. Defaults to 1e-6.
         gelu_approximate: bool. tanh (big_vision) or exact GELU.
+        mlp_activation: the MLP's activation (`MlpBlock`'s ``activation``).
 
     Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
 
@@ -44,9 +45,10 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
 
     def __init__(
         self, num_heads, mlp_dim=None, layer_norm_epsilon=1e-6, gelu_approximate=True,
-        **kwargs,
+        mlp_activation="gelu", **kwargs,
     ):
         super().__init__(**kwargs)
+        self.mlp_activation = mlp_activation
         self.num_heads = int(num_heads)
         self.mlp_dim = mlp_dim
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -68,6 +70,7 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         )
         self.mlp = MlpBlock(
             self.mlp_dim or 4 * hidden_dim, gelu_approximate=self.gelu_approximate,
+            activation=self.mlp_activation,
             dtype=self.dtype_policy, name="mlp",
         )
         probe_shape = (input_shape[0], 1, hidden_dim)
@@ -92,5 +95,6 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
             mlp_dim=self.mlp_dim,
             layer_norm_epsilon=self.layer_norm_epsilon,
             gelu_approximate=self.gelu_approximate,
+            mlp_activation=self.mlp_activation,
         )
         return config

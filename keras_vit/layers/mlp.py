@@ -1,8 +1,11 @@
-"""The two-layer GELU MLP of the Transformer encoder (Eq. 3)."""
+"""The two-layer GELU MLP of the Transformer encoder (Eq. 3), and the
+activations of the ViT family (QuickGELU for CLIP, SwiGLU for DINOv2 giant)."""
 
 import keras
+from keras import ops
 
 from keras_vit import kernels
+from keras_vit.config import MLP_ACTIVATIONS
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -16,6 +19,11 @@ class MlpBlock(keras.layers.Layer):
         dropout_rate: float. Dropout after each dense layer.
         gelu_approximate: bool. tanh approximation of GELU (Flax's default,
             used by all Google checkpoints) or the exact erf form (timm, HF).
+        activation: ``"gelu"`` (the paper's), ``"quick_gelu"``
+            (``x * sigmoid(1.702 x)``, OpenAI's CLIP) or ``"swiglu"``
+            (``silu(a) * b`` of fc1's two halves ``[a; b]``, each
+            `mlp_dim` wide: DINOv2 giant; Shazeer, "GLU Variants Improve
+            Transformer", 2020).
         seed: int or None. Seed of the dropout.
 
     Input shape: ``(..., D)``. Output shape: the same.
@@ -38,11 +46,15 @@ class MlpBlock(keras.layers.Layer):
         ```
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None, **kwargs):
+    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None,
+                 activation="gelu", **kwargs):
         super().__init__(**kwargs)
+        if activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"Unknown MLP activation {activation!r}; use one of {MLP_ACTIVATIONS}.")
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
+        self.activation = activation
         self.seed = seed
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
@@ -55,14 +67,23 @@ class MlpBlock(keras.layers.Layer):
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
             dtype=self.dtype_policy,
         )
-        self.fc1 = keras.layers.Dense(self.mlp_dim, name="fc1", **dense)
+        gated = 2 if self.activation == "swiglu" else 1
+        self.fc1 = keras.layers.Dense(gated * self.mlp_dim, name="fc1", **dense)
         self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
         self.fc1.build(input_shape)
         self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
 
     def call(self, x, training=None):
-        gelu = "gelu_approximate" if self.gelu_approximate else "gelu"
-        x = self.dropout(kernels.dense(self.fc1, x, activation=gelu), training=training)
+        if self.activation == "gelu":
+            gelu = "gelu_approximate" if self.gelu_approximate else "gelu"
+            x = kernels.dense(self.fc1, x, activation=gelu)
+        elif self.activation == "quick_gelu":
+            x = kernels.dense(self.fc1, x)
+            x = x * ops.sigmoid(1.702 * x)
+        else:
+            gate, x = ops.split(kernels.dense(self.fc1, x), 2, axis=-1)
+            x = ops.silu(gate) * x
+        x = self.dropout(x, training=training)
         return self.dropout(kernels.dense(self.fc2, x), training=training)
 
     def compute_output_shape(self, input_shape):
@@ -75,5 +96,6 @@ class MlpBlock(keras.layers.Layer):
             dropout_rate=self.dropout_rate,
             gelu_approximate=self.gelu_approximate,
             seed=self.seed,
+            activation=self.activation,
         )
         return config

@@ -29,6 +29,7 @@ class PatchEmbedding(keras.layers.Layer):
         kernel_initializer: initializer of E. Defaults to LeCun normal, as
             Flax's ``nn.Conv``.
         bias_initializer: initializer of the bias. Defaults to zeros.
+        use_bias: bool. False for CLIP's patch embedding, which has none.
 
     Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``), H and W
         divisible by the patch size.
@@ -61,9 +62,11 @@ class PatchEmbedding(keras.layers.Layer):
         data_format=None,
         kernel_initializer="lecun_normal",
         bias_initializer="zeros",
+        use_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.use_bias = bool(use_bias)
         self.hidden_dim = int(hidden_dim)
         self.patch_size = pair(patch_size, "patch_size")
         self.data_format = standardize_data_format(data_format)
@@ -80,6 +83,7 @@ class PatchEmbedding(keras.layers.Layer):
             data_format="channels_last",
             kernel_initializer=self.kernel_initializer,
             bias_initializer=self.bias_initializer,
+            use_bias=self.use_bias,
             dtype=self.dtype_policy,
             name="projection",
         )
@@ -138,6 +142,7 @@ class PatchEmbedding(keras.layers.Layer):
             data_format=self.data_format,
             kernel_initializer=keras.initializers.serialize(self.kernel_initializer),
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
+            use_bias=self.use_bias,
         )
         return config
 

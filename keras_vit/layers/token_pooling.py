@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLINGS = ("token", "gap")
+POOLINGS = ("token", "gap", "distillation")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -11,9 +11,12 @@ class TokenPooling(keras.layers.Layer):
     """``"token"``: the [class] token's state ``z_L^0`` (Eq. 4).
     ``"gap"``: the mean over patch tokens (prefix tokens excluded), the global
     average pooling of the paper's Appendix D.3.
+    ``"distillation"``: DeiT's distillation token, the second (Touvron et
+    al., "Training data-efficient image transformers & distillation through
+    attention", ICML 2021).
 
     Args:
-        mode: ``"token"`` or ``"gap"``.
+        mode: ``"token"``, ``"gap"`` or ``"distillation"``.
         num_prefix_tokens: int. Tokens before the patches.
 
     Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
@@ -42,12 +45,16 @@ class TokenPooling(keras.layers.Layer):
             raise ValueError(f"Unknown pooling {mode!r}; use one of {POOLINGS}.")
         if mode == "token" and num_prefix_tokens < 1:
             raise ValueError("Token pooling needs a [class] token.")
+        if mode == "distillation" and num_prefix_tokens < 2:
+            raise ValueError("Distillation pooling needs a [class] and a distillation token.")
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
 
     def call(self, x):
         if self.mode == "token":
             return x[:, 0]
+        if self.mode == "distillation":
+            return x[:, 1]
         return ops.mean(x[:, self.num_prefix_tokens:], axis=1)
 
     def compute_output_shape(self, input_shape):

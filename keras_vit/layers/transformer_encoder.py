@@ -30,6 +30,9 @@ class TransformerEncoder(keras.layers.Layer):
         qkv_bias: bool. Biases on query, key and value. Defaults to True.
         layer_scale_init: float or None. Initial LayerScale; None disables it.
         seed: int or None. Seed of the dropouts.
+        qk_norm: bool. LayerNorm of each head's query and key (timm's
+            ``qk_norm``; `MultiHeadDotProductAttention`).
+        mlp_activation: ``"gelu"``, ``"quick_gelu"`` or ``"swiglu"`` (`MlpBlock`).
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -80,6 +83,8 @@ class TransformerEncoder(keras.layers.Layer):
         qkv_bias=True,
         layer_scale_init=None,
         seed=None,
+        qk_norm=False,
+        mlp_activation="gelu",
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -93,14 +98,16 @@ class TransformerEncoder(keras.layers.Layer):
         self.qkv_bias = bool(qkv_bias)
         self.layer_scale_init = layer_scale_init
         self.seed = seed
+        self.qk_norm = bool(qk_norm)
+        self.mlp_activation = mlp_activation
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
         )
         self.attention = MultiHeadDotProductAttention(
             self.num_heads, use_bias=self.qkv_bias,
-            dropout_rate=self.attention_dropout_rate, seed=seed, dtype=policy,
-            name="attention",
+            dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
+            norm_epsilon=self.layer_norm_epsilon, dtype=policy, name="attention",
         )
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=policy, name="dropout"
@@ -110,7 +117,7 @@ class TransformerEncoder(keras.layers.Layer):
         )
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
-            dtype=policy, name="mlp",
+            activation=mlp_activation, dtype=policy, name="mlp",
         )
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy, name="drop_path")
 
@@ -179,6 +186,8 @@ class TransformerEncoder(keras.layers.Layer):
             qkv_bias=self.qkv_bias,
             layer_scale_init=self.layer_scale_init,
             seed=self.seed,
+            qk_norm=self.qk_norm,
+            mlp_activation=self.mlp_activation,
         )
         return config
 

@@ -222,7 +222,7 @@ def masked_patch_loss():
 ARCHITECTURE = ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
                 "dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon",
                 "gelu_approximate", "qkv_bias", "layer_scale_init", "num_registers",
-                "position_embedding")
+                "position_embedding", "mlp_activation", "qk_norm", "norm_pre", "patch_bias")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -304,7 +304,8 @@ class MaskedPatchPredictor(keras.Model):
             )
         # the backbone's own settings: no head, token pooling's [class] token, RGB channels last
         config = config.replace(num_classes=0, pooling="token", data_format="channels_last",
-                                num_channels=3, representation_size=None, class_names=None)
+                                num_channels=3, representation_size=None, class_names=None,
+                                fc_norm=False, distillation=False)
         built = build_layers(config, dtype)
         del built["pooling"]
         built["patch_corruption"] = PatchCorruption(dtype=dtype, name="patch_corruption")
@@ -327,7 +328,7 @@ class MaskedPatchPredictor(keras.Model):
             setattr(self, key, getattr(config, key))
         self.grid_size = config.grid_size
         self.num_prefix_tokens = config.num_prefix_tokens
-        self.dtype_policy = built["encoder_norm"].dtype_policy  # as ViT: functional models drop it
+        self.dtype_policy = built["patch_embedding"].dtype_policy  # as ViT: functional models drop it
 
     @classmethod
     def from_preset(cls, name, **overrides):
