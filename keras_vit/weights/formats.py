@@ -38,7 +38,8 @@ def _safetensors_kind(path):
         ) from error
     if "patch_embed.proj.weight" in keys:
         return "timm"
-    if any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in keys):
+    if any(k.endswith(("embeddings.patch_embeddings.projection.weight",
+                       "embeddings.patch_embedding.weight")) for k in keys):
         return "huggingface"
     raise CheckpointError(
         f"{path} is a safetensors file but not a known ViT layout (first keys: "

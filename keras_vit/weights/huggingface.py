@@ -1,7 +1,9 @@
-"""Hugging Face ``ViTModel`` / ``ViTForImageClassification`` directories."""
+"""Hugging Face directories of the ViT family: ViT, DeiT, DINOv2, CLIP and SigLIP."""
 
 import pathlib
 import re
+
+import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
@@ -10,9 +12,10 @@ from keras_vit.weights.torch_layout import TorchReader
 from keras_vit.weights.torch_layout import conv
 from keras_vit.weights.torch_layout import load_safetensors
 
-# HF activation names -> tanh approximation or not.
-_GELU = {"gelu": False, "gelu_python": False, "gelu_new": True,
-         "gelu_pytorch_tanh": True, "gelu_fast": True}
+# HF activation names -> keras_vit's.
+_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approximate",
+                "gelu_pytorch_tanh": "gelu_approximate", "gelu_fast": "gelu_approximate",
+                "quick_gelu": "quick_gelu"}
 
 
 def class_names(id2label, num_classes):
@@ -30,23 +33,37 @@ def class_names(id2label, num_classes):
 
 
 def read_huggingface(directory):
-    """Reads a directory saved by ``ViTForImageClassification.save_pretrained``."""
+    """Reads a directory saved by ``save_pretrained`` of a Hugging Face
+    ViT (``ViTModel``, ``ViTForImageClassification``), DeiT
+    (``DeiTForImageClassificationWithTeacher``), DINOv2 (``Dinov2Model``,
+    ``Dinov2WithRegistersModel``), CLIP (``CLIPVisionModel``,
+    ``CLIPVisionModelWithProjection``, or a whole ``CLIPModel``'s image
+    tower) or SigLIP (``SiglipVisionModel``, or a ``SiglipModel``'s image
+    tower) model; a model type or key it does not know is refused by name."""
     directory = pathlib.Path(directory)
     if directory.suffix == ".safetensors":  # its model.safetensors: the folder
         directory = directory.parent
     source = f"Hugging Face checkpoint {directory}"
-    hf = read_json(directory / "config.json", required=(
-        "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "patch_size"))
-    if hf.get("model_type") != "vit":
+    hf = read_json(directory / "config.json")
+    model_type = hf.get("model_type")
+    if model_type in ("clip", "siglip"):  # a two-tower model: its image tower
+        hf = {**hf.get("vision_config", {}), "model_type": f"{model_type}_vision_model",
+              "architectures": hf.get("architectures", [])}
+        model_type = hf["model_type"]
+    if model_type not in _READERS:
         raise CheckpointError(
-            f"{directory}/config.json has model_type {hf.get('model_type')!r}; "
-            "keras_vit reads Hugging Face ViT checkpoints (model_type 'vit')."
+            f"{directory}/config.json has model_type {model_type!r}; keras_vit reads Hugging Face "
+            f"{', '.join(map(repr, _READERS))} checkpoints (the ViT family) and 'clip', 'siglip'."
         )
+    missing = [key for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                               "patch_size") if key not in hf]
+    if missing:
+        raise CheckpointError(f"{directory}/config.json lacks {', '.join(map(repr, missing))}, "
+                              "which the model needs.")
     act = hf.get("hidden_act", "gelu")
-    if act not in _GELU:
+    if act not in _ACTIVATIONS:
         raise CheckpointError(
-            f"{source}: hidden_act {act!r} is not supported; keras_vit has "
-            f"{sorted(_GELU)}."
+            f"{source}: hidden_act {act!r} is not supported; keras_vit has {sorted(_ACTIVATIONS)}."
         )
     weights = directory / "model.safetensors"
     if not weights.exists():
@@ -56,58 +73,196 @@ def read_huggingface(directory):
             "with `model.save_pretrained(directory, safe_serialization=True)`."
         )
     tensors = load_safetensors(weights)
-    prefix = "vit." if any(k.startswith("vit.") for k in tensors) else ""
-    tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
+    for prefix in _PREFIXES[model_type]:
+        if any(k.startswith(prefix) for k in tensors):
+            tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
     reader = TorchReader(tensors, source)
-    heads = int(hf["num_attention_heads"])
+    size = hf.get("image_size", 224)
     config = dict(
         hidden_dim=int(hf["hidden_size"]),
         num_layers=int(hf["num_hidden_layers"]),
-        num_heads=heads,
-        mlp_dim=int(hf["intermediate_size"]),
+        num_heads=int(hf["num_attention_heads"]),
         patch_size=int(hf["patch_size"]),
         num_channels=int(hf.get("num_channels", 3)),
-        layer_norm_epsilon=float(hf.get("layer_norm_eps", 1e-12)),
-        gelu_approximate=_GELU[act],
+        image_size=(size, size) if isinstance(size, int) else tuple(size),
+        layer_norm_epsilon=float(hf.get("layer_norm_eps", _EPSILON[model_type])),
+        gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate",
+        mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
         qkv_bias=bool(hf.get("qkv_bias", True)),
-        dropout_rate=float(hf.get("hidden_dropout_prob", 0.0)),
-        attention_dropout_rate=float(hf.get("attention_probs_dropout_prob", 0.0)),
         pooling="token",
     )
-    embed = "embeddings."
-    reader.put("patch_embedding/projection/kernel", conv(reader.pop(embed + "patch_embeddings.projection.weight")))
-    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
-    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
-    posemb = reader.pop(embed + "position_embeddings")
-    reader.put("position_embedding/embeddings", posemb)
-    size = hf.get("image_size", 224)
-    size = (size, size) if isinstance(size, int) else tuple(size)
-    grid = tuple(s // config["patch_size"] for s in size)
-    if grid[0] * grid[1] != posemb.shape[1] - 1:
-        raise CheckpointError(
-            f"{source}: config.json says {size[0]}x{size[1]} images "
-            f"({grid[0]}x{grid[1]} patches) but the position embeddings hold "
-            f"{posemb.shape[1] - 1} patches."
-        )
-    config["image_size"] = size
-    for i in range(config["num_layers"]):
-        key, target = f"encoder.layer.{i}.", f"encoder_block_{i}"
-        reader.layer_norm(key + "layernorm_before", target + "/norm1")
-        qkv = []
-        for name in ("query", "key", "value"):
-            base = f"{key}attention.attention.{name}"
-            bias = reader.pop(base + ".bias") if reader.has(base + ".bias") else None
-            qkv.append((reader.pop(base + ".weight"), bias))
-        reader.attention(qkv, key + "attention.output.dense", target + "/attention", heads)
-        reader.layer_norm(key + "layernorm_after", target + "/norm2")
-        reader.linear(key + "intermediate.dense", target + "/mlp/fc1")
-        reader.linear(key + "output.dense", target + "/mlp/fc2")
-    reader.layer_norm("layernorm", "encoder_norm")
-    if reader.has("pooler.dense.weight") and hf.get("pooler_act", "tanh") != "tanh":
-        raise CheckpointError(f"{source}: pooler_act {hf['pooler_act']!r} is not tanh.")
-    reader.read_top("pooler.dense", "classifier", config)
+    grid = tuple(s // config["patch_size"] for s in config["image_size"])
+    _READERS[model_type](reader, hf, config)
     names = class_names(hf.get("id2label"), config.get("num_classes", 0))
     if names:
         config["class_names"] = names
     reader.finish()
-    return Checkpoint(config, reader.state, source, grid, posemb.shape[1] - 1)
+    patches = reader.state["position_embedding/embeddings"].shape[1] - _prefix_tokens(config)
+    if grid[0] * grid[1] != patches:
+        raise CheckpointError(
+            f"{source}: config.json says {config['image_size'][0]}x{config['image_size'][1]} images "
+            f"({grid[0]}x{grid[1]} patches) but the position embeddings hold {patches} patches."
+        )
+    return Checkpoint(config, reader.state, source, grid, patches)
+
+
+def _intermediate_size(reader, hf):
+    if "intermediate_size" not in hf:
+        raise CheckpointError(f"{reader.source}: config.json lacks 'intermediate_size', which the "
+                              "model needs.")
+    return int(hf["intermediate_size"])
+
+
+def _prefix_tokens(config):
+    return (int(config["pooling"] == "token") + int(config.get("distillation", False))
+            + config.get("num_registers", 0))
+
+
+def _blocks(reader, config, names):
+    """The encoder blocks, `names` giving each part's key under a block:
+    norm1, q, k, v, out, norm2, fc1, fc2 (and the LayerScales)."""
+    for i in range(config["num_layers"]):
+        key, target = names["block"].format(i), f"encoder_block_{i}"
+        reader.layer_norm(key + names["norm1"], target + "/norm1")
+        qkv = []
+        for name in names["qkv"]:
+            base = key + name
+            qkv.append((reader.pop(base + ".weight"),
+                        reader.pop(base + ".bias") if reader.has(base + ".bias") else None))
+        reader.attention(qkv, key + names["out"], target + "/attention", config["num_heads"])
+        reader.layer_norm(key + names["norm2"], target + "/norm2")
+        reader.linear(key + names["fc1"], target + "/mlp/fc1")
+        reader.linear(key + names["fc2"], target + "/mlp/fc2")
+        for j in (1, 2):
+            scale = f"{key}layer_scale{j}.lambda1"
+            if reader.has(scale):
+                reader.put(f"{target}/layer_scale_{j}", reader.pop(scale))
+
+
+_VIT_BLOCK = dict(block="encoder.layer.{}.", norm1="layernorm_before",
+                  qkv=[f"attention.attention.{n}" for n in ("query", "key", "value")],
+                  out="attention.output.dense", norm2="layernorm_after",
+                  fc1="intermediate.dense", fc2="output.dense")
+
+
+def _read_vit(reader, hf, config):
+    """ViT and DeiT: ``embeddings``, ``encoder.layer.{i}``, ``layernorm``,
+    then ViT's ``pooler`` (the pre-logits layer) and ``classifier``, or
+    DeiT's ``cls_classifier`` and ``distillation_classifier`` (averaged)."""
+    config["mlp_dim"] = _intermediate_size(reader, hf)
+    embed = "embeddings."
+    reader.put("patch_embedding/projection/kernel",
+               conv(reader.pop(embed + "patch_embeddings.projection.weight")))
+    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
+    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
+    if hf["model_type"] == "deit":
+        if not reader.has("distillation_classifier.weight"):
+            raise CheckpointError(
+                f"{reader.source}: a DeiT model without its distillation head; keras_vit reads "
+                "DeiT's distilled classifier (DeiTForImageClassificationWithTeacher), which "
+                "averages its two heads.")
+        reader.put("distillation_token/tokens", reader.pop(embed + "distillation_token"))
+        config["distillation"] = True
+    reader.put("position_embedding/embeddings", reader.pop(embed + "position_embeddings"))
+    _blocks(reader, config, _VIT_BLOCK)
+    reader.layer_norm("layernorm", "encoder_norm")
+    if config.get("distillation"):
+        reader.linear("cls_classifier", "head")
+        reader.linear("distillation_classifier", "head_dist")
+        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+        return
+    if reader.has("pooler.dense.weight") and hf.get("pooler_act", "tanh") != "tanh":
+        raise CheckpointError(f"{reader.source}: pooler_act {hf['pooler_act']!r} is not tanh.")
+    reader.read_top("pooler.dense", "classifier", config)
+
+
+def _read_dinov2(reader, hf, config):
+    """DINOv2 (with registers): LayerScale in every block, SwiGLU for the
+    giant; the registers take no position embedding (a zero row here), and
+    the features are the normalised [class] token (``pooler_output``)."""
+    embed = "embeddings."
+    reader.put("patch_embedding/projection/kernel",
+               conv(reader.pop(embed + "patch_embeddings.projection.weight")))
+    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
+    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
+    if reader.has(embed + "mask_token"):
+        reader.pop(embed + "mask_token")  # the masked-image pre-training's; unused on images
+    posemb = reader.pop(embed + "position_embeddings")
+    if reader.has(embed + "register_tokens"):
+        registers = reader.pop(embed + "register_tokens")
+        reader.put("registers/tokens", registers)
+        config["num_registers"] = int(registers.shape[1])
+        posemb = np.concatenate([posemb[:, :1], np.zeros_like(posemb[:, :1]).repeat(
+            registers.shape[1], axis=1), posemb[:, 1:]], axis=1)
+    reader.put("position_embedding/embeddings", posemb)
+    swiglu = bool(hf.get("use_swiglu_ffn", False))
+    names = dict(block="encoder.layer.{}.", norm1="norm1",
+                 qkv=[f"attention.attention.{n}" for n in ("query", "key", "value")],
+                 out="attention.output.dense", norm2="norm2",
+                 fc1="mlp.weights_in" if swiglu else "mlp.fc1",
+                 fc2="mlp.weights_out" if swiglu else "mlp.fc2")
+    config["layer_scale_init"] = float(hf.get("layerscale_value", 1.0))
+    config["mlp_activation"] = "swiglu" if swiglu else config["mlp_activation"]
+    _blocks(reader, config, names)
+    config["mlp_dim"] = int(reader.state["encoder_block_0/mlp/fc2/kernel"].shape[0])
+    reader.layer_norm("layernorm", "encoder_norm")
+    config["num_classes"] = 0  # Dinov2Model: features; its classifier reads cls and mean patches
+
+
+_CLIP_BLOCK = dict(block="encoder.layers.{}.", norm1="layer_norm1",
+                   qkv=[f"self_attn.{n}_proj" for n in "qkv"], out="self_attn.out_proj",
+                   norm2="layer_norm2", fc1="mlp.fc1", fc2="mlp.fc2")
+
+
+def _read_clip(reader, hf, config):
+    """CLIP's and SigLIP's image towers: CLIP's class embedding, LayerNorm
+    before the encoder (``pre_layrnorm``), patch embedding without bias and
+    projection without bias (the head, bias zero); SigLIP's MAP head."""
+    config["mlp_dim"] = _intermediate_size(reader, hf)
+    embed = "embeddings."
+    reader.put("patch_embedding/projection/kernel", conv(reader.pop(embed + "patch_embedding.weight")))
+    if reader.has(embed + "patch_embedding.bias"):
+        reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embedding.bias"))
+    else:
+        config["patch_bias"] = False
+    posemb = reader.pop(embed + "position_embedding.weight")[None]
+    reader.put("position_embedding/embeddings", posemb)
+    if hf["model_type"] == "clip_vision_model":
+        reader.put("class_token/tokens", reader.pop(embed + "class_embedding").reshape(1, 1, -1))
+        reader.layer_norm("pre_layrnorm", "norm_pre")
+        config["norm_pre"] = True
+    _blocks(reader, config, _CLIP_BLOCK)
+    reader.layer_norm("post_layernorm", "encoder_norm")
+    config["num_classes"] = 0
+    if reader.has("visual_projection.weight"):  # CLIPVisionModelWithProjection: image_embeds
+        reader.linear("visual_projection", "head")
+        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+        reader.put("head/bias", np.zeros(config["num_classes"], np.float32))
+    if hf["model_type"] == "siglip_vision_model":
+        if not reader.has("head.probe"):
+            raise CheckpointError(f"{reader.source}: a SigLIP tower without its attention-pooling "
+                                  "head (vision_use_head=False); keras_vit reads it with the head.")
+        config["pooling"] = "map"
+        reader.put("pooling/probe", reader.pop("head.probe"))
+        weight = np.split(reader.pop("head.attention.in_proj_weight"), 3)
+        bias = np.split(reader.pop("head.attention.in_proj_bias"), 3)
+        reader.attention(list(zip(weight, bias)), "head.attention.out_proj", "pooling/attention",
+                         config["num_heads"])
+        reader.layer_norm("head.layernorm", "pooling/norm")
+        reader.linear("head.mlp.fc1", "pooling/mlp/fc1")
+        reader.linear("head.mlp.fc2", "pooling/mlp/fc2")
+    for key in [k for k in reader.tensors if k.startswith(_OTHER_TOWER)]:
+        reader.pop(key)  # a two-tower file: the text tower is not the image model
+
+
+_OTHER_TOWER = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
+
+_READERS = {"vit": _read_vit, "deit": _read_vit, "dinov2": _read_dinov2,
+            "dinov2_with_registers": _read_dinov2, "clip_vision_model": _read_clip,
+            "siglip_vision_model": _read_clip}
+_PREFIXES = {"vit": ("vit.",), "deit": ("deit.",), "dinov2": ("dinov2.",),
+             "dinov2_with_registers": ("dinov2_with_registers.",),
+             "clip_vision_model": ("vision_model.",), "siglip_vision_model": ("vision_model.",)}
+# transformers' defaults where config.json leaves the epsilon out
+_EPSILON = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6,
+            "clip_vision_model": 1e-5, "siglip_vision_model": 1e-6}
