@@ -226,9 +226,13 @@ def test_missing_extra_and_misshaped_keys_are_named(tmp_path):
     with pytest.raises(CheckpointError, match=r"head/bias: checkpoint \(4,\), model \(5,\)"):
         ViT.from_checkpoint(save_npz(bad, tmp_path / "bad.npz"))
     timm = to_timm(params)
+    # qk_norm is read now (tests/test_family.py); half of one is named, not skipped
     timm["blocks.0.attn.q_norm.weight"] = np.ones(8, "float32")
-    with pytest.raises(CheckpointError, match=r"query-key normalization \(qk_norm\)"):
+    with pytest.raises(CheckpointError, match=r"expected key 'blocks.0.attn.q_norm.bias' is missing"):
         ViT.from_checkpoint(save_safetensors(timm, tmp_path / "qk.safetensors"), num_heads=4)
+    timm = dict(to_timm(params), **{"blocks.0.attn.rope.freqs": np.ones(8, "float32")})
+    with pytest.raises(CheckpointError, match=r"keys keras_vit does not know.*blocks.0.attn.rope.freqs"):
+        ViT.from_checkpoint(save_safetensors(timm, tmp_path / "rope.safetensors"), num_heads=4)
 
 
 def test_truncated_and_unknown_files(tmp_path):

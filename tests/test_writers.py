@@ -36,6 +36,13 @@ CASES = [
     ("timm", dict(num_registers=2, layer_scale_init=0.1)),
     ("timm", dict(qkv_bias=False, num_classes=0)),
     ("timm", dict(image_size=(32, 16), class_names=list("abcde"))),
+    ("huggingface", dict(mlp_activation="quick_gelu")),
+    # the ViT family (tests/test_family.py reads the sources' own files)
+    ("timm", dict(distillation=True)),                                       # DeiT
+    ("timm", dict(num_registers=4, layer_scale_init=1.0, mlp_activation="swiglu", num_classes=0)),
+    ("timm", dict(norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5,   # CLIP
+                  mlp_activation="quick_gelu", num_classes=12)),
+    ("timm", dict(pooling="map", fc_norm=True, qk_norm=True, num_classes=0)),
 ]
 
 
@@ -67,6 +74,8 @@ def test_reader_gives_back_what_the_writer_wrote(tmp_path, format, changes):
     back = ViT.from_checkpoint(path, **size)
     x = images(model)
     np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+    if model.mlp_activation != "gelu":  # no GELU in the model: its form is not written
+        model = model.with_config(gelu_approximate=False)
     assert back.config == model.config
     assert [v.path for v in back.weights] == [v.path for v in model.weights]
 
@@ -123,6 +132,12 @@ def test_timm_hub_config_describes_the_model(tmp_path):
         ("npz", dict(gelu_approximate=False), "exact (erf) GELU"),
         ("npz", dict(layer_scale_init=0.1), "LayerScale"),
         ("npz", dict(layer_norm_epsilon=1e-5), "epsilon"),
+        ("npz", dict(distillation=True), "distillation"),
+        ("npz", dict(mlp_activation="quick_gelu"), "mlp_activation='quick_gelu'"),
+        ("huggingface", dict(qk_norm=True), "qk_norm"),
+        ("huggingface", dict(mlp_activation="swiglu"), "mlp_activation='swiglu'"),
+        ("huggingface", dict(patch_bias=False), "patch_bias=False"),
+        ("timm", dict(norm_pre=True, layer_norm_epsilon=1e-5), "norm_pre=True, patch_bias=True"),
     ],
 )
 def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, option):

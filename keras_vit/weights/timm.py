@@ -38,11 +38,11 @@ _TIMM_EXCEPTIONS = {
 }
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 
-_UNSUPPORTED = {
-    "fc_norm.": "global pooling with a LayerNorm after pooling (fc_norm)",
-    "norm_pre.": "a LayerNorm before the encoder (norm_pre, CLIP-style)",
-    ".attn.q_norm.": "query-key normalization (qk_norm)",
-}
+# OpenAI-trained CLIP weights (and these others) run QuickGELU; timm's plain
+# `*_clip_*` entry points build erf GELU for them (their pretrained_cfg notes
+# say so), its `*_clip_quickgelu_*` ones the weights' own.
+_QUICKGELU_TAGS = ("openai", "metaclip_400m", "metaclip_2pt5b", "metaclip2_worldwide", "dfn2b",
+                   "dfn5b")
 
 
 def _split(reader, key, parts):
@@ -87,44 +87,67 @@ def _heads(meta, hidden_dim, num_heads, source):
     return int(num_heads)
 
 
+def _numerics(meta, model_args, source):
+    """(mlp activation, tanh GELU, LayerNorm epsilon) of a timm model: from
+    its hub config's ``model_args``, else from its architecture's family."""
+    architecture = str(meta.get("architecture", ""))
+    tag = str((meta.get("pretrained_cfg") or {}).get("tag", "")).split(".")[0]
+    act = model_args.get("act_layer")
+    if act is None:
+        if "quickgelu" in architecture or ("_clip_" in architecture and tag in _QUICKGELU_TAGS):
+            act = "quick_gelu"
+        elif "siglip" in architecture:
+            act = "gelu_tanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
+        else:
+            act = "gelu"
+    if act not in ("gelu", "gelu_tanh", "quick_gelu", "silu"):
+        raise CheckpointError(f"{source}: act_layer {act!r} is not one keras_vit implements "
+                              "('gelu', 'gelu_tanh', 'quick_gelu'; 'silu' in SwiGLU).")
+    epsilon = 1e-5 if "_clip_" in architecture else 1e-6  # timm's CLIP models: nn.LayerNorm
+    return ("quick_gelu" if act == "quick_gelu" else "gelu"), act == "gelu_tanh", epsilon
+
+
 def read_timm(path, num_heads=None):
     """Reads a timm ViT ``.safetensors`` file (or a timm hub directory with
-    ``config.json``, which gives the head count and class names)."""
+    ``config.json``, which gives the head count, numerics and class names):
+    the paper's ViT and the family timm keeps in ``VisionTransformer``:
+    DeiT (distilled), DINOv2 (registers, LayerScale, SwiGLU), CLIP (a
+    LayerNorm before the encoder, no patch bias, QuickGELU), SigLIP (MAP),
+    ``fc_norm`` and ``qk_norm``. A key it does not know is refused by name."""
     path = pathlib.Path(path)
-    meta = None
+    meta = {}
     if path.is_dir():
         meta = read_json(path / "config.json")
         path = path / "model.safetensors"
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)
-    for marker, feature in _UNSUPPORTED.items():
-        if any(marker in k or k.startswith(marker) for k in tensors):
-            raise CheckpointError(f"{source} uses {feature}, which keras_vit does not implement.")
     reader = TorchReader(tensors, source)
     kernel = conv(reader.pop("patch_embed.proj.weight"))
     reader.put("patch_embedding/projection/kernel", kernel)
-    reader.put("patch_embedding/projection/bias", reader.pop("patch_embed.proj.bias"))
     hidden_dim = kernel.shape[-1]
     num_heads = _heads(meta, hidden_dim, num_heads, source)
-    model_args = (meta or {}).get("model_args") or {}
-    if model_args.get("act_layer", "gelu") not in ("gelu", "gelu_tanh"):
-        raise CheckpointError(f"{source}: config.json's model_args act_layer "
-                              f"{model_args['act_layer']!r} is not one keras_vit implements "
-                              "('gelu', 'gelu_tanh').")
+    model_args = meta.get("model_args") or {}
+    activation, approximate, epsilon = _numerics(meta, model_args, source)
     config = dict(
         hidden_dim=hidden_dim, num_heads=num_heads, patch_size=tuple(kernel.shape[:2]),
-        num_channels=kernel.shape[2], layer_norm_epsilon=1e-6,
-        gelu_approximate=model_args.get("act_layer") == "gelu_tanh",  # timm's default: exact GELU
+        num_channels=kernel.shape[2], layer_norm_epsilon=epsilon, gelu_approximate=approximate,
+        mlp_activation=activation,
     )
+    if reader.has("patch_embed.proj.bias"):
+        reader.put("patch_embedding/projection/bias", reader.pop("patch_embed.proj.bias"))
+    else:
+        config["patch_bias"] = False  # timm's pre_norm (CLIP)
     prefix = 0
-    if reader.has("cls_token"):
-        reader.put("class_token/tokens", reader.pop("cls_token"))
-        prefix += 1
-    if reader.has("reg_token"):
-        registers = reader.pop("reg_token")
-        reader.put("registers/tokens", registers)
-        config["num_registers"] = registers.shape[1]
-        prefix += registers.shape[1]
+    for key, target in (("cls_token", "class_token"), ("dist_token", "distillation_token"),
+                        ("reg_token", "registers")):
+        if reader.has(key):
+            tokens = reader.pop(key)
+            reader.put(target + "/tokens", tokens)
+            prefix += tokens.shape[1]
+    if "distillation_token/tokens" in reader.state:
+        config["distillation"] = True
+    if "registers/tokens" in reader.state:
+        config["num_registers"] = reader.state["registers/tokens"].shape[1]
     posemb = reader.pop("pos_embed")
     patches = posemb.shape[1] - prefix
     no_embed_class = model_args.get("no_embed_class", (  # else: told by the shape
@@ -141,6 +164,9 @@ def read_timm(path, num_heads=None):
         grid = tuple(s // p for s, p in zip(size, config["patch_size"]))
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
+    if reader.has("norm_pre.weight"):
+        reader.layer_norm("norm_pre", "norm_pre")
+        config["norm_pre"] = True
 
     num_layers = 0
     while reader.has(f"blocks.{num_layers}.norm1.weight"):
@@ -150,6 +176,10 @@ def read_timm(path, num_heads=None):
         if num_layers == 0:
             config["qkv_bias"] = qkv[0][1] is not None
         reader.attention(qkv, key + "attn.proj", target + "/attention", num_heads)
+        if reader.has(key + "attn.q_norm.weight"):
+            reader.layer_norm(key + "attn.q_norm", target + "/attention/query_norm")
+            reader.layer_norm(key + "attn.k_norm", target + "/attention/key_norm")
+            config["qk_norm"] = True
         reader.layer_norm(key + "norm2", target + "/norm2")
         reader.linear(key + "mlp.fc1", target + "/mlp/fc1")
         reader.linear(key + "mlp.fc2", target + "/mlp/fc2")
@@ -158,8 +188,15 @@ def read_timm(path, num_heads=None):
                 reader.put(f"{target}/layer_scale_{i}", reader.pop(f"{key}ls{i}.gamma"))
                 config["layer_scale_init"] = model_args.get("init_values", 1e-5)
         num_layers += 1
-    config.update(num_layers=num_layers, mlp_dim=reader.state["encoder_block_0/mlp/fc1/kernel"].shape[1])
-    reader.layer_norm("norm", "encoder_norm")
+    fc1, fc2 = reader.state["encoder_block_0/mlp/fc1/kernel"], reader.state["encoder_block_0/mlp/fc2/kernel"]
+    if fc1.shape[1] == 2 * fc2.shape[0]:  # timm's SwiGLUPacked (DINOv2 giant): [gate; value]
+        config["mlp_activation"] = "swiglu"
+    config.update(num_layers=num_layers, mlp_dim=fc2.shape[0])
+    if reader.has("fc_norm.weight"):
+        reader.layer_norm("fc_norm", "fc_norm")
+        config["fc_norm"] = True
+    else:
+        reader.layer_norm("norm", "encoder_norm")
     if reader.has("attn_pool.latent"):
         config["pooling"] = "map"
         reader.put("pooling/probe", reader.pop("attn_pool.latent"))
@@ -169,12 +206,20 @@ def read_timm(path, num_heads=None):
         reader.layer_norm("attn_pool.norm", "pooling/norm")
         reader.linear("attn_pool.mlp.fc1", "pooling/mlp/fc1")
         reader.linear("attn_pool.mlp.fc2", "pooling/mlp/fc2")
+    elif "class_token/tokens" in reader.state:
+        if meta.get("global_pool", model_args.get("global_pool", "token")) not in ("token", ""):
+            raise CheckpointError(
+                f"{source}: global_pool {meta.get('global_pool', model_args.get('global_pool'))!r} "
+                "over a model with a [class] token; keras_vit pools such a model by its [class] "
+                "token, and averages only models without one.")
+        config["pooling"] = "token"
     else:
-        config["pooling"] = "token" if "class_token/tokens" in reader.state else "gap"
+        config["pooling"] = "gap"
     reader.read_top("pre_logits.fc", "head", config)
-    names = (meta or {}).get("label_names")
+    if reader.has("head_dist.weight"):
+        reader.linear("head_dist", "head_dist")
+    names = meta.get("label_names")
     if names and len(names) == config.get("num_classes"):
         config["class_names"] = [str(n) for n in names]
     reader.finish()
     return Checkpoint(config, reader.state, source, grid, patches)
-

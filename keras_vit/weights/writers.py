@@ -67,14 +67,28 @@ def _refuse(model, format, checks):
             )
 
 
-def _no_registers_or_layer_scale(model, reader):
+def _family_options(model, reader, allow=()):
+    """The refusals for the ViT family's options that `reader`'s format has
+    no key or setting for (all but those in `allow`)."""
     c = model.config
-    return [
-        (c.num_registers, f"it has {c.num_registers} register tokens, which {reader} has no key for",
-         "Write it with format='timm', which has them."),
-        (c.layer_scale_init is not None, "it has LayerScale, which " + reader + " has no key for",
-         "Write it with format='timm', which has it."),
-    ]
+    timm = "Write it with format='timm', which has it."
+    checks = {
+        "num_registers": (c.num_registers, f"it has {c.num_registers} register tokens, which "
+                          f"{reader} has no key for", timm),
+        "layer_scale_init": (c.layer_scale_init is not None, f"it has LayerScale "
+                             f"(layer_scale_init), which {reader} has no key for", timm),
+        "mlp_activation": (c.mlp_activation != "gelu", f"mlp_activation={c.mlp_activation!r}, "
+                           f"which {reader} does not have", timm),
+        "qk_norm": (c.qk_norm, f"qk_norm, which {reader} does not have", timm),
+        "norm_pre": (c.norm_pre, f"norm_pre (CLIP's LayerNorm before the encoder), which {reader} "
+                     "does not have", timm),
+        "fc_norm": (c.fc_norm, f"fc_norm, which {reader} does not have", timm),
+        "patch_bias": (not c.patch_bias, f"its patch embedding has no bias (patch_bias=False), "
+                       f"which {reader} requires", timm),
+        "distillation": (c.distillation, f"distillation (DeiT's second token and head), which "
+                         f"{reader} does not have", timm),
+    }
+    return [check for name, check in checks.items() if name not in allow]
 
 
 # -- vit_jax / big_vision .npz -------------------------------------------------
@@ -90,7 +104,7 @@ def _write_npz(model, path):
          "vit_jax's is 1e-6", "Use format='huggingface' (it stores the epsilon)."),
         (c.pooling == "none", "pooling='none' (the token sequence) has no vit_jax classifier",
          "Use pooling 'token', 'gap' or 'map'."),
-        *_no_registers_or_layer_scale(model, "vit_jax"),
+        *_family_options(model, "vit_jax"),
     ])
     state = model_state(model)
     out = {}
@@ -221,7 +235,9 @@ def _write_huggingface(model, path):
          "ViTForImageClassification classifies the [class] token without its pooler",
          "Drop the head (`model.with_config(num_classes=0)`) to write a ViTModel whose pooler "
          "is the pre-logits layer, or use format='npz'."),
-        *_no_registers_or_layer_scale(model, "Hugging Face's ViT"),
+        *_family_options(model, "Hugging Face's ViT", allow=("mlp_activation",)),
+        (c.mlp_activation == "swiglu", "mlp_activation='swiglu', which Hugging Face's ViT does "
+         "not have", "Write it with format='timm', which has it."),
     ])
     state = model_state(model)
     prefix = "vit." if c.num_classes else ""
@@ -265,7 +281,8 @@ def _write_huggingface(model, path):
         "num_hidden_layers": c.num_layers,
         "num_attention_heads": c.num_heads,
         "intermediate_size": c.mlp_dim,
-        "hidden_act": "gelu_pytorch_tanh" if c.gelu_approximate else "gelu",
+        "hidden_act": ("quick_gelu" if c.mlp_activation == "quick_gelu"
+                       else "gelu_pytorch_tanh" if c.gelu_approximate else "gelu"),
         "layer_norm_eps": c.layer_norm_epsilon,
         "image_size": _image_size(c),
         "patch_size": c.patch_size[0],
@@ -286,6 +303,7 @@ def _write_huggingface(model, path):
 
 def _write_timm(model, path):
     c = model.config
+    gated = 2 if c.mlp_activation == "swiglu" else 1  # SwiGLUPacked's fc1 holds both halves
     _refuse(model, "timm", [
         (c.resnet_block_units is not None, "it is a hybrid (ResNet stem); timm keeps those in "
          "another model class (vision_transformer_hybrid)", "Write it with format='npz'."),
@@ -294,11 +312,16 @@ def _write_timm(model, path):
         (c.representation_size is not None, "it has a pre-logits layer, which timm's "
          "VisionTransformer no longer has", "Write it with format='npz' or 'huggingface'."),
         (c.pooling == "none", "pooling='none' has no timm classifier", "Use another pooling."),
-        (c.layer_norm_epsilon != 1e-6, f"its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and "
-         "timm's ViT uses 1e-6", "Use format='huggingface' (it stores the epsilon)."),
-        (int(c.hidden_dim * (c.mlp_dim / c.hidden_dim)) != c.mlp_dim, f"timm makes the MLP "
-         f"width int(embed_dim * mlp_ratio), which does not give {c.mlp_dim} for width {c.hidden_dim}",
-         "Use format='huggingface' or 'npz'."),
+        (c.layer_norm_epsilon != (1e-5 if c.norm_pre else 1e-6), f"its LayerNorm epsilon is "
+         f"{c.layer_norm_epsilon:g}, and timm's " + ("CLIP uses 1e-5" if c.norm_pre else
+                                                     "ViT uses 1e-6"),
+         "Use format='huggingface' (it stores the epsilon)."),
+        (c.norm_pre == c.patch_bias, "timm builds a LayerNorm before the encoder exactly when the "
+         f"patch embedding has no bias (pre_norm), and this model has norm_pre={c.norm_pre}, "
+         f"patch_bias={c.patch_bias}", "Use format='huggingface' or 'npz' where they apply."),
+        (int(c.hidden_dim * (gated * c.mlp_dim / c.hidden_dim)) != gated * c.mlp_dim,
+         f"timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
+         f"{gated * c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."),
     ])
     state = model_state(model)
     out = {}
@@ -321,23 +344,28 @@ def _write_timm(model, path):
                                                  for n in names])
 
     linear("patch_embedding/projection", "patch_embed.proj", _conv)
-    if "class_token/tokens" in state:
-        out["cls_token"] = state.pop("class_token/tokens")
-    if "registers/tokens" in state:
-        out["reg_token"] = state.pop("registers/tokens")
+    for name, key in (("class_token", "cls_token"), ("distillation_token", "dist_token"),
+                      ("registers", "reg_token")):
+        if name + "/tokens" in state:
+            out[key] = state.pop(name + "/tokens")
     out["pos_embed"] = state.pop("position_embedding/embeddings")
+    if c.norm_pre:
+        norm("norm_pre", "norm_pre")
     for i in range(c.num_layers):
         source, key = f"encoder_block_{i}", f"blocks.{i}."
         norm(source + "/norm1", key + "norm1")
         fused(source + "/attention", ("query", "key", "value"), key + "attn.qkv")
         linear(source + "/attention/out", key + "attn.proj", _heads_out)
+        if c.qk_norm:
+            norm(source + "/attention/query_norm", key + "attn.q_norm")
+            norm(source + "/attention/key_norm", key + "attn.k_norm")
         norm(source + "/norm2", key + "norm2")
         linear(source + "/mlp/fc1", key + "mlp.fc1")
         linear(source + "/mlp/fc2", key + "mlp.fc2")
         for j in (1, 2):
             if f"{source}/layer_scale_{j}" in state:
                 out[f"{key}ls{j}.gamma"] = state.pop(f"{source}/layer_scale_{j}")
-    norm("encoder_norm", "norm")
+    norm("fc_norm" if c.fc_norm else "encoder_norm", "fc_norm" if c.fc_norm else "norm")
     if c.pooling == "map":
         out["attn_pool.latent"] = state.pop("pooling/probe")
         linear("pooling/attention/query", "attn_pool.q", _heads_in)
@@ -346,8 +374,9 @@ def _write_timm(model, path):
         norm("pooling/norm", "attn_pool.norm")
         linear("pooling/mlp/fc1", "attn_pool.mlp.fc1")
         linear("pooling/mlp/fc2", "attn_pool.mlp.fc2")
-    if c.num_classes:
-        linear("head", "head")
+    for name in ("head", "head_dist"):
+        if name + "/kernel" in state:
+            linear(name, name)
     _check_all_written(model, state, "timm")
     if str(path).endswith(".safetensors"):
         _save_safetensors(out, path)
@@ -355,15 +384,23 @@ def _write_timm(model, path):
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
-        mlp_ratio=c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, num_classes=c.num_classes,
-        class_token=c.uses_class_token, reg_tokens=c.num_registers, no_embed_class=False,
-        global_pool={"token": "token", "gap": "avg", "map": "map"}[c.pooling], fc_norm=False,
-        act_layer="gelu_tanh" if c.gelu_approximate else "gelu",
+        mlp_ratio=gated * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias,
+        num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
+        no_embed_class=False, global_pool={"token": "token", "gap": "avg", "map": "map"}[c.pooling],
+        fc_norm=c.fc_norm, qk_norm=c.qk_norm, pre_norm=c.norm_pre,
     )
+    if c.mlp_activation != "swiglu":  # timm's SwiGLUPacked model (DINOv2 giant) has its own SiLU
+        model_args["act_layer"] = ("quick_gelu" if c.mlp_activation == "quick_gelu"
+                                   else "gelu_tanh" if c.gelu_approximate else "gelu")
+    if c.distillation:  # deit.py's VisionTransformerDistilled has no reg_tokens argument
+        del model_args["reg_tokens"]
     if c.layer_scale_init is not None:
         model_args["init_values"] = c.layer_scale_init
     config = {
-        "architecture": "vit_base_patch16_224",  # the family; model_args give every size
+        # the model class and what model_args cannot say; model_args give every size
+        "architecture": ("deit_base_distilled_patch16_224" if c.distillation
+                         else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
+                         else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224"),
         "num_classes": c.num_classes,
         "num_features": c.hidden_dim,
         "global_pool": model_args["global_pool"],
