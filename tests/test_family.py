@@ -1,0 +1,211 @@
+"""The ViT family read with its sources' numbers: DeiT, DINOv2 (with
+registers, SwiGLU), CLIP and SigLIP image towers as small random models made
+with `transformers` and saved as Hugging Face files, and the same weights in
+timm's key layout (timm's `vision_transformer.py` and `deit.py`, written out
+here: timm is not imported). keras_vit's logits or features equal
+transformers' within 1e-5 on every backend."""
+
+import json
+
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit import ViT
+from keras_vit.weights import CheckpointError
+
+torch = pytest.importorskip("torch", reason="transformers' models run on PyTorch")
+transformers = pytest.importorskip("transformers", reason="the family's reference models")
+safetensors_numpy = pytest.importorskip("safetensors.numpy")
+
+SIZE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
+
+
+def families():
+    """name -> (model class, config, output read, timm architecture)."""
+    t = transformers
+    return {
+        "deit": (t.DeiTForImageClassificationWithTeacher,
+                 t.DeiTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
+                              num_labels=5, layer_norm_eps=1e-6), "logits",
+                 "deit_tiny_distilled_patch16_224"),
+        "dinov2": (t.Dinov2Model, t.Dinov2Config(**SIZE, image_size=28, patch_size=7, mlp_ratio=2),
+                   "pooler_output", "vit_small_patch14_dinov2"),
+        "dinov2_giant": (t.Dinov2Model, t.Dinov2Config(**SIZE, image_size=28, patch_size=7,
+                                                       use_swiglu_ffn=True),
+                         "pooler_output", "vit_giant_patch14_dinov2"),
+        "dinov2_registers": (t.Dinov2WithRegistersModel,
+                             t.Dinov2WithRegistersConfig(**SIZE, image_size=28, patch_size=7,
+                                                         num_register_tokens=4, mlp_ratio=2),
+                             "pooler_output", "vit_small_patch14_reg4_dinov2"),
+        "clip": (t.CLIPVisionModel, t.CLIPVisionConfig(**SIZE, intermediate_size=64, image_size=32,
+                                                       patch_size=8),
+                 "pooler_output", "vit_base_patch16_clip_quickgelu_224"),
+        "clip_projection": (t.CLIPVisionModelWithProjection,
+                            t.CLIPVisionConfig(**SIZE, intermediate_size=64, image_size=32,
+                                               patch_size=8, projection_dim=12),
+                            "image_embeds", "vit_base_patch16_clip_quickgelu_224"),
+        "siglip": (t.SiglipVisionModel, t.SiglipVisionConfig(**SIZE, intermediate_size=64,
+                                                             image_size=32, patch_size=8),
+                   "pooler_output", "vit_base_patch16_siglip_224"),
+    }
+
+
+def make_family(name, folder):
+    """A small random model of family `name`, saved under `folder`, and its
+    output on images."""
+    model_class, config, output, architecture = families()[name]
+    torch.manual_seed(0)
+    model = model_class(config)
+    with torch.no_grad():  # every weight random, LayerNorms and LayerScale too
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.2)
+    model.eval()
+    path = folder / "hf"
+    model.save_pretrained(path)
+    size = config.image_size
+    images = np.random.default_rng(0).normal(size=(2, size, size, 3)).astype("float32")
+    with torch.no_grad():
+        expected = getattr(model(torch.from_numpy(images.transpose(0, 3, 1, 2))), output).numpy()
+    return name, path, images, expected, architecture, config
+
+
+@pytest.fixture(scope="module", params=list(families()))
+def family(request, tmp_path_factory):
+    return make_family(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def test_huggingface_files_give_transformers_numbers(family):
+    name, path, images, expected, _, _ = family
+    model = ViT.from_checkpoint(path)
+    np.testing.assert_allclose(to_numpy(model(images)), expected, rtol=0, atol=1e-5)
+    print(f"{name}: {model.config}")
+
+
+# -- the same weights in timm's layout ---------------------------------------------
+
+
+def _fused(tensors, keys):
+    return np.concatenate([tensors.pop(k) for k in keys])
+
+
+def to_timm(hf, name, num_layers):
+    """A Hugging Face state dict (legacy names) in timm's ``VisionTransformer``
+    (``VisionTransformerDistilled`` for DeiT) layout, as timm's own
+    converters write it (`_convert_dinov2`, `_convert_openai_clip`)."""
+    hf = dict(hf)
+    for prefix in ("deit.", "vision_model."):
+        hf = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in hf.items()}
+    out = {}
+    clip_like = name.startswith(("clip", "siglip"))
+    if clip_like:
+        out["patch_embed.proj.weight"] = hf.pop("embeddings.patch_embedding.weight")
+        if "embeddings.patch_embedding.bias" in hf:
+            out["patch_embed.proj.bias"] = hf.pop("embeddings.patch_embedding.bias")
+        out["pos_embed"] = hf.pop("embeddings.position_embedding.weight")[None]
+        if "embeddings.class_embedding" in hf:
+            out["cls_token"] = hf.pop("embeddings.class_embedding").reshape(1, 1, -1)
+        if "pre_layrnorm.weight" in hf:
+            out["norm_pre.weight"], out["norm_pre.bias"] = hf.pop("pre_layrnorm.weight"), hf.pop("pre_layrnorm.bias")
+    else:
+        out["patch_embed.proj.weight"] = hf.pop("embeddings.patch_embeddings.projection.weight")
+        out["patch_embed.proj.bias"] = hf.pop("embeddings.patch_embeddings.projection.bias")
+        out["cls_token"] = hf.pop("embeddings.cls_token")
+        hf.pop("embeddings.mask_token", None)  # timm's _convert_dinov2 drops it
+        pos_embed = hf.pop("embeddings.position_embeddings")
+        if "embeddings.distillation_token" in hf:
+            out["dist_token"] = hf.pop("embeddings.distillation_token")
+        if "embeddings.register_tokens" in hf:  # no_embed_class: the cls row folded into the token
+            out["reg_token"] = hf.pop("embeddings.register_tokens")
+            out["cls_token"] = out["cls_token"] + pos_embed[:, :1]
+            pos_embed = pos_embed[:, 1:]
+        out["pos_embed"] = pos_embed
+    for i in range(num_layers):
+        t = f"blocks.{i}."
+        if clip_like:
+            h = f"encoder.layers.{i}."
+            names = dict(norm1="layer_norm1", norm2="layer_norm2", q="self_attn.q_proj",
+                         k="self_attn.k_proj", v="self_attn.v_proj", proj="self_attn.out_proj",
+                         fc1="mlp.fc1", fc2="mlp.fc2")
+        else:
+            h = f"encoder.layer.{i}."
+            dinov2 = name.startswith("dinov2")
+            names = dict(norm1="norm1" if dinov2 else "layernorm_before",
+                         norm2="norm2" if dinov2 else "layernorm_after",
+                         q="attention.attention.query", k="attention.attention.key",
+                         v="attention.attention.value", proj="attention.output.dense",
+                         fc1="mlp.weights_in" if name == "dinov2_giant" else
+                         "mlp.fc1" if dinov2 else "intermediate.dense",
+                         fc2="mlp.weights_out" if name == "dinov2_giant" else
+                         "mlp.fc2" if dinov2 else "output.dense")
+        for part in ("weight", "bias"):
+            out[f"{t}norm1.{part}"] = hf.pop(f"{h}{names['norm1']}.{part}")
+            out[f"{t}norm2.{part}"] = hf.pop(f"{h}{names['norm2']}.{part}")
+            out[f"{t}attn.qkv.{part}"] = _fused(hf, [f"{h}{names[n]}.{part}" for n in "qkv"])
+            out[f"{t}attn.proj.{part}"] = hf.pop(f"{h}{names['proj']}.{part}")
+            out[f"{t}mlp.fc1.{part}"] = hf.pop(f"{h}{names['fc1']}.{part}")
+            out[f"{t}mlp.fc2.{part}"] = hf.pop(f"{h}{names['fc2']}.{part}")
+        for j in (1, 2):
+            if f"{h}layer_scale{j}.lambda1" in hf:
+                out[f"{t}ls{j}.gamma"] = hf.pop(f"{h}layer_scale{j}.lambda1")
+    final = "post_layernorm" if clip_like else "layernorm"
+    out["norm.weight"], out["norm.bias"] = hf.pop(f"{final}.weight"), hf.pop(f"{final}.bias")
+    if "cls_classifier.weight" in hf:
+        for ours, theirs in (("head", "cls_classifier"), ("head_dist", "distillation_classifier")):
+            out[f"{ours}.weight"], out[f"{ours}.bias"] = hf.pop(f"{theirs}.weight"), hf.pop(f"{theirs}.bias")
+    if "visual_projection.weight" in hf:  # timm's CLIP head, bias zero
+        out["head.weight"] = hf.pop("visual_projection.weight")
+        out["head.bias"] = np.zeros(out["head.weight"].shape[0], "float32")
+    if "head.probe" in hf:  # SigLIP's MAP head: timm's AttentionPoolLatent
+        out["attn_pool.latent"] = hf.pop("head.probe")
+        weight, bias = hf.pop("head.attention.in_proj_weight"), hf.pop("head.attention.in_proj_bias")
+        d = weight.shape[1]
+        out["attn_pool.q.weight"], out["attn_pool.kv.weight"] = weight[:d], weight[d:]
+        out["attn_pool.q.bias"], out["attn_pool.kv.bias"] = bias[:d], bias[d:]
+        for ours, theirs in (("proj", "attention.out_proj"), ("norm", "layernorm"),
+                             ("mlp.fc1", "mlp.fc1"), ("mlp.fc2", "mlp.fc2")):
+            for part in ("weight", "bias"):
+                out[f"attn_pool.{ours}.{part}"] = hf.pop(f"head.{theirs}.{part}")
+    assert not hf, sorted(hf)  # every tensor went somewhere
+    return out
+
+
+def test_the_same_weights_in_timm_layout_give_the_same_numbers(family, tmp_path):
+    name, path, images, expected, architecture, config = family
+    hf = safetensors_numpy.load_file(str(path / "model.safetensors"))
+    folder = tmp_path / "timm"
+    folder.mkdir()
+    safetensors_numpy.save_file(to_timm(hf, name, config.num_hidden_layers),
+                                str(folder / "model.safetensors"))
+    size = config.image_size
+    (folder / "config.json").write_text(json.dumps({
+        "architecture": architecture,
+        # timm.create_model's overrides of the architecture's sizes (the hub config's model_args)
+        "model_args": dict(embed_dim=32, depth=2, num_heads=2, img_size=size,
+                           patch_size=config.patch_size),
+    }))
+    model = ViT.from_checkpoint(folder)
+    np.testing.assert_allclose(to_numpy(model(images)), expected, rtol=0, atol=1e-5)
+
+
+# -- what is not read is named ------------------------------------------------------
+
+
+def test_unknown_model_type_and_unknown_keys_are_named(tmp_path):
+    _, path, _, _, _, _ = make_family("dinov2", tmp_path)
+    other = tmp_path / "beit"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps({"model_type": "beit", "hidden_size": 32}))
+    (other / "model.safetensors").write_bytes((path / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match="model_type 'beit'; keras_vit reads Hugging Face 'vit', 'deit', 'dinov2'"):
+        ViT.from_checkpoint(other)
+    # Dinov2ForImageClassification's head reads the [class] token and the mean
+    # patch token together, which keras_vit's poolings do not: named, not skipped.
+    classifier = tmp_path / "classifier"
+    classifier.mkdir()
+    (classifier / "config.json").write_text((path / "config.json").read_text())
+    tensors = safetensors_numpy.load_file(str(path / "model.safetensors"))
+    tensors["classifier.weight"] = np.zeros((3, 64), "float32")
+    safetensors_numpy.save_file(tensors, str(classifier / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"keys keras_vit does not know.*classifier.weight"):
+        ViT.from_checkpoint(classifier)
