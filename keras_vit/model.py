@@ -253,13 +253,14 @@ class ViT(keras.Model):
 
     @classmethod
     def from_checkpoint(cls, path, image_size=None, num_classes=None,
-                        resample_method="bilinear", **overrides):
+                        resample_method=None, **overrides):
         """The model stored in a checkpoint, with its weights: a vit_jax /
         AugReg / big_vision ``.npz``, a Hugging Face directory or a timm
         ``.safetensors``, by path, URL or ``hf://`` (docs/checkpoints.md).
         Another ``image_size`` resamples the position embeddings (Sec. 3.2,
-        `resample_method` ``"bilinear"`` as vit_jax or ``"bicubic"`` as
-        timm); another ``num_classes`` gives a new zero-initialised head (0:
+        `resample_method` ``"bilinear"`` as vit_jax, ``"bicubic"`` as
+        timm or ``"dinov2"``; by default the source's own: DINOv2's for its
+        files, else bilinear); another ``num_classes`` gives a new zero-initialised head (0:
         none); `overrides` change other arguments (``dropout_rate``,
         ``dtype``)."""
         return load_checkpoint(cls, path, image_size, num_classes, resample_method, **overrides)

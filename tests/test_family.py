@@ -209,3 +209,39 @@ def test_unknown_model_type_and_unknown_keys_are_named(tmp_path):
     safetensors_numpy.save_file(tensors, str(classifier / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"keys keras_vit does not know.*classifier.weight"):
         ViT.from_checkpoint(classifier)
+
+
+# -- DINOv2's position embeddings at another resolution -------------------------------
+
+
+@pytest.mark.parametrize("new", [16, 32, 46])
+def test_dinov2_resamples_its_37x37_table_as_dinov2_does(new):
+    from keras_vit.layers import resample_position_embeddings
+
+    table = np.random.default_rng(new).normal(size=(1, 1 + 37 * 37, 8)).astype("float32")
+    ours = resample_position_embeddings(table, 37, new, num_prefix_tokens=1, method="dinov2")
+    # DinoVisionTransformer.interpolate_pos_encoding: bicubic, scale_factor with the 0.1 offset
+    grid = torch.from_numpy(table[:, 1:].reshape(1, 37, 37, 8)).permute(0, 3, 1, 2).double()
+    scale = (new + 0.1) / 37
+    theirs = torch.nn.functional.interpolate(grid, scale_factor=(scale, scale), mode="bicubic",
+                                             align_corners=False, antialias=False)
+    theirs = theirs.permute(0, 2, 3, 1).reshape(1, new * new, 8).numpy()
+    np.testing.assert_allclose(ours[:, 1:], theirs, rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(ours[:, :1], table[:, :1])
+    # and it is not plain bicubic (`size=`): the offset moves the samples
+    plain = resample_position_embeddings(table, 37, new, num_prefix_tokens=1, method="bicubic")
+    assert np.abs(plain - ours).max() > 1e-3
+
+
+def test_a_dinov2_file_at_another_size_resamples_with_dinov2s_offset(tmp_path):
+    from keras_vit.layers import resample_position_embeddings
+
+    _, path, _, _, _, _ = make_family("dinov2_registers", tmp_path)
+    native = ViT.from_checkpoint(path)
+    larger = ViT.from_checkpoint(path, image_size=56)  # 4x4 -> 8x8 patches
+    table = to_numpy(native.get_layer("position_embedding").embeddings)
+    expected = resample_position_embeddings(table, 4, 8, num_prefix_tokens=5, method="dinov2")
+    np.testing.assert_allclose(to_numpy(larger.get_layer("position_embedding").embeddings),
+                               expected, rtol=0, atol=1e-6)
+    bilinear = ViT.from_checkpoint(path, image_size=56, resample_method="bilinear")
+    assert not np.allclose(to_numpy(bilinear.get_layer("position_embedding").embeddings), expected)

@@ -8,7 +8,7 @@ from keras import ops
 
 from keras_vit.config import pair
 
-RESAMPLE_METHODS = ("bilinear", "bicubic")
+RESAMPLE_METHODS = ("bilinear", "bicubic", "dinov2")
 
 
 def _linear_matrix(old, new):
@@ -23,11 +23,14 @@ def _linear_matrix(old, new):
     return weights
 
 
-def _cubic_matrix(old, new, a=-0.75):
+def _cubic_matrix(old, new, a=-0.75, offset=0.0):
     """(new, old) weights of bicubic convolution with half-pixel centres.
 
     The same weights as ``torch.nn.functional.interpolate(mode="bicubic",
     align_corners=False)``, which timm uses to resample position embeddings.
+    With `offset`, those of DINOv2's ``scale_factor=(new + offset) / old``:
+    output pixel ``i`` samples the input at ``(i + 0.5) * old / (new +
+    offset) - 0.5`` (PyTorch maps a given scale factor back by its inverse).
     """
 
     def kernel(t):
@@ -39,7 +42,7 @@ def _cubic_matrix(old, new, a=-0.75):
         )
 
     weights = np.zeros((new, old))
-    coords = (np.arange(new) + 0.5) * old / new - 0.5
+    coords = (np.arange(new) + 0.5) * old / (new + offset) - 0.5
     base = np.floor(coords).astype(int)
     for offset in (-1, 0, 1, 2):
         index = np.clip(base + offset, 0, old - 1)
@@ -66,6 +69,10 @@ def resample_position_embeddings(
             ``scipy.ndimage.zoom(grid, zoom, order=1)``, corners aligned.
             ``"bicubic"``: timm's ``F.interpolate(mode="bicubic")``,
             half-pixel centres.
+            ``"dinov2"``: DINOv2's (Oquab et al., 2023;
+            ``DinoVisionTransformer.interpolate_pos_encoding``): bicubic with
+            ``scale_factor = (new + 0.1) / old``, the 0.1 offset its authors
+            add against floating-point error in the output size.
 
     Returns:
         A float32 NumPy array of shape ``(1, num_prefix_tokens + nh * nw, D)``.
@@ -98,7 +105,8 @@ def resample_position_embeddings(
             f"{old_h}x{old_w} grid with {num_prefix_tokens} prefix tokens: "
             f"expected (1, {expected}, D)."
         )
-    matrix = _linear_matrix if method == "bilinear" else _cubic_matrix
+    matrix = {"bilinear": _linear_matrix, "bicubic": _cubic_matrix,
+              "dinov2": lambda old, new: _cubic_matrix(old, new, offset=0.1)}[method]
     prefix = embeddings[:, :num_prefix_tokens]
     grid = embeddings[0, num_prefix_tokens:].reshape(old_h, old_w, -1)
     grid = np.einsum("Hh,Ww,hwd->HWd", matrix(old_h, new_h), matrix(old_w, new_w), grid)

@@ -50,7 +50,7 @@ def locate(location):
 
 
 def load_checkpoint(cls, location, image_size=None, num_classes=None,
-                    resample_method="bilinear", **overrides):
+                    resample_method=None, **overrides):
     """``ViT.from_checkpoint``: find or download the file, read it, build the
     model and load it.
 

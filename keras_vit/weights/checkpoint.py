@@ -22,6 +22,9 @@ class Checkpoint:
             file tells; None for a non-square grid that it does not describe.
         num_patches: rows of the stored position embeddings that belong to
             patches; None when there are none (sin-cos embeddings).
+        resample_method: how its source resamples the position embeddings
+            to another resolution: ``"bilinear"`` (vit_jax) unless the
+            family has its own (DINOv2: ``"dinov2"``).
     """
 
     config: dict
@@ -29,6 +32,7 @@ class Checkpoint:
     source: str
     grid_size: tuple = None
     num_patches: int = None
+    resample_method: str = "bilinear"
 
 
 def read_json(path, required=()):
@@ -74,7 +78,7 @@ def _checkpoint_grid(checkpoint, model):
 
 
 def build_model(cls, checkpoint, image_size=None, num_classes=None,
-                resample_method="bilinear", **overrides):
+                resample_method=None, **overrides):
     """The ViT described by ``checkpoint``, with its weights loaded."""
     config = {**checkpoint.config, **overrides}
     state = dict(checkpoint.state)
@@ -102,7 +106,7 @@ def build_model(cls, checkpoint, image_size=None, num_classes=None,
     if key in state and tuple(posemb.grid_size) != tuple(grid):
         state[key] = resample_position_embeddings(
             state[key], grid, posemb.grid_size,
-            posemb.num_prefix_tokens, resample_method,
+            posemb.num_prefix_tokens, resample_method or checkpoint.resample_method,
         )
     assign_weights(model, state, checkpoint.source, keep_initial)
     return model

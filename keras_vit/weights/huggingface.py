@@ -103,7 +103,8 @@ def read_huggingface(directory):
             f"{source}: config.json says {config['image_size'][0]}x{config['image_size'][1]} images "
             f"({grid[0]}x{grid[1]} patches) but the position embeddings hold {patches} patches."
         )
-    return Checkpoint(config, reader.state, source, grid, patches)
+    method = "dinov2" if model_type.startswith("dinov2") else "bilinear"
+    return Checkpoint(config, reader.state, source, grid, patches, resample_method=method)
 
 
 def _intermediate_size(reader, hf):

@@ -222,4 +222,5 @@ def read_timm(path, num_heads=None):
     if names and len(names) == config.get("num_classes"):
         config["class_names"] = [str(n) for n in names]
     reader.finish()
-    return Checkpoint(config, reader.state, source, grid, patches)
+    method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
+    return Checkpoint(config, reader.state, source, grid, patches, resample_method=method)
