@@ -248,8 +248,9 @@ def _pretrained(args):
     print(f"{'name':46s} {'size':>4s} {'classes':>7s} {'top-1':>6s}  pre-training / source")
     for entry in entries:
         top1 = f"{entry.top1:.2f}" if entry.top1 is not None else "-"
+        metric = "" if entry.metric == "top-1" else f" ({entry.metric})"
         print(f"{entry.name:46s} {entry.image_size:4d} {entry.num_classes:7d} {top1:>6s}  "
-              f"{entry.pretraining}; {entry.url}")
+              f"{entry.pretraining}; {entry.url}{metric}")
     return 0
 
 

@@ -1,4 +1,5 @@
-"""The model variants of the paper (Table 1) and its hybrids, as data."""
+"""The model variants of the paper (Table 1) and its hybrids, and the ViT
+family's released shapes (DeiT, DINOv2, CLIP, SigLIP), as data."""
 
 import math
 
@@ -57,6 +58,61 @@ PRESETS = {
         "config": dict(**_SIZES["L"], patch_size=1, resnet_block_units=(3, 4, 6, 3)),
     },
 }
+
+
+def _family(paper_name, description, **config):
+    return {"paper_name": paper_name, "description": description, "config": config}
+
+
+# DeiT, distilled (Touvron et al., ICML 2021): a distillation token and head;
+# timm and Hugging Face run erf GELU.
+_DEIT = dict(patch_size=16, distillation=True, gelu_approximate=False)
+# DINOv2 (Oquab et al., 2023): patch 14 at 518 px, LayerScale, erf GELU,
+# the normalised [class] token as features; the giant's MLP is SwiGLU
+# ((int(4 * 1536 * 2 / 3) + 7) // 8 * 8 = 4096 wide).
+_DINOV2 = dict(patch_size=14, image_size=518, layer_scale_init=1.0, gelu_approximate=False,
+               num_classes=0)
+_GIANT = dict(hidden_dim=1536, num_layers=40, num_heads=24, mlp_dim=4096, mlp_activation="swiglu")
+# CLIP's image tower (Radford et al., 2021), OpenAI's weights: a LayerNorm
+# before the encoder, no patch bias, QuickGELU, epsilon 1e-5; the head is the
+# projection into the joint embedding.
+_CLIP = dict(norm_pre=True, patch_bias=False, mlp_activation="quick_gelu", layer_norm_epsilon=1e-5)
+# SigLIP's image tower (Zhai et al., ICCV 2023): no [class] token, MAP
+# pooling, tanh GELU; its features are the embedding.
+_SIGLIP = dict(pooling="map", num_classes=0, patch_size=16)
+
+FAMILY_PRESETS = {
+    "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
+                                   **_SIZES["Ti"], **_DEIT),
+    "deit_s16_distilled": _family("DeiT-S/16 distilled", "DeiT-Small with distillation token.",
+                                  **_SIZES["S"], **_DEIT),
+    "deit_b16_distilled": _family("DeiT-B/16 distilled", "DeiT-Base with distillation token.",
+                                  **_BASE, **_DEIT),
+    **{f"dinov2_{size.lower()}14{'_reg4' if registers else ''}": _family(
+        f"DINOv2 ViT-{size}/14" + (" registers" if registers else ""),
+        f"DINOv2 ViT-{size}/14 features" + (" with 4 registers (Darcet et al., ICLR 2024)."
+                                             if registers else "."),
+        **(_GIANT if size == "g" else _SIZES[size]), **_DINOV2, num_registers=4 * registers)
+       for registers in (False, True) for size in ("S", "B", "L", "g")},
+    "clip_b32": _family("CLIP ViT-B/32", "CLIP's image tower, B/32, 512-d embedding.",
+                        **_BASE, patch_size=32, num_classes=512, **_CLIP),
+    "clip_b16": _family("CLIP ViT-B/16", "CLIP's image tower, B/16, 512-d embedding.",
+                        **_BASE, patch_size=16, num_classes=512, **_CLIP),
+    "clip_l14": _family("CLIP ViT-L/14", "CLIP's image tower, L/14, 768-d embedding.",
+                        **_SIZES["L"], patch_size=14, num_classes=768, **_CLIP),
+    "clip_l14_336": _family("CLIP ViT-L/14@336", "CLIP's image tower, L/14 at 336 px.",
+                            **_SIZES["L"], patch_size=14, image_size=336, num_classes=768, **_CLIP),
+    "siglip_b16": _family("SigLIP ViT-B/16", "SigLIP's image tower, B/16 (768-d embedding).",
+                          **_BASE, **_SIGLIP),
+    "siglip_l16": _family("SigLIP ViT-L/16", "SigLIP's image tower, L/16 at 256 px.",
+                          **_SIZES["L"], image_size=256, **_SIGLIP),
+    "siglip_so400m14": _family("SigLIP So400m/14", "SigLIP's shape-optimised image tower "
+                               "(Alabdulmohsin et al., NeurIPS 2023); its 384 px release sees "
+                               "27 x 27 patches, 378 px.",
+                               hidden_dim=1152, num_layers=27, num_heads=16, mlp_dim=4304,
+                               patch_size=14, image_size=378, pooling="map", num_classes=0),
+}
+PRESETS.update(FAMILY_PRESETS)
 
 
 def _key(name):

@@ -10,6 +10,7 @@ import pytest
 import keras_vit
 from keras_vit.cli import main
 from keras_vit.config import resnet_stride
+from keras_vit.presets import FAMILY_PRESETS
 from keras_vit.presets import PRESETS
 from keras_vit.presets import preset_config
 from keras_vit.weights import download
@@ -19,7 +20,10 @@ from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.npz import read_npz
 from keras_vit.weights.timm import read_timm
 
-ENTRIES = list(pretrained.PRETRAINED.values())
+ALL_ENTRIES = list(pretrained.PRETRAINED.values())
+# the paper's ViT and its hybrids; the family's entries are checked on their own below
+ENTRIES = [e for e in ALL_ENTRIES if e.architecture not in FAMILY_PRESETS]
+FAMILY_ENTRIES = [e for e in ALL_ENTRIES if e.architecture in FAMILY_PRESETS]
 READERS = {"npz": read_npz, "huggingface": read_huggingface, "timm": read_timm}
 
 
@@ -56,7 +60,7 @@ def test_entry_parses(entry):
 
 def test_names_are_unique_and_the_sources_complete():
     names = [entry.name for entry in pretrained._rows()]
-    assert len(names) == len(set(names)) == len(ENTRIES)
+    assert len(names) == len(set(names)) == len(ALL_ENTRIES) == len(ENTRIES) + len(FAMILY_ENTRIES)
     urls = [entry.url for entry in ENTRIES]
     assert len(urls) == len(set(urls))  # one row per released file
     by_format = {f: sum(e.format == f for e in ENTRIES) for f in READERS}
@@ -108,11 +112,75 @@ def test_entry_resolves_to_its_reader(entry, tmp_path):
     assert formats.reader_for(path) is READERS[entry.format]
 
 
+FAMILY_NUMBERS = {  # (preset, tag) -> (reported number, what it measures)
+    ("deit_ti16_distilled", "fb_in1k_224"): (74.5, "top-1"),
+    ("deit_s16_distilled", "fb_in1k_224"): (81.2, "top-1"),
+    ("deit_b16_distilled", "fb_in1k_224"): (83.4, "top-1"),
+    ("deit_b16_distilled", "fb_in1k_384"): (85.2, "top-1"),
+    ("dinov2_s14", "lvd142m_518"): (81.1, "linear-probe top-1"),
+    ("dinov2_b14", "lvd142m_518"): (84.5, "linear-probe top-1"),
+    ("dinov2_l14", "lvd142m_518"): (86.3, "linear-probe top-1"),
+    ("dinov2_g14", "lvd142m_518"): (86.5, "linear-probe top-1"),
+    ("dinov2_s14_reg4", "lvd142m_518"): (80.9, "linear-probe top-1"),
+    ("dinov2_b14_reg4", "lvd142m_518"): (84.6, "linear-probe top-1"),
+    ("dinov2_l14_reg4", "lvd142m_518"): (86.7, "linear-probe top-1"),
+    ("dinov2_g14_reg4", "lvd142m_518"): (87.1, "linear-probe top-1"),
+    ("clip_b32", "openai_224"): (63.2, "zero-shot top-1"),
+    ("clip_b16", "openai_224"): (68.6, "zero-shot top-1"),
+    ("clip_l14", "openai_224"): (75.3, "zero-shot top-1"),
+    ("clip_l14_336", "openai_336"): (76.2, "zero-shot top-1"),
+    ("siglip_b16", "webli_224"): (76.04, "zero-shot top-1"),
+    ("siglip_so400m14", "webli_384"): (83.08, "zero-shot top-1"),
+}
+
+
+@pytest.mark.parametrize("entry", FAMILY_ENTRIES, ids=lambda e: e.name)
+def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
+    config = preset_config(entry.architecture, image_size=entry.image_size)  # the size fits the preset
+    source, tag = entry.name.split(".")[1].split("_", 1)
+    assert source == {"huggingface": "hf", "timm": "timm"}[entry.format]
+    assert pretrained.PRETRAINED[entry.name] is entry
+    assert entry.num_classes == config.num_classes  # the preset's head (CLIP: its projection)
+    assert (entry.class_names == "imagenet1k") == (entry.num_classes == 1000)
+    assert entry.top1 is not None and "top-1: " in entry.reference
+    number = FAMILY_NUMBERS.get((entry.architecture, tag))
+    assert number is None or (entry.top1, entry.metric) == number
+    assert entry.metric in ("top-1", "linear-probe top-1", "zero-shot top-1")
+    assert (entry.metric == "top-1") == entry.architecture.startswith("deit")
+    repo_id, revision, subpath = download.parse_hf_url(entry.url.removeprefix("hf://"))
+    assert revision is None and subpath is None
+    owner, repo = repo_id.split("/")
+    path = tmp_path / repo
+    path.mkdir()
+    if entry.format == "huggingface":
+        assert owner in ("facebook", "openai", "google")
+        model_type = {"deit": "deit", "dinov2": "dinov2", "clip": "clip", "siglip": "siglip"}[
+            entry.architecture.split("_")[0]]
+        config_json = {"model_type": model_type}
+    else:
+        assert owner == "timm" and "." in repo
+        config_json = {"architecture": repo.split(".")[0]}
+    (path / "config.json").write_text(json.dumps(config_json))
+    (path / "model.safetensors").write_bytes(b"")
+    assert formats.reader_for(path) is READERS[entry.format]
+    # the released file and its twin on the other hub are the same weights
+    twin = "timm" if source == "hf" else "hf"
+    assert pretrained.PRETRAINED[f"{entry.architecture}.{twin}_{tag}"].top1 == entry.top1
+
+
+def test_family_presets_default_to_their_release():
+    assert pretrained.default_pretrained("dinov2_b14").name == "dinov2_b14.hf_lvd142m_518"
+    assert pretrained.default_pretrained("deit_b16_distilled").name == "deit_b16_distilled.hf_fb_in1k_224"
+    assert pretrained.default_pretrained("CLIP ViT-L/14").name == "clip_l14.hf_openai_224"
+    for name in FAMILY_PRESETS:
+        assert pretrained.default_pretrained(name).architecture == name
+
+
 def test_listing_by_our_name_or_the_papers():
     for paper_name in ("ViT-B/16", "ViT-L/16", "ViT-B/32", "ViT-L/32", "ViT-H/14", "R50+ViT-B/16"):
         entries = keras_vit.pretrained(paper_name)
         assert entries and entries == keras_vit.pretrained(entries[0].architecture)
-    assert len(keras_vit.pretrained()) == len(ENTRIES)
+    assert len(keras_vit.pretrained()) == len(ALL_ENTRIES)
     with pytest.raises(ValueError, match="Unknown preset 'ViT-X/9'"):
         keras_vit.pretrained("ViT-X/9")
 
@@ -123,7 +191,7 @@ def test_default_and_unknown_names():
     assert pretrained.default_pretrained("ViT-L/32").name == "vit_l32.orig_in21k_ft_in1k_384"  # no AugReg
     assert pretrained.default_pretrained("ViT-H/14").name == "vit_h14.orig_in21k"  # no ImageNet-1k head
     assert pretrained.default_pretrained("R50+ViT-B/16").name == "r50_vit_b16.orig_in21k_ft_in1k_384"
-    for name in PRESETS:
+    for name in set(PRESETS) - set(FAMILY_PRESETS):
         default = pretrained.default_pretrained(name)
         assert default.architecture == name and default.format == "npz"
         augreg_224 = [e for e in keras_vit.pretrained(name) if e.format == "npz" and e.image_size == 224

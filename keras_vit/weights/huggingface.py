@@ -78,13 +78,16 @@ def read_huggingface(directory):
             tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
     reader = TorchReader(tensors, source)
     size = hf.get("image_size", 224)
+    size = (size, size) if isinstance(size, int) else tuple(size)
+    # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
+    size = tuple(s - s % int(hf["patch_size"]) for s in size)
     config = dict(
         hidden_dim=int(hf["hidden_size"]),
         num_layers=int(hf["num_hidden_layers"]),
         num_heads=int(hf["num_attention_heads"]),
         patch_size=int(hf["patch_size"]),
         num_channels=int(hf.get("num_channels", 3)),
-        image_size=(size, size) if isinstance(size, int) else tuple(size),
+        image_size=size,
         layer_norm_epsilon=float(hf.get("layer_norm_eps", _EPSILON[model_type])),
         gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate",
         mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",

@@ -76,13 +76,18 @@ class PretrainedWeights:
         image_size: the resolution it was trained or fine-tuned at.
         num_classes: classes of its head: 1000 (ImageNet-1k), 21843
             (ImageNet-21k) or 0 (released without a head).
-        top1: the reported ImageNet-1k top-1 (%) at `image_size`, or None.
+        top1: the reported ImageNet-1k top-1 (%) at `image_size`, or None;
+            `metric` says of what.
         pretraining: the data it was trained on.
         class_names: ``"imagenet1k"`` when the head is ImageNet-1k's, in the
             standard order (:func:`imagenet1k_class_names`); else None.
         reference: where the entry and its number come from.
         sha256: the file's published SHA-256, checked after download.
         size: the file's published size in bytes, checked likewise.
+        metric: what `top1` measures: ``"top-1"`` (the checkpoint's own
+            head), ``"linear-probe top-1"`` (a linear classifier on its
+            features: DINOv2) or ``"zero-shot top-1"`` (class names through
+            the text tower: CLIP, SigLIP).
     """
 
     name: str
@@ -97,6 +102,7 @@ class PretrainedWeights:
     reference: str
     sha256: str | None = None
     size: int | None = None
+    metric: str = "top-1"
 
     @property
     def gcs(self):
@@ -256,6 +262,55 @@ _TIMM = [
 ]
 _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h"}
 
+# -- The ViT family ---------------------------------------------------------------------
+# Each release as the Hugging Face Hub and timm's Hub have it: (preset, tag,
+# Hugging Face repo, timm name, size, classes, number, metric, its source).
+_DEIT_README = "facebookresearch/deit README_deit.md at 94aecfa1 (DeiT paper, Table 5)"
+_DINOV2_README = ("facebookresearch/dinov2 README.md at b8931f7b, 'ImageNet linear' "
+                  "(evaluated at 224 px)")
+_CLIP_PAPER = "Radford et al., arXiv:2103.00020, Table 11 (as open_clip's README quotes it)"
+_OPEN_CLIP = "open_clip's evaluation of these weights (docs/openclip_results.csv at 29b90b8d)"
+_FAMILY = [
+    ("deit_ti16_distilled", "fb_in1k_224", "facebook/deit-tiny-distilled-patch16-224",
+     "deit_tiny_distilled_patch16_224.fb_in1k", 224, 1000, 74.5, "top-1", _DEIT_README),
+    ("deit_s16_distilled", "fb_in1k_224", "facebook/deit-small-distilled-patch16-224",
+     "deit_small_distilled_patch16_224.fb_in1k", 224, 1000, 81.2, "top-1", _DEIT_README),
+    ("deit_b16_distilled", "fb_in1k_224", "facebook/deit-base-distilled-patch16-224",
+     "deit_base_distilled_patch16_224.fb_in1k", 224, 1000, 83.4, "top-1", _DEIT_README),
+    ("deit_b16_distilled", "fb_in1k_384", "facebook/deit-base-distilled-patch16-384",
+     "deit_base_distilled_patch16_384.fb_in1k", 384, 1000, 85.2, "top-1",
+     _DEIT_README + ", 1000 epochs"),
+    *[(f"dinov2_{size}14{reg}", "lvd142m_518",
+       f"facebook/dinov2-{'with-registers-' if reg else ''}{name}",
+       f"vit_{name}_patch14_{'reg4_' if reg else ''}dinov2.lvd142m", 518, 0, top1,
+       "linear-probe top-1", _DINOV2_README)
+      for size, name, top1, top1_reg in (("s", "small", 81.1, 80.9), ("b", "base", 84.5, 84.6),
+                                          ("l", "large", 86.3, 86.7), ("g", "giant", 86.5, 87.1))
+      for reg, top1 in (("", top1), ("_reg4", top1_reg))],
+    ("clip_b32", "openai_224", "openai/clip-vit-base-patch32", "vit_base_patch32_clip_224.openai",
+     224, 512, 63.2, "zero-shot top-1", _CLIP_PAPER),
+    ("clip_b16", "openai_224", "openai/clip-vit-base-patch16", "vit_base_patch16_clip_224.openai",
+     224, 512, 68.6, "zero-shot top-1", _CLIP_PAPER),
+    ("clip_l14", "openai_224", "openai/clip-vit-large-patch14", "vit_large_patch14_clip_224.openai",
+     224, 768, 75.3, "zero-shot top-1", _CLIP_PAPER),
+    ("clip_l14_336", "openai_336", "openai/clip-vit-large-patch14-336",
+     "vit_large_patch14_clip_336.openai", 336, 768, 76.2, "zero-shot top-1",
+     "Radford et al., arXiv:2103.00020, Tables 11 and 16 (ViT-L/14@336px)"),
+    # SigLIP: Google's READMEs and colab give no ImageNet number for these; open_clip measured them.
+    *[(preset, f"webli_{release}", f"google/siglip-{name}-patch{patch}-{release}",
+       f"vit_{name}_patch{patch}_siglip_{release}.webli", release - release % patch, 0, top1,
+       "zero-shot top-1", _OPEN_CLIP)
+      # the size is what the patch convolution sees: So400m/14's 384 px release, 378
+      for preset, name, patch, release, top1 in (
+          ("siglip_b16", "base", 16, 224, 76.04), ("siglip_b16", "base", 16, 256, 76.53),
+          ("siglip_b16", "base", 16, 384, 78.49), ("siglip_b16", "base", 16, 512, 79.14),
+          ("siglip_l16", "large", 16, 256, 80.45), ("siglip_l16", "large", 16, 384, 82.07),
+          ("siglip_so400m14", "so400m", 14, 224, 82.03),
+          ("siglip_so400m14", "so400m", 14, 384, 83.08))],
+]
+_FAMILY_DATA = {"deit": "ImageNet-1k", "dinov2": "LVD-142M", "clip": "WIT-400M (OpenAI)",
+                "siglip": "WebLI"}
+
 
 def _timm_preset(timm_architecture):
     """``"vit_base_patch16_384"`` -> ``("vit_b16", 384)``."""
@@ -294,6 +349,15 @@ def _rows():
         yield _entry(arch, tag, "huggingface", f"hf://google/{repo}", size, classes, top1,
                      _IN21K if classes == 0 else _FT,
                      _cites("Hugging Face google/vit-* (conversion of the 2020 files)", top1, source))
+
+    for arch, tag, repo, timm_name, size, classes, top1, metric, source in _FAMILY:
+        data = _FAMILY_DATA[arch.split("_")[0]]
+        for prefix, format, url in (("hf", "huggingface", f"hf://{repo}"),
+                                    ("timm", "timm", f"hf://timm/{timm_name}")):
+            yield dataclasses.replace(
+                _entry(arch, f"{prefix}_{tag}", format, url, size, classes, top1, data,
+                       f"{repo} (Hugging Face), {timm_name} (timm); top-1: {source}"),
+                metric=metric)
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

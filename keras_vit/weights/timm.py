@@ -91,10 +91,13 @@ def _numerics(meta, model_args, source):
     """(mlp activation, tanh GELU, LayerNorm epsilon) of a timm model: from
     its hub config's ``model_args``, else from its architecture's family."""
     architecture = str(meta.get("architecture", ""))
-    tag = str((meta.get("pretrained_cfg") or {}).get("tag", "")).split(".")[0]
+    pretrained_cfg = meta.get("pretrained_cfg") or {}
+    tag = str(pretrained_cfg.get("tag", "")).split(".")[0]
+    notes = " ".join(map(str, pretrained_cfg.get("notes") or ()))
     act = model_args.get("act_layer")
     if act is None:
-        if "quickgelu" in architecture or ("_clip_" in architecture and tag in _QUICKGELU_TAGS):
+        if "quickgelu" in architecture or "natively QuickGELU" in notes or (
+                "_clip_" in architecture and tag in _QUICKGELU_TAGS):
             act = "quick_gelu"
         elif "siglip" in architecture:
             act = "gelu_tanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
