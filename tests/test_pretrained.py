@@ -84,6 +84,17 @@ def test_names_are_unique_and_the_sources_complete():
         "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
 
 
+def hub_folder(entry, tmp_path):
+    """(owner, repo, a new folder named as the repo) of an ``hf://`` entry,
+    which names a whole repository."""
+    repo_id, revision, subpath = download.parse_hf_url(entry.url.removeprefix("hf://"))
+    assert revision is None and subpath is None
+    owner, repo = repo_id.split("/")
+    path = tmp_path / repo
+    path.mkdir()
+    return owner, repo, path
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name)
 def test_entry_resolves_to_its_reader(entry, tmp_path):
     """What the URL downloads to, laid out as the source lays it out, goes
@@ -95,11 +106,7 @@ def test_entry_resolves_to_its_reader(entry, tmp_path):
         path = tmp_path / local.name
         path.write_bytes(b"")
     else:
-        repo_id, revision, subpath = download.parse_hf_url(entry.url.removeprefix("hf://"))
-        assert revision is None and subpath is None
-        owner, repo = repo_id.split("/")
-        path = tmp_path / repo
-        path.mkdir()
+        owner, repo, path = hub_folder(entry, tmp_path)
         if entry.format == "huggingface":
             assert owner == "google" and repo.startswith("vit-")
             config = {"model_type": "vit"}
@@ -147,11 +154,7 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     assert number is None or (entry.top1, entry.metric) == number
     assert entry.metric in ("top-1", "linear-probe top-1", "zero-shot top-1")
     assert (entry.metric == "top-1") == entry.architecture.startswith("deit")
-    repo_id, revision, subpath = download.parse_hf_url(entry.url.removeprefix("hf://"))
-    assert revision is None and subpath is None
-    owner, repo = repo_id.split("/")
-    path = tmp_path / repo
-    path.mkdir()
+    owner, repo, path = hub_folder(entry, tmp_path)
     if entry.format == "huggingface":
         assert owner in ("facebook", "openai", "google")
         model_type = {"deit": "deit", "dinov2": "dinov2", "clip": "clip", "siglip": "siglip"}[
