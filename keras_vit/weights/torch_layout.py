@@ -85,7 +85,12 @@ class TorchReader:
             CheckpointError: the key is missing.
         """
         if key not in self.tensors:
-            raise CheckpointError(f"{self.source}: expected key '{key}' is missing.")
+            unread = sorted(self.tensors)
+            raise CheckpointError(
+                f"{self.source}: expected key '{key}' is missing."
+                + (f" The keys not read yet: {unread[:6]}"
+                   + (f" and {len(unread) - 6} more." if len(unread) > 6 else ".") if unread else "")
+            )
         return self.tensors.pop(key)
 
     def put(self, target, value):
