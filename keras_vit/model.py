@@ -291,14 +291,17 @@ class ViT(keras.Model):
         return super().__call__(images, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
+        """Keras's ``fit``, the images checked first (`keras_vit.inputs`)."""
         inputs.check_data(self, x)
         return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
+        """Keras's ``evaluate``, the images checked first as in `fit`."""
         inputs.check_data(self, x)
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
+        """Keras's ``predict``, the images checked first as in `fit`."""
         inputs.check_data(self, x)
         return super().predict(x, *args, **kwargs)
 
