@@ -24,6 +24,8 @@ import sys
 from keras_vit import files
 from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.model import ViT
+from keras_vit.weights import WRITE_FORMATS
+from keras_vit.weights import check_output
 
 MODEL_HELP = ("a .keras model; a checkpoint file or folder; a URL (hf://owner/repo, https://, "
               "gs://); or a released name (keras-vit pretrained)")
@@ -332,11 +334,11 @@ def _evaluate(args):
 
 
 def _convert(args):
+    # the output checked before the input is read (and perhaps downloaded)
     if args.format == "keras":
         files.output_file(args.output, "output", (".keras",))
-    elif pathlib.Path(args.output).exists():  # before reading (and perhaps downloading) the input
-        raise ValueError(f"output {args.output} exists; nothing was written. Choose a new path, "
-                         "or remove it first.")
+    else:
+        check_output(args.output, args.format)
     model = _load_model(args.checkpoint, args.image_size, args.num_classes)
     if args.format == "keras":
         model.save(args.output)
@@ -454,7 +456,7 @@ def build_parser():
     sub.add_argument("checkpoint")
     sub.add_argument("output", help="path ending in .keras; with --format: a .npz file, a new "
                      "directory, or (timm) a .safetensors file")
-    sub.add_argument("--format", choices=("keras", "npz", "huggingface", "timm"), default="keras",
+    sub.add_argument("--format", choices=("keras", *WRITE_FORMATS), default="keras",
                      help="what to write (default keras)")
     sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings")
     sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")

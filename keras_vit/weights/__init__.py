@@ -13,7 +13,8 @@ from keras_vit.weights.download import is_url
 from keras_vit.weights.formats import read_checkpoint
 from keras_vit.weights.pretrained import get_pretrained
 from keras_vit.weights.pretrained import imagenet1k_class_names
-from keras_vit.weights.writers import FORMATS
+from keras_vit.weights.writers import WRITE_FORMATS
+from keras_vit.weights.writers import check_output
 from keras_vit.weights.writers import save_checkpoint
 
 

@@ -51,9 +51,18 @@ def read_json(path, required=()):
             "hand: download or save it again.") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} holds a JSON {type(config).__name__}, not an object.")
-    missing = [key for key in required if key not in config]
+    return require(config, required, path)
+
+
+def require(config, keys, where):
+    """`config`, when it has every one of `keys`.
+
+    Raises:
+        CheckpointError: naming the keys it lacks and `where` it came from.
+    """
+    missing = [key for key in keys if key not in config]
     if missing:
-        raise CheckpointError(f"{path} lacks {', '.join(map(repr, missing))}, which the model needs.")
+        raise CheckpointError(f"{where} lacks {', '.join(map(repr, missing))}, which the model needs.")
     return config
 
 

@@ -8,6 +8,7 @@ import numpy as np
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import require
 from keras_vit.weights.torch_layout import TorchReader
 from keras_vit.weights.torch_layout import conv
 from keras_vit.weights.torch_layout import load_safetensors
@@ -55,11 +56,8 @@ def read_huggingface(directory):
             f"{directory}/config.json has model_type {model_type!r}; keras_vit reads Hugging Face "
             f"{', '.join(map(repr, _READERS))} checkpoints (the ViT family) and 'clip', 'siglip'."
         )
-    missing = [key for key in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                               "patch_size") if key not in hf]
-    if missing:
-        raise CheckpointError(f"{directory}/config.json lacks {', '.join(map(repr, missing))}, "
-                              "which the model needs.")
+    require(hf, ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size"),
+            directory / "config.json")
     act = hf.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS:
         raise CheckpointError(
@@ -111,10 +109,7 @@ def read_huggingface(directory):
 
 
 def _intermediate_size(reader, hf):
-    if "intermediate_size" not in hf:
-        raise CheckpointError(f"{reader.source}: config.json lacks 'intermediate_size', which the "
-                              "model needs.")
-    return int(hf["intermediate_size"])
+    return int(require(hf, ("intermediate_size",), f"{reader.source}: config.json")["intermediate_size"])
 
 
 def _prefix_tokens(config):

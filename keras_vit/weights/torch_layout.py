@@ -1,4 +1,4 @@
-"""PyTorch tensor layouts -> Keras layouts, and reading safetensors files."""
+"""PyTorch tensor layouts <-> Keras layouts, and reading safetensors files."""
 
 import numpy as np
 
@@ -66,6 +66,26 @@ def heads_bias(bias, num_heads):
 def heads_out(weight, num_heads):
     """The output ``Linear`` weight (D, H*hd) -> (H, hd, D)."""
     return weight.T.reshape(num_heads, -1, weight.shape[0])
+
+
+def conv_to_torch(kernel):
+    """HWIO -> OIHW (`conv`'s inverse)."""
+    return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
+
+
+def linear_to_torch(kernel):
+    """(in, out) -> (out, in) (`linear`'s inverse)."""
+    return np.ascontiguousarray(kernel.T)
+
+
+def heads_in_to_torch(kernel):
+    """(D, H, hd) -> (H*hd, D) (`heads_in`'s inverse)."""
+    return np.ascontiguousarray(kernel.reshape(kernel.shape[0], -1).T)
+
+
+def heads_out_to_torch(kernel):
+    """(H, hd, D) -> (D, H*hd) (`heads_out`'s inverse)."""
+    return np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T)
 
 
 class TorchReader:
@@ -139,3 +159,49 @@ class TorchReader:
                 f"{self.source} has keys keras_vit does not know, so it would load "
                 f"only part of the model: {sorted(self.tensors)[:12]}"
             )
+
+
+class TorchWriter:
+    """`TorchReader`'s inverse: takes a model's variables (path -> array)
+    out of its state into a PyTorch state dict, so what no key took can be
+    reported."""
+
+    def __init__(self, state, name):
+        self.state, self.name, self.tensors = dict(state), name, {}
+
+    def has(self, path):
+        """Whether the model's state still holds `path`."""
+        return path in self.state
+
+    def put(self, key, path):
+        """Moves the variable `path` to the key `key` as it is."""
+        self.tensors[key] = self.state.pop(path)
+
+    def layer_norm(self, source, key):
+        """Moves a LayerNormalization's gamma and beta to ``key.weight`` and ``key.bias``."""
+        self.put(key + ".weight", source + "/gamma")
+        self.put(key + ".bias", source + "/beta")
+
+    def linear(self, source, key, layout=linear_to_torch):
+        """Moves a layer's kernel (in `layout`) and bias (flattened, if any) to `key`."""
+        self.tensors[key + ".weight"] = layout(self.state.pop(source + "/kernel"))
+        if self.has(source + "/bias"):
+            self.tensors[key + ".bias"] = self.state.pop(source + "/bias").reshape(-1)
+
+    def fused(self, source, names, key):
+        """The projections `names` under `source` (q, k, v or k, v) as one ``Linear``."""
+        self.tensors[key + ".weight"] = np.concatenate(
+            [heads_in_to_torch(self.state.pop(f"{source}/{n}/kernel")) for n in names])
+        if self.has(f"{source}/{names[0]}/bias"):
+            self.tensors[key + ".bias"] = np.concatenate(
+                [self.state.pop(f"{source}/{n}/bias").reshape(-1) for n in names])
+
+    def finish(self, format):
+        """Checks that every variable was written.
+
+        Raises:
+            CheckpointError: variables no key of `format` took.
+        """
+        if self.state:
+            raise CheckpointError(
+                f"{self.name}: the {format} writer has no key for {sorted(self.state)[:8]}.")

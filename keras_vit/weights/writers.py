@@ -15,8 +15,12 @@ import pathlib
 import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.torch_layout import TorchWriter
+from keras_vit.weights.torch_layout import conv_to_torch
+from keras_vit.weights.torch_layout import heads_in_to_torch
+from keras_vit.weights.torch_layout import heads_out_to_torch
 
-FORMATS = ("npz", "huggingface", "timm")
+WRITE_FORMATS = ("npz", "huggingface", "timm")
 
 
 def model_state(model):
@@ -45,15 +49,33 @@ def save_checkpoint(model, path, format="npz"):
         ValueError: an unknown format, a path that exists, or a model the
             format cannot express (the message names the option).
     """
-    if format not in FORMATS:
-        raise ValueError(f"Unknown checkpoint format {format!r}; use one of {', '.join(FORMATS)}.")
+    path = check_output(path, format)
+    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "timm": _write_timm}[format]
+    writer(model, path)
+    return path
+
+
+def check_output(path, format):
+    """`path` as a place `save_checkpoint` may write `format` to: a known
+    format, a path that does not exist in a folder that does, a ``.npz``
+    name for ``"npz"``. Creates nothing.
+
+    Returns:
+        `path` as a `pathlib.Path`.
+
+    Raises:
+        ValueError, FileNotFoundError: naming the problem and the fix.
+    """
+    if format not in WRITE_FORMATS:
+        raise ValueError(f"Unknown checkpoint format {format!r}; use one of {', '.join(WRITE_FORMATS)}.")
     path = pathlib.Path(path).expanduser()
     if path.exists():
         raise ValueError(f"{path} exists; nothing was written. Choose a new path, or remove it first.")
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: the folder {path.parent} does not exist. Create it first.")
-    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "timm": _write_timm}[format]
-    writer(model, path)
+    if format == "npz" and path.suffix != ".npz":
+        raise ValueError(f"{path} does not end in .npz, the format written there; nothing was "
+                         "written. Name a .npz file.")
     return path
 
 
@@ -96,7 +118,6 @@ def _family_options(model, reader, allow=()):
 def _write_npz(model, path):
     c = model.config
     _refuse(model, "npz", [
-        (not str(path).endswith(".npz"), f"the path {path} does not end in .npz", "Name a .npz file."),
         (not c.gelu_approximate, "it uses exact (erf) GELU, and vit_jax's code runs the tanh "
          "approximation", "Use format='timm' or 'huggingface', or accept slightly different "
          "numbers: `model.with_config(gelu_approximate=True).save_checkpoint(...)`."),
@@ -160,37 +181,13 @@ def _write_npz(model, path):
     for name in ("pre_logits", "head"):
         if name + "/kernel" in state:
             dense(name, name)
-    _check_all_written(model, state, "npz")
+    if state:
+        raise CheckpointError(f"{model.name}: the npz writer has no key for {sorted(state)[:8]}.")
     with open(path, "wb") as file:
         np.savez(file, **out)
 
 
-def _check_all_written(model, state, format):
-    if state:
-        raise CheckpointError(f"{model.name}: the {format} writer has no key for {sorted(state)[:8]}.")
-
-
-# -- PyTorch layouts -------------------------------------------------------------
-
-def _conv(kernel):
-    """HWIO -> OIHW."""
-    return np.ascontiguousarray(kernel.transpose(3, 2, 0, 1))
-
-
-def _linear(kernel):
-    """(in, out) -> (out, in)."""
-    return np.ascontiguousarray(kernel.T)
-
-
-def _heads_in(kernel):
-    """(D, heads, head_dim) -> (heads * head_dim, D)."""
-    return np.ascontiguousarray(kernel.reshape(kernel.shape[0], -1).T)
-
-
-def _heads_out(kernel):
-    """(heads, head_dim, D) -> (D, heads * head_dim)."""
-    return np.ascontiguousarray(kernel.reshape(-1, kernel.shape[-1]).T)
-
+# -- PyTorch state dicts -------------------------------------------------------------
 
 def _save_safetensors(tensors, path):
     from safetensors.numpy import save_file
@@ -239,40 +236,28 @@ def _write_huggingface(model, path):
         (c.mlp_activation == "swiglu", "mlp_activation='swiglu', which Hugging Face's ViT does "
          "not have", "Write it with format='timm', which has it."),
     ])
-    state = model_state(model)
-    prefix = "vit." if c.num_classes else ""
-    out = {}
-
-    def put(key, value):
-        out[prefix + key] = value
-
-    def norm(source, key):
-        put(key + ".weight", state.pop(source + "/gamma"))
-        put(key + ".bias", state.pop(source + "/beta"))
-
-    def linear(source, key, layout=_linear, top=False):
-        (out.__setitem__ if top else put)(key + ".weight", layout(state.pop(source + "/kernel")))
-        if source + "/bias" in state:
-            (out.__setitem__ if top else put)(key + ".bias", state.pop(source + "/bias").reshape(-1))
-
-    put("embeddings.cls_token", state.pop("class_token/tokens"))
-    put("embeddings.position_embeddings", state.pop("position_embedding/embeddings"))
-    linear("patch_embedding/projection", "embeddings.patch_embeddings.projection", _conv)
+    writer = TorchWriter(model_state(model), model.name)
+    writer.put("embeddings.cls_token", "class_token/tokens")
+    writer.put("embeddings.position_embeddings", "position_embedding/embeddings")
+    writer.linear("patch_embedding/projection", "embeddings.patch_embeddings.projection",
+                  conv_to_torch)
     for i in range(c.num_layers):
         source, key = f"encoder_block_{i}", f"encoder.layer.{i}."
-        norm(source + "/norm1", key + "layernorm_before")
+        writer.layer_norm(source + "/norm1", key + "layernorm_before")
         for name in ("query", "key", "value"):
-            linear(f"{source}/attention/{name}", f"{key}attention.attention.{name}", _heads_in)
-        linear(source + "/attention/out", key + "attention.output.dense", _heads_out)
-        norm(source + "/norm2", key + "layernorm_after")
-        linear(source + "/mlp/fc1", key + "intermediate.dense")
-        linear(source + "/mlp/fc2", key + "output.dense")
-    norm("encoder_norm", "layernorm")
+            writer.linear(f"{source}/attention/{name}", f"{key}attention.attention.{name}",
+                          heads_in_to_torch)
+        writer.linear(source + "/attention/out", key + "attention.output.dense", heads_out_to_torch)
+        writer.layer_norm(source + "/norm2", key + "layernorm_after")
+        writer.linear(source + "/mlp/fc1", key + "intermediate.dense")
+        writer.linear(source + "/mlp/fc2", key + "output.dense")
+    writer.layer_norm("encoder_norm", "layernorm")
     if c.representation_size:
-        linear("pre_logits", "pooler.dense")
-    if c.num_classes:
-        linear("head", "classifier", top=True)
-    _check_all_written(model, state, "Hugging Face")
+        writer.linear("pre_logits", "pooler.dense")
+    if c.num_classes:  # ViTForImageClassification: the ViTModel under "vit.", its classifier
+        writer.tensors = {"vit." + key: value for key, value in writer.tensors.items()}
+        writer.linear("head", "classifier")
+    writer.finish("Hugging Face")
     names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     config = {
         "architectures": ["ViTForImageClassification" if c.num_classes else "ViTModel"],
@@ -296,7 +281,7 @@ def _write_huggingface(model, path):
     }
     if c.representation_size:
         config.update(pooler_output_size=c.representation_size, pooler_act="tanh")
-    _write_folder(path, out, config)
+    _write_folder(path, writer.tensors, config)
 
 
 # -- timm VisionTransformer --------------------------------------------------------
@@ -323,63 +308,44 @@ def _write_timm(model, path):
          f"timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
          f"{gated * c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."),
     ])
-    state = model_state(model)
-    out = {}
-
-    def norm(source, key):
-        out[key + ".weight"] = state.pop(source + "/gamma")
-        out[key + ".bias"] = state.pop(source + "/beta")
-
-    def linear(source, key, layout=_linear):
-        out[key + ".weight"] = layout(state.pop(source + "/kernel"))
-        if source + "/bias" in state:
-            out[key + ".bias"] = state.pop(source + "/bias").reshape(-1)
-
-    def fused(source, names, key):
-        """q, k, v (or k, v) projections as timm's one ``Linear``."""
-        out[key + ".weight"] = np.concatenate([_heads_in(state.pop(f"{source}/{n}/kernel"))
-                                               for n in names])
-        if f"{source}/{names[0]}/bias" in state:
-            out[key + ".bias"] = np.concatenate([state.pop(f"{source}/{n}/bias").reshape(-1)
-                                                 for n in names])
-
-    linear("patch_embedding/projection", "patch_embed.proj", _conv)
+    writer = TorchWriter(model_state(model), model.name)
+    writer.linear("patch_embedding/projection", "patch_embed.proj", conv_to_torch)
     for name, key in (("class_token", "cls_token"), ("distillation_token", "dist_token"),
                       ("registers", "reg_token")):
-        if name + "/tokens" in state:
-            out[key] = state.pop(name + "/tokens")
-    out["pos_embed"] = state.pop("position_embedding/embeddings")
+        if writer.has(name + "/tokens"):
+            writer.put(key, name + "/tokens")
+    writer.put("pos_embed", "position_embedding/embeddings")
     if c.norm_pre:
-        norm("norm_pre", "norm_pre")
+        writer.layer_norm("norm_pre", "norm_pre")
     for i in range(c.num_layers):
         source, key = f"encoder_block_{i}", f"blocks.{i}."
-        norm(source + "/norm1", key + "norm1")
-        fused(source + "/attention", ("query", "key", "value"), key + "attn.qkv")
-        linear(source + "/attention/out", key + "attn.proj", _heads_out)
+        writer.layer_norm(source + "/norm1", key + "norm1")
+        writer.fused(source + "/attention", ("query", "key", "value"), key + "attn.qkv")
+        writer.linear(source + "/attention/out", key + "attn.proj", heads_out_to_torch)
         if c.qk_norm:
-            norm(source + "/attention/query_norm", key + "attn.q_norm")
-            norm(source + "/attention/key_norm", key + "attn.k_norm")
-        norm(source + "/norm2", key + "norm2")
-        linear(source + "/mlp/fc1", key + "mlp.fc1")
-        linear(source + "/mlp/fc2", key + "mlp.fc2")
+            writer.layer_norm(source + "/attention/query_norm", key + "attn.q_norm")
+            writer.layer_norm(source + "/attention/key_norm", key + "attn.k_norm")
+        writer.layer_norm(source + "/norm2", key + "norm2")
+        writer.linear(source + "/mlp/fc1", key + "mlp.fc1")
+        writer.linear(source + "/mlp/fc2", key + "mlp.fc2")
         for j in (1, 2):
-            if f"{source}/layer_scale_{j}" in state:
-                out[f"{key}ls{j}.gamma"] = state.pop(f"{source}/layer_scale_{j}")
-    norm("fc_norm" if c.fc_norm else "encoder_norm", "fc_norm" if c.fc_norm else "norm")
+            if writer.has(f"{source}/layer_scale_{j}"):
+                writer.put(f"{key}ls{j}.gamma", f"{source}/layer_scale_{j}")
+    writer.layer_norm("fc_norm" if c.fc_norm else "encoder_norm", "fc_norm" if c.fc_norm else "norm")
     if c.pooling == "map":
-        out["attn_pool.latent"] = state.pop("pooling/probe")
-        linear("pooling/attention/query", "attn_pool.q", _heads_in)
-        fused("pooling/attention", ("key", "value"), "attn_pool.kv")
-        linear("pooling/attention/out", "attn_pool.proj", _heads_out)
-        norm("pooling/norm", "attn_pool.norm")
-        linear("pooling/mlp/fc1", "attn_pool.mlp.fc1")
-        linear("pooling/mlp/fc2", "attn_pool.mlp.fc2")
+        writer.put("attn_pool.latent", "pooling/probe")
+        writer.linear("pooling/attention/query", "attn_pool.q", heads_in_to_torch)
+        writer.fused("pooling/attention", ("key", "value"), "attn_pool.kv")
+        writer.linear("pooling/attention/out", "attn_pool.proj", heads_out_to_torch)
+        writer.layer_norm("pooling/norm", "attn_pool.norm")
+        writer.linear("pooling/mlp/fc1", "attn_pool.mlp.fc1")
+        writer.linear("pooling/mlp/fc2", "attn_pool.mlp.fc2")
     for name in ("head", "head_dist"):
-        if name + "/kernel" in state:
-            linear(name, name)
-    _check_all_written(model, state, "timm")
-    if str(path).endswith(".safetensors"):
-        _save_safetensors(out, path)
+        if writer.has(name + "/kernel"):
+            writer.linear(name, name)
+    writer.finish("timm")
+    if path.suffix == ".safetensors":
+        _save_safetensors(writer.tensors, path)
         return
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
@@ -417,4 +383,4 @@ def _write_timm(model, path):
     }
     if c.class_names:
         config["label_names"] = list(c.class_names)
-    _write_folder(path, out, config)
+    _write_folder(path, writer.tensors, config)
