@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test docs clean bench
+.PHONY: demo test test-fast docs clean bench
 
 $(STAMP): requirements/dev.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -17,12 +17,23 @@ $(STAMP): requirements/dev.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) recipes/demo.py
 
-# The whole suite once per backend; every backend runs even if one fails.
+# The whole suite once per backend; every backend runs even if one fails. Two
+# workers (pytest-xdist; each file stays on one worker, with its fixtures), and
+# the 15 slowest tests of each pass printed, so that growth shows in every log.
+# Backend-independent and cross-backend tests run in the torch pass only
+# (tests/conftest.py).
+PYTEST := $(PY) -m pytest tests -n 2 --dist loadscope --durations=15
 test: $(STAMP)
 	@status=0; for backend in $(BACKENDS); do \
-		echo "=== KERAS_BACKEND=$$backend"; \
-		KERAS_BACKEND=$$backend $(PY) -m pytest tests || status=1; \
+		echo "=== KERAS_BACKEND=$$backend"; start=$$(date +%s); \
+		KERAS_BACKEND=$$backend $(PYTEST) || status=1; \
+		echo "=== KERAS_BACKEND=$$backend took $$(( $$(date +%s) - start )) s"; \
 	done; exit $$status
+
+# The edit-run loop: one backend, without the tests marked slow.
+FAST_BACKEND ?= torch
+test-fast: $(STAMP)
+	KERAS_BACKEND=$(FAST_BACKEND) $(PYTEST) -m "not slow"
 
 # The docs site into site/ (mkdocs.yml); a broken reference or a missing docstring fails.
 # `.venv/bin/mkdocs serve` serves it with live reload.

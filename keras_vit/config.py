@@ -53,8 +53,8 @@ class ViTConfig:
         config = ViTConfig(image_size=32, patch_size=8, num_layers=2, num_heads=2,
                            hidden_dim=16, mlp_dim=32, num_classes=10)
         print(config.grid_size, config.num_prefix_tokens, config.input_shape)
-        # (4, 4) 1 (32, 32, 3)
-        print(config.replace(image_size=64).grid_size)   # (8, 8)
+        # -> (4, 4) 1 (32, 32, 3)
+        print(config.replace(image_size=64).grid_size)   # -> (8, 8)
         ```
     """
 

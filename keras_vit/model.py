@@ -190,7 +190,7 @@ class ViT(keras.Model):
     Example:
         >>> import numpy as np
         >>> model = ViT.from_preset("vit_ti16", num_classes=10, image_size=32, patch_size=4)
-        >>> model(np.zeros((2, 32, 32, 3))).shape
+        >>> tuple(model(np.zeros((2, 32, 32, 3))).shape)
         (2, 10)
     """
 

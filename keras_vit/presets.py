@@ -149,8 +149,8 @@ def preset_config(name, **overrides):
         from keras_vit.presets import preset_config
 
         config = preset_config("R50+ViT-B/16")
-        print(config.hidden_dim, config.patch_size, config.resnet_block_units)   # 768 (1, 1) (3, 4, 9)
-        print(preset_config("vit_b16", image_size=384).grid_size)               # (24, 24)
+        print(config.hidden_dim, config.patch_size, config.resnet_block_units)   # -> 768 (1, 1) (3, 4, 9)
+        print(preset_config("vit_b16", image_size=384).grid_size)               # -> (24, 24)
         ```
     """
     return resolve_config(None, {**PRESETS[preset_name(name)]["config"], **overrides})
@@ -171,7 +171,7 @@ def count_params(config=None, **fields):
         args = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
                     mlp_dim=32, num_classes=5, pooling="map", num_registers=2)
         assert count_params(**args) == ViT(**args).count_params()
-        print(count_params(preset_config("vit_b16", image_size=384, num_classes=10)))   # 86098186
+        print(count_params(preset_config("vit_b16", image_size=384, num_classes=10)))   # -> 86098186
         ```
     """
     c = resolve_config(config, fields)
@@ -218,10 +218,11 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(sorted(presets))
-        # ['r50_vit_b16', 'vit_b16', 'vit_b32', 'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32',
-        #  'vit_s16', 'vit_s32', 'vit_ti16']
-        print(presets["vit_b16"]["paper_name"], presets["vit_b16"]["params"])   # ViT-B/16 86567656
+        print(len(presets))   # -> 31
+        print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
+        # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
+        # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']
+        print(presets["vit_b16"]["paper_name"], presets["vit_b16"]["params"])   # -> ViT-B/16 86567656
         ```
     """
     return {

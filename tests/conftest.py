@@ -1,3 +1,20 @@
+"""The suite's shared set-up: markers, the pass that runs what does not depend
+on the backend, the JAX compilation cache, and fixtures every file shares.
+
+`make test` runs the suite once per backend (KERAS_BACKEND=tensorflow, jax,
+torch). Three markers decide where a test runs and which loop it is in:
+
+- ``backend_independent``: its subject does not go through a Keras backend
+  (a catalogue, a config, an argument check, a tf.data stream, a docs
+  build); it runs in the `HOME_BACKEND` pass only.
+- ``cross_backend``: it starts the other backends itself and compares them
+  with this one, every pair once; it runs in the `HOME_BACKEND` pass only.
+- ``slow``: kept out of ``make test-fast`` (``pytest -m "not slow"``), the
+  edit-run loop; ``make test`` runs it.
+
+The other passes deselect the first two kinds and say so in their summary.
+"""
+
 import os
 import sys
 
@@ -7,9 +24,75 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+BACKEND = keras.backend.backend()
+# The pass that runs the backend-independent and cross-backend tests: the
+# backend whose pass is otherwise the shortest.
+HOME_BACKEND = "torch"
+ONCE = ("backend_independent", "cross_backend")
+
+
+def _jax_settings():
+    """The JAX pass compiles hundreds of small XLA programs, each once: LLVM's
+    cheapest optimization level compiles them faster (14% of the pass; the
+    numbers the tests check are the same IEEE float32 arithmetic). Programs
+    are kept in a persistent cache in the user's cache folder, never in the
+    work tree, which later runs (and the command-line runs the tests start)
+    reuse; ``make test`` holds its time budget with that folder empty."""
+    if BACKEND != "jax":
+        return
+    import jax
+
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_backend_optimization_level" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
+
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    folder = os.path.join(root, "keras_vit", "jax-tests")
+    jax.config.update("jax_compilation_cache_dir", folder)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    # Subprocesses (the command-line runs of test_distribution and the
+    # recipes) read the same folder.
+    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", folder)
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+_jax_settings()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"backend_independent: runs in the KERAS_BACKEND={HOME_BACKEND} pass only")
+    config.addinivalue_line("markers", f"cross_backend: starts the other backends; runs in the "
+                                       f"KERAS_BACKEND={HOME_BACKEND} pass only")
+    config.addinivalue_line("markers", "slow: left out of `make test-fast` (-m 'not slow'); `make test` runs it")
+
 
 def pytest_report_header(config):
-    return f"keras {keras.__version__}, backend: {keras.backend.backend()}"
+    return f"keras {keras.__version__}, backend: {BACKEND}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if BACKEND == HOME_BACKEND:
+        return
+    kept, once = [], []
+    for item in items:
+        (once if any(item.get_closest_marker(m) for m in ONCE) else kept).append(item)
+    if once:
+        config.hook.pytest_deselected(items=once)
+        items[:] = kept
+    config.stash[_ONCE_KEY] = len(once)
+
+
+_ONCE_KEY = pytest.StashKey[int]()
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.stash.get(_ONCE_KEY, 0)
+    if count:
+        terminalreporter.write_line(
+            f"{count} deselected: backend-independent and cross-backend tests run once, "
+            f"in the KERAS_BACKEND={HOME_BACKEND} pass")
 
 
 @pytest.fixture(autouse=True)
@@ -19,6 +102,38 @@ def _float32_policy():
     keras.utils.set_random_seed(0)
     yield
     keras.config.set_dtype_policy("float32")
+
+
+def digits(split, size):
+    """The embedded digits of `split` at `size` px in [-1, 1], and their labels."""
+    import tensorflow as tf
+
+    from keras_vit.data.sources import load_source
+
+    batch = next(iter(load_source("digits", split).dataset.batch(2000)))
+    images = tf.image.resize(tf.cast(batch["image"], "float32"), (size, size)).numpy() / 127.5 - 1
+    return images, np.asarray(batch["label"])
+
+
+@pytest.fixture(scope="session")
+def trained_digits():
+    """The demo's model (`helpers.DIGITS_MODEL`) trained for 10 epochs on the
+    digits' train split, with the train and held-out digits: one model for
+    every test that needs a trained one (quantization, LoRA, bfloat16)."""
+    from helpers import DIGITS_MODEL
+    from helpers import to_numpy
+
+    from keras_vit import ViT
+
+    (x, y), (x_test, y_test) = digits("train", 16), digits("test", 16)
+    keras.utils.set_random_seed(0)
+    model = ViT(**DIGITS_MODEL)
+    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=64, epochs=10, verbose=0)
+    accuracy = (to_numpy(model.predict(x_test, verbose=0)).argmax(-1) == y_test).mean()
+    assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
+    return model, (x, y), (x_test, y_test)
 
 
 @pytest.fixture

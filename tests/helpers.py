@@ -3,6 +3,16 @@
 import keras
 import numpy as np
 
+# The tiny ViT most tests build: 2 blocks of D 16 over a 4x4 grid of 8-px patches.
+TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
+# The demo's architecture (the `digits` config: ViT-Ti/16's code, 4 blocks of
+# D 64, patch 4) at 16 px, the size the demo pre-trains at: 16 patches and the
+# [class] token, 17 tokens, the odd length of the real models.
+DIGITS_MODEL = dict(image_size=16, patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128,
+                    num_classes=10)
+# A run of the `digits` recipe shrunk to one block, for the command-line tests.
+TINY_RUN_ARGS = ["--model-args", "num_layers=1,hidden_dim=16,num_heads=2,mlp_dim=32,patch_size=4"]
+
 
 def to_numpy(x):
     return keras.ops.convert_to_numpy(x)

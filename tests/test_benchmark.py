@@ -21,6 +21,7 @@ def load_script():
     return module
 
 
+@pytest.mark.backend_independent
 def test_flops_are_the_papers_b16_count_and_scale_with_tokens():
     bench = load_script()
     b16 = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, patch_size=16)
@@ -45,6 +46,7 @@ def good_result(**changes):
     return {**result, **changes}
 
 
+@pytest.mark.backend_independent
 @pytest.mark.parametrize(
     "result, message",
     [
@@ -63,6 +65,7 @@ def test_schema_check_names_what_is_wrong(result, message):
         bench.validate({"machine": machine, "results": [result]})
 
 
+@pytest.mark.backend_independent
 def test_schema_check_names_a_bad_kernel_peak():
     bench = load_script()
     machine = {"matmul_gflops": 100.0, "matmul_gflops_by_backend": {"torch": 100.0},

@@ -80,6 +80,7 @@ def vit_jax_shapes(hidden_dim, num_layers, num_heads, mlp_dim, patch_size, resne
     return shapes
 
 
+@pytest.mark.backend_independent  # full-size builds: one pass
 @pytest.mark.parametrize("preset", ["r_vit_ti16", "r26_vit_s32", "r50_vit_l32", "r50_vit_b16"])
 def test_hybrid_presets_count_as_vit_jax(preset):
     config = PRESETS[preset]["config"]

@@ -9,9 +9,18 @@
   namespace per file, in a temporary working directory, on every backend.
   A block preceded by a line ``<!-- not-run: reason -->`` is skipped (it
   needs a download, an accelerator or a cluster); the reason is printed.
+- A result an example shows is compared with what it prints: the comments
+  ``# -> text`` of a block, in order, are the block's whole output
+  (whitespace-insensitive, ``...`` matching anything, a further `` # ``
+  starting a note), as in doctest. The
+  same holds for the ```python blocks of public docstrings (functions,
+  classes and their methods), and their ``>>>`` examples run as doctests.
 """
 
+import contextlib
 import copy
+import doctest
+import io
 import os
 import pathlib
 import re
@@ -20,7 +29,6 @@ import sys
 import textwrap
 import traceback
 
-import keras
 import pytest
 import yaml
 
@@ -29,11 +37,6 @@ GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)")
 
-BUILD_ONLY_ON = "tensorflow"
-needs_build_backend = pytest.mark.skipif(
-    keras.backend.backend() != BUILD_ONLY_ON,
-    reason="the docs build does not depend on the backend; it runs under tensorflow",
-)
 
 
 def _mkdocs_build(config_file, site_dir):
@@ -47,7 +50,7 @@ def _mkdocs_build(config_file, site_dir):
 # --- the site ----------------------------------------------------------------
 
 
-@needs_build_backend
+@pytest.mark.backend_independent
 def test_mkdocs_build_strict(tmp_path):
     result = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")
     assert result.returncode == 0, (
@@ -90,21 +93,21 @@ def _small_site(tmp_path, page, package=None):
     return _mkdocs_build(config_file, tmp_path / "site")
 
 
-@needs_build_backend
+@pytest.mark.backend_independent
 def test_strict_build_passes_a_good_page(tmp_path):
     # The control for the two failures below: the same small site builds.
     result = _small_site(tmp_path, "# ClassToken\n\n::: keras_vit.layers.ClassToken\n")
     assert result.returncode == 0, result.stderr
 
 
-@needs_build_backend
+@pytest.mark.backend_independent
 def test_strict_build_fails_on_a_broken_reference(tmp_path):
     result = _small_site(tmp_path, "# Broken\n\n::: keras_vit.does_not_exist\n")
     assert result.returncode != 0, result.stderr
     assert "keras_vit.does_not_exist" in result.stderr + result.stdout
 
 
-@needs_build_backend
+@pytest.mark.backend_independent
 def test_strict_build_fails_on_a_missing_docstring(tmp_path):
     source = '''
         """A package with one documented and one undocumented function."""
@@ -154,6 +157,7 @@ def code_blocks(path):
     return blocks
 
 
+@pytest.mark.backend_independent
 def test_not_run_markers_precede_python_blocks():
     # A marker anywhere else would silently do nothing.
     for path in GUIDES:
@@ -190,29 +194,73 @@ def _run_blocks(path, blocks):
         if reason is not None:
             print(f"{name}:{line}: not run: {reason}")
             continue
-        failure = None
-        try:
-            exec(compile(code, f"{name}:{line}", "exec"), namespace)
-        except Exception as error:  # report any failure with its block
-            # Only the example's frames: drop this function's.
-            failure = "".join(traceback.format_exception(error.__class__, error, error.__traceback__.tb_next))
-        if failure is not None:
-            pytest.fail(f"{name}: the example at line {line} failed:\n{failure}", pytrace=False)
+        run_example(code, f"{name}:{line}", namespace)
         ran += 1
     print(f"{name}: {ran} of {len(blocks)} examples ran")
     if ran == 0:
         pytest.skip(f"{name}: every example is marked not-run")
 
 
+SHOWN = re.compile(r"#\s?->(.*)$")
+
+
+def shown_output(code):
+    """The output an example shows: its ``# -> text`` comments, in order
+    (what follows a further `` # `` on the line is a note, not output)."""
+    return [match.group(1).split(" # ")[0].strip() for line in code.splitlines()
+            if (match := SHOWN.search(line))]
+
+
+def output_matches(shown, printed):
+    """Whether `printed` is the `shown` lines, whitespace-insensitive, each
+    ``...`` standing for any text."""
+    want = " ".join(" ".join(shown).split())
+    got = " ".join(printed.split())
+    return re.fullmatch(".*?".join(re.escape(part) for part in want.split("...")), got, re.S) is not None
+
+
+def run_example(code, where, namespace):
+    """Runs `code` in `namespace`; fails naming `where` if it raises, or if
+    it shows a result (``# ->``) other than what it prints."""
+    printed = io.StringIO()
+    failure = None
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(compile(code, where, "exec"), namespace)
+    except Exception as error:  # report any failure with its block
+        # Only the example's frames: drop this function's.
+        failure = "".join(traceback.format_exception(error.__class__, error, error.__traceback__.tb_next))
+    sys.stdout.write(printed.getvalue())
+    if failure is not None:
+        pytest.fail(f"{where}: the example failed:\n{failure}", pytrace=False)
+    shown = shown_output(code)
+    if shown and not output_matches(shown, printed.getvalue()):
+        pytest.fail(f"{where}: the example shows\n  " + "\n  ".join(shown)
+                    + "\nbut printed\n  " + "\n  ".join(printed.getvalue().splitlines()), pytrace=False)
+
+
+@pytest.mark.backend_independent
+def test_a_wrong_shown_result_fails(tmp_path):
+    """The control: a guide whose shown result is changed in a copy fails,
+    naming the block, what it shows and what it printed; the original passes."""
+    guide = ROOT / "docs" / "architecture.md"
+    (line, code, _), = [b for b in code_blocks(guide) if "# -> True (4, 4)" in b[1]]
+    run_example(code, "architecture.md", {"__name__": "__docs__"})
+    wrong = code.replace("# -> True (4, 4)", "# -> True (4, 5)")
+    with pytest.raises(pytest.fail.Exception, match=r"shows\n  True \(4, 5\)[\s\S]*but printed\n  True \(4, 4\)"):
+        run_example(wrong, "architecture.md (changed)", {"__name__": "__docs__"})
+    assert output_matches(["[1, ...,", "3]"], "[1, 2,\n 3]") and not output_matches(["[1, 2]"], "[1, 2, 3]")
+
+
 # --- the examples in the docstrings (the API pages show them) -----------------
 
 API_MODULES = ["keras_vit", "keras_vit.layers", "keras_vit.data", "keras_vit.training",
                "keras_vit.weights", "keras_vit.explain", "keras_vit.distribution",
-               "keras_vit.presets"]
+               "keras_vit.presets", "keras_vit.kernels"]
 
 
-def docstring_examples():
-    """``(object path, code)`` for each ```python block in a public docstring."""
+def public_objects():
+    """``(path, object)`` for each public function, class and method of the API modules."""
     import importlib
     import inspect
 
@@ -225,17 +273,56 @@ def docstring_examples():
             if id(obj) in seen or not (inspect.isclass(obj) or inspect.isfunction(obj)):
                 continue
             seen.add(id(obj))
-            doc = inspect.getdoc(obj) or ""
-            for code in re.findall(r"```python\n(.*?)```", doc, re.S):
-                found.append((f"{module_name}.{name}", textwrap.dedent(code)))
+            if not obj.__module__.startswith("keras_vit"):  # re-exported, e.g. DecodeError (TensorFlow's)
+                continue
+            found.append((f"{module_name}.{name}", obj))
+            if inspect.isclass(obj):
+                for member, value in vars(obj).items():
+                    value = getattr(value, "__func__", value)  # classmethod, staticmethod
+                    if not member.startswith("_") and inspect.isfunction(value) and id(value) not in seen:
+                        seen.add(id(value))
+                        found.append((f"{module_name}.{name}.{member}", value))
+    return found
+
+
+def docstring_examples():
+    """``(object path, code)`` for each ```python block in a public docstring."""
+    import inspect
+
+    return [(path, textwrap.dedent(code)) for path, obj in public_objects()
+            for code in re.findall(r"```python\n(.*?)```", inspect.getdoc(obj) or "", re.S)]
+
+
+def doctests():
+    """``(object path, doctest)`` for each public docstring with ``>>>`` examples,
+    run in a copy of its module's namespace, as doctest does."""
+    import inspect
+
+    parser = doctest.DocTestParser()
+    found = []
+    for path, obj in public_objects():
+        doc = inspect.getdoc(obj) or ""
+        if ">>>" in doc:
+            namespace = dict(vars(sys.modules[obj.__module__]))
+            found.append((path, parser.get_doctest(doc, namespace, path, None, 0)))
     return found
 
 
 DOCSTRING_EXAMPLES = docstring_examples()
+DOCTESTS = doctests()
 
 
 @pytest.mark.parametrize("path,code", DOCSTRING_EXAMPLES,
                          ids=[path for path, _ in DOCSTRING_EXAMPLES])
 def test_docstring_examples_run(path, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, f"<docstring of {path}>", "exec"), {"__name__": "__docs__"})
+    run_example(code, f"<docstring of {path}>", {"__name__": "__docs__"})
+
+
+@pytest.mark.parametrize("path,test", DOCTESTS, ids=[path for path, _ in DOCTESTS])
+def test_docstring_doctests_pass(path, test, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    report = io.StringIO()
+    runner.run(test, out=report.write)
+    assert runner.failures == 0 and test.examples, f"{path}:\n{report.getvalue()}"

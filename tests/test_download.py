@@ -13,7 +13,6 @@ import threading
 
 import numpy as np
 import pytest
-from checkpoint_files import save_npz
 from helpers import to_numpy
 from reference import random_vit_params
 from reference import vit_forward
@@ -23,6 +22,10 @@ from keras_vit import ViT
 from keras_vit.weights import CheckpointError
 from keras_vit.weights import download
 from keras_vit.weights import pretrained
+
+# Download, cache and hub resolution do not depend on the backend (reading the
+# files into a model is checked on every backend in test_checkpoints).
+pytestmark = pytest.mark.backend_independent
 
 X = np.random.default_rng(3).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
 

@@ -1,6 +1,5 @@
 """FlexiViT's PI-resize of the patch embedding (Beyer et al., CVPR 2023)."""
 
-import keras
 import numpy as np
 import pytest
 from helpers import to_numpy

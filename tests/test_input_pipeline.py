@@ -1,17 +1,14 @@
 """Input pipelines that keep a pod fed: every host reads its own part of the
 data (digits, an image folder, a prepared TFDS dataset), images stay encoded
-through the shuffle and a resume's skip, the training crops decode only the
-crop of a JPEG with the specified distribution, and the optimizers, losses
-and schedules come without TensorFlow."""
+through the shuffle and a resume's skip, and the training crops decode only
+the crop of a JPEG with the specified distribution. (That the optimizers,
+losses and schedules come without TensorFlow is checked in test_training.)"""
 
 import hashlib
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -25,7 +22,8 @@ from keras_vit.training import RunError
 from keras_vit.training import resolve_config
 from keras_vit.training import run
 
-BACKEND = keras.backend.backend()
+pytestmark = pytest.mark.backend_independent  # tf.data: the same bytes on every backend (test_cross_backend)
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = dict(heights=(30, 60), widths=(40, 70))  # small JPEGs of varied shapes
 
@@ -157,30 +155,6 @@ def test_crops_follow_the_specification():
             assert np.abs(a - b).mean() <= tolerance, (tolerance, np.abs(a - b).mean())
 
 
-HOST_STREAM = (
-    "import sys, numpy as np\n"
-    "from keras_vit.data import input_pipeline\n"
-    "dataset = input_pipeline('digits', 'train[:60]', image_size=16, batch_size=8, training=True, seed=4,\n"
-    "                         randaugment=(2, 5), mixup=0.5, shard=(1, 2), start_batch=3)\n"
-    "np.savez(sys.argv[1], *[np.asarray(t) for batch in dataset.take(2) for t in batch])\n"
-)
-
-
-def test_a_host_gets_the_same_batches_on_another_backend(tmp_path):
-    other = "jax" if BACKEND == "tensorflow" else "tensorflow"
-    out = tmp_path / "host.npz"
-    result = subprocess.run([sys.executable, "-c", HOST_STREAM, str(out)], capture_output=True, text=True,
-                            timeout=300, env={**os.environ, "KERAS_BACKEND": other}, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    here = input_pipeline("digits", "train[:60]", image_size=16, batch_size=8, training=True, seed=4,
-                          randaugment=(2, 5), mixup=0.5, shard=(1, 2), start_batch=3)
-    there = np.load(out)
-    arrays = [np.asarray(t) for batch in here.take(2) for t in batch]
-    assert arrays[0].shape == (4, 16, 16, 3)
-    for i, array in enumerate(arrays):
-        assert array.tobytes() == there[f"arr_{i}"].tobytes(), f"{other}: array {i} differs"
-
-
 def test_the_shuffle_holds_encoded_images(sources):
     """The folder's and the digits' epochs are shuffled by index (no buffer);
     TFDS's buffer takes the records as stored: JPEG bytes."""
@@ -226,17 +200,6 @@ def test_data_shards_the_hosts_cannot_share_are_refused(tmp_path):
     assert run.data_shards(tiny_config(), tmp_path, Topology(num_shards=2)) == 2  # one per pipeline
     with pytest.raises(ValueError, match="--data-shards must be a positive integer"):
         tiny_config(data_shards=0)
-
-
-@pytest.mark.skipif(BACKEND == "tensorflow", reason="the TensorFlow backend imports TensorFlow through Keras")
-def test_training_imports_no_tensorflow():
-    code = ("import sys, keras_vit.training\n"
-            "from keras_vit.training import pretrain_optimizer, softmax_cross_entropy, learning_rate_schedule\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorflow_datasets')))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "KERAS_BACKEND": BACKEND}, cwd=ROOT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]
 
 
 def test_the_benchmark_reports_every_ratio_and_target(tmp_path):

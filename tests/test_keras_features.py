@@ -14,35 +14,6 @@ from keras_vit import kernels
 from keras_vit import variants
 
 BACKEND = keras.backend.backend()
-# The demo's architecture (the `digits` config: ViT-Ti/16's code, 4 blocks of
-# D 64, patch 4) at 16 px, the size the demo pre-trains at.
-DIGITS_MODEL = dict(image_size=16, patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128,
-                    num_classes=10)
-
-
-def digits(split):
-    from keras_vit.data.sources import load_source
-    import tensorflow as tf
-
-    batch = next(iter(load_source("digits", split).dataset.batch(2000)))
-    images = tf.image.resize(tf.cast(batch["image"], "float32"), (16, 16)).numpy() / 127.5 - 1
-    return images, np.asarray(batch["label"])
-
-
-@pytest.fixture(scope="module")
-def trained():
-    """The demo's model trained on the digits (train split), and the held-out digits."""
-    (x, y), (x_test, y_test) = digits("train"), digits("test")
-    keras.utils.set_random_seed(0)
-    model = ViT(**DIGITS_MODEL)
-    model.compile(optimizer=keras.optimizers.Adam(3e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x, y, batch_size=64, epochs=10, verbose=0)
-    accuracy = (to_numpy(model.predict(x_test, verbose=0)).argmax(-1) == y_test).mean()
-    assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
-    return model, (x, y), (x_test, y_test)
-
-
 def copy_of(model):
     clone = ViT.from_config(model.get_config())
     clone.set_weights(model.get_weights())
@@ -77,8 +48,8 @@ QUANTIZATION = {"int8": 0.05, "float8": 0.1, "int4": 0.3}
 
 
 @pytest.mark.parametrize("mode", list(QUANTIZATION))
-def test_quantize_gives_the_float_logits_and_saves(trained, mode, tmp_path):
-    model, _, (x_test, y_test) = trained
+def test_quantize_gives_the_float_logits_and_saves(trained_digits, mode, tmp_path):
+    model, _, (x_test, y_test) = trained_digits
     full = to_numpy(model.predict(x_test, verbose=0))
     quantized = copy_of(model)
     quantized.quantize(mode)
@@ -99,8 +70,8 @@ def test_quantize_gives_the_float_logits_and_saves(trained, mode, tmp_path):
 
 # -- LoRA --------------------------------------------------------------------------
 
-def test_lora_trains_only_the_adapters_and_the_head_and_merges(trained, tmp_path):
-    model, (x, y), (x_test, _) = trained
+def test_lora_trains_only_the_adapters_and_the_head_and_merges(trained_digits, tmp_path):
+    model, (x, y), (x_test, _) = trained_digits
     adapted = copy_of(model)
     adapted.enable_lora(4)
     lora = [v for v in adapted.trainable_weights if "lora_kernel" in v.path]
@@ -173,7 +144,9 @@ def run_exported(fmt, path, images):
         return loaded.serve(images).numpy()
     if fmt == "openvino":
         import openvino
-        return openvino.Core().compile_model(path, "CPU")(images)[0]
+        # float32, as Keras computes: on a CPU with bfloat16 units (AVX-512 BF16, AMX)
+        # the CPU plugin's default inference precision is bfloat16 (docs/deploy.md).
+        return openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(images)[0]
     if fmt == "litert":
         import tensorflow as tf
         interpreter = tf.lite.Interpreter(model_path=path)

@@ -24,6 +24,8 @@ ALL_ENTRIES = list(pretrained.PRETRAINED.values())
 # the paper's ViT and its hybrids; the family's entries are checked on their own below
 ENTRIES = [e for e in ALL_ENTRIES if e.architecture not in FAMILY_PRESETS]
 FAMILY_ENTRIES = [e for e in ALL_ENTRIES if e.architecture in FAMILY_PRESETS]
+pytestmark = pytest.mark.backend_independent
+
 READERS = {"npz": read_npz, "huggingface": read_huggingface, "timm": read_timm}
 
 

@@ -7,15 +7,15 @@ import json
 import keras
 import numpy as np
 import pytest
+from helpers import TINY_RUN_ARGS
 from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit.cli import main
 from keras_vit.training import CONFIGS
 from keras_vit.training import resolve_config
-from keras_vit.training import train
 
-TINY = ["--model-args", "num_layers=1,hidden_dim=16,num_heads=2,mlp_dim=32,patch_size=4"]
+TINY = TINY_RUN_ARGS
 FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2"]
 
 

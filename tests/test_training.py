@@ -1,14 +1,23 @@
-"""A training step under each dtype policy, and compiled with XLA."""
+"""A training step under each dtype policy, and compiled with XLA; `fit` fed
+by the input pipeline; training code that imports no TensorFlow."""
+
+import os
+import subprocess
+import sys
 
 import keras
+import helpers
 import numpy as np
 import pytest
 from helpers import to_numpy
 
 from keras_vit import ViT
+from keras_vit.data import input_pipeline
 
-TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-            num_classes=4, dropout_rate=0.1, drop_path_rate=0.1, attention_dropout_rate=0.1)
+BACKEND = keras.backend.backend()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+TINY = dict(helpers.TINY, num_classes=4, dropout_rate=0.1, drop_path_rate=0.1, attention_dropout_rate=0.1)
 
 
 def data(n=16):
@@ -46,7 +55,9 @@ def test_fit_under_dtype_policy(policy):
     np.testing.assert_allclose(low, to_numpy(reference(x)), atol=0.1, rtol=0.05)
     record = model.intermediates(x)
     assert keras.backend.standardize_dtype(record["attention_0"].dtype) == "float32"
-    fit_one_epoch(model, jit_compile=False)
+    # The backend's graph without XLA; on JAX, whose step without jit runs op
+    # by op (a 4-step fit is then 17 s of compilations), its jitted step.
+    fit_one_epoch(model, jit_compile=BACKEND == "jax")
 
 
 def test_fit_with_xla():
@@ -76,23 +87,10 @@ def test_mixed_float16_compiles_with_loss_scaling():
     assert isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
 
 
-def test_mixed_bfloat16_predicts_the_same_digits_as_float32():
+def test_mixed_bfloat16_predicts_the_same_digits_as_float32(trained_digits):
     """Inference under mixed_bfloat16 gives float32's top-1 on held-out images (but near-ties)."""
-    from keras_vit.data.sources import load_source
-
-    def arrays(split):
-        batch = next(iter(load_source("digits", split).dataset.batch(2000)))
-        return np.asarray(batch["image"], "float32") / 127.5 - 1, np.asarray(batch["label"])
-
-    (x, y), (x_test, y_test) = arrays("train"), arrays("test")
-    config = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
-                  num_classes=10)  # 17 tokens: the odd length of the real models
-    keras.utils.set_random_seed(0)  # before the build: the initial weights too
-    model = ViT(**config)
-    model.compile(optimizer=keras.optimizers.Adam(3e-3),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x, y, batch_size=64, epochs=12, verbose=0)
-    low = ViT(**config, dtype="mixed_bfloat16")
+    model, _, (x_test, y_test) = trained_digits  # 17 tokens: the odd length of the real models
+    low = ViT(**{**model.config.to_dict(), "dtype": "mixed_bfloat16"})
     low.set_weights(model.get_weights())
     full = to_numpy(model.predict(x_test, verbose=0)).astype("float32")
     half = to_numpy(low.predict(x_test, verbose=0)).astype("float32")
@@ -105,3 +103,24 @@ def test_mixed_bfloat16_predicts_the_same_digits_as_float32():
     assert error < 0.02 * full.std(), (error, full.std())
     agree = (half.argmax(-1) == full.argmax(-1)).mean()
     assert agree >= 0.99, f"mixed_bfloat16 agrees with float32 on {agree:.1%} of the digits"
+
+
+def test_fit_takes_the_pipeline():
+    model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(), keras.layers.Dense(10)])
+    model.compile(optimizer="adam", loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+    train = input_pipeline("digits", "train", image_size=8, batch_size=32, training=True, mixup=0.2, flip=False)
+    history = model.fit(train, steps_per_epoch=3, epochs=2, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    test = input_pipeline("digits", "test[:40]", image_size=8, batch_size=32, training=False)
+    assert model.predict(test, verbose=0).shape == (40, 10)
+
+
+@pytest.mark.skipif(BACKEND == "tensorflow", reason="the TensorFlow backend imports TensorFlow through Keras")
+def test_training_imports_no_tensorflow():
+    code = ("import sys, keras_vit.training\n"
+            "from keras_vit.training import pretrain_optimizer, softmax_cross_entropy, learning_rate_schedule\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorflow_datasets')))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "KERAS_BACKEND": BACKEND}, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]

@@ -6,14 +6,14 @@ import json
 
 import numpy as np
 import pytest
+from helpers import TINY
 from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit.cli import main
 from keras_vit.weights import save_checkpoint
 
-BASE = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-            num_classes=5)
+BASE = TINY
 
 # Each format with the architectures it can express.
 CASES = [

@@ -118,21 +118,21 @@ def input_pipeline(
         train = input_pipeline(source, image_size=16, batch_size=32, training=True, flip=False,
                                area_range=(0.7, 1.0), seed=0)
         images, labels = next(iter(train))
-        print(images.shape, labels.shape)        # (32, 16, 16, 3) (32, 10)
-        print(train.cardinality().numpy())       # -1 (infinite: repeat defaults to training)
+        print(tuple(images.shape), tuple(labels.shape))  # -> (32, 16, 16, 3) (32, 10)
+        print(train.cardinality().numpy())       # -> -1  # infinite: repeat defaults to training
 
         # Resuming at batch 50 gives what batch 50 of the first stream was.
         resumed = input_pipeline(source, image_size=16, batch_size=32, training=True, flip=False,
                                  area_range=(0.7, 1.0), seed=0, start_batch=50)
         batch_50 = next(iter(train.skip(50)))[0]
-        print(np.array_equal(next(iter(resumed))[0], batch_50))   # True
+        print(np.array_equal(next(iter(resumed))[0], batch_50))   # -> True
 
         # Host 0 of 2: its 16 rows of each global batch of 32, from its half of the data.
         host = input_pipeline(source, image_size=16, batch_size=32, training=True, flip=False, shard=(0, 2))
-        print(next(iter(host))[0].shape, source.shard(0, 2).num_examples)   # (16, 16, 16, 3) 646
+        print(tuple(next(iter(host))[0].shape), source.shard(0, 2).num_examples)  # -> (16, 16, 16, 3) 646
 
         test = input_pipeline("digits", "test", image_size=16, batch_size=100, training=False)
-        print([int(x.shape[0]) for x, _ in test])   # [100, 100, 100, 60]
+        print([int(tuple(x.shape)[0]) for x, _ in test])  # -> [100, 100, 100, 60]
         ```
     """
     if isinstance(source, Source):

@@ -222,8 +222,8 @@ def read_images(paths, image_size):
                 tf.io.write_file(f"pets/{name}/{i}.png", tf.io.encode_png(pixels))
 
         images = read_images(["pets/cat/0.png", "pets/dog/1.png"], image_size=32)
-        print(images.shape, images.dtype)                   # (2, 32, 32, 3) float32
-        print(read_images("pets/cat/0.png", (24, 32)).shape)   # (1, 24, 32, 3)
+        print(tuple(images.shape), images.dtype)            # -> (2, 32, 32, 3) float32
+        print(tuple(read_images("pets/cat/0.png", (24, 32)).shape))  # -> (1, 24, 32, 3)
         ```
     """
     size = pair(image_size, "image_size")

@@ -182,11 +182,11 @@ def load_source(name, split, data_dir=None):
                 tf.io.write_file(f"pets/{name}/{i}.png", tf.io.encode_png(pixels))
 
         source = load_source("pets", "train[:80%]")
-        print(source.num_examples, source.num_classes, source.class_names)   # 8 2 ['cat', 'dog']
-        print(load_source("pets", "train[80%:]").num_examples)               # 2
+        print(source.num_examples, source.num_classes, source.class_names)   # -> 8 2 ['cat', 'dog']
+        print(load_source("pets", "train[80%:]").num_examples)               # -> 2
 
         digits = load_source("digits", "test")
-        print(digits.num_examples, digits.dataset.element_spec["image"].shape)   # 360 (32, 32, 3)
+        print(digits.num_examples, tuple(digits.dataset.element_spec["image"].shape))  # -> 360 (32, 32, 3)
         ```
     """
     if not isinstance(split, str) or not split:

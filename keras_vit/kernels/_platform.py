@@ -38,7 +38,7 @@ def keras_layers_only():
         model = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2,
                     hidden_dim=8, mlp_dim=16, num_classes=3)
         with kernels.keras_layers_only():
-            print(kernels.fast_paths_enabled())   # False
+            print(kernels.fast_paths_enabled())   # -> False
             logits = model(np.zeros((1, 16, 16, 3), "float32"))
         ```
     """

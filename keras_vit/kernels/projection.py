@@ -53,7 +53,7 @@ def dense(layer, x, activation=None):
         x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype("float32")
         layer.build(x.shape)
         y = kernels.dense(layer, x, activation="gelu")
-        print(y.shape)                                       # (2, 5, 4, 2)
+        print(tuple(y.shape))                                # -> (2, 5, 4, 2)
         np.testing.assert_allclose(keras.ops.convert_to_numpy(y),
                                    keras.ops.convert_to_numpy(kernels.dense_reference(layer, x, "gelu")),
                                    rtol=1e-5, atol=1e-6)

@@ -60,13 +60,13 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         attention = MultiHeadDotProductAttention(num_heads=4)
         x = np.random.default_rng(0).normal(size=(2, 10, 32)).astype("float32")
         y, weights = attention(x, return_attention_scores=True)
-        print(y.shape, weights.shape)                 # (2, 10, 32) (2, 4, 10, 10)
-        print(attention.query.kernel.shape, attention.out.kernel.shape)   # (32, 4, 8) (4, 8, 32)
+        print(tuple(y.shape), tuple(weights.shape))   # -> (2, 10, 32) (2, 4, 10, 10)
+        print(tuple(attention.query.kernel.shape), tuple(attention.out.kernel.shape))  # -> (32, 4, 8) (4, 8, 32)
         np.testing.assert_allclose(keras.ops.convert_to_numpy(weights).sum(-1), 1.0, rtol=1e-5)
 
         # Cross-attention: one query token attending to ten tokens.
         cross = MultiHeadDotProductAttention(num_heads=4)
-        print(cross(x[:, :1], x).shape)               # (2, 1, 32)
+        print(tuple(cross(x[:, :1], x).shape))        # -> (2, 1, 32)
         ```
     """
 

@@ -38,8 +38,8 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
 
         pool = MultiHeadAttentionPooling(num_heads=4, mlp_dim=64)
         tokens = np.random.default_rng(0).normal(size=(2, 16, 32)).astype("float32")
-        print(pool(tokens).shape)        # (2, 32)
-        print(pool.probe.shape)          # (1, 1, 32)
+        print(tuple(pool(tokens).shape))  # -> (2, 32)
+        print(tuple(pool.probe.shape))   # -> (1, 1, 32)
         ```
     """
 

@@ -35,9 +35,9 @@ class ClassToken(keras.layers.Layer):
         layer = ClassToken()
         x = np.ones((2, 16, 32), "float32")
         y = layer(x)
-        print(y.shape)                 # (2, 17, 32)
-        print(float(keras.ops.sum(y[0, 0])))   # 0.0: the token starts at zero
-        print(layer.tokens.shape)      # (1, 1, 32)
+        print(tuple(y.shape))          # -> (2, 17, 32)
+        print(float(keras.ops.sum(y[0, 0])))   # -> 0.0  # the token starts at zero
+        print(tuple(layer.tokens.shape))  # -> (1, 1, 32)
         ```
     """
 

@@ -30,9 +30,9 @@ class DropPath(keras.layers.Layer):
 
         layer = DropPath(rate=0.5, seed=0)
         x = np.ones((8, 4, 2), "float32")
-        print(keras.ops.convert_to_numpy(layer(x)).min())          # 1.0: identity at inference
+        print(keras.ops.convert_to_numpy(layer(x)).min())          # -> 1.0  # identity at inference
         y = keras.ops.convert_to_numpy(layer(x, training=True))
-        print(sorted(set(y[:, 0, 0].tolist())))                    # [0.0, 2.0]: per sample
+        print(sorted(set(y[:, 0, 0].tolist())))                    # -> [0.0, 2.0]  # per sample
         ```
     """
 

@@ -41,8 +41,8 @@ class MlpBlock(keras.layers.Layer):
 
         mlp = MlpBlock(mlp_dim=128, gelu_approximate=False)
         x = np.random.default_rng(0).normal(size=(2, 17, 32)).astype("float32")
-        print(mlp(x).shape)                               # (2, 17, 32)
-        print(mlp.fc1.kernel.shape, mlp.fc2.kernel.shape) # (32, 128) (128, 32)
+        print(tuple(mlp(x).shape))                        # -> (2, 17, 32)
+        print(tuple(mlp.fc1.kernel.shape), tuple(mlp.fc2.kernel.shape))  # -> (32, 128) (128, 32)
         ```
     """
 

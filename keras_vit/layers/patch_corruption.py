@@ -50,9 +50,9 @@ class PatchCorruption(keras.layers.Layer):
         corruption = np.array([[0, 1, 2, 3], [2, 0, 0, 0]], "int32")
         replacement = np.array([[0, 1, 0, 3], [3, 1, 2, 3]], "int32")
         out = keras.ops.convert_to_numpy(layer(patches, corruption, replacement))
-        print(out.shape, layer.mask_embedding.shape)   # (2, 4, 3) (3,)
-        print(np.array_equal(out[0, 2], patches[0, 0]), np.array_equal(out[1, 0], patches[1, 3]))   # True True
-        print(np.allclose(out[0, 1], keras.ops.convert_to_numpy(layer.mask_embedding)))   # True
+        print(tuple(out.shape), tuple(layer.mask_embedding.shape))  # -> (2, 4, 3) (3,)
+        print(np.array_equal(out[0, 2], patches[0, 0]), np.array_equal(out[1, 0], patches[1, 3]))   # -> True True
+        print(np.allclose(out[0, 1], keras.ops.convert_to_numpy(layer.mask_embedding)))   # -> True
         ```
     """
 

@@ -49,9 +49,9 @@ class PatchEmbedding(keras.layers.Layer):
 
         layer = PatchEmbedding(hidden_dim=64, patch_size=8)
         tokens = layer(np.zeros((2, 32, 48, 3), "float32"))
-        print(tokens.shape)                       # (2, 24, 64): a 4 x 6 grid
-        print(layer.grid_size((2, 32, 48, 3)))    # (4, 6)
-        print(layer.projection.kernel.shape)      # (8, 8, 3, 64)
+        print(tuple(tokens.shape))                # -> (2, 24, 64)  # a 4 x 6 grid
+        print(layer.grid_size((2, 32, 48, 3)))    # -> (4, 6)
+        print(tuple(layer.projection.kernel.shape))  # -> (8, 8, 3, 64)
         ```
     """
 

@@ -84,11 +84,11 @@ def resample_position_embeddings(
 
         posemb = np.random.default_rng(0).normal(0, 0.02, (1, 1 + 14 * 14, 8)).astype("float32")
         hires = resample_position_embeddings(posemb, 14, 24)                     # 224 px -> 384 px, P = 16
-        print(hires.shape)                                                       # (1, 577, 8)
+        print(tuple(hires.shape))                                                # -> (1, 577, 8)
         np.testing.assert_array_equal(hires[:, :1], posemb[:, :1])               # [class] row kept
         np.testing.assert_allclose(hires[0, 1], posemb[0, 1], rtol=1e-6)         # corners aligned (bilinear)
         rect = resample_position_embeddings(posemb, (14, 14), (12, 20), method="bicubic")
-        print(rect.shape)                                                        # (1, 241, 8)
+        print(tuple(rect.shape))                                                 # -> (1, 241, 8)
         ```
     """
     if method not in RESAMPLE_METHODS:
@@ -162,12 +162,12 @@ class PositionEmbedding(keras.layers.Layer):
 
         layer = PositionEmbedding(grid_size=(4, 4), num_prefix_tokens=1)
         x = np.zeros((2, 17, 32), "float32")
-        print(layer(x).shape)                        # (2, 17, 32)
-        print(layer.embeddings.shape)                # (1, 17, 32)
-        print(layer.resampled((6, 6)).shape)         # (1, 37, 32)
+        print(tuple(layer(x).shape))                 # -> (2, 17, 32)
+        print(tuple(layer.embeddings.shape))         # -> (1, 17, 32)
+        print(tuple(layer.resampled((6, 6)).shape))  # -> (1, 37, 32)
 
         fixed = PositionEmbedding(grid_size=4, num_prefix_tokens=0, kind="sincos2d")
-        print(fixed(np.zeros((1, 16, 32), "float32")).shape, len(fixed.weights))   # (1, 16, 32) 0
+        print(tuple(fixed(np.zeros((1, 16, 32), "float32")).shape), len(fixed.weights))  # -> (1, 16, 32) 0
         ```
     """
 

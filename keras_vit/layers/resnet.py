@@ -21,7 +21,7 @@ class StandardizedConv2D(keras.layers.Conv2D):
         from keras_vit.layers import StandardizedConv2D
 
         conv = StandardizedConv2D(8, 3, padding="same", use_bias=False)
-        print(conv(np.ones((1, 8, 8, 4), "float32")).shape)       # (1, 8, 8, 8)
+        print(tuple(conv(np.ones((1, 8, 8, 4), "float32")).shape))  # -> (1, 8, 8, 8)
         ```
     """
 
@@ -79,8 +79,8 @@ class BottleneckUnit(keras.layers.Layer):
         from keras_vit.layers import BottleneckUnit
 
         unit = BottleneckUnit(width=32, strides=2)
-        print(unit(np.zeros((1, 16, 16, 64), "float32")).shape)   # (1, 8, 8, 128)
-        print(unit.conv_proj is not None)                          # True
+        print(tuple(unit(np.zeros((1, 16, 16, 64), "float32")).shape))  # -> (1, 8, 8, 128)
+        print(unit.conv_proj is not None)                          # -> True
         ```
     """
 
@@ -165,8 +165,8 @@ class ResNetStem(keras.layers.Layer):
 
         stem = ResNetStem(block_units=(1, 1))      # a small two-stage stem
         features = stem(np.zeros((1, 64, 64, 3), "float32"))
-        print(stem.stride, features.shape)         # 8 (1, 8, 8, 512)
-        print([unit.name for unit in stem.units])  # ['block1_unit1', 'block2_unit1']
+        print(stem.stride, tuple(features.shape))  # -> 8 (1, 8, 8, 512)
+        print([unit.name for unit in stem.units])  # -> ['block1_unit1', 'block2_unit1']
         ```
     """
 

@@ -63,11 +63,11 @@ class TransformerEncoder(keras.layers.Layer):
         x = np.random.default_rng(0).normal(size=(2, 17, 64)).astype("float32")
         y = block(x)
         y2, scores = block(x, return_attention_scores=True)
-        print(y.shape, scores.shape)            # (2, 17, 64) (2, 4, 17, 17)
+        print(tuple(y.shape), tuple(scores.shape))  # -> (2, 17, 64) (2, 4, 17, 17)
         np.testing.assert_allclose(keras.ops.convert_to_numpy(y), keras.ops.convert_to_numpy(y2), atol=1e-5)
         print([w.path for w in block.weights][:4])
-        # ['transformer_encoder/norm1/gamma', 'transformer_encoder/norm1/beta',
-        #  'transformer_encoder/attention/query/kernel', 'transformer_encoder/attention/query/bias']
+        # -> ['transformer_encoder/norm1/gamma', 'transformer_encoder/norm1/beta',
+        # ->  'transformer_encoder/attention/query/kernel', 'transformer_encoder/attention/query/bias']
         ```
     """
 

@@ -58,8 +58,8 @@ class RunConfig:
         from keras_vit.training import resolve_config
 
         config = resolve_config("i21k-b16", {"steps": 20_000})
-        print(config.batch_size, config.base_lr, config.steps)    # 4096 0.001 20000
-        print(config.replace(seed=1).seed)                       # 1
+        print(config.batch_size, config.base_lr, config.steps)    # -> 4096 0.001 20000
+        print(config.replace(seed=1).seed)                       # -> 1
         ```
     """
 

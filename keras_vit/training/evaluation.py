@@ -55,10 +55,10 @@ def predict_features(model, dataset):
 
         model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                     num_classes=10, representation_size=8)
-        print(feature_extractor(model).output_shape)   # (None, 8)
+        print(feature_extractor(model).output_shape)   # -> (None, 8)
         test = input_pipeline("digits", "test", image_size=16, batch_size=256, training=False)
         features, labels = predict_features(model, test)
-        print(features.shape, features.dtype, labels.shape)   # (360, 8) float64 (360,)
+        print(tuple(features.shape), features.dtype, tuple(labels.shape))  # -> (360, 8) float64 (360,)
         ```
     """
     extractor = feature_extractor(model)
@@ -82,7 +82,7 @@ def accuracy(model, dataset):
         model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                     num_classes=10)
         test = input_pipeline("digits", "test", image_size=16, batch_size=256, training=False)
-        print(accuracy(model, test))   # 0.10833333333333334: the zero-initialised head predicts class 0
+        print(accuracy(model, test))   # -> 0.10833333333333334  # the zero-initialised head predicts class 0
         ```
     """
     correct = total = 0
@@ -120,7 +120,7 @@ def linear_few_shot_accuracy(train_features, train_labels, test_features, test_l
         train_features = centres[train_labels] + 0.1 * rng.normal(size=(15, 8))
         test_features = centres[test_labels] + 0.1 * rng.normal(size=(60, 8))
         print(linear_few_shot_accuracy(train_features, train_labels, test_features, test_labels,
-                                       num_classes=3))   # 1.0
+                                       num_classes=3))   # -> 1.0
         ```
     """
     x = np.asarray(train_features, "float64")
@@ -186,7 +186,7 @@ def few_shot_accuracy(model, train_dataset, test_dataset, num_classes, shots=SHO
                     num_classes=10)
         train = input_pipeline("digits", "train", image_size=16, batch_size=256, training=False)
         test = input_pipeline("digits", "test", image_size=16, batch_size=256, training=False)
-        print(sorted(few_shot_accuracy(model, train, test, num_classes=10, shots=(1, 5))))   # [1, 5]
+        print(sorted(few_shot_accuracy(model, train, test, num_classes=10, shots=(1, 5))))   # -> [1, 5]
         ```
     """
     train = predict_features(model, train_dataset)

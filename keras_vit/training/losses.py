@@ -125,9 +125,9 @@ def softmax_cross_entropy(label_smoothing=0.0, reduction="sum_over_batch_size"):
         logits = np.array([[2.0, -1.0, 0.5], [0.3, 0.2, -4.0]], "float32")
         one_hot = np.array([[0, 1, 0], [1, 0, 0]], "float32")
         multi_hot = np.array([[0, 1, 0], [1, 0, 1]], "float32")
-        print(round(float(softmax_cross_entropy()(one_hot, logits)), 4))    # 1.9464
-        print(round(float(sigmoid_cross_entropy()(multi_hot, logits)), 4))  # 4.8925
-        print(sigmoid_cross_entropy(reduction=None)(multi_hot, logits).shape)   # (2,)
+        print(round(float(softmax_cross_entropy()(one_hot, logits)), 4))    # -> 1.9464
+        print(round(float(sigmoid_cross_entropy()(multi_hot, logits)), 4))  # -> 4.8925
+        print(tuple(sigmoid_cross_entropy(reduction=None)(multi_hot, logits).shape))  # -> (2,)
         ```
     """
     return SoftmaxCrossEntropy(label_smoothing=label_smoothing, reduction=reduction)

@@ -79,11 +79,11 @@ def masked_patch_targets(images, patch_size, seed, corrupt_rate=0.5, mask_rate=0
 
         images = np.random.default_rng(0).uniform(-1, 1, (2, 16, 16, 3)).astype("float32")
         inputs, targets, weights = masked_patch_targets(images, patch_size=4, seed=(0, 0))
-        print(inputs["corruption"].shape, targets.shape)   # (2, 16) (2, 16)
-        print(weights.numpy().sum(axis=1))                 # [8. 8.]: round(0.5 * 16) per image
+        print(tuple(inputs["corruption"].shape), tuple(targets.shape))  # -> (2, 16) (2, 16)
+        print(weights.numpy().sum(axis=1))                 # -> [8. 8.]  # round(0.5 * 16) per image
 
         white = np.ones((1, 8, 8, 3), "float32")
-        print(masked_patch_targets(white, 4, seed=(1, 2))[1].numpy())   # [[511 511 511 511]]
+        print(masked_patch_targets(white, 4, seed=(1, 2))[1].numpy())   # -> [[511 511 511 511]]
         ```
     """
     import tensorflow as tf
@@ -183,7 +183,7 @@ def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, shard=None, *
                                 preprocess="resize", flip=False, seed=0)
         inputs, targets, weights = next(iter(masked_patch_dataset(images, patch_size=4, seed=0)))
         print(inputs["images"].shape, inputs["corruption"].shape, targets.dtype)
-        # (32, 16, 16, 3) (32, 16) <dtype: 'int32'>
+        # -> (32, 16, 16, 3) (32, 16) <dtype: 'int32'>
         ```
     """
     import tensorflow as tf
@@ -280,9 +280,9 @@ class MaskedPatchPredictor(keras.Model):
             "corruption": np.zeros((2, 16), "int32"),
             "replacement": np.tile(np.arange(16, dtype="int32"), (2, 1)),
         }
-        print(model(inputs).shape)                   # (2, 16, 512)
-        print(model.grid_size, model.num_prefix_tokens)   # (4, 4) 1
-        print(MaskedPatchPredictor.from_preset("ViT-Ti/16", image_size=32, num_layers=1).hidden_dim)   # 192
+        print(tuple(model(inputs).shape))            # -> (2, 16, 512)
+        print(model.grid_size, model.num_prefix_tokens)   # -> (4, 4) 1
+        print(MaskedPatchPredictor.from_preset("ViT-Ti/16", image_size=32, num_layers=1).hidden_dim)   # -> 192
         ```
     """
 
@@ -378,7 +378,7 @@ def masked_patch_to_vit(model, num_classes, image_size=None, **overrides):
         model = MaskedPatchPredictor(image_size=16, patch_size=4, num_layers=1, num_heads=2,
                                      hidden_dim=16, mlp_dim=32)
         vit = masked_patch_to_vit(model, num_classes=10, image_size=32, dropout_rate=0.1)
-        print(vit.grid_size, vit(np.zeros((2, 32, 32, 3), "float32")).shape)   # (8, 8) (2, 10)
+        print(vit.grid_size, tuple(vit(np.zeros((2, 32, 32, 3), "float32")).shape))  # -> (8, 8) (2, 10)
         ```
     """
     from keras_vit.weights import transfer_weights

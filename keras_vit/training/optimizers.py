@@ -379,7 +379,7 @@ def finetune_optimizer(base_lr, total_steps, warmup_steps=500, decay_type="cosin
                                        use_ema=True, ema_momentum=0.9999)
         print(type(optimizer).__name__, optimizer.momentum, optimizer.global_clipnorm,
               optimizer.gradient_accumulation_steps)
-        # MomentumSGD 0.9 1.0 8
+        # -> MomentumSGD 0.9 1.0 8
         ```
     """
     return MomentumSGD(
@@ -437,8 +437,8 @@ def pretrain_optimizer(base_lr, total_steps, warmup_steps=10_000, decay_type="li
         images = np.random.default_rng(0).uniform(-1, 1, (16, 16, 16, 3)).astype("float32")
         labels = keras.ops.one_hot(np.arange(16) % 3, 3)
         model.fit(images, labels, batch_size=4, epochs=1, verbose=0)   # 4 micro-batches: 2 updates
-        print(int(optimizer.iterations))                  # 2
-        print(round(float(optimizer.learning_rate), 6))   # 0.00067, the schedule at update 2
+        print(int(optimizer.iterations))                  # -> 2
+        print(round(float(optimizer.learning_rate), 6))   # -> 0.00067  # the schedule at update 2
         ```
     """
     return AdamWeightDecay(

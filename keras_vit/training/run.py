@@ -332,14 +332,14 @@ def train(config, workdir, verbose="auto", topology=None):
             "model_args": {"num_layers": 1, "num_heads": 2, "hidden_dim": 16, "mlp_dim": 32},
         })
         model, results = train(config, "runs/tiny", verbose=0)
-        print(sorted(results))   # ['few_shot', 'final_loss', 'steps', 'test_accuracy', 'train_seconds']
+        print(sorted(results))   # -> ['few_shot', 'final_loss', 'steps', 'test_accuracy', 'train_seconds']
         try:
             train(config.replace(base_lr=0.01), "runs/tiny", verbose=0)
         except RunError as error:
             print(error)
-        # runs/tiny holds a run with a different config:
-        #     base_lr: was 0.003, now 0.01
-        # Nothing there was changed. Use another --workdir, or the same flags to resume.
+        # -> runs/tiny holds a run with a different config:
+        # ->     base_lr: was 0.003, now 0.01
+        # -> Nothing there was changed. Use another --workdir, or the same flags to resume.
         ```
     """
     if not isinstance(config, RunConfig):

@@ -119,10 +119,10 @@ def learning_rate_schedule(base_lr, total_steps, warmup_steps, decay_type="cosin
 
         schedule = learning_rate_schedule(0.03, total_steps=10, warmup_steps=2)
         print([round(float(schedule(step)), 4) for step in (0, 1, 2, 6, 10)])
-        # [0.0, 0.015, 0.03, 0.015, 0.0]
+        # -> [0.0, 0.015, 0.03, 0.015, 0.0]
         linear = learning_rate_schedule(1e-3, total_steps=100, warmup_steps=10, decay_type="linear")
         print([round(float(linear(step)), 6) for step in (0, 5, 10, 55, 100)])
-        # [0.0, 0.0005, 0.001, 0.000505, 1e-05]
+        # -> [0.0, 0.0005, 0.001, 0.000505, 1e-05]
         ```
     """
     return WarmupDecaySchedule(base_lr, total_steps, warmup_steps, decay_type, linear_end)

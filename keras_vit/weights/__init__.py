@@ -97,17 +97,17 @@ def load_checkpoint(cls, location, image_size=None, num_classes=None,
         from keras_vit.weights import read_checkpoint
 
         checkpoint = read_checkpoint("tiny_vit.npz")
-        print(checkpoint.source)       # vit_jax checkpoint tiny_vit.npz
-        print(checkpoint.grid_size)    # (4, 4)
+        print(checkpoint.source)       # -> vit_jax checkpoint tiny_vit.npz
+        print(checkpoint.grid_size)    # -> (4, 4)
         print({k: checkpoint.config[k] for k in ("image_size", "patch_size", "num_heads", "pooling")})
-        # {'image_size': (32, 32), 'patch_size': (8, 8), 'num_heads': 2, 'pooling': 'token'}
+        # -> {'image_size': (32, 32), 'patch_size': (8, 8), 'num_heads': 2, 'pooling': 'token'}
 
         from keras_vit import ViT
         from keras_vit.weights import build_model, read_checkpoint
 
         checkpoint = read_checkpoint("tiny_vit.npz")
         model = build_model(ViT, checkpoint, image_size=48, num_classes=3, drop_path_rate=0.1)
-        print(model.grid_size, model.num_classes)   # (6, 6) 3
+        print(model.grid_size, model.num_classes)   # -> (6, 6) 3
         ```
     """
     path, entry = locate(location)

@@ -44,10 +44,10 @@ def assign_weights(model, state, source, keep_initial=()):
             assign_weights(model, state, "an incomplete state")
         except CheckpointError as error:
             print(error)
-        # The weights of an incomplete state do not fit the model:
-        #   missing from the checkpoint:
-        #     head/bias
-        # Check that the checkpoint and the model have the same architecture (...)
+        # -> The weights of an incomplete state do not fit the model:
+        # ->   missing from the checkpoint:
+        # ->     head/bias
+        # -> Check that the checkpoint and the model have the same architecture ...
         assign_weights(model, {k: v for k, v in state.items() if not k.startswith("head/")},
                        "a headless state", keep_initial=("head",))
         ```
@@ -95,7 +95,7 @@ def transfer_weights(source, target, method="bilinear", skip=()):
         args = dict(patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
         small, large = ViT(image_size=32, **args), ViT(image_size=64, **args)
         transfer_weights(small, large, method="bicubic")
-        print(large.get_layer("position_embedding").embeddings.shape)   # (1, 65, 16)
+        print(tuple(large.get_layer("position_embedding").embeddings.shape))  # -> (1, 65, 16)
         ```
     """
     import keras
