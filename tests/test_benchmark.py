@@ -76,6 +76,7 @@ def test_schema_check_names_a_bad_kernel_peak():
         bench.validate({"machine": machine, "results": [good_result()]})
 
 
+@pytest.mark.slow
 def test_a_tiny_run_writes_the_documented_json(tmp_path):
     backend = keras.backend.backend()
     out = tmp_path / "bench.json"

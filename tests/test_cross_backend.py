@@ -25,7 +25,7 @@ from reference import random_vit_params
 from keras_vit import ViT
 from keras_vit.data import input_pipeline
 
-pytestmark = pytest.mark.cross_backend
+pytestmark = [pytest.mark.cross_backend, pytest.mark.slow]
 
 BACKENDS = ("tensorflow", "jax", "torch")
 HERE = keras.backend.backend()

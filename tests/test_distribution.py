@@ -119,6 +119,7 @@ def assert_same_run(workdir, reference, strategy):
 
 # -- strategies -----------------------------------------------------------------
 
+@pytest.mark.slow
 @only_on("tensorflow", "MirroredStrategy")
 def test_mirrored_over_two_cpu_devices_is_the_one_device_run(tmp_path, reference):
     workdir = tmp_path / "mirrored"
@@ -127,6 +128,7 @@ def test_mirrored_over_two_cpu_devices_is_the_one_device_run(tmp_path, reference
     assert json.loads((workdir / "config.json").read_text())["strategy"] == "mirrored"
 
 
+@pytest.mark.slow
 @only_on("tensorflow", "MultiWorkerMirroredStrategy")
 def test_multi_worker_on_two_processes_is_the_one_device_run(tmp_path, reference_two_hosts):
     workdir = tmp_path / "multi_worker"
@@ -183,6 +185,7 @@ print(json.dumps({v.path: [str(a) for a in v.value.sharding.spec] for v in model
 """
 
 
+@pytest.mark.slow
 @only_on("jax", "keras.distribution")
 @pytest.mark.parametrize("strategy", ["data_parallel", "model_parallel"])
 def test_jax_strategies_over_four_devices_are_the_one_device_run(strategy, tmp_path, reference):
@@ -205,6 +208,7 @@ def test_model_parallel_really_shards_heads_and_mlp(tmp_path):
     assert all(a == "None" for a in specs["position_embedding/embeddings"])
 
 
+@pytest.mark.slow
 @only_on("jax", "jax.distributed")
 def test_two_jax_processes_are_the_one_device_run(tmp_path, reference_two_hosts):
     workdir = tmp_path / "two_hosts"
@@ -223,6 +227,7 @@ def test_two_jax_processes_are_the_one_device_run(tmp_path, reference_two_hosts)
 
 # -- runs that survive ----------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     """SIGKILL early (the first interval), mid-interval, while a checkpoint is
     written, from outside at a random moment, and after a checkpoint was

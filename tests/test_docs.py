@@ -50,6 +50,7 @@ def _mkdocs_build(config_file, site_dir):
 # --- the site ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.backend_independent
 def test_mkdocs_build_strict(tmp_path):
     result = _mkdocs_build(ROOT / "mkdocs.yml", tmp_path / "site")

@@ -183,6 +183,21 @@ def test_export_reloads_in_its_runtime_with_a_dynamic_batch(fmt, tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.backend_independent
+def test_openvino_default_precision_follows_the_cpu():
+    """What docs/deploy.md says: OpenVINO's CPU plugin infers in bfloat16 by
+    default exactly where the CPU has bfloat16 units (AVX-512 BF16, AMX)."""
+    import openvino
+
+    core = openvino.Core()
+    flags = open("/proc/cpuinfo").read().split()
+    has_bf16 = "avx512_bf16" in flags or "amx_bf16" in flags
+    default = str(core.get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    print(f"CPU bfloat16 units: {has_bf16}; OpenVINO's default precision: {default}")
+    assert ("bf16" in default or "bfloat16" in default) == has_bf16, default
+    assert ("BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")) == has_bf16
+
+
 def test_export_command_writes_an_artifact_or_names_the_backend(tmp_path, capsys):
     from keras_vit.cli import main
 

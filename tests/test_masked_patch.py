@@ -285,6 +285,7 @@ def test_mixed_bfloat16_trains_with_float32_logits():
 
 # -- training on the digits and fine-tuning -----------------------------------
 
+@pytest.mark.slow
 def test_loss_falls_on_digits_below_the_colour_prior_and_fine_tunes():
     images, labels = digits_rgb(16)
     train, held_out = slice(0, 1536), slice(1536, None)
