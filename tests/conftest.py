@@ -12,7 +12,8 @@ torch). Three markers decide where a test runs and which loop it is in:
 - ``slow``: kept out of ``make test-fast`` (``pytest -m "not slow"``), the
   edit-run loop; ``make test`` runs it.
 
-The other passes deselect the first two kinds and say so in their summary.
+The other passes deselect the first two kinds and say so in their header
+(and, without xdist, with the count in their summary).
 """
 
 import os
@@ -29,6 +30,7 @@ BACKEND = keras.backend.backend()
 # backend whose pass is otherwise the shortest.
 HOME_BACKEND = "torch"
 ONCE = ("backend_independent", "cross_backend")
+_ONCE_KEY = pytest.StashKey[int]()  # how many tests this pass deselected
 
 
 def _jax_settings():
@@ -83,7 +85,11 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    return f"keras {keras.__version__}, backend: {BACKEND}"
+    lines = [f"keras {keras.__version__}, backend: {BACKEND}"]
+    if BACKEND != HOME_BACKEND:  # printed by xdist's controller too, whose workers deselect
+        lines.append(f"backend-independent and cross-backend tests are deselected: they run once, "
+                     f"in the KERAS_BACKEND={HOME_BACKEND} pass")
+    return lines
 
 
 def pytest_collection_modifyitems(config, items):
@@ -96,9 +102,6 @@ def pytest_collection_modifyitems(config, items):
         config.hook.pytest_deselected(items=once)
         items[:] = kept
     config.stash[_ONCE_KEY] = len(once)
-
-
-_ONCE_KEY = pytest.StashKey[int]()
 
 
 def pytest_terminal_summary(terminalreporter, config):

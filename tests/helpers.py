@@ -10,6 +10,10 @@ TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=1
 # [class] token, 17 tokens, the odd length of the real models.
 DIGITS_MODEL = dict(image_size=16, patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128,
                     num_classes=10)
+# Keras core augmentations, and the digits stream of test_data and test_cross_backend: 100
+# digits in batches of 32, so batch 3 holds the last 4 of epoch 0 and the first 28 of epoch 1.
+AUGMENT = dict(randaugment=(1, 10), mixup=0.5, cutmix=1.0)
+AUGMENTED = dict(source="digits", split="train[:100]", image_size=16, batch_size=32, training=True, **AUGMENT)
 # A run of the `digits` recipe shrunk to one block, for the command-line tests.
 TINY_RUN_ARGS = ["--model-args", "num_layers=1,hidden_dim=16,num_heads=2,mlp_dim=32,patch_size=4"]
 

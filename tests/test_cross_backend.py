@@ -9,7 +9,6 @@ the KERAS_BACKEND=torch pass (conftest.HOME_BACKEND).
 """
 
 import itertools
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import keras
 import numpy as np
 import pytest
 from checkpoint_files import save_npz
+from helpers import AUGMENTED
 from helpers import to_numpy
 from reference import random_vit_params
 
@@ -29,40 +29,43 @@ pytestmark = [pytest.mark.cross_backend, pytest.mark.slow]
 
 BACKENDS = ("tensorflow", "jax", "torch")
 HERE = keras.backend.backend()
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.dirname(os.path.abspath(__file__))
 
-# 100 digits in batches of 32, augmented: batch 3 holds the last 4 of epoch 0 and the first 28 of epoch 1.
-AUGMENTED = dict(source="digits", split="train[:100]", image_size=16, batch_size=32, training=True,
-                 randaugment=(1, 10), mixup=0.5, cutmix=1.0, seed=11)
-# One host of two, resumed at batch 3.
-HOST = dict(source="digits", split="train[:60]", image_size=16, batch_size=8, training=True, seed=4,
-            randaugment=(2, 5), mixup=0.5, shard=(1, 2), start_batch=3)
+STREAMS = {
+    # RandAugment, MixUp and CutMix across an epoch's end.
+    "augmented": dict(AUGMENTED, seed=11),
+    # One host of two, resumed at batch 3.
+    "host": dict(source="digits", split="train[:60]", image_size=16, batch_size=8, training=True, seed=4,
+                 randaugment=(2, 5), mixup=0.5, shard=(1, 2), start_batch=3),
+}
 
+# Another backend's process runs the same function as this one.
 SCRIPT = textwrap.dedent("""
-    import json, sys, numpy as np, keras
-    from keras_vit import ViT
-    from keras_vit.data import input_pipeline
-    checkpoint, keras_file, inputs, streams, out = sys.argv[1:]
-    x = np.load(inputs)
-    logits = {"npz": ViT.from_checkpoint(checkpoint)(x),
-              "keras": keras.saving.load_model(keras_file, safe_mode=True)(x)}
-    arrays = {name: keras.ops.convert_to_numpy(value) for name, value in logits.items()}
-    for name, kwargs in json.loads(streams).items():
-        kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
-        for i, t in enumerate(t for batch in input_pipeline(**kwargs).take(2) for t in batch):
-            arrays[f"{name}_{i}"] = np.asarray(t)
-    np.savez(out, **arrays)
+    import sys, numpy as np
+    sys.path.insert(0, sys.argv[1])
+    from test_cross_backend import backend_results
+    checkpoint, keras_file, inputs, out = sys.argv[2:]
+    np.savez(out, **backend_results(checkpoint, keras_file, np.load(inputs)))
 """)
 
 
-def pipeline_arrays(kwargs):
-    return [np.asarray(t) for batch in input_pipeline(**kwargs).take(2) for t in batch]
+def backend_results(checkpoint, keras_file, x):
+    """What each backend computes: the logits of the npz checkpoint and of the
+    .keras file on `x`, and the first 2 batches of each of `STREAMS` as
+    ``{name}_{i}`` arrays."""
+    arrays = {"npz": to_numpy(ViT.from_checkpoint(checkpoint)(x)),
+              "keras": to_numpy(keras.saving.load_model(keras_file, safe_mode=True)(x))}
+    for name, kwargs in STREAMS.items():
+        tensors = (t for batch in input_pipeline(**kwargs).take(2) for t in batch)
+        arrays.update({f"{name}_{i}": np.asarray(t) for i, t in enumerate(tensors)})
+    return arrays
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """backend -> {"npz", "keras": logits; "augmented_i", "host_i": batch arrays},
-    this backend's computed here, the two others' each in one subprocess (run side by side)."""
+    """backend -> `backend_results`, this backend's computed here (with the
+    saved model's own logits as "model"), the two others' each in one
+    subprocess (run side by side)."""
     tmp = tmp_path_factory.mktemp("cross_backend")
     x = np.random.default_rng(5).uniform(-1, 1, (2, 64, 64, 3)).astype("float32")
     np.save(tmp / "x.npy", x)
@@ -72,19 +75,14 @@ def results(tmp_path_factory):
                 num_classes=3, pooling="map", num_registers=1, layer_scale_init=0.5)
     model.get_layer("head").kernel.assign(np.random.default_rng(0).normal(size=(16, 3)))
     model.save(tmp / "vit.keras")
-    streams = {"augmented": AUGMENTED, "host": HOST}
-    processes = {}
-    for backend in BACKENDS:
-        if backend != HERE:
-            processes[backend] = subprocess.Popen(
-                [sys.executable, "-c", SCRIPT, str(checkpoint), str(tmp / "vit.keras"), str(tmp / "x.npy"),
-                 json.dumps(streams), str(tmp / f"{backend}.npz")],
-                env=dict(os.environ, KERAS_BACKEND=backend), cwd=ROOT, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True)
-    here = {"npz": to_numpy(ViT.from_checkpoint(checkpoint)(x)), "keras": to_numpy(model(x))}
-    for name, kwargs in streams.items():
-        here.update({f"{name}_{i}": a for i, a in enumerate(pipeline_arrays(kwargs))})
-    out = {HERE: here}
+    processes = {
+        backend: subprocess.Popen(
+            [sys.executable, "-c", SCRIPT, TESTS, str(checkpoint), str(tmp / "vit.keras"), str(tmp / "x.npy"),
+             str(tmp / f"{backend}.npz")],
+            env=dict(os.environ, KERAS_BACKEND=backend), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for backend in BACKENDS if backend != HERE
+    }
+    out = {HERE: {**backend_results(checkpoint, tmp / "vit.keras", x), "model": to_numpy(model(x))}}
     for backend, process in processes.items():
         _, stderr = process.communicate(timeout=600)
         assert process.returncode == 0, f"KERAS_BACKEND={backend}:\n{stderr[-3000:]}"
@@ -104,14 +102,15 @@ def test_same_logits_on_every_backend(results):
 
 
 def test_keras_file_loads_on_other_backends(results):
+    for backend in BACKENDS:
+        assert np.abs(results[backend]["keras"] - results[HERE]["model"]).max() < 1e-5, backend
     for a, b in pairs():
         assert np.abs(results[a]["keras"] - results[b]["keras"]).max() < 1e-5, (a, b)
 
 
-@pytest.mark.parametrize("stream", ["augmented", "host"])
+@pytest.mark.parametrize("stream", list(STREAMS))
 def test_same_batches_on_every_backend(results, stream):
-    """The augmented stream (RandAugment, MixUp, CutMix across an epoch's end)
-    and a resumed host's shard are the same bytes on every backend."""
+    """The augmented stream and a resumed host's shard are the same bytes on every backend."""
     count = len([k for k in results[HERE] if k.startswith(stream + "_")])
     assert count == 4
     if stream == "host":

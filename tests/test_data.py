@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from helpers import AUGMENT
+from helpers import AUGMENTED
 
 from keras_vit.data import DATASETS
 from keras_vit.data import Source
@@ -17,10 +19,6 @@ from keras_vit.data import load_source
 from keras_vit.data import read_images
 
 pytestmark = pytest.mark.backend_independent  # tf.data: the same bytes on every backend (test_cross_backend)
-
-AUGMENT = dict(randaugment=(1, 10), mixup=0.5, cutmix=1.0)
-# 100 digits in batches of 32: batch 3 holds the last 4 of epoch 0 and the first 28 of epoch 1.
-AUGMENTED = dict(source="digits", split="train[:100]", image_size=16, batch_size=32, training=True, **AUGMENT)
 
 
 def batches(dataset, n):

@@ -38,7 +38,6 @@ NOT_RUN = re.compile(r"^\s*<!--\s*not-run:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)```(\w*)")
 
 
-
 def _mkdocs_build(config_file, site_dir):
     return subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict",

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import TINY_RUN_ARGS
+from helpers import TINY_RUN_ARGS as TINY
 from helpers import to_numpy
 from PIL import Image
 
@@ -28,7 +28,6 @@ from keras_vit.training import DivergenceError
 from keras_vit.weights import CheckpointError
 
 TINY_ARGS = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=32, patch_size=4)
-TINY = TINY_RUN_ARGS
 FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2",
         "--image-size", "16"]
 

@@ -1,5 +1,5 @@
-"""What Keras gives any model, on ViT: quantization, LoRA, export, and layer
-outputs that are what their names say."""
+"""What Keras gives any model, on ViT: mixed precision, quantization, LoRA,
+export, and layer outputs that are what their names say."""
 
 import os
 
@@ -37,6 +37,26 @@ def test_every_block_and_encoder_norm_output_is_the_whole_sequence(pooling):
     np.testing.assert_allclose(to_numpy(last(x)), to_numpy(record["encoder_block_2"]), atol=1e-5)
     if "head" in [layer.name for layer in model.layers]:
         np.testing.assert_allclose(to_numpy(model(x)), to_numpy(record["logits"]), atol=1e-5)
+
+
+# -- lower precision -------------------------------------------------------------
+
+def test_mixed_bfloat16_predicts_the_same_digits_as_float32(trained_digits):
+    """Inference under mixed_bfloat16 gives float32's top-1 on held-out images (but near-ties)."""
+    model, _, (x_test, y_test) = trained_digits  # 17 tokens: the odd length of the real models
+    low = ViT(**{**model.config.to_dict(), "dtype": "mixed_bfloat16"})
+    low.set_weights(model.get_weights())
+    full = to_numpy(model.predict(x_test, verbose=0)).astype("float32")
+    half = to_numpy(low.predict(x_test, verbose=0)).astype("float32")
+    accuracy = (full.argmax(-1) == y_test).mean()
+    print(f"float32 test accuracy {accuracy:.1%}")
+    assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
+    # bfloat16 keeps 8 bits: the logits move by a small fraction of their
+    # spread, and top-1 changes at most on a near-tie (one digit in a hundred).
+    error = np.abs(half - full).mean()
+    assert error < 0.02 * full.std(), (error, full.std())
+    agree = (half.argmax(-1) == full.argmax(-1)).mean()
+    assert agree >= 0.99, f"mixed_bfloat16 agrees with float32 on {agree:.1%} of the digits"
 
 
 # -- quantization ------------------------------------------------------------------

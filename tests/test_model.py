@@ -11,7 +11,6 @@ from keras_vit import ViT
 from keras_vit.presets import count_params
 
 
-
 @pytest.mark.parametrize(
     "name, paper_name, expected",
     [

@@ -20,12 +20,12 @@ from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.npz import read_npz
 from keras_vit.weights.timm import read_timm
 
+pytestmark = pytest.mark.backend_independent
+
 ALL_ENTRIES = list(pretrained.PRETRAINED.values())
 # the paper's ViT and its hybrids; the family's entries are checked on their own below
 ENTRIES = [e for e in ALL_ENTRIES if e.architecture not in FAMILY_PRESETS]
 FAMILY_ENTRIES = [e for e in ALL_ENTRIES if e.architecture in FAMILY_PRESETS]
-pytestmark = pytest.mark.backend_independent
-
 READERS = {"npz": read_npz, "huggingface": read_huggingface, "timm": read_timm}
 
 

@@ -7,7 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from helpers import TINY_RUN_ARGS
+from helpers import TINY_RUN_ARGS as TINY
 from helpers import to_numpy
 
 from keras_vit import ViT
@@ -15,7 +15,6 @@ from keras_vit.cli import main
 from keras_vit.training import CONFIGS
 from keras_vit.training import resolve_config
 
-TINY = TINY_RUN_ARGS
 FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2"]
 
 

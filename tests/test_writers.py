@@ -6,14 +6,12 @@ import json
 
 import numpy as np
 import pytest
-from helpers import TINY
+from helpers import TINY as BASE
 from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit.cli import main
 from keras_vit.weights import save_checkpoint
-
-BASE = TINY
 
 # Each format with the architectures it can express.
 CASES = [
