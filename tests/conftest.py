@@ -63,6 +63,29 @@ def _jax_settings():
 _jax_settings()
 
 
+def _one_thread_per_worker():
+    """Under pytest-xdist each worker computes with one intra-op thread, so
+    that the workers share the cores instead of each spinning a thread pool
+    the size of the machine: on 2 cores with 2 workers, PyTorch's OpenMP
+    threads waiting on each other made one torch test 20x slower (83 s
+    against 4 s alone). Processes the tests start keep the backend's
+    default."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    if BACKEND == "torch":
+        import torch
+
+        torch.set_num_threads(1)
+    elif BACKEND == "tensorflow":
+        import tensorflow as tf
+
+        tf.config.threading.set_intra_op_parallelism_threads(1)
+        tf.config.threading.set_inter_op_parallelism_threads(2)
+
+
+_one_thread_per_worker()
+
+
 def pytest_collection_finish(session):
     """Keras calls ``gc.collect()`` each time a layer attribute is deleted
     (``Layer.__delattr__``): ``quantize`` and ``enable_lora`` delete one per
