@@ -1,5 +1,5 @@
 """The suite's shared set-up: markers, the pass that runs what does not depend
-on the backend, the JAX compilation cache, and fixtures every file shares.
+on the backend, the compilation caches, and fixtures every file shares.
 
 `make test` runs the suite once per backend (KERAS_BACKEND=tensorflow, jax,
 torch). Three markers decide where a test runs and which loop it is in:
@@ -33,13 +33,26 @@ ONCE = ("backend_independent", "cross_backend")
 _ONCE_KEY = pytest.StashKey[int]()  # how many tests this pass deselected
 
 
-def _jax_settings():
-    """The JAX pass compiles hundreds of small XLA programs, each once: LLVM's
-    cheapest optimization level compiles them faster (14% of the pass; the
-    numbers the tests check are the same IEEE float32 arithmetic). Programs
-    are kept in a persistent cache in the user's cache folder, never in the
-    work tree, which later runs (and the command-line runs the tests start)
-    reuse; ``make test`` holds its time budget with that folder empty."""
+def _cache_folder(name):
+    """A folder in the user's cache folder, never in the work tree."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(root, "keras_vit", name)
+
+
+def _compiler_settings():
+    """Compiled programs are kept in a persistent cache in the user's cache
+    folder, which the two workers, the command-line runs the tests start
+    (the six runs of the killed-run test compile the same training step) and
+    later runs share; ``make test`` holds its time budget with the folders
+    empty. On JAX, which compiles hundreds of small XLA programs each once,
+    LLVM's cheapest optimization level also compiles them faster (14% of the
+    pass; the numbers the tests check are the same IEEE float32 arithmetic).
+    Set in the environment, the settings reach the subprocesses too."""
+    if BACKEND == "tensorflow":
+        flags = os.environ.get("TF_XLA_FLAGS", "")
+        if "tf_xla_persistent_cache_directory" not in flags:
+            folder = _cache_folder("tf-xla-tests")
+            os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={folder}".strip()
     if BACKEND != "jax":
         return
     import jax
@@ -47,20 +60,16 @@ def _jax_settings():
     flags = os.environ.get("XLA_FLAGS", "")
     if "xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
-
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = os.path.join(root, "keras_vit", "jax-tests")
+    folder = _cache_folder("jax-tests")
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    # Subprocesses (the command-line runs of test_distribution and the
-    # recipes) read the same folder.
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", folder)
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
 
-_jax_settings()
+_compiler_settings()
 
 
 def _one_thread_per_worker():

@@ -72,7 +72,11 @@ def value_and_gradient(f, x, w):
         g = tape.gradient(loss, x)
     elif backend == "jax":
         import jax
-        y, g = f(x), jax.grad(lambda x: (f(x).astype("float32") * w).sum())(x)
+        # f runs once eagerly (building the layers it calls), the gradient as
+        # one compiled program, as in training: op by op, JAX compiles every
+        # primitive of the backward pass for its shapes (seconds per call).
+        y = f(x)
+        g = jax.jit(jax.grad(lambda x: (f(x).astype("float32") * w).sum()))(x)
     else:
         import torch
         x = torch.tensor(x, requires_grad=True)

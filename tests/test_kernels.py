@@ -238,7 +238,7 @@ def model_gradients(model, x, labels):
 
         def f(trainable):
             return loss_fn(labels, model.stateless_call(trainable, other, x, training=True)[0])
-        loss, grads = jax.value_and_grad(f)(trainable)
+        loss, grads = jax.jit(jax.value_and_grad(f))(trainable)  # compiled, as in training
     else:
         model.zero_grad()
         loss = loss_fn(labels, model(x, training=True))
