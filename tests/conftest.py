@@ -180,7 +180,7 @@ def trained_digits():
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x, y, batch_size=64, epochs=10, verbose=0)
-    accuracy = (to_numpy(model.predict(x_test, verbose=0)).argmax(-1) == y_test).mean()
+    accuracy = (to_numpy(model.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1) == y_test).mean()
     assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
     return model, (x, y), (x_test, y_test)
 

@@ -14,6 +14,13 @@ from keras_vit import kernels
 from keras_vit import variants
 
 BACKEND = keras.backend.backend()
+def logits_of(model, x):
+    """`model.predict` in one batch: one compiled program per model (a last,
+    partial batch of the default 32 compiles a second one on JAX and
+    TensorFlow)."""
+    return to_numpy(model.predict(x, batch_size=len(x), verbose=0))
+
+
 def copy_of(model):
     clone = ViT.from_config(model.get_config())
     clone.set_weights(model.get_weights())
@@ -46,8 +53,8 @@ def test_mixed_bfloat16_predicts_the_same_digits_as_float32(trained_digits):
     model, _, (x_test, y_test) = trained_digits  # 17 tokens: the odd length of the real models
     low = ViT(**{**model.config.to_dict(), "dtype": "mixed_bfloat16"})
     low.set_weights(model.get_weights())
-    full = to_numpy(model.predict(x_test, verbose=0)).astype("float32")
-    half = to_numpy(low.predict(x_test, verbose=0)).astype("float32")
+    full = logits_of(model, x_test).astype("float32")
+    half = logits_of(low, x_test).astype("float32")
     accuracy = (full.argmax(-1) == y_test).mean()
     print(f"float32 test accuracy {accuracy:.1%}")
     assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
@@ -70,12 +77,12 @@ QUANTIZATION = {"int8": 0.05, "float8": 0.1, "int4": 0.3}
 @pytest.mark.parametrize("mode", list(QUANTIZATION))
 def test_quantize_gives_the_float_logits_and_saves(trained_digits, mode, tmp_path):
     model, _, (x_test, y_test) = trained_digits
-    full = to_numpy(model.predict(x_test, verbose=0))
+    full = logits_of(model, x_test)
     quantized = copy_of(model)
     quantized.quantize(mode)
     modes = {layer.quantization_mode for layer in variants.projections(quantized).values()}
     assert modes == {mode}, modes
-    low = to_numpy(quantized.predict(x_test, verbose=0))
+    low = logits_of(quantized, x_test)
     error = np.abs(low - full).max() / (full.max() - full.min())
     print(f"{mode}: max logit error {error:.4f} of the logits' range; "
           f"top-1 agreement {(low.argmax(-1) == full.argmax(-1)).mean():.2%}")
@@ -85,7 +92,7 @@ def test_quantize_gives_the_float_logits_and_saves(trained_digits, mode, tmp_pat
         assert agree >= 0.99, f"int8 agrees with float32 on {agree:.1%} of the held-out digits"
     reloaded = save_and_reload(quantized, tmp_path)
     assert {layer.quantization_mode for layer in variants.projections(reloaded).values()} == {mode}
-    np.testing.assert_allclose(to_numpy(reloaded.predict(x_test, verbose=0)), low, atol=1e-5)
+    np.testing.assert_allclose(logits_of(reloaded, x_test), low, atol=1e-5)
 
 
 # -- LoRA --------------------------------------------------------------------------
@@ -105,14 +112,14 @@ def test_lora_trains_only_the_adapters_and_the_head_and_merges(trained_digits, t
         if v.path in frozen and not v.path.startswith("head/"):
             np.testing.assert_array_equal(to_numpy(v), frozen[v.path], err_msg=v.path)
     assert all(np.abs(to_numpy(v)).max() > 0 for v in lora if "lora_kernel_b" in v.path)
-    logits = to_numpy(adapted.predict(x_test, verbose=0))
-    assert np.abs(logits - to_numpy(model.predict(x_test, verbose=0))).max() > 1e-2
+    logits = logits_of(adapted, x_test)
+    assert np.abs(logits - logits_of(model, x_test)).max() > 1e-2
 
     merged = adapted.merge_lora()
     assert not any("lora" in v.path for v in merged.weights)
-    np.testing.assert_allclose(to_numpy(merged.predict(x_test, verbose=0)), logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(logits_of(merged, x_test), logits, rtol=1e-4, atol=1e-4)
     reloaded = save_and_reload(adapted, tmp_path)  # Keras saves the merged kernels
-    np.testing.assert_allclose(to_numpy(reloaded.predict(x_test, verbose=0)), logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(logits_of(reloaded, x_test), logits, rtol=1e-4, atol=1e-4)
 
 
 def test_lora_errors_name_the_problem():
