@@ -1,6 +1,7 @@
 """Narrow workarounds for Keras 3.15's TensorFlow trainer under
 `tf.distribute.MultiWorkerMirroredStrategy`, each used only while Keras
 still fails: ours runs only after Keras's own code raised its known error.
+The private names they use are listed in `keras_vit.keras_private`.
 
 1. ``TensorFlowTrainer._maybe_symbolic_build`` (keras/src/backend/tensorflow/
    trainer.py) takes a first batch to build the metrics and, when it is a
@@ -19,9 +20,9 @@ still fails: ours runs only after Keras's own code raised its known error.
 import functools
 import types
 
+import keras
 import tensorflow as tf
-from keras.src import tree
-from keras.src.backend.tensorflow import trainer as tf_trainer
+from keras.src.backend.tensorflow import trainer as tf_trainer  # no public equivalent
 
 
 def _local_part(value, strategy):
@@ -34,7 +35,7 @@ def _symbolic_build_from_local_batch(model, iterator=None, data_batch=None):
     strategy = model.distribute_strategy
     if iterator is not None:
         for _, _, it in iterator:
-            data_batch = tree.map_structure(lambda v: _local_part(v, strategy), next(it))
+            data_batch = keras.tree.map_structure(lambda v: _local_part(v, strategy), next(it))
             break
     with strategy.scope():
         model._symbolic_build(data_batch=data_batch)
@@ -68,7 +69,7 @@ _original_reduce_per_replica = tf_trainer.reduce_per_replica
 def _reduce_per_replica(values, strategy, reduction):
     if not tf_trainer._collective_all_reduce_multi_worker(strategy):
         return _original_reduce_per_replica(values, strategy, reduction)
-    return tree.map_structure(
+    return keras.tree.map_structure(
         lambda v: strategy.reduce("MEAN", v, axis=None) if v.shape.rank == 0
         else _original_reduce_per_replica(v, strategy, reduction),
         values,

@@ -8,7 +8,9 @@ function takes the numbers of `keras_vit.explain.analysis` and returns a
 import numpy as np
 
 
-def _pyplot():
+def pyplot():
+    """`matplotlib.pyplot` on the non-interactive Agg backend (unless one is
+    already chosen), or an ImportError that says how to install it."""
     try:
         import matplotlib
 
@@ -54,7 +56,7 @@ def plot_attention_rollout(images, rollout, titles=None):
         rollout: (batch, gh, gw) from `attention_rollout`.
         titles: optional list of str, one per image.
     """
-    plt = _pyplot()
+    plt = pyplot()
     images, rollout = np.asarray(images), np.asarray(rollout)
     count = len(images)
     figure, axes = plt.subplots(2, count, figsize=(2.2 * count, 4.6), squeeze=False)
@@ -80,7 +82,7 @@ def plot_position_embedding_similarity(similarity):
     Args:
         similarity: (gh, gw, gh, gw) from `position_embedding_similarity`.
     """
-    plt = _pyplot()
+    plt = pyplot()
     similarity = np.asarray(similarity)
     gh, gw = similarity.shape[:2]
     figure, axes = plt.subplots(gh, gw, figsize=(0.6 * gw + 1.2, 0.6 * gh + 0.6), squeeze=False)
@@ -107,7 +109,7 @@ def plot_patch_embedding_components(components):
     Args:
         components: (n, P, P, C) from `patch_embedding_components`.
     """
-    plt = _pyplot()
+    plt = pyplot()
     components = np.asarray(components)
     count = len(components)
     columns = min(7, count)
@@ -133,7 +135,7 @@ def plot_mean_attention_distance(distance, image_size=None):
         distance: (layers, heads) from `mean_attention_distance`, in pixels.
         image_size: optional (H, W) for the axis limit.
     """
-    plt = _pyplot()
+    plt = pyplot()
     distance = np.asarray(distance)
     layers, heads = distance.shape
     figure, axis = plt.subplots(figsize=(4.2, 3.4))

@@ -24,7 +24,7 @@ def write_report(model, images, out, titles=None, batch_size=32, verbose="auto")
     position embeddings) are left out and the reason recorded. Returns
     ``{name: path}`` of the files written.
     """
-    plt = plots._pyplot()
+    plt = plots.pyplot()
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     images = np.asarray(images)

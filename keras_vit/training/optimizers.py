@@ -36,7 +36,7 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
 
     - The learning-rate schedule is called with the update count
       ``self.iterations``. Keras's ``BaseOptimizer._get_current_learning_rate``
-      (keras/src/optimizers/base_optimizer.py, line 781) calls it with
+      (keras/src/optimizers/base_optimizer.py) calls it with
       ``self._iterations``, the micro-batch count, although the argument's
       documentation says schedules see the update count. Every backend (the
       weight decay of TensorFlow's and PyTorch's optimizers included) reads
@@ -44,8 +44,8 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
     - The moving average of the weights (``use_ema=True``) is updated once per
       update, with ``ema_momentum`` per update: Polyak averaging of the
       weights after each update. Keras updates it after every micro-batch
-      (``_backend_apply_gradients``, base_optimizer.py line 597, and
-      keras/src/backend/jax/optimizer.py line 88), which makes the momentum
+      (``_backend_apply_gradients`` in base_optimizer.py and the JAX
+      optimizer in keras/src/backend/jax/optimizer.py), which makes the momentum
       per update ``ema_momentum ** k``; ``ema_momentum ** (1 / k)`` does not
       repair it, as the ``k - 1`` micro-batches before each update average the
       previous weights in again. Between updates the average is now kept.
@@ -72,6 +72,9 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
     ``ema_overwrite_frequency`` is refused with accumulation: Keras tests it
     on every micro-batch, so it would overwrite the weights with the average
     on all ``k`` micro-batches of an update, also before the update is made.
+
+    The private Keras names it overrides or reads are listed in
+    `keras_vit.keras_private`, which the tests check against the installed Keras.
     """
 
     def __init__(self, learning_rate, **kwargs):
