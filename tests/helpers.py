@@ -14,8 +14,25 @@ DIGITS_MODEL = dict(image_size=16, patch_size=4, num_layers=4, num_heads=4, hidd
 # digits in batches of 32, so batch 3 holds the last 4 of epoch 0 and the first 28 of epoch 1.
 AUGMENT = dict(randaugment=(1, 10), mixup=0.5, cutmix=1.0)
 AUGMENTED = dict(source="digits", split="train[:100]", image_size=16, batch_size=32, training=True, **AUGMENT)
-# A run of the `digits` recipe shrunk to one block, for the command-line tests.
-TINY_RUN_ARGS = ["--model-args", "num_layers=1,hidden_dim=16,num_heads=2,mlp_dim=32,patch_size=4"]
+# The `digits` recipe's model shrunk to one block, for the runs of test_recipes and
+# test_failures: as `model_args`, and as the command line's --model-args.
+TINY_RUN_MODEL = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=32, patch_size=4)
+TINY_RUN_ARGS = ["--model-args", ",".join(f"{key}={value}" for key, value in TINY_RUN_MODEL.items())]
+# The one-block ViT of test_evaluation's features and few-shot probes: D 8 over 4x4 patches.
+TINY_FEATURES = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                     num_classes=3)
+# The backbone test_masked_patch pre-trains (no head: the task adds its own).
+MASKED_PATCH_BACKBONE = dict(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
+
+
+def tiny_run_config(**overrides):
+    """The `digits` recipe as a `RunConfig` of 4 updates of 16 images at 16 px
+    on `TINY_RUN_MODEL`, checkpointed every 2, without few-shot probes."""
+    from keras_vit.training import resolve_config
+
+    return resolve_config("digits", {"steps": 4, "warmup_steps": 1, "batch_size": 16, "image_size": 16,
+                                     "checkpoint_every": 2, "few_shot": [], "model_args": TINY_RUN_MODEL,
+                                     **overrides})
 
 
 def to_numpy(x):

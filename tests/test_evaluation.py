@@ -3,13 +3,12 @@ against independent NumPy computations."""
 
 import numpy as np
 import pytest
+from helpers import TINY_FEATURES
 from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit.training import evaluation
 
-TINY = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
-            num_classes=3)
 
 
 def ridge_by_lstsq(x, y, l2_reg):
@@ -66,7 +65,7 @@ def batches(x, y, size=4):
 
 
 def test_accuracy_and_features_of_a_model():
-    model = ViT(**TINY, representation_size=6)
+    model = ViT(**TINY_FEATURES, representation_size=6)
     rng = np.random.default_rng(2)
     model.get_layer("head").kernel.assign(rng.normal(size=(6, 3)))
     x = rng.uniform(-1, 1, (10, 16, 16, 3)).astype("float32")

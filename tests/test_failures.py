@@ -13,7 +13,8 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
-from helpers import TINY_RUN_ARGS as TINY
+from helpers import TINY_RUN_ARGS
+from helpers import tiny_run_config
 from helpers import to_numpy
 from PIL import Image
 
@@ -27,15 +28,8 @@ from keras_vit.training.checkpoints import CheckpointManager
 from keras_vit.training import DivergenceError
 from keras_vit.weights import CheckpointError
 
-TINY_ARGS = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=32, patch_size=4)
 FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2",
         "--image-size", "16"]
-
-
-def tiny_config(**overrides):
-    return resolve_config("digits", {"steps": 4, "warmup_steps": 1, "batch_size": 16, "image_size": 16,
-                                     "checkpoint_every": 2, "few_shot": [], "model_args": TINY_ARGS,
-                                     **overrides})
 
 
 def cli_error(argv, capsys):
@@ -69,7 +63,7 @@ def nan_at_batch(index):
 # -- 1. a diverging run ---------------------------------------------------------
 
 def test_a_diverging_run_writes_nothing_non_finite_and_resumes(tmp_path, monkeypatch):
-    config = tiny_config()
+    config = tiny_run_config()
     workdir = tmp_path / "run"
     monkeypatch.setattr(run_module, "train_dataset", nan_at_batch(2))  # update 3 of 4
     with pytest.raises(DivergenceError) as info:
@@ -104,7 +98,7 @@ def test_a_diverging_run_writes_nothing_non_finite_and_resumes(tmp_path, monkeyp
 def test_divergence_before_the_first_checkpoint_through_the_cli(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(run_module, "train_dataset", nan_at_batch(0))
     workdir = tmp_path / "run"
-    line = cli_error(["pretrain", "--workdir", str(workdir), *TINY, *FAST], capsys)
+    line = cli_error(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST], capsys)
     assert line.startswith("keras-vit pretrain: error: Training diverged at update 1 of 4: the loss is nan.")
     assert "no checkpoint was written yet, and the same command starts over" in line
     assert sorted(p.name for p in workdir.iterdir() if p.is_file()) == ["config.json", "log.csv"]
@@ -174,13 +168,13 @@ def test_a_refused_run_writes_nothing_and_a_config_alone_is_not_a_run(tmp_path, 
         (["--base-lr", "nan"], "--base-lr must be a positive number, got nan."),
         (["--dataset", str(tmp_path / "nowhere")], "Unknown dataset"),
     ):
-        line = cli_error(["pretrain", "--workdir", str(workdir), *TINY, *FAST, *argv], capsys)
+        line = cli_error(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, *argv], capsys)
         assert line.startswith(f"keras-vit pretrain: error: {message}"), line
         assert not workdir.exists(), argv
     # A directory with only the config of a run that never trained is taken.
     workdir.mkdir()
     (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}).to_dict(), "backend": "x"}))
-    assert main(["pretrain", "--workdir", str(workdir), *TINY, *FAST]) == 0
+    assert main(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST]) == 0
     assert json.loads((workdir / "config.json").read_text())["steps"] == 4
     capsys.readouterr()
 
@@ -190,7 +184,7 @@ def test_a_corrupt_config_of_a_run_is_named(tmp_path, capsys):
     (workdir / "checkpoints").mkdir(parents=True)
     (workdir / "checkpoints" / "ckpt-000000002.json").write_text("{}")  # a run was here
     (workdir / "config.json").write_text('{"steps": ')
-    line = cli_error(["pretrain", "--workdir", str(workdir), *TINY, *FAST], capsys)
+    line = cli_error(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST], capsys)
     assert line.startswith(f"keras-vit pretrain: error: {workdir / 'config.json'} is not valid JSON")
     assert "Repair or remove the file" in line
     assert (workdir / "config.json").read_text() == '{"steps": '
@@ -231,9 +225,9 @@ def test_paths_that_cannot_be_used(tmp_path, capsys):
         (["convert", str(path), str(tmp_path / "no" / "x.keras")],
          f"keras-vit convert: error: output {tmp_path / 'no' / 'x.keras'}: the folder {tmp_path / 'no'} "
          "does not exist. Create it first"),
-        (["pretrain", "--workdir", str(a_file), *TINY, *FAST],
+        (["pretrain", "--workdir", str(a_file), *TINY_RUN_ARGS, *FAST],
          f"keras-vit pretrain: error: --workdir {a_file} is a file, not a folder."),
-        (["pretrain", "--workdir", str(a_file / "run"), *TINY, *FAST],
+        (["pretrain", "--workdir", str(a_file / "run"), *TINY_RUN_ARGS, *FAST],
          f"keras-vit pretrain: error: --workdir {a_file / 'run'}: {a_file} is a file"),
         (["explain", str(path), str(photo), "--out", str(a_file)],
          f"keras-vit explain: error: --out {a_file} is a file, not a folder."),
@@ -256,7 +250,7 @@ def test_a_truncated_image_is_refused_before_training(tmp_path, capsys):
     whole = (root / "a" / "3.jpg").read_bytes()
     (root / "a" / "3.jpg").write_bytes(whole[: len(whole) // 2])
     workdir = tmp_path / "run"
-    line = cli_error(["pretrain", "--workdir", str(workdir), "--dataset", str(root), *TINY, *FAST,
+    line = cli_error(["pretrain", "--workdir", str(workdir), "--dataset", str(root), *TINY_RUN_ARGS, *FAST,
                       "--batch-size", "4"], capsys)
     assert line.startswith(f"keras-vit pretrain: error: Cannot decode image file {root / 'a' / '3.jpg'}: "
                            "it is cut short or damaged (jpeg::Uncompress failed. Invalid JPEG data")
@@ -275,7 +269,7 @@ def test_a_damaged_image_found_during_training_is_named(tmp_path, capsys):
     (root / "b" / "5.jpg").write_bytes(whole[:300] + bytes(range(256)) * 4 + whole[-200:])
     workdir = tmp_path / "run"
     line = cli_error(["pretrain", "--workdir", str(workdir), "--dataset", str(root), "--eval-split",
-                      "train", *TINY, *FAST, "--batch-size", "4"], capsys)
+                      "train", *TINY_RUN_ARGS, *FAST, "--batch-size", "4"], capsys)
     assert line.startswith(f"keras-vit pretrain: error: Cannot decode image file {root / 'b' / '5.jpg'} (")
     assert "found during training. Replace or remove it, then run the same command again" in line
     for path in workdir.rglob("*.npz"):
@@ -297,11 +291,11 @@ def test_wrong_values_are_refused(tmp_path, capsys):
          "patch_size, num_layers,"),
         (["pretrain", "--workdir", str(workdir), "--model-args", "image_size=8", *FAST],
          "keras-vit pretrain: error: --model-args: image_size is set by --image-size"),
-        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--polyak", "1.5"],
+        (["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, "--polyak", "1.5"],
          "keras-vit pretrain: error: --polyak is the averaging momentum, a number in (0, 1)"),
-        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--grad-norm-clip", "-1"],
+        (["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, "--grad-norm-clip", "-1"],
          "keras-vit pretrain: error: --grad-norm-clip must be a positive number"),
-        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--few-shot", "0,5"],
+        (["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, "--few-shot", "0,5"],
          "keras-vit pretrain: error: argument --few-shot: expected positive shots per class"),
         (["predict", str(path), str(photo), "--top-k", "-1"],
          "keras-vit predict: error: argument --top-k: expected a positive integer, got '-1'"),
@@ -313,10 +307,10 @@ def test_wrong_values_are_refused(tmp_path, capsys):
          f"keras-vit export: error: output {tmp_path / 'out.txt'} must end in .onnx"),
         (["evaluate", str(path), "--image-size", "0"],
          "keras-vit evaluate: error: argument --image-size: expected a positive integer, got '0'"),
-        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--tpu", "local"],
+        (["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, "--tpu", "local"],
          "keras-vit pretrain: error: --tpu local is for --strategy tpu; with --strategy none it would "
          "do nothing."),
-        (["pretrain", "--workdir", str(workdir), *TINY, *FAST, "--host-devices", "2"],
+        (["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, "--host-devices", "2"],
          "keras-vit pretrain: error: --host-devices 2 is for --strategy mirrored or multi_worker or "
          "data_parallel or model_parallel; with --strategy none"),
     ):
@@ -325,4 +319,4 @@ def test_wrong_values_are_refused(tmp_path, capsys):
     assert not workdir.exists()
     assert not (tmp_path / "out.h5").exists()
     with pytest.raises(ValueError, match="--model-args: unknown ViT argument"):
-        tiny_config(model_args={"num_layrs": 2})
+        tiny_run_config(model_args={"num_layrs": 2})

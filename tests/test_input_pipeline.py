@@ -12,6 +12,7 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import tiny_run_config
 
 from keras_vit.data import concatenate_shards
 from keras_vit.data import input_pipeline
@@ -19,7 +20,6 @@ from keras_vit.data import load_source
 from keras_vit.data import preprocessing
 from keras_vit.distribution import Topology
 from keras_vit.training import RunError
-from keras_vit.training import resolve_config
 from keras_vit.training import run
 
 pytestmark = pytest.mark.backend_independent  # tf.data: the same bytes on every backend (test_cross_backend)
@@ -168,15 +168,11 @@ def test_the_shuffle_holds_encoded_images(sources):
 
 # -- hosts sharing one run -----------------------------------------------------
 
-def tiny_config(**overrides):
-    return resolve_config("digits", dict(steps=2, warmup_steps=1, batch_size=8, few_shot=[], **overrides))
-
-
 def test_data_shards_make_the_stream_independent_of_the_host_count(sources):
     """A run's data is read as data_shards parts: one pipeline reading all 4,
     2 pipelines reading 2 each, or 4 reading one, give the same global
     batches (each the parts' rows side by side)."""
-    config = tiny_config(data_shards=4, mixup=0.5)
+    config = tiny_run_config(steps=2, batch_size=8, data_shards=4, mixup=0.5)
     source = sources["digits"]
 
     def global_batches(pipelines):
@@ -194,12 +190,13 @@ def test_data_shards_make_the_stream_independent_of_the_host_count(sources):
 
 def test_data_shards_the_hosts_cannot_share_are_refused(tmp_path):
     with pytest.raises(RunError, match=r"data as 4 parts \(--data-shards 4\), which the 3 input pipelines"):
-        run.data_shards(tiny_config(data_shards=4), tmp_path, Topology(num_shards=3))
+        run.data_shards(tiny_run_config(steps=2, batch_size=8, data_shards=4), tmp_path, Topology(num_shards=3))
     with pytest.raises(RunError, match="--batch-size 8 does not split into the 3 parts"):
-        run.data_shards(tiny_config(data_shards=3), tmp_path, Topology(num_shards=1))
-    assert run.data_shards(tiny_config(), tmp_path, Topology(num_shards=2)) == 2  # one per pipeline
+        run.data_shards(tiny_run_config(steps=2, batch_size=8, data_shards=3), tmp_path, Topology(num_shards=1))
+    # one per pipeline
+    assert run.data_shards(tiny_run_config(steps=2, batch_size=8), tmp_path, Topology(num_shards=2)) == 2
     with pytest.raises(ValueError, match="--data-shards must be a positive integer"):
-        tiny_config(data_shards=0)
+        tiny_run_config(steps=2, batch_size=8, data_shards=0)
 
 
 def test_the_benchmark_reports_every_ratio_and_target(tmp_path):

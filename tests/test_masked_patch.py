@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import MASKED_PATCH_BACKBONE
 from helpers import save_and_reload
 from helpers import to_numpy
 from sklearn.datasets import load_digits
@@ -18,7 +19,6 @@ from keras_vit.training.masked_patch import masked_patch_loss
 from keras_vit.training.masked_patch import masked_patch_targets
 from keras_vit.training.masked_patch import masked_patch_to_vit
 
-TINY = dict(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
 RNG = np.random.default_rng(0)
 
 
@@ -225,7 +225,7 @@ def randomize_head(model):
 
 
 def test_backbone_is_a_vit_and_corruption_reaches_it():
-    model = MaskedPatchPredictor(**TINY)
+    model = MaskedPatchPredictor(**MASKED_PATCH_BACKBONE)
     randomize_head(model)
     vit = masked_patch_to_vit(model, num_classes=0)
     assert {v.path for v in vit.weights} == {
@@ -245,7 +245,7 @@ def test_backbone_is_a_vit_and_corruption_reaches_it():
 
 
 def test_config_and_keras_round_trip(tmp_path):
-    model = MaskedPatchPredictor(**TINY, num_registers=1, dropout_rate=0.1, name="mpp")
+    model = MaskedPatchPredictor(**MASKED_PATCH_BACKBONE, num_registers=1, dropout_rate=0.1, name="mpp")
     randomize_head(model)
     assert model.num_prefix_tokens == 2 and model.grid_size == (4, 4)
     config = model.get_config()
@@ -264,14 +264,14 @@ def test_presets_and_refusals():
     with pytest.raises(ValueError, match="hybrid with a ResNet stem"):
         MaskedPatchPredictor.from_preset("r50_vit_b16")
     with pytest.raises(ValueError, match="pooling 'gap' has no \\[class\\] token"):
-        masked_patch_to_vit(MaskedPatchPredictor(**TINY), 10, pooling="gap")
+        masked_patch_to_vit(MaskedPatchPredictor(**MASKED_PATCH_BACKBONE), 10, pooling="gap")
     with pytest.raises(ValueError, match=r"Unknown MaskedPatchPredictor argument\(s\) 'num_layrs', "
                        r"'pooling'. Valid ones: image_size, patch_size, num_layers"):
-        MaskedPatchPredictor(**TINY, num_layrs=2, pooling="gap")
+        MaskedPatchPredictor(**MASKED_PATCH_BACKBONE, num_layrs=2, pooling="gap")
 
 
 def test_mixed_bfloat16_trains_with_float32_logits():
-    model = MaskedPatchPredictor(**TINY, dtype="mixed_bfloat16")
+    model = MaskedPatchPredictor(**MASKED_PATCH_BACKBONE, dtype="mixed_bfloat16")
     assert model.get_layer("encoder_block_0").compute_dtype == "bfloat16"
     assert model.get_config()["dtype"]["config"]["name"] == "mixed_bfloat16"
     inputs, targets, weights = corrupted_batch(4)
@@ -302,7 +302,7 @@ def test_loss_falls_on_digits_below_the_colour_prior_and_fine_tunes():
     (_, eval_targets, eval_weights), = [tuple(np.asarray(t) for t in batch) for batch in evaluation]
     prior_loss = -np.log(prior[eval_targets[eval_weights == 1]]).mean()
 
-    model = MaskedPatchPredictor(**TINY)
+    model = MaskedPatchPredictor(**MASKED_PATCH_BACKBONE)
     model.compile(optimizer=keras.optimizers.Adam(3e-3), loss=masked_patch_loss(),
                   weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     before = model.evaluate(evaluation, verbose=0, return_dict=True)

@@ -7,7 +7,7 @@ import json
 import keras
 import numpy as np
 import pytest
-from helpers import TINY_RUN_ARGS as TINY
+from helpers import TINY_RUN_ARGS
 from helpers import to_numpy
 
 from keras_vit import ViT
@@ -50,7 +50,7 @@ def test_every_config_resolves_and_the_tables_hold():
 
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
     pre = tmp_path / "pre"
-    out = run(["pretrain", "--workdir", str(pre), *TINY, *FAST, "--image-size", "16"], capsys)
+    out = run(["pretrain", "--workdir", str(pre), *TINY_RUN_ARGS, *FAST, "--image-size", "16"], capsys)
     assert "test accuracy: " in out
     for name in ("config.json", "log.csv", "model.keras", "results.json", "checkpoints/ckpt-000000004.json"):
         assert (pre / name).exists(), name
@@ -66,14 +66,14 @@ def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
 
     # The same command again: the run is complete, nothing is trained or lost.
     weights = [to_numpy(w) for w in model.weights]
-    run(["pretrain", "--workdir", str(pre), *TINY, *FAST, "--image-size", "16"], capsys)
+    run(["pretrain", "--workdir", str(pre), *TINY_RUN_ARGS, *FAST, "--image-size", "16"], capsys)
     again = keras.saving.load_model(pre / "model.keras", safe_mode=True)
     for a, b in zip(weights, again.weights):
         np.testing.assert_array_equal(a, to_numpy(b))
 
     # Fine-tune at a higher resolution from the .keras file.
     ft = tmp_path / "ft"
-    out = run(["finetune", "--workdir", str(ft), *TINY, *FAST, "--image-size", "24",
+    out = run(["finetune", "--workdir", str(ft), *TINY_RUN_ARGS, *FAST, "--image-size", "24",
                "--init", str(pre / "model.keras")], capsys)
     tuned = keras.saving.load_model(ft / "model.keras", safe_mode=True)
     assert tuned.image_size == (24, 24) and tuned.grid_size == (6, 6)
@@ -86,7 +86,7 @@ def test_a_different_config_in_a_workdir_is_refused(tmp_path, capsys):
     (workdir / "checkpoints" / "ckpt-000000500.json").write_text("{}")  # it trained
     (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}).to_dict(), "backend": "x"}))
     before = (workdir / "config.json").read_text()
-    fails(["pretrain", "--workdir", str(workdir), *TINY, *FAST], capsys, "holds a run with a different config")
+    fails(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST], capsys, "holds a run with a different config")
     assert (workdir / "config.json").read_text() == before
     assert sorted(p.name for p in workdir.iterdir()) == ["checkpoints", "config.json"]
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == ["ckpt-000000500.json"]
@@ -177,11 +177,11 @@ def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
 
 def test_masked_patch_run_then_fine_tune_from_it(tmp_path, capsys):
     mpp = tmp_path / "mpp"
-    out = run(["masked-patch", "--workdir", str(mpp), *TINY, *FAST, "--image-size", "16"], capsys)
+    out = run(["masked-patch", "--workdir", str(mpp), *TINY_RUN_ARGS, *FAST, "--image-size", "16"], capsys)
     assert "final_loss" in out and "test accuracy" not in out
     pre = keras.saving.load_model(mpp / "model.keras", safe_mode=True)
     ft = tmp_path / "ft"
-    run(["finetune", "--workdir", str(ft), *TINY, *FAST, "--image-size", "16",
+    run(["finetune", "--workdir", str(ft), *TINY_RUN_ARGS, *FAST, "--image-size", "16",
          "--init", str(mpp / "model.keras")], capsys)
     tuned = keras.saving.load_model(ft / "model.keras", safe_mode=True)
     assert isinstance(tuned, ViT) and tuned.num_classes == 10
