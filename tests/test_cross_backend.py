@@ -28,6 +28,7 @@ from keras_vit.data import input_pipeline
 pytestmark = [pytest.mark.cross_backend, pytest.mark.slow]
 
 BACKENDS = ("tensorflow", "jax", "torch")
+PAIRS = list(itertools.combinations(BACKENDS, 2))
 HERE = keras.backend.backend()
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -90,12 +91,8 @@ def results(tmp_path_factory):
     return out
 
 
-def pairs():
-    return list(itertools.combinations(BACKENDS, 2))
-
-
 def test_same_logits_on_every_backend(results):
-    for a, b in pairs():
+    for a, b in PAIRS:
         diff = np.abs(results[a]["npz"] - results[b]["npz"]).max()
         print(f"{a} vs {b}: max |logit difference| = {diff:.2e}")
         assert diff < 1e-5, (a, b)
@@ -104,7 +101,7 @@ def test_same_logits_on_every_backend(results):
 def test_keras_file_loads_on_other_backends(results):
     for backend in BACKENDS:
         assert np.abs(results[backend]["keras"] - results[HERE]["model"]).max() < 1e-5, backend
-    for a, b in pairs():
+    for a, b in PAIRS:
         assert np.abs(results[a]["keras"] - results[b]["keras"]).max() < 1e-5, (a, b)
 
 
@@ -115,7 +112,7 @@ def test_same_batches_on_every_backend(results, stream):
     assert count == 4
     if stream == "host":
         assert results[HERE]["host_0"].shape == (4, 16, 16, 3)
-    for a, b in pairs():
+    for a, b in PAIRS:
         for i in range(count):
             key = f"{stream}_{i}"
             assert results[a][key].tobytes() == results[b][key].tobytes(), f"{a} vs {b}: {key} differs"

@@ -168,11 +168,15 @@ def test_the_shuffle_holds_encoded_images(sources):
 
 # -- hosts sharing one run -----------------------------------------------------
 
+# The run the data-shard checks plan: 2 updates of 8 images.
+SHARDED_RUN = dict(steps=2, batch_size=8)
+
+
 def test_data_shards_make_the_stream_independent_of_the_host_count(sources):
     """A run's data is read as data_shards parts: one pipeline reading all 4,
     2 pipelines reading 2 each, or 4 reading one, give the same global
     batches (each the parts' rows side by side)."""
-    config = tiny_run_config(steps=2, batch_size=8, data_shards=4, mixup=0.5)
+    config = tiny_run_config(**SHARDED_RUN, data_shards=4, mixup=0.5)
     source = sources["digits"]
 
     def global_batches(pipelines):
@@ -190,13 +194,13 @@ def test_data_shards_make_the_stream_independent_of_the_host_count(sources):
 
 def test_data_shards_the_hosts_cannot_share_are_refused(tmp_path):
     with pytest.raises(RunError, match=r"data as 4 parts \(--data-shards 4\), which the 3 input pipelines"):
-        run.data_shards(tiny_run_config(steps=2, batch_size=8, data_shards=4), tmp_path, Topology(num_shards=3))
+        run.data_shards(tiny_run_config(**SHARDED_RUN, data_shards=4), tmp_path, Topology(num_shards=3))
     with pytest.raises(RunError, match="--batch-size 8 does not split into the 3 parts"):
-        run.data_shards(tiny_run_config(steps=2, batch_size=8, data_shards=3), tmp_path, Topology(num_shards=1))
+        run.data_shards(tiny_run_config(**SHARDED_RUN, data_shards=3), tmp_path, Topology(num_shards=1))
     # one per pipeline
-    assert run.data_shards(tiny_run_config(steps=2, batch_size=8), tmp_path, Topology(num_shards=2)) == 2
+    assert run.data_shards(tiny_run_config(**SHARDED_RUN), tmp_path, Topology(num_shards=2)) == 2
     with pytest.raises(ValueError, match="--data-shards must be a positive integer"):
-        tiny_run_config(steps=2, batch_size=8, data_shards=0)
+        tiny_run_config(**SHARDED_RUN, data_shards=0)
 
 
 def test_the_benchmark_reports_every_ratio_and_target(tmp_path):

@@ -132,7 +132,7 @@ def input_pipeline(
         print(tuple(next(iter(host))[0].shape), source.shard(0, 2).num_examples)  # -> (16, 16, 16, 3) 646
 
         test = input_pipeline("digits", "test", image_size=16, batch_size=100, training=False)
-        print([int(tuple(x.shape)[0]) for x, _ in test])  # -> [100, 100, 100, 60]
+        print([int(x.shape[0]) for x, _ in test])   # -> [100, 100, 100, 60]
         ```
     """
     if isinstance(source, Source):
