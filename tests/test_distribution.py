@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import warnings
 
 import keras
@@ -227,26 +228,57 @@ def test_two_jax_processes_are_the_one_device_run(tmp_path, reference_two_hosts)
 
 # -- runs that survive ----------------------------------------------------------------
 
+def kill_at_file(process, fifo, written=None):
+    """SIGKILLs `process` from outside at a file it writes, as a scheduler
+    would: a FIFO in place of the temporary file (`files.write_atomic`
+    writes `<name>.tmp`, then renames it) stops the run there, since
+    opening a FIFO blocks until it has a reader.
+
+    With `written` None, the test is that reader: `open` returns once the
+    run has started writing `fifo`, and the run then blocks on the full
+    pipe (a checkpoint holds more than a pipe's 64 KiB). Otherwise the FIFO
+    gets no reader, and the kill comes once `written`, the file the run
+    writes just before, exists: the run cannot get past the FIFO either way.
+    """
+    os.mkfifo(fifo)
+    try:
+        if written is None:
+            with open(fifo, "rb"):
+                process.kill()
+        else:
+            deadline = time.monotonic() + 400
+            while not written.exists() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)  # a poll on the condition; the FIFO holds the run there
+            process.kill()
+        code, out = finish(process)
+        assert code == -signal.SIGKILL, (fifo.name, out[-3000:])
+    finally:
+        fifo.unlink()
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
-    """SIGKILL early (the first interval), mid-interval, while a checkpoint is
-    written, from outside at a random moment, and after a checkpoint was
-    damaged: the same command each time, and the end is the run never
-    interrupted."""
+    """SIGKILL from outside in the first interval (before any checkpoint),
+    while a checkpoint is written (its data in place, its record not yet),
+    at a random moment later on, and after a checkpoint was damaged: the
+    same command each time, and the end is the run never interrupted."""
     whole = tmp_path / "whole"
     run_ok(command(whole, *DROPOUT, script=True, base=RUN))
     workdir = tmp_path / "killed"
+    folder = workdir / "checkpoints"
     again = command(workdir, *DROPOUT, script=True, base=RUN)
-    for point in ("batch:1", "batch:3", "checkpoint:4"):
-        code, out = finish(launch(again, env={checkpoints.KILL_AT: point}))
-        assert code == -signal.SIGKILL, (point, out[-3000:])
-    steps = checkpoints.CheckpointManager(workdir / "checkpoints").steps()
+    folder.mkdir(parents=True)
+    kill_at_file(launch(again), folder / "ckpt-000000002.npz.tmp")
+    assert checkpoints.CheckpointManager(folder).steps() == []
+    kill_at_file(launch(again), folder / "ckpt-000000004.json.tmp", written=folder / "ckpt-000000004.npz")
+    steps = checkpoints.CheckpointManager(folder).steps()
     assert steps == [2], steps  # the checkpoint of step 4 lacks its record: it does not exist
-    assert (workdir / "checkpoints" / "ckpt-000000004.npz").exists()
+    assert (folder / "ckpt-000000004.npz").exists()
+    assert (whole / "checkpoints" / "ckpt-000000008.npz").stat().st_size > 64 * 1024  # fills a pipe
 
-    # From outside, once the checkpoint of step 4 is on disk (half the run to go).
+    # At a random moment, once the checkpoint of step 4 is on disk (half the run to go).
     process = launch(again)
-    record = workdir / "checkpoints" / "ckpt-000000004.json"
+    record = folder / "ckpt-000000004.json"
     for line in process.stdout:  # wait on the run's own output, not on time
         if record.exists():
             break
@@ -262,7 +294,7 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     assert f"Skipping checkpoint of step {newest}" in out and "damaged or partial" in out, out[-3000:]
 
     difference = max_difference(workdir, whole)
-    print(f"killed 5 times and resumed ({BACKEND}): max |weight - uninterrupted weight| = {difference:.2e}")
+    print(f"killed 3 times, a checkpoint damaged, resumed ({BACKEND}): max |weight - uninterrupted weight| = {difference:.2e}")
     assert difference <= 1e-6
     assert len(losses(workdir)) >= 4
     assert checkpoints.CheckpointManager(workdir / "checkpoints").steps() == [4, 6, 8]  # the newest 3

@@ -26,10 +26,8 @@ interval's checkpoint; the newest checkpoint stays the last finite one.
 
 import hashlib
 import json
-import os
 import pathlib
 import re
-import signal
 import warnings
 
 import keras
@@ -40,10 +38,6 @@ from keras_vit.files import write_atomic
 from keras_vit.weights import CheckpointError
 
 _NAME = re.compile(r"ckpt-(\d{9})\.json$")
-# Testing hook: "batch:N" kills this process (SIGKILL) after the N-th batch it trains,
-# "checkpoint:N" while writing the checkpoint of step N (the data in place,
-# its record not yet); nothing else reads it.
-KILL_AT = "KERAS_VIT_KILL_AT"
 
 
 class NonFiniteState(CheckpointError):
@@ -112,10 +106,6 @@ def _generic(path):
     return re.sub(r"_\d+(?=/|$)", "", path)
 
 
-def _kill_requested(kind, number):
-    return os.environ.get(KILL_AT) == f"{kind}:{number}"
-
-
 class CheckpointManager:
     """Writes, lists and reads the checkpoints of one run.
 
@@ -159,8 +149,6 @@ class CheckpointManager:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             write_atomic(data, lambda f: np.savez(f, **arrays))
-            if _kill_requested("checkpoint", step):
-                os.kill(os.getpid(), signal.SIGKILL)
             meta = {
                 "step": step, "epoch": epoch, "size": data.stat().st_size, "sha256": _sha256(data),
                 "variables": [[v.path, list(value.shape)] for v, value in zip(variables, values)],
@@ -241,7 +229,6 @@ class Checkpointing(keras.callbacks.Callback):
         self.accum_steps = accum_steps
         self.diverged_at = None
         self.diverged_because = None
-        self._batches = 0
         self._epoch = 0
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -255,13 +242,10 @@ class Checkpointing(keras.callbacks.Callback):
             self.manager.pending_rng = {}
 
     def on_train_batch_end(self, batch, logs=None):
-        self._batches += 1
         loss = (logs or {}).get("loss")
         if self.diverged_at is None and loss is not None and not np.isfinite(float(loss)):
             self._diverge(self._epoch * self.updates_per_epoch + batch // self.accum_steps + 1,
                                f"the loss is {float(loss)}")
-        if _kill_requested("batch", self._batches):
-            os.kill(os.getpid(), signal.SIGKILL)
 
     def on_epoch_end(self, epoch, logs=None):
         if self.diverged_at is not None:
