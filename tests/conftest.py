@@ -42,7 +42,7 @@ def _cache_folder(name):
 def _compiler_settings():
     """Compiled programs are kept in a persistent cache in the user's cache
     folder, which the two workers, the command-line runs the tests start
-    (the six runs of the killed-run test compile the same training step) and
+    (the five runs of the killed-run test compile the same training step) and
     later runs share; ``make test`` holds its time budget with the folders
     empty. On JAX, which compiles hundreds of small XLA programs each once,
     LLVM's cheapest optimization level also compiles them faster (14% of the
