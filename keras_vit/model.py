@@ -55,7 +55,7 @@ def build_layers(config, dtype=None):
     add(keras.layers.Dropout(c.dropout_rate, dtype=dtype, name="embedding_dropout"))
     norm = dict(epsilon=c.layer_norm_epsilon, dtype=dtype)
     if c.norm_pre:  # CLIP
-        add(keras.layers.LayerNormalization(**norm, name="norm_pre"))
+        add(vit_layers.LayerNormalization(**norm, name="norm_pre"))
     for i, name in enumerate(block_names(c.num_layers)):
         add(vit_layers.TransformerEncoder(
             c.num_heads, c.mlp_dim, dropout_rate=c.dropout_rate,
@@ -66,7 +66,7 @@ def build_layers(config, dtype=None):
             mlp_activation=c.mlp_activation, dtype=dtype, name=name,
         ))
     if not c.fc_norm:
-        add(keras.layers.LayerNormalization(**norm, name="encoder_norm"))
+        add(vit_layers.LayerNormalization(**norm, name="encoder_norm"))
     if c.pooling == "map":
         add(vit_layers.MultiHeadAttentionPooling(c.num_heads, c.mlp_dim, c.layer_norm_epsilon,
                                                  c.gelu_approximate, c.mlp_activation,
@@ -74,7 +74,7 @@ def build_layers(config, dtype=None):
     elif c.pooling != "none":
         add(vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype, name="pooling"))
     if c.fc_norm:  # timm: the final LayerNorm after pooling
-        add(keras.layers.LayerNormalization(**norm, name="fc_norm"))
+        add(vit_layers.LayerNormalization(**norm, name="fc_norm"))
     if c.distillation:
         add(vit_layers.TokenPooling("distillation", c.num_prefix_tokens, dtype=dtype,
                                     name="distillation_pooling"))

@@ -15,6 +15,7 @@ from helpers import value_and_gradient
 from keras_vit import ViT
 from keras_vit import kernels
 from keras_vit.kernels import projection
+from keras_vit.kernels import routes
 
 RNG = np.random.default_rng(0)
 BACKEND = keras.backend.backend()
@@ -280,6 +281,69 @@ def test_model_predict_after_fit_matches_its_forward():
         np.testing.assert_allclose(before, to_numpy(model(x)), rtol=1e-4, atol=1e-5)
         model.fit(x, y, epochs=1, verbose=0)
         assert np.abs(to_numpy(model.predict_on_batch(x)) - before).max() > 1e-3
+
+
+# -- routes ------------------------------------------------------------------------
+
+NAMES = {"JAX": "jax", "TensorFlow": "tensorflow", "PyTorch": "torch", "CPU": "cpu", "GPU": "gpu"}
+
+
+@pytest.mark.backend_independent
+def test_the_table_in_kernels_docstring_is_the_routes_table():
+    rows = set()
+    for line in kernels.__doc__.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or not cells[0].startswith("`") or cells[0] == "operation":
+            continue
+        operation, path = cells[0].strip("`"), cells[2].split("`")[1]
+        for where in cells[1].split(", "):
+            backend, *platform = where.split()
+            rows.add((operation, NAMES[backend], NAMES[platform[0]] if platform else None, path))
+    table = {(op, backend, platform, path)
+             for op, paths in kernels.FAST_PATHS.items() for (backend, platform), path in paths.items()}
+    assert rows == table, (rows - table, table - rows)
+
+
+def test_route_names_each_condition_here():
+    backend, platform = kernels.backend_platform()
+    assert kernels.backend_platform() == (keras.backend.backend(), routes._platform(backend))
+    assert routes._platform.cache_info().currsize >= 1  # looked up once per backend
+
+    def expected(operation):
+        paths = kernels.FAST_PATHS[operation]
+        return paths.get((backend, platform), paths.get((backend, None))) or routes.REFERENCE
+
+    dense = keras.layers.Dense(4)
+    dense.build((2, 8))
+    norm = keras.layers.LayerNormalization()
+    norm.build((2, 8))
+    x = np.zeros((2, 8), "float32")
+    q = np.zeros((2, 5, 2, 4), "float32")
+    assert kernels.route("dense", layer=dense) == expected("dense")
+    assert kernels.route("matmul") == expected("matmul")
+    assert kernels.route("gelu") == expected("gelu")
+    assert kernels.route("layer_norm", layer=norm, x=x) == expected("layer_norm")
+    attention = expected("attention")
+    if attention == "padded_cudnn":  # float32 and 5 tokens: Keras's path
+        attention = routes.REFERENCE
+    assert kernels.route("attention", query=q, key=q, training=True) == attention
+    # The weights asked for, or dropped out while training: written out, everywhere.
+    assert kernels.route("attention", query=q, key=q, weights=True) == routes.WEIGHTS
+    assert kernels.route("attention", query=q, key=q, training=True, dropout=True) == routes.WEIGHTS
+    assert kernels.route("attention", query=q, key=q, training=False, dropout=True) != routes.WEIGHTS
+    # What only the Keras layer computes.
+    dense.quantize("int8")
+    assert kernels.route("dense", layer=dense) == routes.REFERENCE
+    assert kernels.route("layer_norm", layer=keras.layers.LayerNormalization(center=False), x=x) == routes.REFERENCE
+    assert kernels.route("layer_norm", layer=keras.layers.LayerNormalization(axis=0), x=x) == routes.REFERENCE
+    # Export tracing: every operation its reference.
+    with kernels.keras_layers_only():
+        for operation in ("matmul", "gelu"):
+            assert kernels.route(operation) == routes.REFERENCE
+        assert kernels.route("layer_norm", layer=norm, x=x) == routes.REFERENCE
+        assert kernels.route("attention", query=q, key=q, weights=True) == routes.REFERENCE
+    with pytest.raises(ValueError, match="unknown operation 'softmax'; one of"):
+        kernels.route("softmax")
 
 
 # -- layout ----------------------------------------------------------------------

@@ -417,7 +417,7 @@ def _vit_backward(num_layers, written_out):
 
     original = module.layer_norm
     if not written_out:
-        module.layer_norm = lambda layer, x: layer(x)
+        module.layer_norm = module.layer_norm_reference  # Keras's computation, autodiff's gradient
     try:
         model = ViT(image_size=32, patch_size=8, num_layers=num_layers, num_heads=2, hidden_dim=16,
                     mlp_dim=32, num_classes=5)

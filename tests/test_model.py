@@ -1,5 +1,8 @@
 import dataclasses
+import pathlib
+from unittest import mock
 
+import keras
 import numpy as np
 import pytest
 from helpers import TINY
@@ -8,6 +11,7 @@ from helpers import to_numpy
 
 import keras_vit
 from keras_vit import ViT
+from keras_vit import kernels
 from keras_vit.presets import count_params
 
 
@@ -147,6 +151,29 @@ def test_keras_round_trip_and_config(images, tmp_path):
     # Stochastic depth rises linearly to the last block.
     assert model.get_layer("encoder_block_1").drop_path_rate == pytest.approx(0.1)
     assert model.get_layer("encoder_block_0").drop_path_rate == 0.0
+
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+@pytest.mark.parametrize("name", ["map_qk_norm_norm_pre", "gap_fc_norm"])
+def test_keras_files_saved_before_the_layer_norm_layer_load_with_their_logits(name):
+    # Saved on 2026-11-25 (torch) while LayerNorms were Keras's own layers
+    # and attention weights were computed in the layer: MAP pooling, qk-norm,
+    # CLIP's norm_pre, timm's fc_norm; every LayerNorm of today's model is a
+    # keras_vit.layers.LayerNormalization, and the file gives the logits it was saved with.
+    expected = np.load(DATA / "saved_2026_11_25_logits.npz")
+    model = keras.saving.load_model(DATA / f"saved_2026_11_25_{name}.keras")
+    assert isinstance(model, ViT)
+    np.testing.assert_allclose(to_numpy(model(expected["images"])), expected[name], rtol=1e-5, atol=1e-5)
+    gammas = [w for w in model.weights if w.path.endswith("/gamma")]
+    norms = [w.path.rsplit("/", 1)[0] for w in gammas]
+    assert len(norms) == (2 * 2 + 2 + 1 + 2 * 2 if name.startswith("map") else 2 + 1), norms
+    calls, layer_norm = [], kernels.layer_norm
+    with mock.patch.object(kernels, "layer_norm",
+                           side_effect=lambda layer, x: calls.append(layer.path) or layer_norm(layer, x)):
+        model(expected["images"])
+    assert sorted(calls) == sorted(norms)  # every LayerNorm through the kernel's route
 
 
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])

@@ -1,27 +1,10 @@
-"""Where a fast path may run: the backend and its platform, and the switch
-that turns every fast path off (export)."""
+"""The switch that turns every fast path off (export), and the helper of
+the kernels' written-out gradients."""
 
 import contextlib
 import threading
 
-import keras
-
 _state = threading.local()
-
-
-def backend_platform():
-    """``(backend, platform)``: ``"cpu"``, ``"gpu"``, ... for JAX and
-    TensorFlow; None for PyTorch, whose tensors carry their own device."""
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return backend, jax.default_backend()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return backend, "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
-    return backend, None
 
 
 @contextlib.contextmanager

@@ -3,18 +3,17 @@ the fastest path each backend has, beside its ``keras.ops`` reference
 (`attention_reference`). What each path gains, measured, is in
 docs/performance.md."""
 
-import keras
 from keras import ops
 
-from keras_vit.kernels._platform import backend_platform
-from keras_vit.kernels._platform import fast_paths_enabled
 from keras_vit.kernels._platform import upstream_gradient
+from keras_vit.kernels.routes import route
 
 
-def fused_attention(query, key, value, scale, training=None):
-    """``softmax(q kᵀ · scale) v`` through the backend's fused kernel.
+def fused_attention(query, key, value, scale, training=None, dropout=None, return_weights=False):
+    """``softmax(q kᵀ · scale) v`` through the path `routes.route` picks.
 
-    `attention_reference` (``keras.ops.dot_product_attention``), except:
+    `attention_reference` (``keras.ops.dot_product_attention``, or Eq. 5-8
+    written out when the weights are returned or dropped out), except:
 
     - JAX on a GPU in 16 bits with an odd number of tokens (197 with the
       [class] token): cuDNN's fused kernel takes gradients only of even
@@ -25,35 +24,48 @@ def fused_attention(query, key, value, scale, training=None):
       batched matmuls with the batch axes leading (Keras's two einsums over
       the tokens-first layout run slower there). JAX's inference (``training``
       falsy) maps it over the images (`per_image_attention`).
-    - PyTorch: Keras's path, ``scaled_dot_product_attention``.
 
     Args:
         query: ``(batch, Tq, heads, head_dim)``.
         key: ``(batch, Tk, heads, head_dim)``.
         value: ``(batch, Tk, heads, head_dim)``.
         scale: float. Multiplies ``q kᵀ`` (``head_dim ** -0.5``).
-        training: bool or None. Only chooses the kernel (JAX on a CPU): the
-            result is the same function either way, with gradients.
+        training: bool or None. Whether `dropout` is active; on JAX's CPU
+            it also chooses the kernel (the same function either way, with
+            gradients).
+        dropout: a ``keras.layers.Dropout`` on the weights, or None.
+        return_weights: bool. Also return the weights ``(batch, heads, Tq,
+            Tk)`` (float32).
 
     Returns:
-        ``(batch, Tq, heads, head_dim)``.
+        ``(batch, Tq, heads, head_dim)``, and the weights if `return_weights`.
     """
-    platform = backend_platform() if fast_paths_enabled() else None
-    if platform == ("jax", "gpu") and _odd_length_16_bits(query, key):
+    path = route("attention", query=query, key=key, training=training, weights=return_weights,
+                 dropout=dropout is not None and dropout.rate > 0)
+    if path == "padded_cudnn":
         try:
             return padded_attention(query, key, value, scale, implementation="cudnn")
         except (NotImplementedError, RuntimeError, ValueError):
             pass  # no cuDNN attention for this GPU, cuDNN or head size: Keras's path
-    if platform == ("jax", "cpu") and not training:
+    if path == "per_image":
         return per_image_attention(query, key, value, scale)
-    if platform in (("jax", "cpu"), ("tensorflow", "cpu")):
+    if path == "heads_first":
         return heads_first_attention(query, key, value, scale)
-    return attention_reference(query, key, value, scale)
+    return attention_reference(query, key, value, scale, training, dropout, return_weights)
 
 
-def attention_reference(query, key, value, scale):
-    """`fused_attention` in Keras alone: ``keras.ops.dot_product_attention``."""
-    return ops.dot_product_attention(query, key, value, scale=scale)
+def attention_reference(query, key, value, scale, training=None, dropout=None, return_weights=False):
+    """`fused_attention` in Keras alone: ``keras.ops.dot_product_attention``;
+    with the weights returned or dropped out, Eq. 5-8 written out: the
+    logits ``q kᵀ``, their softmax in float32 (under mixed precision too),
+    `dropout` on the weights, then ``weights · v``."""
+    if not return_weights and not (training and dropout is not None and dropout.rate > 0):
+        return ops.dot_product_attention(query, key, value, scale=scale)
+    logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+    weights = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+    dropped = weights if dropout is None else dropout(ops.cast(weights, query.dtype), training=training)
+    x = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value)
+    return (x, weights) if return_weights else x
 
 
 def heads_first_attention(query, key, value, scale):
@@ -127,11 +139,6 @@ def per_image_attention(query, key, value, scale):
         return heads_first_attention(q, k, v, scale)[0]
 
     return ops.map(one_image, (query, key, value))
-
-
-def _odd_length_16_bits(query, key):
-    odd = query.shape[1] % 2 == 1 or key.shape[1] % 2 == 1
-    return odd and keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
 
 
 def padded_attention(query, key, value, scale, implementation=None):

@@ -1,10 +1,11 @@
 """LayerNorm over the last axis, beside its reference: the Keras layer."""
 
+import keras
 from keras import ops
 
-from keras_vit.kernels._platform import backend_platform
-from keras_vit.kernels._platform import fast_paths_enabled
 from keras_vit.kernels._platform import upstream_gradient
+from keras_vit.kernels.routes import REFERENCE
+from keras_vit.kernels.routes import route
 
 
 def layer_norm(layer, x):
@@ -19,7 +20,8 @@ def layer_norm(layer, x):
     there; on XLA:CPU its reductions also end a chain that autodiff left (the
     residual stream's gradient recomputed in every consumer fusion, O(depth²)
     work). Elsewhere, for other axes or without centre and scale, and inside
-    `keras_layers_only`, it is ``layer(x)`` (`layer_norm_reference`).
+    `keras_layers_only`, it is the Keras layer's computation
+    (`layer_norm_reference`); `routes.route` decides.
 
     Args:
         layer: a built ``keras.layers.LayerNormalization``.
@@ -28,14 +30,7 @@ def layer_norm(layer, x):
     Returns:
         ``x``'s shape, in ``layer.compute_dtype``.
     """
-    axis = layer.axis if isinstance(layer.axis, int) else tuple(layer.axis)
-    plain = (
-        not fast_paths_enabled()
-        or backend_platform() not in (("jax", "cpu"), ("tensorflow", "cpu"))
-        or axis not in (-1, (-1,), x.ndim - 1, (x.ndim - 1,))
-        or not (layer.center and layer.scale) or layer.rms_scaling
-    )
-    if plain:
+    if route("layer_norm", layer=layer, x=x) == REFERENCE:
         return layer_norm_reference(layer, x)
     y = _layer_norm(ops.cast(x, "float32"), ops.cast(layer.gamma, "float32"),
                     ops.cast(layer.beta, "float32"), layer.epsilon)
@@ -43,8 +38,11 @@ def layer_norm(layer, x):
 
 
 def layer_norm_reference(layer, x):
-    """`layer_norm` in Keras alone: ``layer(x)``."""
-    return layer(x)
+    """`layer_norm` in Keras alone: ``keras.layers.LayerNormalization.call``
+    (what ``layer(x)`` computes; called directly, so that a
+    `keras_vit.layers.LayerNormalization`, whose ``call`` is `layer_norm`, computes
+    it too)."""
+    return keras.layers.LayerNormalization.call(layer, x)
 
 
 def _layer_norm(x, gamma, beta, epsilon):

@@ -13,33 +13,22 @@ where each op is a pass over memory, the same update runs here:
 docs/performance.md has what they gain.
 """
 
-import keras
 from keras import ops
 
-from keras_vit.kernels._platform import fast_paths_enabled
+from keras_vit.kernels.routes import route
 
 
 def tensorflow_kernel_applies(gradient, variable):
-    """TensorFlow, outside a distribution strategy (whose variables update
-    per replica), a dense gradient of a resource variable."""
-    if keras.backend.backend() != "tensorflow" or not fast_paths_enabled():
-        return False
-    import tensorflow as tf
-
-    return (
-        not tf.distribute.has_strategy()
-        and not isinstance(gradient, tf.IndexedSlices)
-        and hasattr(variable, "handle")  # Keras's variable, or its tf.Variable (in `update`)
-    )
+    """Whether `routes.route` sends this update to TensorFlow's kernels:
+    TensorFlow, outside a distribution strategy (whose variables update per
+    replica), a dense gradient of a resource variable."""
+    return route("optimizer", gradients=[gradient], variables=[variable]) == "resource_apply"
 
 
 def torch_kernel_applies(grads, variables):
-    """PyTorch, dense gradients, all variables of one device and dtype."""
-    if keras.backend.backend() != "torch" or not fast_paths_enabled():
-        return False
-    return all(not g.is_sparse for g in grads) and len(
-        {(v.value.device, v.value.dtype) for v in variables}
-    ) == 1
+    """Whether `routes.route` sends these updates to PyTorch's fused kernel:
+    dense gradients, all variables of one device and dtype."""
+    return route("optimizer", gradients=grads, variables=variables) == "fused"
 
 
 def adam_reference(variable, m, v, gradient, learning_rate, beta_1, beta_2, epsilon, t, assign):

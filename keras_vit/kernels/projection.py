@@ -15,12 +15,12 @@ What each gains, measured, is in docs/performance.md.
 import functools
 import math
 
-import keras
 from keras import ops
 
-from keras_vit.kernels._platform import backend_platform
-from keras_vit.kernels._platform import fast_paths_enabled
 from keras_vit.kernels._platform import upstream_gradient
+from keras_vit.kernels.routes import REFERENCE
+from keras_vit.kernels.routes import plain_projection
+from keras_vit.kernels.routes import route
 
 ACTIVATIONS = (None, "gelu", "gelu_approximate")
 
@@ -61,9 +61,8 @@ def dense(layer, x, activation=None):
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
-    input_axes = plain_projection(layer)
-    if input_axes and backend_platform() == ("jax", "cpu") and fast_paths_enabled():
-        y = _projection(layer, x, input_axes)
+    if route("dense", layer=layer) == "matmul":
+        y = _projection(layer, x, plain_projection(layer))
     else:
         y = layer(x)
     if activation is None:
@@ -77,31 +76,6 @@ def dense_reference(layer, x, activation=None):
     if activation is None:
         return y
     return ops.gelu(y, approximate=activation == "gelu_approximate")
-
-
-def plain_projection(layer):
-    """How many trailing axes of the input a float, non-LoRA ``Dense`` or
-    ``EinsumDense`` without activation contracts with the leading axes of its
-    kernel (1 for ``Dense``); None for any other layer, which only its own
-    ``call`` computes as Keras would."""
-    if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
-        return None
-    if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
-        return None
-    if layer.activation is not keras.activations.linear:
-        return None
-    if isinstance(layer, keras.layers.Dense):
-        return 1
-    equation = layer.equation
-    if "." in equation:
-        return None
-    inputs, rest = equation.split(",")
-    kernel, output = rest.split("->")
-    contracted = [axis for axis in kernel if axis in inputs]
-    n = len(contracted)
-    if not n or kernel[:n] != inputs[-n:] or output != inputs[:-n] + kernel[n:]:
-        return None
-    return n
 
 
 def _projection(layer, x, input_axes):
@@ -130,7 +104,7 @@ def matmul(x, kernel):
     (``jax.lax.optimization_barrier``): XLA:CPU otherwise runs the two
     independent GEMMs at once, on the same few cores. Autodiff's numbers.
     """
-    if backend_platform() != ("jax", "cpu") or not fast_paths_enabled():
+    if route("matmul") != "sequential_gradient":
         return ops.matmul(x, kernel)
     return _jax_sequential_matmul()(x, kernel)
 
@@ -175,8 +149,7 @@ def gelu(x, approximate=True):
     Returns:
         ``x``'s shape and dtype.
     """
-    platform = backend_platform()
-    if not fast_paths_enabled() or (platform[0] != "tensorflow" and platform != ("jax", "cpu")):
+    if route("gelu") == REFERENCE:
         return gelu_reference(x, approximate)
     return (_gelu_tanh if approximate else _gelu_erf)(x)
 
@@ -232,7 +205,7 @@ _XLA = {}  # function -> its tf.function(jit_compile=True), one per function
 def _fused(fn):
     """``fn`` compiled by XLA on TensorFlow's CPU (its elementwise ops fused
     into one kernel), else ``fn`` itself: measured on the CPU only."""
-    if backend_platform() != ("tensorflow", "cpu"):
+    if route("gelu") != "xla_gradient_from_x":
         return fn
     if fn not in _XLA:
         import tensorflow as tf

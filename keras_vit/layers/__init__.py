@@ -4,6 +4,7 @@ from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
@@ -20,6 +21,7 @@ __all__ = [
     "BottleneckUnit",
     "ClassToken",
     "DropPath",
+    "LayerNormalization",
     "MlpBlock",
     "MultiHeadAttentionPooling",
     "MultiHeadDotProductAttention",

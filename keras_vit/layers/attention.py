@@ -1,9 +1,10 @@
 """Multi-head dot-product attention (Eq. 5-8 of the paper's Appendix A)."""
 
 import keras
-from keras import ops
 
 from keras_vit import kernels
+from keras_vit.layers.layer_norm import LayerNormalization
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class MultiHeadDotProductAttention(keras.layers.Layer):
@@ -16,11 +17,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     The projections are Keras ``EinsumDense`` layers, called through
     `keras_vit.kernels.dense` (so quantization, float8 and LoRA apply to
-    them); the attention itself runs through
-    `keras_vit.kernels.fused_attention` (``keras.ops.dot_product_attention``
-    or a faster path with its numbers). When the weights are asked for, or
-    attention dropout is active, it is computed explicitly (the same numbers),
-    with the softmax in float32 under mixed precision.
+    them); the attention itself, with the weights when they are asked for or
+    dropped out, runs through `keras_vit.kernels.fused_attention` (Keras's
+    ``dot_product_attention``, the weights written out, or a faster path with
+    their numbers; the softmax in float32 under mixed precision).
 
     Args:
         num_heads: int. Number of heads.
@@ -121,7 +121,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         self.out.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
         if self.qk_norm:
             self.query_norm, self.key_norm = (
-                keras.layers.LayerNormalization(epsilon=self.norm_epsilon, dtype=self.dtype_policy,
+                LayerNormalization(epsilon=self.norm_epsilon, dtype=self.dtype_policy,
                                                 name=name)
                 for name in ("query_norm", "key_norm")
             )
@@ -135,15 +135,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         v = kernels.dense(self.value, value)
         if self.qk_norm:
             q, k = self.query_norm(q), self.key_norm(k)
-        scale = self._head_dim**-0.5
-        weights = None
-        if return_attention_scores or (training and self.dropout_rate > 0):
-            logits = ops.einsum("bqhd,bkhd->bhqk", q, k)
-            weights = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
-            dropped = self.dropout(ops.cast(weights, q.dtype), training=training)
-            x = ops.einsum("bhqk,bkhd->bqhd", dropped, v)
-        else:
-            x = kernels.fused_attention(q, k, v, scale, training=training)
+        x = kernels.fused_attention(q, k, v, self._head_dim**-0.5, training=training,
+                                    dropout=self.dropout, return_weights=return_attention_scores)
+        if return_attention_scores:
+            x, weights = x
         x = kernels.dense(self.out, x)  # (batch, Tq, D)
         return (x, weights) if return_attention_scores else x
 

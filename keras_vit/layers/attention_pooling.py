@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import MultiHeadDotProductAttention
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -56,7 +57,7 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         self.attention = MultiHeadDotProductAttention(
             self.num_heads, dtype=self.dtype_policy, name="attention"
         )
-        self.norm = keras.layers.LayerNormalization(
+        self.norm = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
         )
 

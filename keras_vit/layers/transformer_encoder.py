@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
-from keras_vit import kernels
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.layer_norm import LayerNormalization
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -101,7 +101,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.qk_norm = bool(qk_norm)
         self.mlp_activation = mlp_activation
         policy = self.dtype_policy
-        self.norm1 = keras.layers.LayerNormalization(
+        self.norm1 = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
         )
         self.attention = MultiHeadDotProductAttention(
@@ -112,7 +112,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=policy, name="dropout"
         )
-        self.norm2 = keras.layers.LayerNormalization(
+        self.norm2 = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2"
         )
         self.mlp = MlpBlock(
@@ -144,7 +144,7 @@ class TransformerEncoder(keras.layers.Layer):
         return x * ops.cast(self.layer_scale[index], x.dtype)
 
     def call(self, x, training=None, return_attention_scores=False, num_queries=None):
-        tokens = kernels.layer_norm(self.norm1, x)
+        tokens = self.norm1(x)
         queries = tokens
         if num_queries is not None:
             if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
@@ -158,7 +158,7 @@ class TransformerEncoder(keras.layers.Layer):
             y, scores = y
         y = self.dropout(y, training=training)
         x = x + self.drop_path(self._scaled(y, 0), training=training)
-        y = self.mlp(kernels.layer_norm(self.norm2, x), training=training)
+        y = self.mlp(self.norm2(x), training=training)
         x = x + self.drop_path(self._scaled(y, 1), training=training)
         return (x, scores) if return_attention_scores else x
 

@@ -1,0 +1,175 @@
+"""Which path each operation takes: one table of fast paths (`FAST_PATHS`)
+and one predicate (`route`) that names every condition under which an
+operation leaves its fast path for its Keras reference.
+
+Every projection (`dense`, `matmul`), GELU, LayerNormalization, attention and
+optimizer update in keras_vit asks `route` and nothing else. The platform
+is looked up once per backend (`backend_platform`); inside a traced
+function (``jit``, ``tf.function``) the question is asked once, while
+tracing.
+"""
+
+import functools
+
+import keras
+
+from keras_vit.kernels._platform import fast_paths_enabled
+
+# operation -> {(backend, platform): fast path}; platform None: any device.
+# Anything not listed runs the operation's Keras reference.
+FAST_PATHS = {
+    "dense": {("jax", "cpu"): "matmul"},
+    "matmul": {("jax", "cpu"): "sequential_gradient"},
+    "gelu": {("jax", "cpu"): "gradient_from_x", ("tensorflow", "cpu"): "xla_gradient_from_x"},
+    "layer_norm": {("jax", "cpu"): "written_out_gradient", ("tensorflow", "cpu"): "written_out_gradient"},
+    "attention": {
+        ("jax", "cpu"): "heads_first",  # "per_image" for inference
+        ("tensorflow", "cpu"): "heads_first",
+        ("jax", "gpu"): "padded_cudnn",  # 16 bits, an odd number of tokens
+    },
+    "optimizer": {("tensorflow", None): "resource_apply", ("torch", None): "fused"},
+}
+REFERENCE = "reference"
+WEIGHTS = "weights"  # attention that returns or drops out its weights: computed explicitly
+
+
+def backend_platform():
+    """``(backend, platform)``: ``"cpu"``, ``"gpu"``, ... for JAX and
+    TensorFlow, looked up once per backend; None for PyTorch, whose tensors
+    carry their own device."""
+    backend = keras.backend.backend()
+    return backend, _platform(backend)
+
+
+@functools.cache
+def _platform(backend):
+    if backend == "jax":
+        import jax
+
+        return jax.default_backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        return "gpu" if tf.config.list_logical_devices("GPU") else "cpu"
+    return None
+
+
+def _fast_path(operation):
+    backend, platform = backend_platform()
+    paths = FAST_PATHS[operation]
+    return paths.get((backend, platform), paths.get((backend, None)))
+
+
+def route(operation, *, layer=None, x=None, query=None, key=None, training=None, weights=False,
+          dropout=False, gradients=(), variables=()):
+    """The path `operation` takes here: a name from `FAST_PATHS`,
+    `REFERENCE` (its Keras layer or ``keras.ops``), or for attention
+    `WEIGHTS` (the weights computed explicitly).
+
+    The conditions, in order:
+
+    1. Inside `keras_layers_only` (`ViT.export` traces there): `REFERENCE`.
+    2. What the Keras layer itself must compute: a ``dense`` whose layer is
+       quantized (int8, int4, float8), LoRA-enabled, has an activation or an
+       equation other than a plain contraction (`plain_projection`);
+       a ``layer_norm`` not over the last axis, without centre and scale, or
+       RMS-scaled: `REFERENCE`.
+    3. ``attention`` whose weights are asked for (`weights`) or dropped out
+       (`dropout`, while `training`): `WEIGHTS`, on every backend.
+    4. The backend and platform have no fast path for the operation:
+       `REFERENCE`.
+    5. What the fast path needs: JAX's padded cuDNN attention a 16-bit
+       `query` with an odd number of query or `key` tokens; TensorFlow's
+       ``ResourceApply*`` kernels no distribution strategy, dense
+       `gradients` and resource `variables`; PyTorch's fused update dense
+       `gradients` and `variables` of one device and dtype. Otherwise
+       `REFERENCE`.
+    6. ``attention`` on JAX's CPU outside training: ``"per_image"``.
+
+    Args:
+        operation: a key of `FAST_PATHS`.
+        layer: the Keras layer of ``dense`` and ``layer_norm``.
+        x: the input of ``layer_norm``.
+        query, key: the attention's inputs, ``(batch, T, heads, head_dim)``.
+        training: bool or None.
+        weights, dropout: bool. Attention weights returned; attention
+            dropout rate > 0.
+        gradients, variables: an optimizer update's.
+
+    Returns:
+        str.
+    """
+    if operation not in FAST_PATHS:
+        raise ValueError(f"unknown operation {operation!r}; one of {sorted(FAST_PATHS)}.")
+    if not fast_paths_enabled():
+        return REFERENCE
+    if operation == "dense" and plain_projection(layer) is None:
+        return REFERENCE
+    if operation == "layer_norm" and not _plain_layer_norm(layer, x):
+        return REFERENCE
+    if operation == "attention" and (weights or (training and dropout)):
+        return WEIGHTS
+    path = _fast_path(operation)
+    if path is None:
+        return REFERENCE
+    if path == "padded_cudnn" and not _odd_length_16_bits(query, key):
+        return REFERENCE
+    if path == "resource_apply" and not _tensorflow_update(gradients, variables):
+        return REFERENCE
+    if path == "fused" and not _torch_update(gradients, variables):
+        return REFERENCE
+    if path == "heads_first" and backend_platform() == ("jax", "cpu") and not training:
+        return "per_image"
+    return path
+
+
+def plain_projection(layer):
+    """How many trailing axes of the input a float, non-LoRA ``Dense`` or
+    ``EinsumDense`` without activation contracts with the leading axes of its
+    kernel (1 for ``Dense``); None for any other layer, which only its own
+    ``call`` computes as Keras would."""
+    if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
+        return None
+    if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
+        return None
+    if layer.activation is not keras.activations.linear:
+        return None
+    if isinstance(layer, keras.layers.Dense):
+        return 1
+    equation = layer.equation
+    if "." in equation:
+        return None
+    inputs, rest = equation.split(",")
+    kernel, output = rest.split("->")
+    contracted = [axis for axis in kernel if axis in inputs]
+    n = len(contracted)
+    if not n or kernel[:n] != inputs[-n:] or output != inputs[:-n] + kernel[n:]:
+        return None
+    return n
+
+
+def _plain_layer_norm(layer, x):
+    axis = layer.axis if isinstance(layer.axis, int) else tuple(layer.axis)
+    last = x.ndim - 1
+    return axis in (-1, (-1,), last, (last,)) and layer.center and layer.scale and not layer.rms_scaling
+
+
+def _odd_length_16_bits(query, key):
+    odd = query.shape[1] % 2 == 1 or key.shape[1] % 2 == 1
+    return odd and keras.backend.standardize_dtype(query.dtype) in ("bfloat16", "float16")
+
+
+def _tensorflow_update(gradients, variables):
+    import tensorflow as tf
+
+    return (
+        not tf.distribute.has_strategy()
+        and not any(isinstance(g, tf.IndexedSlices) for g in gradients)
+        and all(hasattr(v, "handle") for v in variables)  # Keras's variable, or its tf.Variable
+    )
+
+
+def _torch_update(gradients, variables):
+    return all(not g.is_sparse for g in gradients) and len(
+        {(v.value.device, v.value.dtype) for v in variables}
+    ) == 1
