@@ -22,6 +22,7 @@ import pathlib
 import sys
 
 from keras_vit import files
+from keras_vit.config import is_int
 from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.model import ViT
 from keras_vit.weights import WRITE_FORMATS
@@ -56,7 +57,7 @@ def _int_at_least(minimum, words):
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < minimum:
+        if not is_int(value, minimum):
             raise argparse.ArgumentTypeError(f"expected {words}, got {text!r}")
         return value
 

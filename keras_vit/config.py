@@ -225,9 +225,13 @@ def resolve_config(config, fields):
     return config.replace(**fields) if fields else config
 
 
-def is_int(value):
-    """Whether `value` is an integer (a Python or NumPy int, not a bool)."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+def is_int(value, at_least=None):
+    """Whether `value` is an integer (a Python or NumPy int, not a bool), and
+    at least `at_least` when given: the package's one check of a count
+    (``is_int(v, 1)``: a positive integer)."""
+    if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+        return False
+    return at_least is None or value >= at_least
 
 
 def pair(value, name):
@@ -239,7 +243,7 @@ def pair(value, name):
         value = tuple(value)
     except TypeError:
         value = (value,)
-    if len(value) != 2 or not all(is_int(v) and v > 0 for v in value):
+    if len(value) != 2 or not all(is_int(v, 1) for v in value):
         raise ValueError(
             f"`{name}` must be a positive int or a pair of positive ints, got {value!r}."
         )
@@ -261,5 +265,5 @@ def _is_number(value):
 
 
 def _check_int(name, value, lowest):
-    if not (is_int(value) and value >= lowest):
+    if not is_int(value, lowest):
         raise ValueError(f"`{name}` must be an int >= {lowest}, got {value!r}.")

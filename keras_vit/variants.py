@@ -5,6 +5,7 @@ that Keras quantizes and adapts."""
 import keras
 
 from keras_vit import layers as vit_layers
+from keras_vit.config import is_int
 from keras_vit.config import pair
 from keras_vit.weights import transfer_weights
 
@@ -89,7 +90,7 @@ def enable_lora(model, rank, target=PROJECTION_NAMES, lora_alpha=None):
         raise ValueError(
             f"LoRA targets must be among {PROJECTION_NAMES}, got {target!r}."
         )
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+    if not is_int(rank, 1):
         raise ValueError(f"`rank` must be an int >= 1, got {rank!r}.")
     adapted = [
         layer for path, layer in projections(model).items()

@@ -153,9 +153,9 @@ def input_pipeline(
         )
     area_range = _check_area_range(area_range or preprocessing.AREA_RANGES.get(preprocess))
     for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer)):
-        if not is_int(value) or value < 1:
+        if not is_int(value, 1):
             raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    if not is_int(start_batch) or start_batch < 0:
+    if not is_int(start_batch, 0):
         raise ValueError(f"`start_batch` must be an int >= 0, got {start_batch!r}.")
     if not is_int(seed):
         raise ValueError(f"`seed` must be an int, got {seed!r}.")

@@ -17,6 +17,7 @@ NumPy arrays.
 import keras
 import numpy as np
 
+from keras_vit.config import is_int
 from keras_vit.model import ViT
 from keras_vit.config import uses_class_token
 
@@ -220,7 +221,7 @@ def patch_embedding_components(model, n=28):
     ph, pw, channels, hidden = kernel.shape
     filters = kernel.reshape(-1, hidden).T.astype("float64")  # (D, P*P*C)
     limit = max_components(model)
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= limit:
+    if not is_int(n, 1) or n > limit:
         raise ValueError(f"`n` must be an int in [1, {limit}] for this model, got {n!r}.")
     centred = filters - filters.mean(axis=0)
     _, _, components = np.linalg.svd(centred, full_matrices=False)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.config import is_int
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_norm import LayerNormalization
@@ -147,7 +148,7 @@ class TransformerEncoder(keras.layers.Layer):
         tokens = self.norm1(x)
         queries = tokens
         if num_queries is not None:
-            if isinstance(num_queries, bool) or not isinstance(num_queries, int) or num_queries < 1:
+            if not is_int(num_queries, 1):
                 raise ValueError(f"num_queries must be a positive int or None, got {num_queries!r}.")
             x, queries = x[:, :num_queries], tokens[:, :num_queries]
         y = self.attention(

@@ -14,6 +14,7 @@ import math
 import numbers
 
 from keras_vit.config import FIELDS as MODEL_FIELDS
+from keras_vit.config import is_int
 from keras_vit.distribution import check_strategy
 from keras_vit.presets import preset_config
 
@@ -137,10 +138,6 @@ def _number(value):
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive_int(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
 def check_config(config):
     """Clear errors for settings that cannot run, before anything starts:
     every count a positive integer, every rate a finite number in its range,
@@ -150,7 +147,7 @@ def check_config(config):
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {config.kind!r}.")
     for key in ("steps", "batch_size", "accum_steps"):
         value = getattr(config, key)
-        if not _positive_int(value):
+        if not is_int(value, 1):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
     if config.batch_size % config.accum_steps:
         raise ValueError(
@@ -178,10 +175,10 @@ def check_config(config):
     if polyak is not None and (not _number(polyak) or not 0 < polyak < 1):
         raise ValueError(f"--polyak is the averaging momentum, a number in (0, 1) such as 0.9999, "
                          f"got {polyak!r}.")
-    if not isinstance(config.seed, int) or isinstance(config.seed, bool):
+    if not is_int(config.seed):
         raise ValueError(f"--seed must be an integer, got {config.seed!r}.")
     few_shot = config.few_shot
-    if not isinstance(few_shot, (list, tuple)) or not all(map(_positive_int, few_shot)):
+    if not isinstance(few_shot, (list, tuple)) or not all(is_int(n, 1) for n in few_shot):
         raise ValueError(f"--few-shot must be positive integers (shots per class) such as 1,5,10, "
                          f"got {config.few_shot!r}.")
     if config.dtype not in DTYPES:
@@ -198,7 +195,7 @@ def check_config(config):
         )
     lora_rank = config.lora_rank
     if lora_rank is not None:
-        if not _positive_int(lora_rank):
+        if not is_int(lora_rank, 1):
             raise ValueError(f"--lora-rank must be a positive integer, got {lora_rank!r}.")
         if config.kind != "finetune":
             raise ValueError(
@@ -208,9 +205,9 @@ def check_config(config):
             )
     for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
         value = getattr(config, key)
-        if not _positive_int(value):
+        if not is_int(value, 1):
             raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
-    if config.data_shards is not None and not _positive_int(config.data_shards):
+    if config.data_shards is not None and not is_int(config.data_shards, 1):
         raise ValueError(f"--data-shards must be a positive integer (or None: one part per input "
                          f"pipeline), got {config.data_shards!r}.")
     check_strategy(config.strategy)

@@ -23,6 +23,7 @@ import numbers
 
 import keras
 
+from keras_vit.config import is_int
 from keras_vit.kernels import optimizers as fused
 from keras_vit.training.schedules import learning_rate_schedule
 
@@ -321,8 +322,7 @@ def _common_arguments(base_lr, total_steps, warmup_steps, decay_type, grad_norm_
     for key, argument in _SET_BY_ARGUMENTS.items():
         if key in kwargs:
             raise ValueError(f"Got `{key}`, which this function sets itself; use `{argument}`.")
-    if isinstance(accum_steps, bool) or not isinstance(accum_steps, numbers.Integral) \
-            or accum_steps < 1:
+    if not is_int(accum_steps, 1):
         raise ValueError(
             f"`accum_steps` must be an int >= 1 (1 for no accumulation), got {accum_steps!r}."
         )

@@ -11,11 +11,13 @@ import numbers
 
 import keras
 
+from keras_vit.config import is_int
+
 DECAY_TYPES = ("cosine", "linear")
 
 
 def _check_int(value, name, minimum):
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if not is_int(value, minimum):
         raise ValueError(f"`{name}` must be an int >= {minimum}, got {value!r}.")
     return int(value)
 
