@@ -2,6 +2,7 @@
 directory on every backend, fine-tuning from it, and every bad input refused
 with a clear error before training starts."""
 
+import dataclasses
 import json
 
 import keras
@@ -13,6 +14,7 @@ from helpers import to_numpy
 from keras_vit import ViT
 from keras_vit.cli import main
 from keras_vit.training import CONFIGS
+from keras_vit.training import RunConfig
 from keras_vit.training import resolve_config
 
 FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2"]
@@ -44,8 +46,27 @@ def test_every_config_resolves_and_the_tables_hold():
     assert resolve_config("i1k-b16", {}).decay_type == "cosine"
     cifar = resolve_config("ft-cifar10", {"batch_size": 512, "accum_steps": 8})
     assert (cifar.steps, cifar.image_size, cifar.train_split, cifar.lr_grid) == (
-        10_000, 384, "train[:98%]", [0.001, 0.003, 0.01, 0.03])
+        10_000, 384, "train[:98%]", (0.001, 0.003, 0.01, 0.03))
     assert resolve_config("ft-pets", {}).steps == 500
+
+
+@pytest.mark.backend_independent
+def test_a_run_config_is_deeply_immutable_and_its_json_round_trips():
+    model_args = {"num_layers": 2, "hidden_dim": 32, "num_heads": 4, "mlp_dim": 64}
+    few_shot = [1, 5]
+    config = resolve_config("digits", {"model_args": model_args, "few_shot": few_shot})
+    model_args["num_layers"], few_shot[0] = 12, 10  # the caller's objects, edited later
+    assert config.model_args["num_layers"] == 2 and config.few_shot == (1, 5)
+    with pytest.raises(TypeError):
+        config.model_args["num_layers"] = 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.steps = 1
+    with pytest.raises(TypeError):
+        CONFIGS["digits"] = config
+    record = config.to_dict()
+    assert isinstance(record["model_args"], dict) and record["few_shot"] == [1, 5]
+    assert json.loads(json.dumps(record)) == record
+    assert RunConfig.from_dict(record) == config
 
 
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):

@@ -12,6 +12,8 @@ import dataclasses
 import json
 import math
 import numbers
+import types
+from collections.abc import Mapping
 
 from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.config import is_int
@@ -44,7 +46,8 @@ DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """One training run's settings: a row of Table 3 or 4 (or a digits
-    config) with the command line's flags applied. Frozen and checked on
+    config) with the command line's flags applied. Deeply immutable (its
+    lists are tuples, `model_args` a read-only mapping) and checked on
     construction (`check_config`): a ValueError names the flag, what it got
     and what it takes.
 
@@ -72,14 +75,14 @@ class RunConfig:
     train_split: str = "train"
     eval_split: str = "test"
     model: str = "vit_b16"
-    model_args: dict = dataclasses.field(default_factory=dict)
+    model_args: Mapping = dataclasses.field(default_factory=dict)
     image_size: int = 224
     batch_size: int = 512
     accum_steps: int = 1
     steps: int = 1000
     warmup_steps: int = 0
     base_lr: float = 1e-3
-    lr_grid: list = dataclasses.field(default_factory=list)
+    lr_grid: tuple = ()
     decay_type: str = "cosine"
     weight_decay: float = 0.0
     grad_norm_clip: float | None = 1.0
@@ -91,9 +94,9 @@ class RunConfig:
     head_bias_init: float = 0.0
     polyak: float | None = None
     preprocess: str = "inception"
-    area_range: list | None = None
+    area_range: tuple | None = None
     flip: bool = True
-    randaugment: list | None = None
+    randaugment: tuple | None = None
     mixup: float = 0.0
     cutmix: float = 0.0
     dtype: str = "float32"
@@ -105,12 +108,14 @@ class RunConfig:
     steps_per_execution: int = 1
     checkpoint_every: int = 1000
     keep_checkpoints: int = 3
-    few_shot: list = dataclasses.field(default_factory=list)
+    few_shot: tuple = ()
     epochs: float | None = None
 
     def __post_init__(self):
-        if isinstance(self.model_args, dict):  # a copy of its own (else refused below)
-            object.__setattr__(self, "model_args", dict(self.model_args))
+        # Deeply immutable: lists become tuples and dicts read-only mappings
+        # of their own (a caller's later edits do not reach the config).
+        for field in dataclasses.fields(self):
+            object.__setattr__(self, field.name, _frozen(getattr(self, field.name)))
         check_config(self)
 
     def replace(self, **changes):
@@ -118,8 +123,9 @@ class RunConfig:
         return type(self).from_dict({**self.to_dict(), **changes})
 
     def to_dict(self):
-        """The fields as JSON data (what a run's config.json records)."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """The fields as JSON data (what a run's config.json records): lists
+        and dicts."""
+        return json.loads(json.dumps({f.name: _thawed(getattr(self, f.name)) for f in dataclasses.fields(self)}))
 
     @classmethod
     def from_dict(cls, config):
@@ -132,6 +138,24 @@ class RunConfig:
 
 
 FIELDS = tuple(field.name for field in dataclasses.fields(RunConfig))
+
+
+def _frozen(value):
+    """`value` with every list a tuple and every dict a read-only mapping, deeply."""
+    if isinstance(value, Mapping):
+        return types.MappingProxyType({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value):
+    """`_frozen`'s inverse: mappings as dicts and tuples as lists, for JSON."""
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_thawed(item) for item in value]
+    return value
 
 
 def _number(value):
@@ -217,7 +241,7 @@ def check_config(config):
 def _check_model_args(model_args):
     """`model_args` holds ViT arguments (`keras_vit.ViTConfig` fields) that
     the recipe does not set itself."""
-    if not isinstance(model_args, dict):
+    if not isinstance(model_args, Mapping):
         raise ValueError(f"--model-args must be KEY=VALUE pairs (a dict), got {model_args!r}.")
     unknown = sorted(set(model_args) - set(MODEL_FIELDS))
     if unknown:
@@ -265,7 +289,7 @@ _GRID = [0.001, 0.003, 0.01, 0.03]
 
 _DIGITS_MODEL = dict(patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128)
 
-CONFIGS = {
+_ROWS = {
     # -- Table 3: pre-training (batch 4096, 10k warm-up, Adam 0.9/0.999, clip 1) --
     "jft-b16": _pretrain("jft300m", "vit_b16", 7, 8e-4, "linear", 0.1, 0.0, "ViT-B/16, JFT-300M"),
     "jft-b32": _pretrain("jft300m", "vit_b32", 7, 8e-4, "linear", 0.1, 0.0, "ViT-B/32, JFT-300M"),
@@ -335,7 +359,8 @@ CONFIGS = {
     ),
 }
 
-CONFIGS = {name: RunConfig(name=name, **config) for name, config in CONFIGS.items()}
+# name -> RunConfig, read-only.
+CONFIGS = types.MappingProxyType({name: RunConfig(name=name, **row) for name, row in _ROWS.items()})
 
 
 def get_config(name):
