@@ -67,6 +67,7 @@ def test_a_run_config_is_deeply_immutable_and_its_json_round_trips():
     assert isinstance(record["model_args"], dict) and record["few_shot"] == [1, 5]
     assert json.loads(json.dumps(record)) == record
     assert RunConfig.from_dict(record) == config
+    assert resolve_config("ft-cifar10", {"batch_size": 512, "accum_steps": 8}).micro_batch_size == 64
 
 
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):

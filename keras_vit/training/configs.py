@@ -118,6 +118,12 @@ class RunConfig:
             object.__setattr__(self, field.name, _frozen(getattr(self, field.name)))
         check_config(self)
 
+    @property
+    def micro_batch_size(self):
+        """``batch_size // accum_steps``: the images of one forward and
+        backward pass (``batch_size`` when gradients are not accumulated)."""
+        return self.batch_size // self.accum_steps
+
     def replace(self, **changes):
         """A copy with some fields changed, checked as on construction."""
         return type(self).from_dict({**self.to_dict(), **changes})

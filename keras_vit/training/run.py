@@ -172,7 +172,7 @@ def train_dataset(config, source, start_batch=0, shard=None):
 
     index, count = shard or (0, 1)
     parts = config.data_shards or count
-    micro_batch = config.batch_size // config.accum_steps
+    micro_batch = config.micro_batch_size
     patch_size = preset_config(config.model, **config.model_args).patch_size
     streams = []
     for part in range(index * parts // count, (index + 1) * parts // count):
@@ -257,7 +257,7 @@ def data_shards(config, workdir, topology):
             f"input pipelines of --strategy {topology.strategy} cannot share evenly: each reads whole "
             f"parts. Run it on a number of hosts that divides {shards}, or use another --workdir."
         )
-    micro_batch = config.batch_size // config.accum_steps
+    micro_batch = config.micro_batch_size
     if micro_batch % shards:
         raise RunError(
             f"--batch-size {config.batch_size}"
@@ -360,7 +360,7 @@ def train(config, workdir, verbose="auto", topology=None):
             "the replicas inside a conditional). Use --accum-steps 1: the replicas together hold the "
             "global batch."
         )
-    micro_batch = config.batch_size // config.accum_steps
+    micro_batch = config.micro_batch_size
     topology.check_batch(micro_batch, "--batch-size / --accum-steps" if config.accum_steps > 1
                          else "--batch-size")
     per_epoch = updates_per_epoch(config)
