@@ -18,8 +18,8 @@ import keras
 import numpy as np
 
 from keras_vit.config import is_int
-from keras_vit.model import ViT
 from keras_vit.config import uses_class_token
+from keras_vit.model import ViT
 
 
 def _check_model(model):

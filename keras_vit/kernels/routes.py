@@ -2,7 +2,7 @@
 and one predicate (`route`) that names every condition under which an
 operation leaves its fast path for its Keras reference.
 
-Every projection (`dense`, `matmul`), GELU, LayerNormalization, attention and
+Every projection (`dense`, `matmul`), GELU, LayerNorm, attention and
 optimizer update in keras_vit asks `route` and nothing else. The platform
 is looked up once per backend (`backend_platform`); inside a traced
 function (``jit``, ``tf.function``) the question is asked once, while
@@ -69,15 +69,15 @@ def route(operation, *, layer=None, x=None, query=None, key=None, training=None,
     The conditions, in order:
 
     1. Inside `keras_layers_only` (`ViT.export` traces there): `REFERENCE`.
-    2. What the Keras layer itself must compute: a ``dense`` whose layer is
+    2. ``attention`` whose weights are asked for (`weights`) or dropped out
+       (`dropout`, while `training`): `WEIGHTS`, on every backend.
+    3. The backend and platform have no fast path for the operation:
+       `REFERENCE` (PyTorch's layers stop here, before the layer is read).
+    4. What the Keras layer itself must compute: a ``dense`` whose layer is
        quantized (int8, int4, float8), LoRA-enabled, has an activation or an
        equation other than a plain contraction (`plain_projection`);
        a ``layer_norm`` not over the last axis, without centre and scale, or
        RMS-scaled: `REFERENCE`.
-    3. ``attention`` whose weights are asked for (`weights`) or dropped out
-       (`dropout`, while `training`): `WEIGHTS`, on every backend.
-    4. The backend and platform have no fast path for the operation:
-       `REFERENCE`.
     5. What the fast path needs: JAX's padded cuDNN attention a 16-bit
        `query` with an odd number of query or `key` tokens; TensorFlow's
        ``ResourceApply*`` kernels no distribution strategy, dense
@@ -103,14 +103,14 @@ def route(operation, *, layer=None, x=None, query=None, key=None, training=None,
         raise ValueError(f"unknown operation {operation!r}; one of {sorted(FAST_PATHS)}.")
     if not fast_paths_enabled():
         return REFERENCE
-    if operation == "dense" and plain_projection(layer) is None:
-        return REFERENCE
-    if operation == "layer_norm" and not _plain_layer_norm(layer, x):
-        return REFERENCE
     if operation == "attention" and (weights or (training and dropout)):
         return WEIGHTS
     path = _fast_path(operation)
     if path is None:
+        return REFERENCE
+    if operation == "dense" and plain_projection(layer) is None:
+        return REFERENCE
+    if operation == "layer_norm" and not _plain_layer_norm(layer, x):
         return REFERENCE
     if path == "padded_cudnn" and not _odd_length_16_bits(query, key):
         return REFERENCE
