@@ -11,6 +11,7 @@ command line in subprocesses, each in the pass of the backend it belongs to.
 import csv
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -234,25 +235,31 @@ def kill_at_file(process, fifo, written=None):
     writes `<name>.tmp`, then renames it) stops the run there, since
     opening a FIFO blocks until it has a reader.
 
-    With `written` None, the test is that reader: `open` returns once the
-    run has started writing `fifo`, and the run then blocks on the full
-    pipe (a checkpoint holds more than a pipe's 64 KiB). Otherwise the FIFO
-    gets no reader, and the kill comes once `written`, the file the run
-    writes just before, exists: the run cannot get past the FIFO either way.
+    With `written` None, the test is that reader (opened without blocking):
+    the kill comes with the run's first bytes, and the run then blocks on
+    the full pipe (a checkpoint holds more than a pipe's 64 KiB). Otherwise
+    the FIFO gets no reader, and the kill comes once `written`, the file the
+    run writes just before, exists: the run cannot get past the FIFO either
+    way. A run that ends first, or takes over 400 s, fails the test instead
+    of hanging it.
     """
     os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK) if written is None else None
     try:
-        if written is None:
-            with open(fifo, "rb"):
-                process.kill()
-        else:
-            deadline = time.monotonic() + 400
-            while not written.exists() and process.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)  # a poll on the condition; the FIFO holds the run there
-            process.kill()
+        deadline, reached = time.monotonic() + 400, False
+        while not reached and process.poll() is None and time.monotonic() < deadline:
+            if reader is not None:
+                reached = bool(select.select([reader], [], [], 0.1)[0])  # the run's first bytes
+            else:
+                reached = written.exists()
+                if not reached:
+                    time.sleep(0.05)  # a poll on the condition; the FIFO holds the run there
+        process.kill()
         code, out = finish(process)
-        assert code == -signal.SIGKILL, (fifo.name, out[-3000:])
+        assert reached and code == -signal.SIGKILL, (fifo.name, reached, code, out[-3000:])
     finally:
+        if reader is not None:
+            os.close(reader)
         fifo.unlink()
 
 
