@@ -2,6 +2,7 @@
 presets, the checkpoint readers and the training configs."""
 
 import dataclasses
+import math
 import numbers
 
 import keras
@@ -184,6 +185,58 @@ class ViTConfig:
         if self.data_format == "channels_last":
             return (*self.image_size, self.num_channels)
         return (self.num_channels, *self.image_size)
+
+    @property
+    def num_params(self):
+        """The parameter count of this architecture, without building it
+        (`keras_vit.presets.count_params`; equal to ``ViT(config).count_params()``)."""
+        c = self
+        d, m = c.hidden_dim, c.mlp_dim
+        total, channels = 0, c.num_channels
+        if c.resnet_block_units is not None:
+            width = int(64 * c.resnet_width_factor)
+            total += 49 * channels * width + 2 * width
+            channels = width
+            for stage, units in enumerate(c.resnet_block_units):
+                w = width * 2**stage
+                for unit in range(units):
+                    total += channels * w + 9 * w * w + w * 4 * w + 2 * (w + w + 4 * w)
+                    if channels != 4 * w or (stage > 0 and unit == 0):
+                        total += channels * 4 * w + 2 * 4 * w
+                    channels = 4 * w
+        total += math.prod(c.patch_size) * channels * d + d * c.patch_bias
+        total += c.num_prefix_tokens * d
+        if c.position_embedding == "learned":
+            total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
+        gated = 2 if c.mlp_activation == "swiglu" else 1
+        mlp = d * gated * m + gated * m + m * d + d
+        attention = 4 * d * d + d + (3 * d if c.qkv_bias else 0)
+        qk_norm = 4 * (d // c.num_heads) if c.qk_norm else 0
+        block = 4 * d + attention + qk_norm + mlp + (2 * d if c.layer_scale_init is not None else 0)
+        total += c.num_layers * block + 2 * d + 2 * d * c.norm_pre  # encoder_norm (or fc_norm)
+        if c.pooling == "map":
+            total += d + 4 * d * d + 4 * d + 2 * d + mlp
+        features = d
+        if c.representation_size:
+            total += d * c.representation_size + c.representation_size
+            features = c.representation_size
+        if c.num_classes:
+            total += (features * c.num_classes + c.num_classes) * (1 + c.distillation)
+        return total
+
+    def block_arguments(self, index):
+        """The `keras_vit.layers.TransformerEncoder` arguments of block
+        `index` (0-based): the block options of this config, and the
+        stochastic-depth rate growing linearly from 0 at the first block to
+        ``drop_path_rate`` at the last."""
+        return dict(
+            num_heads=self.num_heads, mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate,
+            attention_dropout_rate=self.attention_dropout_rate,
+            drop_path_rate=self.drop_path_rate * index / max(self.num_layers - 1, 1),
+            layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
+            qkv_bias=self.qkv_bias, layer_scale_init=self.layer_scale_init, qk_norm=self.qk_norm,
+            mlp_activation=self.mlp_activation,
+        )
 
     # -- as data ------------------------------------------------------------------
 

@@ -11,6 +11,8 @@ The architecture is a `keras_vit.ViTConfig`; the input checks are in
 `keras_vit.variants`.
 """
 
+import dataclasses
+
 import keras
 
 from keras_vit import deploy
@@ -31,131 +33,171 @@ def block_names(num_layers):
     return [f"encoder_block_{i}" for i in range(num_layers)]
 
 
+@dataclasses.dataclass(frozen=True)
+class ViTParts:
+    """The layers of a `ViT`, by role, in the order `forward` applies them.
+
+    A family option's layer is None where the config has it off: ``resnet``
+    (hybrids, Sec. 3.1), ``patch_corruption`` (masked patch prediction, Sec.
+    4.6), ``registers`` (DINOv2), ``distillation_token`` and the
+    ``distillation_*`` / ``head_dist`` layers (DeiT), ``class_token`` (off
+    with average or MAP pooling), ``norm_pre`` (CLIP), ``encoder_norm`` (off
+    with ``fc_norm``), ``pooling`` (off with ``pooling="none"``),
+    ``pre_logits`` (``representation_size``) and ``head`` (``num_classes=0``).
+    Each layer keeps its name in the functional graph (``patch_embedding``,
+    ``encoder_block_{i}``, ...), which the checkpoint mappings use.
+    """
+
+    patch_embedding: vit_layers.PatchEmbedding            # x_p E
+    position_embedding: vit_layers.PositionEmbedding      # + E_pos
+    embedding_dropout: keras.layers.Dropout
+    blocks: tuple                                         # Eq. 2-3, TransformerEncoder each
+    resnet: vit_layers.ResNetStem | None = None
+    patch_corruption: keras.layers.Layer | None = None
+    registers: vit_layers.ClassToken | None = None
+    distillation_token: vit_layers.ClassToken | None = None
+    class_token: vit_layers.ClassToken | None = None
+    norm_pre: vit_layers.LayerNormalization | None = None
+    encoder_norm: vit_layers.LayerNormalization | None = None   # LN of Eq. 4
+    pooling: keras.layers.Layer | None = None
+    fc_norm: vit_layers.LayerNormalization | None = None
+    pre_logits: keras.layers.Dense | None = None
+    head: keras.layers.Dense | None = None
+    distillation_pooling: vit_layers.TokenPooling | None = None
+    head_dist: keras.layers.Dense | None = None
+    distillation_average: keras.layers.Average | None = None
+
+    @property
+    def prefix_tokens(self):
+        """The token layers, in the order they are prepended: the sequence
+        reads ``[x_class; x_distill; registers; patches]``."""
+        return tuple(layer for layer in (self.registers, self.distillation_token,
+                                         self.class_token) if layer is not None)
+
+
 def build_layers(config, dtype=None):
-    """name -> layer, every layer of the `ViT` of `config`, in order."""
+    """The `ViTParts` of the `ViT` of `config`, each layer made with its name
+    (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
     c = config
-    built = {}
-
-    def add(layer):
-        built[layer.name] = layer
-
-    if c.resnet_block_units is not None:
-        add(vit_layers.ResNetStem(c.resnet_block_units, c.resnet_width_factor, c.data_format,
-                                  dtype=dtype, name="resnet"))
-    add(vit_layers.PatchEmbedding(c.hidden_dim, c.patch_size, c.data_format,
-                                  use_bias=c.patch_bias, dtype=dtype, name="patch_embedding"))
-    if c.num_registers:
-        add(vit_layers.ClassToken(c.num_registers, dtype=dtype, name="registers"))
-    if c.distillation:  # DeiT: [x_class; x_distill; ...]
-        add(vit_layers.ClassToken(1, dtype=dtype, name="distillation_token"))
-    if c.uses_class_token:
-        add(vit_layers.ClassToken(1, dtype=dtype, name="class_token"))
-    add(vit_layers.PositionEmbedding(c.grid_size, c.num_prefix_tokens, c.position_embedding,
-                                     dtype=dtype, name="position_embedding"))
-    add(keras.layers.Dropout(c.dropout_rate, dtype=dtype, name="embedding_dropout"))
     norm = dict(epsilon=c.layer_norm_epsilon, dtype=dtype)
+    made = {}
+    if c.resnet_block_units is not None:
+        made["resnet"] = vit_layers.ResNetStem(c.resnet_block_units, c.resnet_width_factor,
+                                               c.data_format, dtype=dtype, name="resnet")
+    made["patch_embedding"] = vit_layers.PatchEmbedding(
+        c.hidden_dim, c.patch_size, c.data_format, use_bias=c.patch_bias, dtype=dtype,
+        name="patch_embedding")
+    if c.num_registers:
+        made["registers"] = vit_layers.ClassToken(c.num_registers, dtype=dtype, name="registers")
+    if c.distillation:  # DeiT: [x_class; x_distill; ...]
+        made["distillation_token"] = vit_layers.ClassToken(1, dtype=dtype,
+                                                           name="distillation_token")
+    if c.uses_class_token:
+        made["class_token"] = vit_layers.ClassToken(1, dtype=dtype, name="class_token")
+    made["position_embedding"] = vit_layers.PositionEmbedding(
+        c.grid_size, c.num_prefix_tokens, c.position_embedding, dtype=dtype,
+        name="position_embedding")
+    made["embedding_dropout"] = keras.layers.Dropout(c.dropout_rate, dtype=dtype,
+                                                     name="embedding_dropout")
     if c.norm_pre:  # CLIP
-        add(vit_layers.LayerNormalization(**norm, name="norm_pre"))
-    for i, name in enumerate(block_names(c.num_layers)):
-        add(vit_layers.TransformerEncoder(
-            c.num_heads, c.mlp_dim, dropout_rate=c.dropout_rate,
-            attention_dropout_rate=c.attention_dropout_rate,
-            drop_path_rate=c.drop_path_rate * i / max(c.num_layers - 1, 1),  # linear in depth
-            layer_norm_epsilon=c.layer_norm_epsilon, gelu_approximate=c.gelu_approximate,
-            qkv_bias=c.qkv_bias, layer_scale_init=c.layer_scale_init, qk_norm=c.qk_norm,
-            mlp_activation=c.mlp_activation, dtype=dtype, name=name,
-        ))
+        made["norm_pre"] = vit_layers.LayerNormalization(**norm, name="norm_pre")
+    made["blocks"] = tuple(
+        vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
+        for i, name in enumerate(block_names(c.num_layers)))
     if not c.fc_norm:
-        add(vit_layers.LayerNormalization(**norm, name="encoder_norm"))
+        made["encoder_norm"] = vit_layers.LayerNormalization(**norm, name="encoder_norm")
     if c.pooling == "map":
-        add(vit_layers.MultiHeadAttentionPooling(c.num_heads, c.mlp_dim, c.layer_norm_epsilon,
-                                                 c.gelu_approximate, c.mlp_activation,
-                                                 dtype=dtype, name="pooling"))
+        made["pooling"] = vit_layers.MultiHeadAttentionPooling(
+            c.num_heads, c.mlp_dim, c.layer_norm_epsilon, c.gelu_approximate, c.mlp_activation,
+            dtype=dtype, name="pooling")
     elif c.pooling != "none":
-        add(vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype, name="pooling"))
+        made["pooling"] = vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype,
+                                                  name="pooling")
     if c.fc_norm:  # timm: the final LayerNorm after pooling
-        add(vit_layers.LayerNormalization(**norm, name="fc_norm"))
+        made["fc_norm"] = vit_layers.LayerNormalization(**norm, name="fc_norm")
     if c.distillation:
-        add(vit_layers.TokenPooling("distillation", c.num_prefix_tokens, dtype=dtype,
-                                    name="distillation_pooling"))
+        made["distillation_pooling"] = vit_layers.TokenPooling(
+            "distillation", c.num_prefix_tokens, dtype=dtype, name="distillation_pooling")
     if c.representation_size:
-        add(keras.layers.Dense(c.representation_size, activation="tanh",
-                               kernel_initializer="glorot_uniform", dtype=dtype, name="pre_logits"))
+        made["pre_logits"] = keras.layers.Dense(
+            c.representation_size, activation="tanh", kernel_initializer="glorot_uniform",
+            dtype=dtype, name="pre_logits")
     if c.num_classes:
-        add(keras.layers.Dense(c.num_classes, kernel_initializer="zeros",
-                               bias_initializer=keras.initializers.Constant(c.head_bias_init),
-                               dtype=dtype, name="head"))
+        made["head"] = keras.layers.Dense(
+            c.num_classes, kernel_initializer="zeros",
+            bias_initializer=keras.initializers.Constant(c.head_bias_init), dtype=dtype,
+            name="head")
     if c.distillation:  # DeiT averages its two heads' logits (or the two tokens, headless)
         if c.num_classes:
-            add(keras.layers.Dense(c.num_classes, kernel_initializer="zeros", dtype=dtype,
-                                   name="head_dist"))
-        add(keras.layers.Average(dtype=dtype, name="distillation_average"))
-    return built
+            made["head_dist"] = keras.layers.Dense(c.num_classes, kernel_initializer="zeros",
+                                                   dtype=dtype, name="head_dist")
+        made["distillation_average"] = keras.layers.Average(dtype=dtype,
+                                                            name="distillation_average")
+    return ViTParts(**made)
 
 
-def forward(layers, images, training=None, record=None, corruption=None, class_only=False):
-    """Eq. 1-4 over `layers` (name -> layer, as `build_layers` makes them).
+def forward(parts, images, training=None, record=None, corruption=None, class_only=False):
+    """Eq. 1-4 over `parts` (a `ViTParts`).
 
     Args:
-        layers: dict name -> layer.
+        parts: the model's `ViTParts`.
         images: ``(batch, H, W, C)`` (or channels first).
         training: bool or None.
         record: None, or a dict that receives every stage (`ViT.intermediates`).
-        corruption: ``(codes, replacement)``, the inputs of a
-            ``patch_corruption`` layer (masked patch prediction, Sec. 4.6).
+        corruption: ``(codes, replacement)``, the inputs of
+            ``parts.patch_corruption`` (masked patch prediction, Sec. 4.6).
         class_only: the last block updates the [class] token alone (with
-            DeiT's distillation token; its queries attend to every token): Eq. 4 reads only z_L^0, so with
-            token pooling the logits are the same for 85% less of a block's
-            work. `ViT.call` uses it; the functional graph keeps every token.
+            DeiT's distillation token; its queries attend to every token).
+            Eq. 4 reads only z_L^0, so with token pooling the logits are the
+            same for 85% less of a block's work (`ViT.call`).
 
     Returns:
         What the last layer gives: logits ``(batch, classes)``, features, or
         the tokens.
     """
+    p = parts
     x = images
-    if "resnet" in layers:
-        x = layers["resnet"](x)
-    x = layers["patch_embedding"](x)                          # x_p E
-    if "patch_corruption" in layers:                          # Sec. 4.6
-        x = layers["patch_corruption"](x, *corruption)
-    for name in ("registers", "distillation_token", "class_token"):
-        if name in layers:
-            x = layers[name](x)                               # [x_class; ...]
-    x = layers["position_embedding"](x)                       # + E_pos
-    x = layers["embedding_dropout"](x, training=training)
-    if "norm_pre" in layers:
-        x = layers["norm_pre"](x)
+    if p.resnet is not None:
+        x = p.resnet(x)
+    x = p.patch_embedding(x)                                  # x_p E
+    if p.patch_corruption is not None:                        # Sec. 4.6
+        x = p.patch_corruption(x, *corruption)
+    for token in p.prefix_tokens:
+        x = token(x)                                          # [x_class; ...]
+    x = p.position_embedding(x)                               # + E_pos
+    x = p.embedding_dropout(x, training=training)
+    if p.norm_pre is not None:
+        x = p.norm_pre(x)
     if record is not None:
         record["embeddings"] = x
-    names = [name for name in layers if name.startswith("encoder_block_")]
-    for i, name in enumerate(names):                          # Eq. 2-3
+    for i, block in enumerate(p.blocks):                      # Eq. 2-3
         if record is not None:
-            x, record[f"attention_{i}"] = layers[name](x, training=training,
-                                                       return_attention_scores=True)
-            record[name] = x
+            x, record[f"attention_{i}"] = block(x, training=training,
+                                                return_attention_scores=True)
+            record[block.name] = x
         else:
-            queries = 1 + ("distillation_token" in layers)    # the tokens read
-            last = class_only and i == len(names) - 1
-            x = layers[name](x, training=training, num_queries=queries if last else None)
-    if "encoder_norm" in layers:
-        x = layers["encoder_norm"](x)                         # LN, Eq. 4
+            last = class_only and i == len(p.blocks) - 1
+            queries = 1 + (p.distillation_token is not None)  # the tokens read
+            x = block(x, training=training, num_queries=queries if last else None)
+    if p.encoder_norm is not None:
+        x = p.encoder_norm(x)                                 # LN, Eq. 4
     if record is not None:
         record["encoded"] = x
     tokens = x
-    for name in ("pooling", "fc_norm", "pre_logits"):
-        if name in layers:
-            x = layers[name](x)                               # y
+    for layer in (p.pooling, p.fc_norm, p.pre_logits):
+        if layer is not None:
+            x = layer(x)                                      # y
     if record is not None:
         record["features"] = x
-    if "distillation_average" in layers:                      # DeiT: two tokens, two heads
-        distilled = layers["distillation_pooling"](tokens)
-        if "head" in layers:
-            x, distilled = layers["head"](x), layers["head_dist"](distilled)
-        x = layers["distillation_average"]([x, distilled])
-    elif "head" in layers:
-        x = layers["head"](x)
+    if p.distillation_average is not None:                    # DeiT: two tokens, two heads
+        distilled = p.distillation_pooling(tokens)
+        if p.head is not None:
+            x, distilled = p.head(x), p.head_dist(distilled)
+        x = p.distillation_average([x, distilled])
+    elif p.head is not None:
+        x = p.head(x)
     if record is not None:
-        record["logits" if "head" in layers else "features"] = x
+        record["logits" if p.head is not None else "features"] = x
     return x
 
 
@@ -182,10 +224,11 @@ class ViT(keras.Model):
     Output shape: ``(batch, num_classes)``; ``(batch, features)`` when
         ``num_classes=0``; ``(batch, tokens, D)`` with ``pooling="none"``.
 
-    In the functional graph every layer's output is what its name says
+    The layers are ``model.parts`` (a `ViTParts`), by role. In the
+    functional graph every layer's output is what its name says
     (``encoder_block_{i}``, ``encoder_norm``: the whole token sequence);
     running the model with token pooling, the last block updates the [class]
-    token alone (`forward`'s ``class_only``): the same logits for less work.
+    token alone (`call`'s ``class_only``): the same logits for less work.
 
     Example:
         >>> import numpy as np
@@ -203,11 +246,12 @@ class ViT(keras.Model):
                 f"{', '.join(FIELDS)}, and config, dtype, name, trainable."
             )
         config = resolve_config(config, architecture)
-        built = build_layers(config, dtype)
+        parts = build_layers(config, dtype)
         images = keras.Input(shape=config.input_shape, name="images")
         kwargs.setdefault("name", "vit")
-        super().__init__(images, forward(built, images), dtype=dtype, **kwargs)
+        super().__init__(images, forward(parts, images), dtype=dtype, **kwargs)
         self.config = config
+        self.parts = parts
         for field in FIELDS:  # model.image_size, model.num_classes, ...
             setattr(self, field, getattr(config, field))
         if config.class_names is not None:
@@ -216,12 +260,26 @@ class ViT(keras.Model):
         self.num_prefix_tokens = config.num_prefix_tokens
         # Functional models drop `dtype`: the layers' policy is the model's (this
         # is also what makes `compile` add loss scaling under mixed_float16).
-        self.dtype_policy = built["patch_embedding"].dtype_policy
+        self.dtype_policy = parts.patch_embedding.dtype_policy
 
-    def call(self, images, training=None, mask=None):
+    def call(self, images, training=None, mask=None, class_only=None):
+        """The functional graph's computation, eagerly or traced.
+
+        `class_only`: the last block updates the [class] (and distillation)
+        token alone, the only rows token pooling reads (`forward`): the same
+        logits for 7% fewer FLOPs (docs/performance.md). None: where the
+        model has token pooling. False: every token, as the functional graph
+        (``keras.Model(model.input, model.output)``) computes them.
+        """
         inputs.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
-        layers = {layer.name: layer for layer in self.layers}
-        return forward(layers, images, training, class_only=self.config.pooling == "token")
+        if class_only is None:
+            class_only = self.config.pooling == "token"
+        elif class_only and self.config.pooling != "token":
+            raise ValueError(
+                f"class_only=True needs token pooling, which reads only the [class] token; "
+                f"this model pools with {self.config.pooling!r}, which reads every token. "
+                "Leave class_only at None.")
+        return forward(self.parts, images, training, class_only=class_only)
 
     def intermediates(self, images, training=False):
         """Every stage of the model on `images`, run eagerly, in a dict:
@@ -231,7 +289,7 @@ class ViT(keras.Model):
         ``model(images)``."""
         inputs.check_images(self, images)
         record = {}
-        forward({layer.name: layer for layer in self.layers}, images, training, record)
+        forward(self.parts, images, training, record)
         return record
 
     # -- construction ---------------------------------------------------------

@@ -1,8 +1,6 @@
 """The model variants of the paper (Table 1) and its hybrids, and the ViT
 family's released shapes (DeiT, DINOv2, CLIP, SigLIP), as data."""
 
-import math
-
 from keras_vit.config import resolve_config
 
 _BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
@@ -174,39 +172,7 @@ def count_params(config=None, **fields):
         print(count_params(preset_config("vit_b16", image_size=384, num_classes=10)))   # -> 86098186
         ```
     """
-    c = resolve_config(config, fields)
-    d, m = c.hidden_dim, c.mlp_dim
-    total, channels = 0, c.num_channels
-    if c.resnet_block_units is not None:
-        width = int(64 * c.resnet_width_factor)
-        total += 49 * channels * width + 2 * width
-        channels = width
-        for stage, units in enumerate(c.resnet_block_units):
-            w = width * 2**stage
-            for unit in range(units):
-                total += channels * w + 9 * w * w + w * 4 * w + 2 * (w + w + 4 * w)
-                if channels != 4 * w or (stage > 0 and unit == 0):
-                    total += channels * 4 * w + 2 * 4 * w
-                channels = 4 * w
-    total += math.prod(c.patch_size) * channels * d + d * c.patch_bias
-    total += c.num_prefix_tokens * d
-    if c.position_embedding == "learned":
-        total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
-    gated = 2 if c.mlp_activation == "swiglu" else 1
-    mlp = d * gated * m + gated * m + m * d + d
-    attention = 4 * d * d + d + (3 * d if c.qkv_bias else 0)
-    qk_norm = 4 * (d // c.num_heads) if c.qk_norm else 0
-    block = 4 * d + attention + qk_norm + mlp + (2 * d if c.layer_scale_init is not None else 0)
-    total += c.num_layers * block + 2 * d + 2 * d * c.norm_pre  # encoder_norm (or fc_norm)
-    if c.pooling == "map":
-        total += d + 4 * d * d + 4 * d + 2 * d + mlp
-    features = d
-    if c.representation_size:
-        total += d * c.representation_size + c.representation_size
-        features = c.representation_size
-    if c.num_classes:
-        total += (features * c.num_classes + c.num_classes) * (1 + c.distillation)
-    return total
+    return resolve_config(config, fields).num_params
 
 
 def presets():

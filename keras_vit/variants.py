@@ -72,8 +72,8 @@ def with_patch_size(model, patch_size, image_size=None, method="bilinear"):
         {**model.get_config(), "patch_size": patch_size, "image_size": image_size}
     )
     transfer_weights(model, copy, method=method, skip=("patch_embedding",))
-    old = model.get_layer("patch_embedding").projection
-    new = copy.get_layer("patch_embedding").projection
+    old = model.parts.patch_embedding.projection
+    new = copy.parts.patch_embedding.projection
     kernel = vit_layers.resize_patch_kernel(old.kernel, patch_size)
     new.kernel.assign(keras.ops.cast(kernel, new.kernel.dtype))
     new.bias.assign(old.bias)

@@ -138,6 +138,35 @@ def test_last_block_computes_only_the_tokens_the_pooling_reads(images, pooling):
     queries = [c.kwargs.get("num_queries") for c in spy.call_args_list if c.args[0] is last]
     assert queries == [1 if pooling == "token" else None], queries
     np.testing.assert_allclose(to_numpy(got), to_numpy(expected), atol=1e-5)
+    # class_only=False runs every token, as the functional graph does.
+    graph = keras.Model(model.input, model.output)
+    with mock.patch.object(type(last), "call", autospec=True, side_effect=type(last).call) as spy:
+        full = model(images, class_only=False)
+    assert [c.kwargs.get("num_queries") for c in spy.call_args_list if c.args[0] is last] == [None]
+    np.testing.assert_allclose(to_numpy(full), to_numpy(graph(images)), atol=1e-5)
+    np.testing.assert_allclose(to_numpy(full), to_numpy(got), atol=1e-5)
+    if pooling != "token":
+        with pytest.raises(ValueError, match=f"class_only=True needs token pooling.*'{pooling}'"):
+            model(images, class_only=True)
+
+
+def test_the_model_is_its_named_parts():
+    model = ViT(**dict(TINY, num_registers=2, representation_size=8, norm_pre=True))
+    parts = model.parts
+    assert parts.blocks == tuple(model.get_layer(f"encoder_block_{i}") for i in range(2))
+    for field in ("patch_embedding", "registers", "class_token", "position_embedding",
+                  "norm_pre", "encoder_norm", "pooling", "pre_logits", "head"):
+        assert getattr(parts, field) is model.get_layer(field), field
+    assert parts.prefix_tokens == (parts.registers, parts.class_token)
+    # the options this model has off are None, and the graph holds exactly the parts
+    absent = ("resnet", "patch_corruption", "distillation_token", "fc_norm",
+              "distillation_pooling", "head_dist", "distillation_average")
+    assert all(getattr(parts, field) is None for field in absent)
+    present = [layer for layer in vars(parts).values() if isinstance(layer, keras.layers.Layer)]
+    assert {layer.name for layer in model.layers} == {
+        "images", *(layer.name for layer in present + list(parts.blocks))}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parts.head = None
 
 
 def test_keras_round_trip_and_config(images, tmp_path):

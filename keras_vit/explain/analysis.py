@@ -186,7 +186,7 @@ def position_embedding_similarity(model):
             "position_embedding='learned', as in the paper."
         )
     prefix, _, (gh, gw), _ = _layout(model)
-    table = keras.ops.convert_to_numpy(model.get_layer("position_embedding").embeddings)[0, prefix:]
+    table = keras.ops.convert_to_numpy(model.parts.position_embedding.embeddings)[0, prefix:]
     table = table.astype("float64")
     unit = table / np.linalg.norm(table, axis=-1, keepdims=True)
     return (unit @ unit.T).reshape(gh, gw, gh, gw).astype("float32")
@@ -194,7 +194,7 @@ def position_embedding_similarity(model):
 
 def max_components(model):
     """How many principal components the patch filters have: min(D, P*P*C)."""
-    shape = model.get_layer("patch_embedding").projection.kernel.shape
+    shape = model.parts.patch_embedding.projection.kernel.shape
     return int(min(shape[-1], np.prod(shape[:3])))
 
 
@@ -217,7 +217,7 @@ def patch_embedding_components(model, n=28):
             "not pixels, so its filters are not image patches. patch_embedding_components "
             "applies to ViTs that embed pixel patches."
         )
-    kernel = keras.ops.convert_to_numpy(model.get_layer("patch_embedding").projection.kernel)
+    kernel = keras.ops.convert_to_numpy(model.parts.patch_embedding.projection.kernel)
     ph, pw, channels, hidden = kernel.shape
     filters = kernel.reshape(-1, hidden).T.astype("float64")  # (D, P*P*C)
     limit = max_components(model)

@@ -28,9 +28,9 @@ def _check_float_images(images):
 def feature_extractor(model):
     """A model from images to the representation y the head reads (Eq. 4,
     after pooling and pre-logits): ``(batch, features)``."""
-    if not any(layer.name == "head" for layer in model.layers):
+    if model.parts.head is None:
         return model
-    return keras.Model(model.input, model.get_layer("head").input, name=f"{model.name}_features")
+    return keras.Model(model.input, model.parts.head.input, name=f"{model.name}_features")
 
 
 def _batches(dataset):

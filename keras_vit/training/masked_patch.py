@@ -18,8 +18,12 @@ deterministic and resumable:
     vit = masked_patch_to_vit(model, num_classes=1000, image_size=384)
 """
 
+import dataclasses
+from types import MappingProxyType
+
 import keras
 
+from keras_vit.config import FIELDS
 from keras_vit.config import pair
 from keras_vit.config import resolve_config
 from keras_vit.config import uses_class_token
@@ -217,12 +221,16 @@ def masked_patch_loss():
 
 # -- the model ----------------------------------------------------------------
 
-# The ViTConfig fields a masked patch model takes (the rest are its own: no
-# head, token pooling, RGB channels last, no ResNet stem).
-ARCHITECTURE = ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim",
-                "dropout_rate", "attention_dropout_rate", "drop_path_rate", "layer_norm_epsilon",
-                "gelu_approximate", "qkv_bias", "layer_scale_init", "num_registers",
-                "position_embedding", "mlp_activation", "qk_norm", "norm_pre", "patch_bias")
+# The settings a masked patch model fixes itself: no head, token pooling's
+# [class] token, RGB channels last, no ResNet stem (checked first: its
+# receptive fields overlap).
+OWN_SETTINGS = MappingProxyType(dict(
+    num_classes=0, pooling="token", representation_size=None, head_bias_init=0.0,
+    fc_norm=False, distillation=False, num_channels=3, class_names=None,
+    data_format="channels_last", resnet_block_units=None, resnet_width_factor=1,
+))
+# The ViTConfig fields it takes: every other one.
+ARCHITECTURE = tuple(field for field in FIELDS if field not in OWN_SETTINGS)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -230,7 +238,8 @@ class MaskedPatchPredictor(keras.Model):
     """A ViT that predicts the 3-bit mean colour of corrupted patches.
 
     The backbone is that of `ViT` with token pooling (Eq. 1-4), built by
-    the same `keras_vit.model.build_layers`, so its layers have exactly the
+    the same `keras_vit.model.build_layers` (its ``parts``, with a
+    ``patch_corruption`` layer and no pooling), so its layers have exactly the
     names and variable paths of a `ViT`'s (``patch_embedding``, ``class_token``, ``position_embedding``,
     ``encoder_block_{i}``, ``encoder_norm``) and its weights fine-tune with
     `masked_patch_to_vit`. Right after the patch embedding a
@@ -248,11 +257,9 @@ class MaskedPatchPredictor(keras.Model):
             format are this model's own), or None to make one of the keyword
             arguments.
         dtype: as for `ViT`.
-        **kwargs: the `ViTConfig` fields in ``ARCHITECTURE`` (``image_size``,
-            ``patch_size``, ``num_layers``, ``num_heads``, ``hidden_dim``,
-            ``mlp_dim``, the dropout rates, ``layer_norm_epsilon``,
-            ``gelu_approximate``, ``qkv_bias``, ``layer_scale_init``,
-            ``num_registers``, ``position_embedding``), and Keras's ``name``.
+        **kwargs: the `ViTConfig` fields in ``ARCHITECTURE`` (every field
+            but those of ``OWN_SETTINGS``: ``image_size``, ``patch_size``,
+            ``num_layers``, ...), and Keras's ``name`` and ``trainable``.
 
     Inputs: a dict ``{"images": (batch, H, W, 3) float in [-1, 1],
         "corruption": (batch, N) int32, "replacement": (batch, N) int32}``,
@@ -302,13 +309,10 @@ class MaskedPatchPredictor(keras.Model):
                 "its overlapping receptive fields would show a corrupted patch's pixels to its "
                 "neighbours. Set resnet_block_units=None."
             )
-        # the backbone's own settings: no head, token pooling's [class] token, RGB channels last
-        config = config.replace(num_classes=0, pooling="token", data_format="channels_last",
-                                num_channels=3, representation_size=None, class_names=None,
-                                fc_norm=False, distillation=False)
-        built = build_layers(config, dtype)
-        del built["pooling"]
-        built["patch_corruption"] = PatchCorruption(dtype=dtype, name="patch_corruption")
+        config = config.replace(**OWN_SETTINGS)
+        parts = dataclasses.replace(
+            build_layers(config, dtype), pooling=None,
+            patch_corruption=PatchCorruption(dtype=dtype, name="patch_corruption"))
         head = keras.layers.Dense(NUM_COLOURS, kernel_initializer="zeros", dtype="float32",
                                   name="mpp_head")
 
@@ -318,17 +322,18 @@ class MaskedPatchPredictor(keras.Model):
             "corruption": keras.Input(shape=(num_patches,), dtype="int32", name="corruption"),
             "replacement": keras.Input(shape=(num_patches,), dtype="int32", name="replacement"),
         }
-        x = forward(built, inputs["images"], corruption=(inputs["corruption"], inputs["replacement"]))
+        x = forward(parts, inputs["images"], corruption=(inputs["corruption"], inputs["replacement"]))
         outputs = head(x[:, config.num_prefix_tokens:])
         kwargs.setdefault("name", "masked_patch_predictor")
         super().__init__(inputs, outputs, dtype=dtype, **kwargs)
 
         self.config = config
+        self.parts = parts
         for key in ARCHITECTURE:
             setattr(self, key, getattr(config, key))
         self.grid_size = config.grid_size
         self.num_prefix_tokens = config.num_prefix_tokens
-        self.dtype_policy = built["patch_embedding"].dtype_policy  # as ViT: functional models drop it
+        self.dtype_policy = parts.patch_embedding.dtype_policy  # as ViT: functional models drop it
 
     @classmethod
     def from_preset(cls, name, **overrides):

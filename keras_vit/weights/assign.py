@@ -95,7 +95,7 @@ def transfer_weights(source, target, method="bilinear", skip=()):
         args = dict(patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
         small, large = ViT(image_size=32, **args), ViT(image_size=64, **args)
         transfer_weights(small, large, method="bicubic")
-        print(tuple(large.get_layer("position_embedding").embeddings.shape))  # -> (1, 65, 16)
+        print(tuple(large.parts.position_embedding.embeddings.shape))  # -> (1, 65, 16)
         ```
     """
     import keras
@@ -105,8 +105,8 @@ def transfer_weights(source, target, method="bilinear", skip=()):
         for path, variable in model_variables(source).items()
         if path.split("/")[0] not in skip
     }
-    source_posemb = source.get_layer("position_embedding")
-    target_grid = target.get_layer("position_embedding").grid_size
+    source_posemb = source.parts.position_embedding
+    target_grid = target.parts.position_embedding.grid_size
     if source_posemb.kind == "learned" and source_posemb.grid_size != target_grid:
         state[source_posemb.embeddings.path] = source_posemb.resampled(target_grid, method)
     assign_weights(target, state, f"model '{source.name}'", keep_initial=skip)

@@ -109,7 +109,7 @@ def build_model(cls, checkpoint, image_size=None, num_classes=None,
         state = {k: v for k, v in state.items() if not k.startswith("head/")}
         keep_initial = ("head",)
     model = cls(**config)
-    posemb = model.get_layer("position_embedding")
+    posemb = model.parts.position_embedding
     key = "position_embedding/embeddings"
     grid = _checkpoint_grid(checkpoint, model)
     if key in state and tuple(posemb.grid_size) != tuple(grid):
