@@ -43,9 +43,10 @@ class ViTConfig:
     ``"swiglu"``: DINOv2 giant), ``qk_norm`` (a LayerNorm of each head's
     query and key), ``norm_pre`` (a LayerNorm before the encoder: CLIP),
     ``fc_norm`` (the final LayerNorm after pooling instead of before it:
-    timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding) and
-    ``distillation`` (DeiT's distillation token and head, the two heads'
-    logits averaged).
+    timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding),
+    ``mlp_bias=False`` (MLP layers without biases: keras-hub's
+    ``use_mlp_bias``, DINOv3's ``mlp_bias``) and ``distillation`` (DeiT's
+    distillation token and head, the two heads' logits averaged).
 
     Example:
         ```python
@@ -85,6 +86,7 @@ class ViTConfig:
     norm_pre: bool = False
     fc_norm: bool = False
     patch_bias: bool = True
+    mlp_bias: bool = True
     distillation: bool = False
     num_channels: int = 3
     class_names: tuple | None = None
@@ -115,7 +117,7 @@ class ViTConfig:
             raise ValueError(
                 f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
             )
-        for name in ("qk_norm", "norm_pre", "fc_norm", "patch_bias", "distillation"):
+        for name in ("qk_norm", "norm_pre", "fc_norm", "patch_bias", "mlp_bias", "distillation"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if self.distillation and (self.pooling != "token" or self.fc_norm
@@ -209,10 +211,11 @@ class ViTConfig:
         if c.position_embedding == "learned":
             total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
         gated = 2 if c.mlp_activation == "swiglu" else 1
-        mlp = d * gated * m + gated * m + m * d + d
+        mlp = d * gated * m + gated * m + m * d + d  # the MAP head's: always with biases
+        block_mlp = mlp if c.mlp_bias else mlp - gated * m - d
         attention = 4 * d * d + d + (3 * d if c.qkv_bias else 0)
         qk_norm = 4 * (d // c.num_heads) if c.qk_norm else 0
-        block = 4 * d + attention + qk_norm + mlp + (2 * d if c.layer_scale_init is not None else 0)
+        block = 4 * d + attention + qk_norm + block_mlp + (2 * d if c.layer_scale_init is not None else 0)
         total += c.num_layers * block + 2 * d + 2 * d * c.norm_pre  # encoder_norm (or fc_norm)
         if c.pooling == "map":
             total += d + 4 * d * d + 4 * d + 2 * d + mlp
@@ -235,7 +238,7 @@ class ViTConfig:
             drop_path_rate=self.drop_path_rate * index / max(self.num_layers - 1, 1),
             layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
             qkv_bias=self.qkv_bias, layer_scale_init=self.layer_scale_init, qk_norm=self.qk_norm,
-            mlp_activation=self.mlp_activation,
+            mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
         )
 
     # -- as data ------------------------------------------------------------------

@@ -333,14 +333,17 @@ def test_attention_kernels_are_xavier_uniform_of_the_dense_view():
         assert abs(kernel.std() - limit / np.sqrt(3)) < 0.05 * limit
 
 
-def test_transformer_encoder_is_eq_2_and_3(tmp_path):
+@pytest.mark.parametrize("mlp_bias", [True, False])
+def test_transformer_encoder_is_eq_2_and_3(tmp_path, mlp_bias):
     x = rand(2, 5, 8)
     layer, out = run_layer_test(
         layers.TransformerEncoder,
-        dict(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_norm_epsilon=1e-6),
+        dict(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_norm_epsilon=1e-6,
+             mlp_bias=mlp_bias),
         x, x.shape, tmp_path,
     )
     w = named(layer)
+    assert ("mlp/fc1/bias" in w and "mlp/fc2/bias" in w) == mlp_bias
 
     def ln(v, name):
         m, s = v.mean(-1, keepdims=True), v.var(-1, keepdims=True)
@@ -349,9 +352,9 @@ def test_transformer_encoder_is_eq_2_and_3(tmp_path):
     from scipy.special import erf
 
     z = x + reference_attention(layer.attention, ln(x, "norm1"), ln(x, "norm1"))[0]  # Eq. 2
-    h = ln(z, "norm2") @ w["mlp/fc1/kernel"] + w["mlp/fc1/bias"]
+    h = ln(z, "norm2") @ w["mlp/fc1/kernel"] + w.get("mlp/fc1/bias", 0.0)
     h = 0.5 * h * (1 + erf(h / np.sqrt(2)))
-    expected = z + h @ w["mlp/fc2/kernel"] + w["mlp/fc2/bias"]                          # Eq. 3
+    expected = z + h @ w["mlp/fc2/kernel"] + w.get("mlp/fc2/bias", 0.0)                # Eq. 3
     np.testing.assert_allclose(out, expected, atol=1e-5)
     with_scores, scores = layer(x, return_attention_scores=True)
     np.testing.assert_allclose(to_numpy(with_scores), out, atol=1e-6)

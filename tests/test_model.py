@@ -42,6 +42,7 @@ def test_paper_parameter_counts(name, paper_name, expected):
         dict(TINY, pooling="none", num_classes=0, image_size=(32, 16)),
         dict(TINY, position_embedding="sincos2d", pooling="gap"),
         dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
+        dict(TINY, pooling="map", mlp_bias=False, mlp_activation="swiglu"),
     ],
 )
 def test_analytic_count_matches_built_model(config):

@@ -21,6 +21,7 @@ CASES = [
     ("npz", dict(representation_size=8)),
     ("npz", dict(position_embedding="sincos2d", pooling="gap")),
     ("npz", dict(num_classes=0, qkv_bias=False)),
+    ("npz", dict(mlp_bias=False, pooling="map")),  # the MAP head's MLP keeps its biases
     ("npz", dict(image_size=64, patch_size=1, resnet_block_units=(1, 2), resnet_width_factor=0.5)),
     ("huggingface", {}),
     ("huggingface", dict(gelu_approximate=False, layer_norm_epsilon=1e-12)),
@@ -136,6 +137,8 @@ def test_timm_hub_config_describes_the_model(tmp_path):
         ("huggingface", dict(mlp_activation="swiglu"), "mlp_activation='swiglu'"),
         ("huggingface", dict(patch_bias=False), "patch_bias=False"),
         ("timm", dict(norm_pre=True, layer_norm_epsilon=1e-5), "norm_pre=True, patch_bias=True"),
+        ("huggingface", dict(mlp_bias=False), "mlp_bias=False"),
+        ("timm", dict(mlp_bias=False), "mlp_bias=False"),
     ],
 )
 def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, option):

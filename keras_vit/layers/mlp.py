@@ -25,6 +25,9 @@ class MlpBlock(keras.layers.Layer):
             `mlp_dim` wide: DINOv2 giant; Shazeer, "GLU Variants Improve
             Transformer", 2020).
         seed: int or None. Seed of the dropout.
+        use_bias: bool. Biases on both dense layers (the original's); False
+            for keras-hub's ``use_mlp_bias=False`` and DINOv3's
+            ``mlp_bias=False``.
 
     Input shape: ``(..., D)``. Output shape: the same.
 
@@ -47,7 +50,7 @@ class MlpBlock(keras.layers.Layer):
     """
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None,
-                 activation="gelu", **kwargs):
+                 activation="gelu", use_bias=True, **kwargs):
         super().__init__(**kwargs)
         if activation not in MLP_ACTIVATIONS:
             raise ValueError(f"Unknown MLP activation {activation!r}; use one of {MLP_ACTIVATIONS}.")
@@ -55,6 +58,7 @@ class MlpBlock(keras.layers.Layer):
         self.dropout_rate = float(dropout_rate)
         self.gelu_approximate = bool(gelu_approximate)
         self.activation = activation
+        self.use_bias = bool(use_bias)
         self.seed = seed
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
@@ -65,6 +69,7 @@ class MlpBlock(keras.layers.Layer):
         dense = dict(
             kernel_initializer="glorot_uniform",
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            use_bias=self.use_bias,
             dtype=self.dtype_policy,
         )
         gated = 2 if self.activation == "swiglu" else 1
@@ -97,5 +102,6 @@ class MlpBlock(keras.layers.Layer):
             gelu_approximate=self.gelu_approximate,
             seed=self.seed,
             activation=self.activation,
+            use_bias=self.use_bias,
         )
         return config

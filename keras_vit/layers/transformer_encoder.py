@@ -34,6 +34,7 @@ class TransformerEncoder(keras.layers.Layer):
         qk_norm: bool. LayerNorm of each head's query and key (timm's
             ``qk_norm``; `MultiHeadDotProductAttention`).
         mlp_activation: ``"gelu"``, ``"quick_gelu"`` or ``"swiglu"`` (`MlpBlock`).
+        mlp_bias: bool. Biases on the MLP's two dense layers. Defaults to True.
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -86,6 +87,7 @@ class TransformerEncoder(keras.layers.Layer):
         seed=None,
         qk_norm=False,
         mlp_activation="gelu",
+        mlp_bias=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -101,6 +103,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.seed = seed
         self.qk_norm = bool(qk_norm)
         self.mlp_activation = mlp_activation
+        self.mlp_bias = bool(mlp_bias)
         policy = self.dtype_policy
         self.norm1 = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
@@ -118,7 +121,7 @@ class TransformerEncoder(keras.layers.Layer):
         )
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
-            activation=mlp_activation, dtype=policy, name="mlp",
+            activation=mlp_activation, use_bias=self.mlp_bias, dtype=policy, name="mlp",
         )
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy, name="drop_path")
 
@@ -189,6 +192,7 @@ class TransformerEncoder(keras.layers.Layer):
             seed=self.seed,
             qk_norm=self.qk_norm,
             mlp_activation=self.mlp_activation,
+            mlp_bias=self.mlp_bias,
         )
         return config
 

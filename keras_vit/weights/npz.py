@@ -174,6 +174,7 @@ def read_npz(path):
             query = reader.arrays[attention + "query/kernel"]
             config["num_heads"] = int(query.shape[1])
             config["qkv_bias"] = reader.has(attention + "query/bias")
+            config["mlp_bias"] = reader.has(mlp + "Dense_0/bias")
             config["mlp_dim"] = int(reader.arrays[mlp + "Dense_0/kernel"].shape[1])
         reader.layer_norm(norm1, f"{target}/norm1")
         reader.attention(attention, f"{target}/attention")

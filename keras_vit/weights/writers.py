@@ -109,6 +109,8 @@ def _family_options(model, reader, allow=()):
                        f"which {reader} requires", timm),
         "distillation": (c.distillation, f"distillation (DeiT's second token and head), which "
                          f"{reader} does not have", timm),
+        "mlp_bias": (not c.mlp_bias, f"its MLP has no biases (mlp_bias=False), which {reader} "
+                     "requires", "Write it with format='npz', which has it."),
     }
     return [check for name, check in checks.items() if name not in allow]
 
@@ -125,7 +127,7 @@ def _write_npz(model, path):
          "vit_jax's is 1e-6", "Use format='huggingface' (it stores the epsilon)."),
         (c.pooling == "none", "pooling='none' (the token sequence) has no vit_jax classifier",
          "Use pooling 'token', 'gap' or 'map'."),
-        *_family_options(model, "vit_jax"),
+        *_family_options(model, "vit_jax", allow=("mlp_bias",)),
     ])
     state = model_state(model)
     out = {}
@@ -297,6 +299,8 @@ def _write_timm(model, path):
         (c.representation_size is not None, "it has a pre-logits layer, which timm's "
          "VisionTransformer no longer has", "Write it with format='npz' or 'huggingface'."),
         (c.pooling == "none", "pooling='none' has no timm classifier", "Use another pooling."),
+        (not c.mlp_bias, "its MLP has no biases (mlp_bias=False), and timm's proj_bias removes "
+         "the attention output's bias with them", "Write it with format='npz'."),
         (c.layer_norm_epsilon != (1e-5 if c.norm_pre else 1e-6), f"its LayerNorm epsilon is "
          f"{c.layer_norm_epsilon:g}, and timm's " + ("CLIP uses 1e-5" if c.norm_pre else
                                                      "ViT uses 1e-6"),
