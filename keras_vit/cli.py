@@ -22,9 +22,10 @@ import pathlib
 import sys
 
 from keras_vit import files
-from keras_vit.config import is_int
-from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.model import ViT
+from keras_vit.training.configs import FLAGS
+from keras_vit.training.configs import SCALE_OUT
+from keras_vit.training.configs import int_at_least
 from keras_vit.weights import WRITE_FORMATS
 from keras_vit.weights import check_output
 
@@ -42,127 +43,31 @@ RECIPES = {
 }
 
 
-def _ints(text):
-    try:
-        return [int(part) for part in text.split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-
-
-def _int_at_least(minimum, words):
-    """An argparse type: an int >= `minimum`, `words` naming it in errors."""
-
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if not is_int(value, minimum):
-            raise argparse.ArgumentTypeError(f"expected {words}, got {text!r}")
-        return value
-
-    return parse
-
-
-_positive_int = _int_at_least(1, "a positive integer")
-_non_negative_int = _int_at_least(0, "an integer >= 0")
-
-
-def _shots(text):
-    """``1,5,10`` -> [1, 5, 10]; empty for none."""
-    values = _ints(text)
-    if values and min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive shots per class such as 1,5,10, got {text!r}")
-    return values
-
-
-def _randaugment(text):
-    values = _ints(text)
-    if len(values) != 2:
-        raise argparse.ArgumentTypeError(f"expected NUM_OPS,MAGNITUDE such as 2,10, got {text!r}")
-    return values
-
-
-def _model_args(text):
-    """``num_layers=4,hidden_dim=64`` -> {"num_layers": 4, "hidden_dim": 64}."""
-    import ast
-
-    arguments = {}
-    for item in filter(None, text.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs such as num_layers=4, got {item!r}")
-        try:
-            arguments[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            arguments[key.strip()] = value.strip()
-    return arguments
+_positive_int = int_at_least(1, "a positive integer")
+_non_negative_int = int_at_least(0, "an integer >= 0")
 
 
 def add_recipe_flags(parser, default_config):
-    """The flags every recipe shares. Each overrides the named config."""
+    """The flags every recipe shares: one per row of
+    `keras_vit.training.configs.FLAGS` (each overrides the named config's
+    field), and the flags of the run's placement."""
     parser.add_argument("--config", default=default_config,
                         help=f"a named config (`keras-vit configs` lists them); default {default_config}")
     parser.add_argument("--workdir", required=True,
                         help="the run's directory: config.json, checkpoints/, tensorboard/, "
                         "log.csv, model.keras, results.json. The same command again resumes.")
-    group = parser.add_argument_group("overrides of the config")
-    group.add_argument("--dataset", help="digits (embedded), a TFDS name such as cifar10, "
-                       "or an image folder with one sub-folder per class")
-    group.add_argument("--data-dir", help="TFDS data directory")
-    group.add_argument("--train-split", help="e.g. train[:98%%] (TFDS split syntax)")
-    group.add_argument("--eval-split", help="e.g. test, validation, train[98%%:]")
-    group.add_argument("--model", help="a preset name such as vit_b16 or ViT-B/16")
-    group.add_argument("--model-args", type=_model_args, metavar="KEY=VALUE,...",
-                       help="ViT arguments over the preset, e.g. num_layers=4,hidden_dim=64")
-    group.add_argument("--image-size", type=int, help="training resolution in pixels")
-    group.add_argument("--batch-size", type=int, help="the GLOBAL batch (the paper's 4096 or 512)")
-    group.add_argument("--accum-steps", type=int,
-                       help="micro-batches per update: each is batch-size / accum-steps images")
-    group.add_argument("--steps", type=int, help="optimizer updates")
-    group.add_argument("--warmup-steps", type=int, help="linear warm-up updates")
-    group.add_argument("--base-lr", type=float, help="peak learning rate")
-    group.add_argument("--decay-type", choices=("cosine", "linear"))
-    group.add_argument("--weight-decay", type=float, help="lr-multiplied weight decay (pre-training)")
-    group.add_argument("--grad-norm-clip", type=float, help="global gradient norm clip")
-    group.add_argument("--dropout-rate", type=float)
-    group.add_argument("--drop-path-rate", type=float, help="stochastic depth")
-    group.add_argument("--loss", choices=("softmax", "sigmoid"),
-                       help="sigmoid: multi-label pre-training (i21k, JFT); use it with "
-                       "--head-bias-init -10, as the Table 3 configs do")
-    group.add_argument("--head-bias-init", type=float, help="initial head bias (-10 for i21k, JFT)")
-    group.add_argument("--label-smoothing", type=float)
-    group.add_argument("--polyak", type=float, help="Polyak (EMA) averaging of the weights, e.g. 0.9999")
-    group.add_argument("--randaugment", type=_randaugment, metavar="N,M",
-                       help="RandAugment with N ops of magnitude M (AugReg), e.g. 2,10")
-    group.add_argument("--mixup", type=float, help="MixUp alpha (AugReg), 0 for off")
-    group.add_argument("--cutmix", type=float, help="CutMix factor, 0 for off")
-    group.add_argument("--dtype", choices=("float32", "mixed_bfloat16", "mixed_float16"))
-    group.add_argument("--seed", type=int, help="data order, augmentation and initialisation")
-    group.add_argument("--checkpoint-every", type=int, help="updates between checkpoints")
-    group.add_argument("--keep-checkpoints", type=int, help="newest checkpoints kept (default 3)")
-    group.add_argument("--few-shot", type=_shots, metavar="K,K",
-                       help="also report few-shot linear accuracy for these shots")
-    group.add_argument("--init", help="fine-tuning: a .keras file or any checkpoint "
-                       "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors, "
-                       "a URL or a released name: keras-vit pretrained)")
-    group.add_argument("--lora-rank", type=int, metavar="R",
-                       help="fine-tuning: LoRA of rank R on every block's q, k, v, out, fc1 and "
-                       "fc2, the rest frozen but the head (docs/deploy.md)")
-    scale = parser.add_argument_group(
-        "scale-out (docs/distributed.md)",
-        "TensorFlow: tpu, mirrored, multi_worker (reads TF_CONFIG); JAX: data_parallel, "
-        "model_parallel; torch: none. The global batch, learning rate and steps mean the same run "
-        "under every strategy.")
-    scale.add_argument("--strategy", choices=ALL_STRATEGIES, help="default none: one device")
-    scale.add_argument("--data-shards", type=_positive_int, metavar="N",
-                       help="read the data as N disjoint parts, each host (input pipeline) its "
-                       "share of them (default: one per host, kept on resume); the data order "
-                       "depends on N, so a run started with N resumes the same on any number of "
-                       "hosts that divides N")
-    scale.add_argument("--steps-per-execution", type=int,
-                       help="batches per compiled call (TPU: e.g. 50); must divide the batches "
-                       "between checkpoints")
+    groups = {
+        "overrides of the config": parser.add_argument_group("overrides of the config"),
+        SCALE_OUT: parser.add_argument_group(
+            SCALE_OUT,
+            "TensorFlow: tpu, mirrored, multi_worker (reads TF_CONFIG); JAX: data_parallel, "
+            "model_parallel; torch: none. The global batch, learning rate and steps mean the same "
+            "run under every strategy."),
+    }
+    for flag in FLAGS.values():
+        groups[flag.group].add_argument(flag.option, type=flag.parse, choices=flag.choices,
+                                        metavar=flag.metavar, help=flag.help.replace("%", "%%"))
+    scale = groups[SCALE_OUT]
     scale.add_argument("--tpu", help="tpu: the TPU name or address; 'local' on a Cloud TPU VM "
                        "(default: the TPU_NAME environment variable)")
     scale.add_argument("--coordinator", metavar="HOST:PORT",
@@ -176,13 +81,7 @@ def add_recipe_flags(parser, default_config):
 
 
 def _overrides(args):
-    keys = ("dataset", "data_dir", "train_split", "eval_split", "model", "model_args", "image_size",
-            "batch_size", "accum_steps", "steps", "warmup_steps", "base_lr", "decay_type",
-            "weight_decay", "grad_norm_clip", "dropout_rate", "drop_path_rate", "loss",
-            "label_smoothing", "head_bias_init", "polyak", "randaugment", "mixup", "cutmix", "dtype", "seed",
-            "checkpoint_every", "keep_checkpoints", "few_shot", "init", "lora_rank", "strategy",
-            "data_shards", "steps_per_execution")
-    return {key: getattr(args, key) for key in keys}
+    return {field: getattr(args, field) for field in FLAGS}
 
 
 def _run_recipe(args):
@@ -434,7 +333,7 @@ def build_parser():
     sub.add_argument("--train-split", default="train", help="where few-shot examples come from")
     sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
-    sub.add_argument("--few-shot", type=_shots, metavar="K,K", help="e.g. 1,5,10,25")
+    sub.add_argument("--few-shot", type=FLAGS["few_shot"].parse, metavar="K,K", help="e.g. 1,5,10,25")
 
     sub = commands.add_parser(
         "explain", help="what the model learned, as the paper's pictures (Fig. 6, 7)",

@@ -17,7 +17,8 @@ AUGMENTED = dict(source="digits", split="train[:100]", image_size=16, batch_size
 # The `digits` recipe's model shrunk to one block, for the runs of test_recipes and
 # test_failures: as `model_args`, and as the command line's --model-args.
 TINY_RUN_MODEL = dict(num_layers=1, hidden_dim=16, num_heads=2, mlp_dim=32, patch_size=4)
-TINY_RUN_ARGS = ["--model-args", ",".join(f"{key}={value}" for key, value in TINY_RUN_MODEL.items())]
+# Their run: 4 updates of 16 images, checkpointed every 2 (`tiny_run_config`, `run_flags`).
+TINY_RUN = dict(steps=4, warmup_steps=1, batch_size=16, checkpoint_every=2)
 # The one-block ViT of test_evaluation's features and few-shot probes: D 8 over 4x4 patches.
 TINY_FEATURES = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
                      num_classes=3)
@@ -30,9 +31,26 @@ def tiny_run_config(**overrides):
     on `TINY_RUN_MODEL`, checkpointed every 2, without few-shot probes."""
     from keras_vit.training import resolve_config
 
-    return resolve_config("digits", {"steps": 4, "warmup_steps": 1, "batch_size": 16, "image_size": 16,
-                                     "checkpoint_every": 2, "few_shot": [], "model_args": TINY_RUN_MODEL,
-                                     **overrides})
+    return resolve_config("digits", {**TINY_RUN, "image_size": 16, "few_shot": [],
+                                     "model_args": TINY_RUN_MODEL, **overrides})
+
+
+def run_flags(**settings):
+    """The recipes' command-line flags that set `settings` (`RunConfig`
+    fields), each spelled by its row of `keras_vit.training.configs.FLAGS`."""
+    from keras_vit.training.configs import FLAGS
+
+    argv = []
+    for field, value in settings.items():
+        if isinstance(value, dict):
+            value = ",".join(f"{key}={item}" for key, item in value.items())
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        argv += [FLAGS[field].option, str(value)]
+    return argv
+
+
+TINY_RUN_ARGS = run_flags(model_args=TINY_RUN_MODEL)
 
 
 def to_numpy(x):

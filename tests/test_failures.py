@@ -13,7 +13,9 @@ import math
 import numpy as np
 import pytest
 import tensorflow as tf
+from helpers import TINY_RUN
 from helpers import TINY_RUN_ARGS
+from helpers import run_flags
 from helpers import tiny_run_config
 from helpers import to_numpy
 from PIL import Image
@@ -28,8 +30,7 @@ from keras_vit.training.checkpoints import CheckpointManager
 from keras_vit.training import DivergenceError
 from keras_vit.weights import CheckpointError
 
-FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2",
-        "--image-size", "16"]
+FAST = run_flags(**TINY_RUN, image_size=16)
 
 
 def cli_error(argv, capsys):

@@ -8,7 +8,9 @@ import json
 import keras
 import numpy as np
 import pytest
+from helpers import TINY_RUN
 from helpers import TINY_RUN_ARGS
+from helpers import run_flags
 from helpers import to_numpy
 
 from keras_vit import ViT
@@ -17,7 +19,7 @@ from keras_vit.training import CONFIGS
 from keras_vit.training import RunConfig
 from keras_vit.training import resolve_config
 
-FAST = ["--steps", "4", "--warmup-steps", "1", "--batch-size", "16", "--checkpoint-every", "2"]
+FAST = run_flags(**TINY_RUN)
 
 
 def run(argv, capsys):
@@ -68,6 +70,46 @@ def test_a_run_config_is_deeply_immutable_and_its_json_round_trips():
     assert json.loads(json.dumps(record)) == record
     assert RunConfig.from_dict(record) == config
     assert resolve_config("ft-cifar10", {"batch_size": 512, "accum_steps": 8}).micro_batch_size == 64
+
+
+@pytest.mark.backend_independent
+def test_the_command_line_and_its_docs_are_the_run_configs_flags(capsys):
+    import pathlib
+    import re
+
+    from keras_vit.cli import build_parser
+    from keras_vit.training.configs import FIELDS
+    from keras_vit.training.configs import FLAGS
+
+    assert set(FLAGS) <= set(FIELDS)
+    recipe = build_parser()._subparsers._group_actions[0].choices["pretrain"]
+    actions = {action.dest: action for action in recipe._actions}
+    for field, flag in FLAGS.items():
+        action = actions[field]
+        assert action.option_strings == [flag.option], field
+        assert (action.type, action.choices, action.default) == (flag.parse, flag.choices, None)
+        # a bad choice or value is refused by the config with the flag's name
+        bad = {"dtype": "float64", "loss": "hinge", "decay_type": "step", "strategy": "all",
+               "steps": 0, "mixup": -1.0, "polyak": 1.5, "few_shot": [0]}.get(field)
+        if bad is not None:
+            with pytest.raises(ValueError, match=re.escape(flag.option) + r" (must|is)"):
+                resolve_config("digits", {field: bad})
+    args = recipe.parse_args(["--workdir", "w", *run_flags(dtype="mixed_bfloat16", few_shot=[1, 5],
+                                                           model_args={"num_layers": 2})])
+    assert resolve_config(args.config, {f: getattr(args, f) for f in FLAGS}).to_dict() == {
+        **resolve_config("digits", {}).to_dict(), "dtype": "mixed_bfloat16", "few_shot": [1, 5],
+        "model_args": {**resolve_config("digits", {}).model_args, "num_layers": 2}}
+    with pytest.raises(SystemExit):
+        recipe.parse_args(["--workdir", "w", "--dtype", "float64"])
+    assert "argument --dtype: invalid choice: 'float64'" in capsys.readouterr().err
+    # docs/cli.md's table: one row per flag, naming its config key
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "cli.md").read_text()
+    text = text[text.index("## `pretrain`"):text.index("## `evaluate`")]
+    documented = set()
+    for row in re.findall(r"^\| (`--.*?) \| (`[a-z_`, ]+`) \|", text, re.M):
+        options, keys = re.findall(r"`(--[a-z-]+)", row[0]), re.findall(r"`([a-z_]+)`", row[1])
+        documented |= set(zip(options, keys))
+    assert documented == {(flag.option, field) for field, flag in FLAGS.items()}
 
 
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):

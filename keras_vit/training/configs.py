@@ -8,15 +8,20 @@ count optimizer updates, as in the paper; the batch is the global batch,
 which ``accum_steps`` micro-batches make up.
 """
 
+import argparse
+import ast
+import copy
 import dataclasses
 import json
 import math
 import numbers
 import types
+from collections.abc import Callable
 from collections.abc import Mapping
 
 from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.config import is_int
+from keras_vit.distribution import ALL_STRATEGIES
 from keras_vit.distribution import check_strategy
 from keras_vit.presets import preset_config
 
@@ -41,6 +46,154 @@ RECIPE_MODEL_KEYS = {
     "head_bias_init": "--head-bias-init",
 }
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+DECAY_TYPES = ("cosine", "linear")
+LOSSES = ("softmax", "sigmoid")
+
+
+# -- the command line's flags, as data -----------------------------------------
+
+def _ints(text):
+    try:
+        return [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+
+
+def int_at_least(minimum, words):
+    """An argparse type: an int >= `minimum`, `words` naming it in errors."""
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if not is_int(value, minimum):
+            raise argparse.ArgumentTypeError(f"expected {words}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _shots(text):
+    """``1,5,10`` -> [1, 5, 10]; empty for none."""
+    values = _ints(text)
+    if values and min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive shots per class such as 1,5,10, got {text!r}")
+    return values
+
+
+def _randaugment(text):
+    values = _ints(text)
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected NUM_OPS,MAGNITUDE such as 2,10, got {text!r}")
+    return values
+
+
+def _model_args(text):
+    """``num_layers=4,hidden_dim=64`` -> {"num_layers": 4, "hidden_dim": 64}."""
+    arguments = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs such as num_layers=4, got {item!r}")
+        try:
+            arguments[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            arguments[key.strip()] = value.strip()
+    return arguments
+
+
+def _finite(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+# The checks of one field's value: None, or what the value must be.
+
+def _positive_int(value):
+    return None if is_int(value, 1) else "must be a positive integer"
+
+
+def _integer(value):
+    return None if is_int(value) else "must be an integer"
+
+
+def _positive_number(value):
+    return None if _finite(value) and value > 0 else "must be a positive number"
+
+
+def _number(low=None, high=None):
+    bounds = ("" if low is None else f" at least {low}") + ("" if high is None else f" and at most {high}")
+
+    def check(value):
+        if _finite(value) and (low is None or value >= low) and (high is None or value <= high):
+            return None
+        return f"must be a finite number{bounds}"
+
+    return check
+
+
+def _momentum(value):
+    return None if _finite(value) and 0 < value < 1 else (
+        "is the averaging momentum, a number in (0, 1) such as 0.9999")
+
+
+def _shots_per_class(value):
+    if isinstance(value, (list, tuple)) and all(is_int(n, 1) for n in value):
+        return None
+    return "must be positive integers (shots per class) such as 1,5,10"
+
+
+def _or_none(check, meaning=None):
+    """`check`, with None allowed (`meaning`: what None means)."""
+
+    def optional(value):
+        problem = None if value is None else check(value)
+        return problem and problem + (f" (or None: {meaning})" if meaning else "")
+
+    return optional
+
+
+@dataclasses.dataclass(frozen=True)
+class Flag:
+    """A `RunConfig` field on the command line: ``--base-lr`` for
+    ``base_lr``. `parse` turns the flag's text into the value (argparse's
+    ``type``), `choices` are the values it takes, `check` returns None for
+    a good value or what it must be (``"must be a positive integer"``);
+    `RunConfig` runs the choices and checks on construction, `keras_vit.cli`
+    builds its flags from the same rows."""
+
+    field: str
+    help: str = ""
+    parse: Callable = str
+    choices: tuple | None = None
+    check: Callable | None = None
+    metavar: str | None = None
+    group: str = "overrides of the config"
+
+    @property
+    def option(self):
+        """The flag: ``--base-lr`` for the field ``base_lr``."""
+        return "--" + self.field.replace("_", "-")
+
+    def problem(self, value):
+        """None, or the sentence saying what is wrong with `value`."""
+        if self.choices is not None:
+            wrong = value not in self.choices and f"must be one of {', '.join(self.choices)}"
+        else:
+            wrong = self.check(value) if self.check else None
+        return f"{self.option} {wrong}, got {value!r}." if wrong else None
+
+
+SCALE_OUT = "scale-out (docs/distributed.md)"
+
+
+def _flag(default=dataclasses.MISSING, help="", parse=str, **options):
+    """A `RunConfig` field with its `Flag` (defaults of lists and dicts are
+    made per instance)."""
+    spec = dict(help=help, parse=parse, **options)
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: copy.copy(default), metadata={"flag": spec})
+    return dataclasses.field(default=default, metadata={"flag": spec})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +204,14 @@ class RunConfig:
     construction (`check_config`): a ValueError names the flag, what it got
     and what it takes.
 
-    The fields are the recipes' flags (``--base-lr`` is `base_lr`; `keras-vit
-    pretrain --help` describes each), plus `name`, `kind` (``"pretrain"``,
-    ``"finetune"`` or ``"masked_patch"``), `paper` (the row it comes from)
-    and `epochs` (the paper's, for pre-training rows). `model_args` holds
-    `keras_vit.ViTConfig` fields that change the preset `model`.
+    The fields are the recipes' flags (``--base-lr`` is `base_lr`; each
+    field's `Flag`, in `FLAGS`, holds its help, parser, choices and check),
+    plus `name`, `kind` (``"pretrain"``, ``"finetune"`` or
+    ``"masked_patch"``), `paper` (the row it comes from), `epochs` (the
+    paper's, for pre-training rows) and the recipe's own settings
+    (`lr_grid`, `representation_size`, `preprocess`, `area_range`, `flip`).
+    `model_args` holds `keras_vit.ViTConfig` fields that change the preset
+    `model`.
 
     Example:
         ```python
@@ -70,45 +226,68 @@ class RunConfig:
     name: str
     kind: str
     paper: str
-    dataset: str = "digits"
-    data_dir: str | None = None
-    train_split: str = "train"
-    eval_split: str = "test"
-    model: str = "vit_b16"
-    model_args: Mapping = dataclasses.field(default_factory=dict)
-    image_size: int = 224
-    batch_size: int = 512
-    accum_steps: int = 1
-    steps: int = 1000
-    warmup_steps: int = 0
-    base_lr: float = 1e-3
+    dataset: str = _flag("digits", "digits (embedded), a TFDS name such as cifar10, or an image "
+                         "folder with one sub-folder per class")
+    data_dir: str | None = _flag(None, "TFDS data directory")
+    train_split: str = _flag("train", "e.g. train[:98%] (TFDS split syntax)")
+    eval_split: str = _flag("test", "e.g. test, validation, train[98%:]")
+    model: str = _flag("vit_b16", "a preset name such as vit_b16 or ViT-B/16")
+    model_args: Mapping = _flag({}, "ViT arguments over the preset, e.g. num_layers=4,hidden_dim=64",
+                                _model_args, metavar="KEY=VALUE,...")
+    image_size: int = _flag(224, "training resolution in pixels", int, check=_positive_int)
+    batch_size: int = _flag(512, "the GLOBAL batch (the paper's 4096 or 512)", int,
+                            check=_positive_int)
+    accum_steps: int = _flag(1, "micro-batches per update: each is batch-size / accum-steps images",
+                             int, check=_positive_int)
+    steps: int = _flag(1000, "optimizer updates", int, check=_positive_int)
+    warmup_steps: int = _flag(0, "linear warm-up updates", int, check=_integer)
+    base_lr: float = _flag(1e-3, "peak learning rate", float, check=_positive_number)
     lr_grid: tuple = ()
-    decay_type: str = "cosine"
-    weight_decay: float = 0.0
-    grad_norm_clip: float | None = 1.0
-    dropout_rate: float = 0.0
-    drop_path_rate: float = 0.0
-    loss: str = "softmax"
-    label_smoothing: float = 0.0
+    decay_type: str = _flag("cosine", "the learning rate's decay after warm-up", choices=DECAY_TYPES)
+    weight_decay: float = _flag(0.0, "lr-multiplied weight decay (pre-training)", float,
+                                check=_number(low=0))
+    grad_norm_clip: float | None = _flag(1.0, "global gradient norm clip", float,
+                                         check=_or_none(_positive_number, "no clipping"))
+    dropout_rate: float = _flag(0.0, "dropout after the dense layers", float)
+    drop_path_rate: float = _flag(0.0, "stochastic depth", float)
+    loss: str = _flag("softmax", "sigmoid: multi-label pre-training (i21k, JFT); use it with "
+                      "--head-bias-init -10, as the Table 3 configs do", choices=LOSSES)
+    label_smoothing: float = _flag(0.0, "label smoothing", float, check=_number(low=0, high=1))
     representation_size: int | None = None
-    head_bias_init: float = 0.0
-    polyak: float | None = None
+    head_bias_init: float = _flag(0.0, "initial head bias (-10 for i21k, JFT)", float,
+                                  check=_number())
+    polyak: float | None = _flag(None, "Polyak (EMA) averaging of the weights, e.g. 0.9999", float,
+                                 check=_or_none(_momentum))
     preprocess: str = "inception"
     area_range: tuple | None = None
     flip: bool = True
-    randaugment: tuple | None = None
-    mixup: float = 0.0
-    cutmix: float = 0.0
-    dtype: str = "float32"
-    seed: int = 0
-    init: str | None = None
-    lora_rank: int | None = None
-    strategy: str = "none"
-    data_shards: int | None = None
-    steps_per_execution: int = 1
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 3
-    few_shot: tuple = ()
+    randaugment: tuple | None = _flag(None, "RandAugment with N ops of magnitude M (AugReg), e.g. 2,10",
+                                      _randaugment, metavar="N,M")
+    mixup: float = _flag(0.0, "MixUp alpha (AugReg), 0 for off", float, check=_number(low=0))
+    cutmix: float = _flag(0.0, "CutMix factor, 0 for off", float, check=_number(low=0, high=1))
+    dtype: str = _flag("float32", "the dtype policy", choices=DTYPES)
+    seed: int = _flag(0, "data order, augmentation and initialisation", int, check=_integer)
+    init: str | None = _flag(None, "fine-tuning: a .keras file or any checkpoint "
+                             "ViT.from_checkpoint reads (.npz, HF directory, timm .safetensors, "
+                             "a URL or a released name: keras-vit pretrained)")
+    lora_rank: int | None = _flag(None, "fine-tuning: LoRA of rank R on every block's q, k, v, "
+                                  "out, fc1 and fc2, the rest frozen but the head (docs/deploy.md)",
+                                  int, check=_or_none(_positive_int), metavar="R")
+    strategy: str = _flag("none", "default none: one device", choices=ALL_STRATEGIES,
+                          group=SCALE_OUT)
+    data_shards: int | None = _flag(
+        None, "read the data as N disjoint parts, each host (input pipeline) its share of them "
+        "(default: one per host, kept on resume); the data order depends on N, so a run started "
+        "with N resumes the same on any number of hosts that divides N",
+        int_at_least(1, "a positive integer"),
+        check=_or_none(_positive_int, "one part per input pipeline"), metavar="N", group=SCALE_OUT)
+    steps_per_execution: int = _flag(1, "batches per compiled call (TPU: e.g. 50); must divide "
+                                     "the batches between checkpoints", int, check=_positive_int,
+                                     group=SCALE_OUT)
+    checkpoint_every: int = _flag(1000, "updates between checkpoints", int, check=_positive_int)
+    keep_checkpoints: int = _flag(3, "newest checkpoints kept (default 3)", int, check=_positive_int)
+    few_shot: tuple = _flag([], "also report few-shot linear accuracy for these shots", _shots,
+                            check=_shots_per_class, metavar="K,K")
     epochs: float | None = None
 
     def __post_init__(self):
@@ -145,6 +324,12 @@ class RunConfig:
 
 FIELDS = tuple(field.name for field in dataclasses.fields(RunConfig))
 
+# field -> Flag: the fields the command line sets, in RunConfig's order.
+FLAGS = types.MappingProxyType({
+    field.name: Flag(field.name, **field.metadata["flag"])
+    for field in dataclasses.fields(RunConfig) if "flag" in field.metadata
+})
+
 
 def _frozen(value):
     """`value` with every list a tuple and every dict a read-only mapping, deeply."""
@@ -164,21 +349,18 @@ def _thawed(value):
     return value
 
 
-def _number(value):
-    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def check_config(config):
     """Clear errors for settings that cannot run, before anything starts:
-    every count a positive integer, every rate a finite number in its range,
-    `model_args` only the ViT's own arguments. `RunConfig` runs it on
-    construction."""
+    each flag's value by its `Flag` (`FLAGS`), then what holds between
+    fields (the micro-batches divide the batch, warm-up is shorter than the
+    run, `model_args` only the ViT's own arguments, fine-tuning's flags
+    only for fine-tuning). `RunConfig` runs it on construction."""
     if config.kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {config.kind!r}.")
-    for key in ("steps", "batch_size", "accum_steps"):
-        value = getattr(config, key)
-        if not is_int(value, 1):
-            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
+    for name, flag in FLAGS.items():
+        problem = flag.problem(getattr(config, name))
+        if problem:
+            raise ValueError(problem)
     if config.batch_size % config.accum_steps:
         raise ValueError(
             f"--batch-size {config.batch_size} is not divisible by --accum-steps "
@@ -190,56 +372,18 @@ def check_config(config):
             f"--warmup-steps {config.warmup_steps} must be at least 0 and below --steps "
             f"{config.steps}."
         )
-    if not _number(config.base_lr) or config.base_lr <= 0:
-        raise ValueError(f"--base-lr must be a positive number, got {config.base_lr}.")
-    for key, low, high in (("weight_decay", 0, None), ("head_bias_init", None, None),
-                           ("label_smoothing", 0, 1), ("mixup", 0, None), ("cutmix", 0, 1)):
-        value = getattr(config, key)
-        if not _number(value) or (low is not None and value < low) or (high is not None and value > high):
-            bounds = ("" if low is None else f" at least {low}") + ("" if high is None else f" and at most {high}")
-            raise ValueError(f"--{key.replace('_', '-')} must be a finite number{bounds}, got {value!r}.")
-    clip = config.grad_norm_clip
-    if clip is not None and (not _number(clip) or clip <= 0):
-        raise ValueError(f"--grad-norm-clip must be a positive number (or None for no clipping), got {clip!r}.")
-    polyak = config.polyak
-    if polyak is not None and (not _number(polyak) or not 0 < polyak < 1):
-        raise ValueError(f"--polyak is the averaging momentum, a number in (0, 1) such as 0.9999, "
-                         f"got {polyak!r}.")
-    if not is_int(config.seed):
-        raise ValueError(f"--seed must be an integer, got {config.seed!r}.")
-    few_shot = config.few_shot
-    if not isinstance(few_shot, (list, tuple)) or not all(is_int(n, 1) for n in few_shot):
-        raise ValueError(f"--few-shot must be positive integers (shots per class) such as 1,5,10, "
-                         f"got {config.few_shot!r}.")
-    if config.dtype not in DTYPES:
-        raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}.")
-    if config.loss not in ("softmax", "sigmoid"):
-        raise ValueError(f"loss must be 'softmax' or 'sigmoid', got {config.loss!r}.")
-    if config.decay_type not in ("cosine", "linear"):
-        raise ValueError(f"--decay-type must be 'cosine' or 'linear', got {config.decay_type!r}.")
     _check_model_args(config.model_args)
     if config.init and config.kind != "finetune":
         raise ValueError(
             f"--init is for fine-tuning; config {config.name!r} is a {config.kind} run, "
             "which starts from fresh weights. Use `keras-vit finetune --init ...`."
         )
-    lora_rank = config.lora_rank
-    if lora_rank is not None:
-        if not is_int(lora_rank, 1):
-            raise ValueError(f"--lora-rank must be a positive integer, got {lora_rank!r}.")
-        if config.kind != "finetune":
-            raise ValueError(
-                f"--lora-rank adapts a trained model; config {config.name!r} is a "
-                f"{config.kind} run from fresh weights. Use `keras-vit finetune --init ... "
-                "--lora-rank R`."
-            )
-    for key in ("steps_per_execution", "checkpoint_every", "keep_checkpoints"):
-        value = getattr(config, key)
-        if not is_int(value, 1):
-            raise ValueError(f"--{key.replace('_', '-')} must be a positive integer, got {value!r}.")
-    if config.data_shards is not None and not is_int(config.data_shards, 1):
-        raise ValueError(f"--data-shards must be a positive integer (or None: one part per input "
-                         f"pipeline), got {config.data_shards!r}.")
+    if config.lora_rank is not None and config.kind != "finetune":
+        raise ValueError(
+            f"--lora-rank adapts a trained model; config {config.name!r} is a "
+            f"{config.kind} run from fresh weights. Use `keras-vit finetune --init ... "
+            "--lora-rank R`."
+        )
     check_strategy(config.strategy)
     return config
 

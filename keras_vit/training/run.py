@@ -32,6 +32,8 @@ A run that fails leaves nothing broken:
 - the reports are strict JSON (`keras_vit.files.write_json`).
 """
 
+import dataclasses
+import pathlib
 import time
 
 import keras
@@ -342,6 +344,50 @@ def train(config, workdir, verbose="auto", topology=None):
         # -> Nothing there was changed. Use another --workdir, or the same flags to resume.
         ```
     """
+    run = plan(config, workdir, topology)
+    run.topology.shard_model(preset_config(run.config.model, **run.config.model_args))
+    with run.topology.scope():
+        built = build(run)
+        history, seconds, weights = fit(run, built, verbose)
+    return finish(run, built, history, seconds, weights)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What `plan` checked and decided, before anything is written: the
+    config (with its data shards), the work directory, the topology, the
+    data sources, and the run's length in updates per checkpoint interval
+    (a Keras epoch), intervals and micro-batches per interval."""
+
+    config: RunConfig
+    workdir: pathlib.Path
+    topology: Topology
+    source: object
+    eval_source: object
+    updates_per_epoch: int
+    epochs: int
+    micro_batches_per_epoch: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Built:
+    """What `build` made: the compiled model (restored from the newest
+    checkpoint, if any), the checkpoint manager and callback, every
+    callback, the training and evaluation data, and the interval it starts at."""
+
+    model: keras.Model
+    manager: CheckpointManager
+    checkpointing: Checkpointing
+    callbacks: list
+    dataset: object
+    test: object
+    initial_epoch: int
+
+
+def plan(config, workdir, topology=None):
+    """Every check a run can fail before training, and nothing written: the
+    config, the topology, the micro-batches, `steps_per_execution`, a
+    different run in `workdir` (refused), the data sources."""
     if not isinstance(config, RunConfig):
         config = RunConfig.from_dict(config)  # checked on construction
     preset_config(config.model)
@@ -360,11 +406,9 @@ def train(config, workdir, verbose="auto", topology=None):
             "the replicas inside a conditional). Use --accum-steps 1: the replicas together hold the "
             "global batch."
         )
-    micro_batch = config.micro_batch_size
-    topology.check_batch(micro_batch, "--batch-size / --accum-steps" if config.accum_steps > 1
-                         else "--batch-size")
+    topology.check_batch(config.micro_batch_size, "--batch-size / --accum-steps"
+                         if config.accum_steps > 1 else "--batch-size")
     per_epoch = updates_per_epoch(config)
-    epochs = config.steps // per_epoch
     micro_per_epoch = per_epoch * config.accum_steps
     if config.steps_per_execution > 1 and keras.backend.backend() == "torch":
         raise RunError(
@@ -377,84 +421,111 @@ def train(config, workdir, verbose="auto", topology=None):
             f"{micro_per_epoch} batches between checkpoints (--checkpoint-every {per_epoch} updates "
             f"of {config.accum_steps} micro-batches)."
         )
-    # Nothing is written before every check has passed: the work directory
-    # (a different run there is refused before building), the data, the
-    # model, the augmentation (when the pipelines are made), then config.json.
     config = config.replace(data_shards=data_shards(config, workdir, topology))
     workdir = prepare_workdir(workdir, config, write=False)
     keras.utils.set_random_seed(config.seed)  # initialisation and dropout; the data has its own
     from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
 
-    source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
-    eval_source = vit_data.load_source(config.dataset, config.eval_split, config.data_dir)
-    manager = CheckpointManager(workdir / "checkpoints", keep=config.keep_checkpoints,
-                                write=topology.is_chief)
+    return Plan(
+        config, workdir, topology,
+        source=vit_data.load_source(config.dataset, config.train_split, config.data_dir),
+        eval_source=vit_data.load_source(config.dataset, config.eval_split, config.data_dir),
+        updates_per_epoch=per_epoch, epochs=config.steps // per_epoch,
+        micro_batches_per_epoch=micro_per_epoch,
+    )
 
-    topology.shard_model(preset_config(config.model, **config.model_args))
-    with topology.scope():
-        model = build_model(config, source)
-        model.compile(
-            optimizer=build_optimizer(config), loss=build_loss(config),
-            metrics=None if config.kind == "masked_patch"
-            else [keras.metrics.CategoricalAccuracy(name="accuracy")],
-            weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-            if config.kind == "masked_patch" else None,
-            jit_compile=_jit_compile(config.strategy),
-            steps_per_execution=config.steps_per_execution,
-        )
-        model.optimizer.build(model.trainable_variables)
-        topology.prepare(model)
-        resumed = manager.restore(model)
-        initial_epoch = resumed["epoch"] if resumed else 0
-        dataset = topology.distribute_dataset(
-            lambda index, count: train_dataset(config, source, initial_epoch * micro_per_epoch,
-                                               shard=(index, count)),
-            micro_batch,
-        )
-        test = eval_dataset(config, eval_source)  # its arguments checked before the first write
-        workdir = prepare_workdir(workdir, config, write=topology.is_chief)
-        checkpointing = Checkpointing(manager, per_epoch, config.accum_steps)
-        callbacks = [checkpointing, LearningRateLogger()]
-        if topology.is_chief:
-            trim_log(workdir / "log.csv", initial_epoch)
-            callbacks += [
-                keras.callbacks.CSVLogger(str(workdir / "log.csv"), append=True),
-                keras.callbacks.TensorBoard(str(workdir / "tensorboard"), update_freq="epoch"),
-            ]
-        start = time.perf_counter()
-        try:
-            history = model.fit(dataset, epochs=epochs, steps_per_epoch=micro_per_epoch,
-                                initial_epoch=initial_epoch, callbacks=callbacks, verbose=verbose,
-                                shuffle=False)
-        except vit_data.DecodeError as error:
-            _raise_for_unreadable_files(error, source, manager)
-            raise
-        seconds = time.perf_counter() - start
-        if checkpointing.diverged_at is not None:
-            raise _divergence(config, checkpointing.diverged_at, checkpointing.diverged_because, manager)
-        # fit ends with the Polyak averages (use_ema) in place; every process
-        # takes part in gathering sharded weights.
-        weights = [to_numpy(w) for w in model.weights]
-    bad = first_non_finite(model.weights, weights)
+
+def build(run):
+    """The compiled model, restored from the newest checkpoint, and its data
+    and callbacks, in the topology's scope. The augmentation and evaluation
+    arguments are checked (the pipelines made) before config.json, the
+    first write, is written."""
+    config, topology = run.config, run.topology
+    manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
+                                write=topology.is_chief)
+    model = build_model(config, run.source)
+    model.compile(
+        optimizer=build_optimizer(config), loss=build_loss(config),
+        metrics=None if config.kind == "masked_patch"
+        else [keras.metrics.CategoricalAccuracy(name="accuracy")],
+        weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+        if config.kind == "masked_patch" else None,
+        jit_compile=_jit_compile(config.strategy),
+        steps_per_execution=config.steps_per_execution,
+    )
+    model.optimizer.build(model.trainable_variables)
+    topology.prepare(model)
+    resumed = manager.restore(model)
+    initial_epoch = resumed["epoch"] if resumed else 0
+    dataset = topology.distribute_dataset(
+        lambda index, count: train_dataset(config, run.source,
+                                           initial_epoch * run.micro_batches_per_epoch,
+                                           shard=(index, count)),
+        config.micro_batch_size,
+    )
+    test = eval_dataset(config, run.eval_source)  # its arguments checked before the first write
+    prepare_workdir(run.workdir, config, write=topology.is_chief)
+    checkpointing = Checkpointing(manager, run.updates_per_epoch, config.accum_steps)
+    callbacks = [checkpointing, LearningRateLogger()]
+    if topology.is_chief:
+        trim_log(run.workdir / "log.csv", initial_epoch)
+        callbacks += [
+            keras.callbacks.CSVLogger(str(run.workdir / "log.csv"), append=True),
+            keras.callbacks.TensorBoard(str(run.workdir / "tensorboard"), update_freq="epoch"),
+        ]
+    return Built(model, manager, checkpointing, callbacks, dataset, test, initial_epoch)
+
+
+def fit(run, built, verbose="auto"):
+    """``model.fit`` over the run's remaining intervals, in the topology's
+    scope; returns the history, the seconds it took and the weights (numpy,
+    gathered from every process: the Polyak averages where asked). A
+    diverged run raises `DivergenceError`, an undecodable file `RunError`."""
+    from keras_vit import data as vit_data
+
+    start = time.perf_counter()
+    try:
+        history = built.model.fit(
+            built.dataset, epochs=run.epochs, steps_per_epoch=run.micro_batches_per_epoch,
+            initial_epoch=built.initial_epoch, callbacks=built.callbacks, verbose=verbose,
+            shuffle=False)
+    except vit_data.DecodeError as error:
+        _raise_for_unreadable_files(error, run.source, built.manager)
+        raise
+    seconds = time.perf_counter() - start
+    checkpointing = built.checkpointing
+    if checkpointing.diverged_at is not None:
+        raise _divergence(run.config, checkpointing.diverged_at, checkpointing.diverged_because,
+                          built.manager)
+    # fit ends with the Polyak averages (use_ema) in place; every process
+    # takes part in gathering sharded weights.
+    return history, seconds, [to_numpy(w) for w in built.model.weights]
+
+
+def finish(run, built, history, seconds, weights):
+    """The trained model on one device, its accuracy (and few-shot
+    accuracies), model.keras and results.json (the chief's alone); refuses
+    to write weights that are not finite."""
+    config = run.config
+    bad = first_non_finite(built.model.weights, weights)
     if bad is not None:
         raise _divergence(config, config.steps, f"the final (averaged) weight {bad} holds NaN or "
-                          "infinite values", manager)
-    model = single_device_copy(model, weights)
-    if not topology.is_chief:
+                          "infinite values", built.manager)
+    model = single_device_copy(built.model, weights)
+    if not run.topology.is_chief:
         return model, {}
-
     results = {"steps": config.steps, "train_seconds": round(seconds, 1)}
     if history.history.get("loss"):
         results["final_loss"] = float(history.history["loss"][-1])
     if config.kind != "masked_patch":
-        results["test_accuracy"] = evaluation.accuracy(model, test)
+        results["test_accuracy"] = evaluation.accuracy(model, built.test)
         if config.few_shot:
             results["few_shot"] = evaluation.few_shot_accuracy(
-                model, eval_dataset(config, source), test,
-                source.num_classes, shots=config.few_shot,
+                model, eval_dataset(config, run.source), built.test,
+                run.source.num_classes, shots=config.few_shot,
             )
-    model.save(workdir / "model.keras")
-    path = workdir / "results.json"
+    model.save(run.workdir / "model.keras")
+    path = run.workdir / "results.json"
     if path.exists():  # a finished run started again keeps what it recorded
         results = {**results, **files.read_json(path, "the results of the run")}
     files.write_json(path, results, indent=2)
