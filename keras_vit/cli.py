@@ -22,6 +22,7 @@ import pathlib
 import sys
 
 from keras_vit import files
+from keras_vit.deploy import EXPORT_SUFFIXES
 from keras_vit.model import ViT
 from keras_vit.training.configs import FLAGS
 from keras_vit.training.configs import SCALE_OUT
@@ -252,8 +253,6 @@ def _convert(args):
     return 0
 
 
-EXPORT_SUFFIXES = {"onnx": (".onnx",), "openvino": (".xml",), "litert": (".tflite",), "torch": (".pt2",)}
-
 EXPORT_FORMATS = {  # format -> the backends Keras exports it from (docs/deploy.md)
     "tf_saved_model": ("tensorflow", "jax"),
     "onnx": ("tensorflow", "jax", "torch"),
@@ -274,7 +273,7 @@ def _export(args):
             f"{EXPORT_FORMATS[args.format][0]}."
         )
     if args.format in EXPORT_SUFFIXES:
-        files.output_file(args.output, "output", EXPORT_SUFFIXES[args.format])
+        files.output_file(args.output, "output", EXPORT_SUFFIXES[args.format])  # before loading
     else:  # a SavedModel is a folder
         files.output_folder(args.output, "output")
     model = _load_model(args.model, args.image_size)

@@ -45,8 +45,13 @@ class ViTConfig:
     ``fc_norm`` (the final LayerNorm after pooling instead of before it:
     timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding),
     ``mlp_bias=False`` (MLP layers without biases: keras-hub's
-    ``use_mlp_bias``, DINOv3's ``mlp_bias``) and ``distillation`` (DeiT's
-    distillation token and head, the two heads' logits averaged).
+    ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``distillation`` (DeiT's
+    distillation token and head, the two heads' logits averaged) and
+    ``class_token`` (True: a [class] token also where the pooling does not
+    read it, as timm's ``class_token=True`` with ``global_pool="avg"`` in
+    MAE's and BEiT's fine-tuned ViTs; None, the default: a [class] token
+    exactly where the pooling reads it; a value equal to that default is
+    stored as None).
 
     Example:
         ```python
@@ -88,6 +93,7 @@ class ViTConfig:
     patch_bias: bool = True
     mlp_bias: bool = True
     distillation: bool = False
+    class_token: bool | None = None
     num_channels: int = 3
     class_names: tuple | None = None
     data_format: str | None = None
@@ -126,6 +132,13 @@ class ViTConfig:
                 "distillation (DeiT) reads the [class] and distillation tokens: it needs "
                 f"pooling='token' (got {self.pooling!r}), no fc_norm and no representation_size."
             )
+        if not (self.class_token is None or isinstance(self.class_token, bool)):
+            raise ValueError(f"`class_token` must be True, False or None, got {self.class_token!r}.")
+        if self.class_token is False and self.pooling == "token":
+            raise ValueError("pooling='token' reads the [class] token, and class_token=False "
+                             "leaves it out. Use class_token=None (or True), or another pooling.")
+        if self.class_token == uses_class_token(self.pooling, self.position_embedding):
+            put("class_token", None)  # the default, stored one way
         if self.fc_norm and self.pooling == "none":
             raise ValueError("fc_norm normalises the pooled features; pooling='none' has none. "
                              "Use fc_norm=False, or another pooling.")
@@ -173,7 +186,10 @@ class ViTConfig:
 
     @property
     def uses_class_token(self):
-        """Whether the sequence starts with a [class] token (`uses_class_token`)."""
+        """Whether the sequence starts with a [class] token: `class_token`,
+        or where None, where the pooling reads one (`uses_class_token`)."""
+        if self.class_token is not None:
+            return self.class_token
         return uses_class_token(self.pooling, self.position_embedding)
 
     @property

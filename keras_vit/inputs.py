@@ -11,6 +11,12 @@ def check_data(model, x):
     weights over)."""
     spec = getattr(x, "element_spec", x)
     check_images(model, spec[0] if isinstance(spec, tuple) else spec)
+    shape = getattr(x, "shape", None)  # an array: a dataset's size is not known here
+    if shape is not None and len(shape) and shape[0] == 0:
+        raise ValueError(
+            f"{model.name} got an empty batch of images (shape {tuple(shape)}): there is nothing "
+            "to run it on. Pass at least one image."
+        )
 
 
 def check_images(model, images):

@@ -16,6 +16,7 @@ import dataclasses
 import keras
 
 from keras_vit import deploy
+from keras_vit import files
 from keras_vit import inputs
 from keras_vit import kernels
 from keras_vit import layers as vit_layers
@@ -381,6 +382,8 @@ class ViT(keras.Model):
         (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
         every format Keras offers (docs/deploy.md); PyTorch's ONNX and
         program through `keras_vit.deploy`."""
+        if format in deploy.EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
+            files.output_file(filepath, "export path", deploy.EXPORT_SUFFIXES[format])
         if input_signature is None:
             images = self.inputs[0]
             input_signature = [keras.InputSpec(shape=(None, *images.shape[1:]), dtype=images.dtype,

@@ -172,12 +172,30 @@ def test_a_refused_run_writes_nothing_and_a_config_alone_is_not_a_run(tmp_path, 
         line = cli_error(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, *argv], capsys)
         assert line.startswith(f"keras-vit pretrain: error: {message}"), line
         assert not workdir.exists(), argv
-    # A directory with only the config of a run that never trained is taken.
+    # A directory with only the config of a run that never trained is taken;
+    # that run's config and log are kept beside, with a note.
     workdir.mkdir()
-    (workdir / "config.json").write_text(json.dumps({**resolve_config("digits", {}).to_dict(), "backend": "x"}))
+    old_config = json.dumps({**resolve_config("digits", {}).to_dict(), "backend": "x"})
+    (workdir / "config.json").write_text(old_config)
+    (workdir / "log.csv").write_text("epoch,loss\n0,nan\n")
     assert main(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST]) == 0
     assert json.loads((workdir / "config.json").read_text())["steps"] == 4
-    capsys.readouterr()
+    assert (workdir / "replaced-1-config.json").read_text() == old_config
+    assert (workdir / "replaced-1-log.csv").read_text() == "epoch,loss\n0,nan\n"
+    assert "its files are kept as replaced-1-config.json, replaced-1-log.csv" in capsys.readouterr().err
+
+
+def test_a_corrupt_config_beside_a_log_is_refused_and_kept(tmp_path, capsys):
+    # No checkpoint, so no run to resume; but nothing says what the config
+    # was, so the directory is not taken and its log stays.
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text('{"steps": ')
+    (workdir / "log.csv").write_text("epoch,loss\n0,0.5\n")
+    line = cli_error(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST], capsys)
+    assert line.startswith(f"keras-vit pretrain: error: {workdir / 'config.json'} is not valid JSON")
+    assert (workdir / "log.csv").read_text() == "epoch,loss\n0,0.5\n"
+    assert sorted(p.name for p in workdir.iterdir()) == ["config.json", "log.csv"]
 
 
 def test_a_corrupt_config_of_a_run_is_named(tmp_path, capsys):

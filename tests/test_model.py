@@ -43,6 +43,7 @@ def test_paper_parameter_counts(name, paper_name, expected):
         dict(TINY, position_embedding="sincos2d", pooling="gap"),
         dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
         dict(TINY, pooling="map", mlp_bias=False, mlp_activation="swiglu"),
+        dict(TINY, pooling="gap", class_token=True, fc_norm=True),
     ],
 )
 def test_analytic_count_matches_built_model(config):
@@ -151,6 +152,19 @@ def test_last_block_computes_only_the_tokens_the_pooling_reads(images, pooling):
             model(images, class_only=True)
 
 
+def test_average_pooling_beside_a_class_token(images):
+    # timm's global_pool="avg" with class_token=True: the token is in the
+    # sequence (its attention shapes the patches') but the mean leaves it out.
+    model = ViT(**dict(TINY, pooling="gap", class_token=True, num_classes=0))
+    assert model.num_prefix_tokens == 1 and model.parts.class_token is not None
+    record = model.intermediates(images)
+    assert tuple(record["encoded"].shape) == (2, 17, 16)
+    np.testing.assert_allclose(to_numpy(model(images)), to_numpy(record["encoded"])[:, 1:].mean(1),
+                               atol=1e-5)
+    assert ViT(**dict(TINY, class_token=True)).config.class_token is None  # the default, one way
+    assert ViT.from_config(model.get_config()).config == model.config
+
+
 def test_the_model_is_its_named_parts():
     model = ViT(**dict(TINY, num_registers=2, representation_size=8, norm_pre=True))
     parts = model.parts
@@ -234,6 +248,8 @@ def test_with_image_size_resamples_position_embeddings(images, tmp_path):
          r"image height 56 is not divisible by the patch size 16 \(patch 1 x ResNet stride 16\)"),
         (dict(pooling="cls"), "Unknown pooling 'cls'"),
         (dict(num_heads=3), "hidden_dim 16 is not divisible by num_heads 3"),
+        (dict(class_token=False), "pooling='token' reads the \\[class\\] token, and class_token=False"),
+        (dict(class_token="yes"), "`class_token` must be True, False or None, got 'yes'"),
     ],
 )
 def test_bad_configs_fail_at_once(kwargs, message):
@@ -255,6 +271,19 @@ def test_wrong_inputs_fail_with_a_clear_message(shape, message):
         model(np.zeros(shape, "float32"))
     with pytest.raises(ValueError, match=message):
         model.predict(np.zeros(shape, "float32"), verbose=0)
+
+
+def test_an_empty_batch_and_an_export_path_of_another_format_are_named(tmp_path):
+    model = ViT(**TINY)
+    empty = np.zeros((0, 32, 32, 3), "float32")
+    for run in (model.predict, model.evaluate):
+        with pytest.raises(ValueError, match=r"got an empty batch of images \(shape \(0, 32, 32, 3\)\)"
+                           ".*Pass at least one image"):
+            run(empty, verbose=0)
+    with pytest.raises(ValueError, match=r"export path .*vit.txt must end in .onnx, the format "
+                       r"written there, e.g. vit.onnx"):
+        model.export(str(tmp_path / "vit.txt"), format="onnx")
+    assert not list(tmp_path.iterdir())
 
 
 def test_integer_images_are_refused_with_the_scaling(tmp_path):

@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+import safetensors.numpy as safetensors_numpy
 from helpers import TINY as BASE
 from helpers import to_numpy
 
@@ -42,6 +43,8 @@ CASES = [
     ("timm", dict(norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5,   # CLIP
                   mlp_activation="quick_gelu", num_classes=12)),
     ("timm", dict(pooling="map", fc_norm=True, qk_norm=True, num_classes=0)),
+    ("timm", dict(pooling="gap", class_token=True, fc_norm=True)),             # MAE, BEiT
+    ("timm", dict(pooling="map", class_token=True, num_classes=0)),
 ]
 
 
@@ -139,6 +142,7 @@ def test_timm_hub_config_describes_the_model(tmp_path):
         ("timm", dict(norm_pre=True, layer_norm_epsilon=1e-5), "norm_pre=True, patch_bias=True"),
         ("huggingface", dict(mlp_bias=False), "mlp_bias=False"),
         ("timm", dict(mlp_bias=False), "mlp_bias=False"),
+        ("npz", dict(pooling="gap", class_token=True), "class_token=True with 'gap' pooling"),
     ],
 )
 def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, option):
@@ -160,6 +164,54 @@ def test_bad_format_and_existing_path(tmp_path):
     assert (tmp_path / "taken.npz").read_bytes() == b"mine"
     with pytest.raises(ValueError, match="does not end in .npz"):
         model.save_checkpoint(tmp_path / "model.bin")
+
+
+@pytest.mark.parametrize("format", ["huggingface", "timm"])
+def test_a_folder_format_writes_into_an_empty_folder_only(tmp_path, format):
+    model = random_model()
+    empty = tmp_path / "made_first"
+    empty.mkdir()  # what most users do before saving
+    model.save_checkpoint(empty, format=format)
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(empty)(x)), to_numpy(model(x)),
+                               rtol=0, atol=1e-6)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="exists; nothing was written. Choose a new path or an "
+                       "empty folder"):
+        model.save_checkpoint(mine, format=format)
+    assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+
+
+def test_a_small_grid_file_with_registers_reads(tmp_path):
+    # timm's *_reg4_dinov2 (no_embed_class) at 28 px: a 2x2 grid, and the table
+    # (4 rows, the patches') is shorter than the 5 prefix tokens.
+    model = random_model(image_size=16, num_registers=4, layer_scale_init=1.0)
+    table = model.parts.position_embedding.embeddings
+    table.assign(np.concatenate([np.zeros((1, 5, 16), "float32"), to_numpy(table)[:, 5:]], 1))
+    path = model.save_checkpoint(tmp_path / "reg4", format="timm")
+    tensors = safetensors_numpy.load_file(str(path / "model.safetensors"))
+    tensors["pos_embed"] = tensors["pos_embed"][:, 5:]  # no_embed_class: the patches' rows
+    safetensors_numpy.save_file(tensors, str(path / "model.safetensors"))
+    meta = json.loads((path / "config.json").read_text())
+    del meta["model_args"]["no_embed_class"]  # told by the shape alone, as a bare file
+    (path / "config.json").write_text(json.dumps(meta))
+    back = ViT.from_checkpoint(path)
+    assert back.grid_size == (2, 2) and back.num_registers == 4
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+
+
+def test_a_distilled_file_gives_features_with_num_classes_0(tmp_path):
+    model = random_model(distillation=True)
+    path = model.save_checkpoint(tmp_path / "deit", format="timm")
+    features = ViT.from_checkpoint(path, num_classes=0)
+    assert features.num_classes == 0 and features.parts.head_dist is None
+    x = images(model)
+    encoded = to_numpy(model.intermediates(x)["encoded"])
+    np.testing.assert_allclose(to_numpy(features(x)), (encoded[:, 0] + encoded[:, 1]) / 2,
+                               rtol=0, atol=1e-5)
 
 
 @pytest.mark.parametrize("format", ["npz", "huggingface", "timm"])

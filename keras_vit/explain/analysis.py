@@ -18,7 +18,6 @@ import keras
 import numpy as np
 
 from keras_vit.config import is_int
-from keras_vit.config import uses_class_token
 from keras_vit.model import ViT
 
 
@@ -35,9 +34,10 @@ def _layout(model):
     grid (gh, gw), pixels per patch (ph, pw))."""
     _check_model(model)
     grid = tuple(model.grid_size)
-    prefix = int(uses_class_token(model.pooling, model.position_embedding)) + int(model.num_registers)
+    has_class = model.config.uses_class_token
+    prefix = model.config.num_prefix_tokens
     pixels = tuple(size / g for size, g in zip(model.image_size, grid))
-    return prefix, uses_class_token(model.pooling, model.position_embedding), grid, pixels
+    return prefix, has_class, grid, pixels
 
 
 def attention_weights(model, images, batch_size=32, verbose="auto"):

@@ -26,7 +26,6 @@ import keras
 from keras_vit.config import FIELDS
 from keras_vit.config import pair
 from keras_vit.config import resolve_config
-from keras_vit.config import uses_class_token
 from keras_vit.layers.patch_corruption import KEEP
 from keras_vit.layers.patch_corruption import MASK
 from keras_vit.layers.patch_corruption import REPLACE
@@ -226,7 +225,7 @@ def masked_patch_loss():
 # receptive fields overlap).
 OWN_SETTINGS = MappingProxyType(dict(
     num_classes=0, pooling="token", representation_size=None, head_bias_init=0.0,
-    fc_norm=False, distillation=False, num_channels=3, class_names=None,
+    fc_norm=False, distillation=False, class_token=None, num_channels=3, class_names=None,
     data_format="channels_last", resnet_block_units=None, resnet_width_factor=1,
 ))
 # The ViTConfig fields it takes: every other one.
@@ -392,7 +391,7 @@ def masked_patch_to_vit(model, num_classes, image_size=None, **overrides):
     config.update(num_classes=num_classes, image_size=image_size or model.image_size,
                   name="vit", **overrides)
     pooling = config.get("pooling", "token")
-    if not uses_class_token(pooling, config["position_embedding"]):
+    if not resolve_config(None, {k: v for k, v in config.items() if k in FIELDS}).uses_class_token:
         raise ValueError(
             f"pooling {pooling!r} has no [class] token, but the masked patch model "
             "was trained with one; fine-tune with pooling 'token' (the default)."

@@ -17,7 +17,9 @@ Starting the same command again in the same directory continues from the
 newest usable checkpoint, with the data stream at the same position, and ends
 with the weights of a run never interrupted; a different config there is
 refused and nothing is overwritten (a directory with a config but no
-checkpoint and no model is not a run yet, and the next command takes it).
+checkpoint and no model is not a run yet: the next command takes it, and
+keeps the files of another config beside as ``replaced-{n}-config.json`` and
+``replaced-{n}-log.csv``).
 Under a distribution strategy only the chief process writes the directory.
 
 A run that fails leaves nothing broken:
@@ -34,6 +36,7 @@ A run that fails leaves nothing broken:
 
 import dataclasses
 import pathlib
+import sys
 import time
 
 import keras
@@ -211,12 +214,18 @@ def prepare_workdir(workdir, config, write=True):
     A config.json already there must describe the same run (a resume; the
     placement keys may differ), unless the directory holds no checkpoint and
     no model: a run that never trained (refused, or stopped before its first
-    checkpoint) is replaced. Returns the directory as a `pathlib.Path`.
+    checkpoint) is replaced, its config.json and log.csv kept beside as
+    ``replaced-{n}-config.json`` and ``replaced-{n}-log.csv`` when its
+    config was another. A config.json that is not valid JSON is refused.
+    Returns the directory as a `pathlib.Path`.
     """
     workdir = files.output_folder(workdir, "--workdir")
     record = {**config.to_dict(), "backend": keras.backend.backend()}
-    previous = recorded_config(workdir)
-    if previous is not None:
+    path = workdir / "config.json"
+    # an unreadable config.json is refused, trained or not: nothing says what it was
+    previous = files.read_json(path, "the config of the run in this --workdir") if path.exists() else None
+    trained = previous is not None and _has_trained(workdir)
+    if trained:
         changed = {
             k: (previous.get(k), record.get(k))
             for k in sorted(set(previous) | set(record))
@@ -230,8 +239,26 @@ def prepare_workdir(workdir, config, write=True):
             )
     if write:
         workdir.mkdir(parents=True, exist_ok=True)
-        files.write_json(workdir / "config.json", record, indent=2, sort_keys=True)
+        if previous is not None and not trained and previous != record:
+            _set_aside(workdir, ("config.json", "log.csv"))
+        files.write_json(path, record, indent=2, sort_keys=True)
     return workdir
+
+
+def _set_aside(workdir, names):
+    """Renames the files `names` of a run that never reached a checkpoint to
+    ``replaced-{n}-{name}`` (the first free n), saying so: the next run
+    there overwrites nothing."""
+    n = 1
+    while any((workdir / f"replaced-{n}-{name}").exists() for name in names):
+        n += 1
+    kept = []
+    for name in names:
+        if (workdir / name).exists():
+            (workdir / name).rename(workdir / f"replaced-{n}-{name}")
+            kept.append(f"replaced-{n}-{name}")
+    print(f"note: {workdir} held another run that never reached a checkpoint; its files are kept "
+          f"as {', '.join(kept)}.", file=sys.stderr)
 
 
 def recorded_config(workdir):

@@ -106,8 +106,9 @@ def build_model(cls, checkpoint, image_size=None, num_classes=None,
     if num_classes is not None and num_classes != config.get("num_classes", 0):
         config["num_classes"] = num_classes  # a new, zero-initialised head
         config.pop("class_names", None)
-        state = {k: v for k, v in state.items() if not k.startswith("head/")}
-        keep_initial = ("head",)
+        heads = ("head", "head_dist")  # DeiT's distillation head goes with the head
+        state = {k: v for k, v in state.items() if k.split("/")[0] not in heads}
+        keep_initial = heads
     model = cls(**config)
     posemb = model.parts.position_embedding
     key = "position_embedding/embeddings"

@@ -1,6 +1,5 @@
 """timm ``VisionTransformer`` state dicts saved as ``.safetensors``."""
 
-import math
 import pathlib
 import re
 
@@ -152,9 +151,12 @@ def read_timm(path, num_heads=None):
     if "registers/tokens" in reader.state:
         config["num_registers"] = reader.state["registers/tokens"].shape[1]
     posemb = reader.pop("pos_embed")
+    no_embed_class = model_args.get("no_embed_class")
+    if no_embed_class is None:  # told by the shape: a table of the patches alone is square
+        rows = posemb.shape[1]
+        no_embed_class = rows <= prefix or (square_grid(rows - prefix) is None
+                                            and square_grid(rows) is not None)
     patches = posemb.shape[1] - prefix
-    no_embed_class = model_args.get("no_embed_class", (  # else: told by the shape
-        math.isqrt(patches) ** 2 != patches and math.isqrt(posemb.shape[1]) ** 2 == posemb.shape[1]))
     if no_embed_class and prefix:
         # no_embed_class: E_pos covers the patches only; prefix rows add zero.
         posemb = np.concatenate([np.zeros((1, prefix, hidden_dim), posemb.dtype), posemb], 1)
@@ -210,14 +212,16 @@ def read_timm(path, num_heads=None):
         reader.linear("attn_pool.mlp.fc1", "pooling/mlp/fc1")
         reader.linear("attn_pool.mlp.fc2", "pooling/mlp/fc2")
     elif "class_token/tokens" in reader.state:
-        if meta.get("global_pool", model_args.get("global_pool", "token")) not in ("token", ""):
+        pool = meta.get("global_pool", model_args.get("global_pool", "token"))
+        if pool not in ("token", "", "avg"):
             raise CheckpointError(
-                f"{source}: global_pool {meta.get('global_pool', model_args.get('global_pool'))!r} "
-                "over a model with a [class] token; keras_vit pools such a model by its [class] "
-                "token, and averages only models without one.")
-        config["pooling"] = "token"
+                f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
+                "reads 'token', 'avg' (the patch tokens' mean) and 'map'.")
+        config["pooling"] = "gap" if pool == "avg" else "token"
     else:
         config["pooling"] = "gap"
+    if "class_token/tokens" in reader.state and config["pooling"] != "token":
+        config["class_token"] = True  # beside the pooling, which does not read it
     reader.read_top("pre_logits.fc", "head", config)
     if reader.has("head_dist.weight"):
         reader.linear("head_dist", "head_dist")

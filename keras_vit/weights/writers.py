@@ -57,8 +57,9 @@ def save_checkpoint(model, path, format="npz"):
 
 def check_output(path, format):
     """`path` as a place `save_checkpoint` may write `format` to: a known
-    format, a path that does not exist in a folder that does, a ``.npz``
-    name for ``"npz"``. Creates nothing.
+    format, a path that does not exist in a folder that does (or, for a
+    folder format, an empty folder), a ``.npz`` name for ``"npz"``.
+    Creates nothing.
 
     Returns:
         `path` as a `pathlib.Path`.
@@ -69,8 +70,10 @@ def check_output(path, format):
     if format not in WRITE_FORMATS:
         raise ValueError(f"Unknown checkpoint format {format!r}; use one of {', '.join(WRITE_FORMATS)}.")
     path = pathlib.Path(path).expanduser()
-    if path.exists():
-        raise ValueError(f"{path} exists; nothing was written. Choose a new path, or remove it first.")
+    if path.exists() and not (_is_folder_output(path, format) and not any(path.iterdir())):
+        empty = " or an empty folder" if format != "npz" else ""
+        raise ValueError(f"{path} exists; nothing was written. Choose a new path{empty}, or "
+                         "remove it first.")
     if not path.parent.is_dir():
         raise FileNotFoundError(f"{path}: the folder {path.parent} does not exist. Create it first.")
     if format == "npz" and path.suffix != ".npz":
@@ -109,6 +112,8 @@ def _family_options(model, reader, allow=()):
                        f"which {reader} requires", timm),
         "distillation": (c.distillation, f"distillation (DeiT's second token and head), which "
                          f"{reader} does not have", timm),
+        "class_token": (c.class_token is not None, f"class_token={c.class_token} with "
+                        f"{c.pooling!r} pooling, which {reader} does not have", timm),
         "mlp_bias": (not c.mlp_bias, f"its MLP has no biases (mlp_bias=False), which {reader} "
                      "requires", "Write it with format='npz', which has it."),
     }
@@ -198,17 +203,30 @@ def _save_safetensors(tensors, path):
               metadata={"format": "pt"})
 
 
+def _is_folder_output(path, format):
+    """Whether `format` writes a folder at `path` (Hugging Face's always,
+    timm's unless `path` names a ``.safetensors`` file)."""
+    return path.is_dir() and (format == "huggingface"
+                              or (format == "timm" and path.suffix != ".safetensors"))
+
+
 def _write_folder(path, tensors, config):
-    """``config.json`` and ``model.safetensors`` in a new folder `path`; a
-    failed write leaves no folder."""
+    """``config.json`` and ``model.safetensors`` in `path`, a new folder or
+    an empty one; a failed write leaves the folder as it was (none, or
+    empty)."""
     import shutil
 
-    path.mkdir()
+    created = not path.exists()
+    path.mkdir(exist_ok=True)
     try:
         _save_safetensors(tensors, path / "model.safetensors")
         (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     except BaseException:
-        shutil.rmtree(path, ignore_errors=True)
+        if created:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            for name in ("model.safetensors", "config.json"):
+                (path / name).unlink(missing_ok=True)
         raise
 
 
