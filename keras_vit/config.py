@@ -297,6 +297,23 @@ def resolve_config(config, fields):
     return config.replace(**fields) if fields else config
 
 
+def model_config(owner, config, kwargs, fields=None, note=""):
+    """The `ViTConfig` of a model's constructor arguments: `config` with the
+    `ViTConfig` fields among `kwargs` (popped; `fields`, all by default)
+    replacing its own. What is left in `kwargs` may only be Keras's ``name``
+    and ``trainable``; anything else is refused, naming `owner`'s valid
+    arguments (and `note`)."""
+    fields = FIELDS if fields is None else fields
+    architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in fields}
+    unknown = sorted(set(kwargs) - {"name", "trainable"})
+    if unknown:
+        raise ValueError(
+            f"Unknown {owner} argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
+            f"{', '.join(fields)}, and config, dtype, name, trainable{note}."
+        )
+    return resolve_config(config, architecture)
+
+
 def is_int(value, at_least=None):
     """Whether `value` is an integer (a Python or NumPy int, not a bool), and
     at least `at_least` when given: the package's one check of a count

@@ -22,7 +22,7 @@ from keras_vit import kernels
 from keras_vit import layers as vit_layers
 from keras_vit import variants
 from keras_vit.config import FIELDS
-from keras_vit.config import resolve_config
+from keras_vit.config import model_config
 from keras_vit.presets import preset_config
 from keras_vit.weights import load_checkpoint
 from keras_vit.weights import save_checkpoint
@@ -239,14 +239,7 @@ class ViT(keras.Model):
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
-        architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in FIELDS}
-        unknown = sorted(set(kwargs) - {"name", "trainable"})
-        if unknown:
-            raise ValueError(
-                f"Unknown ViT argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
-                f"{', '.join(FIELDS)}, and config, dtype, name, trainable."
-            )
-        config = resolve_config(config, architecture)
+        config = model_config("ViT", config, kwargs)
         parts = build_layers(config, dtype)
         images = keras.Input(shape=config.input_shape, name="images")
         kwargs.setdefault("name", "vit")

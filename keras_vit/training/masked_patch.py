@@ -24,6 +24,7 @@ from types import MappingProxyType
 import keras
 
 from keras_vit.config import FIELDS
+from keras_vit.config import model_config
 from keras_vit.config import pair
 from keras_vit.config import resolve_config
 from keras_vit.layers.patch_corruption import KEEP
@@ -293,15 +294,8 @@ class MaskedPatchPredictor(keras.Model):
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
-        architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in ARCHITECTURE}
-        unknown = sorted(set(kwargs) - {"name", "trainable"})
-        if unknown:
-            raise ValueError(
-                f"Unknown MaskedPatchPredictor argument(s) {', '.join(map(repr, unknown))}. Valid "
-                f"ones: {', '.join(ARCHITECTURE)}, and config, dtype, name, trainable (the head, "
-                "pooling and channels are the model's own)."
-            )
-        config = resolve_config(config, architecture)
+        config = model_config("MaskedPatchPredictor", config, kwargs, ARCHITECTURE,
+                              " (the head, pooling and channels are the model's own)")
         if config.resnet_block_units is not None:
             raise ValueError(
                 "masked patch prediction needs a plain ViT, not a hybrid with a ResNet stem: "
