@@ -7,10 +7,11 @@ BACKENDS := tensorflow jax torch
 
 .PHONY: demo test test-fast docs clean bench
 
-$(STAMP): requirements/dev.txt pyproject.toml
+$(STAMP): requirements/dev.txt requirements/keras-hub.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements/dev.txt
+	$(PY) -m pip install -q --no-deps -r requirements/keras-hub.txt
 	$(PY) -m pip install -q --no-deps -e .
 	touch $(STAMP)
 

@@ -5,13 +5,16 @@ import pathlib
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.huggingface import read_huggingface
+from keras_vit.weights.keras_hub import is_keras_hub_preset
+from keras_vit.weights.keras_hub import read_keras_hub
 from keras_vit.weights.npz import read_npz
 from keras_vit.weights.timm import read_timm
 
 PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".pkl", ".pickle", ".ckpt")
 FORMATS = (
     "vit_jax / AugReg / big_vision .npz; a Hugging Face ViT directory "
-    "(config.json + model.safetensors); a timm ViT .safetensors file"
+    "(config.json + model.safetensors); a timm ViT .safetensors file; a keras-hub "
+    "ViTBackbone or ViTImageClassifier preset folder"
 )
 
 
@@ -77,6 +80,8 @@ def reader_for(path):
         config = path / "config.json"
         if not config.exists():
             raise CheckpointError(f"{path} is a directory without config.json. Known formats: {FORMATS}.")
+        if is_keras_hub_preset(path):
+            return read_keras_hub
         return read_timm if "architecture" in read_json(config) else read_huggingface
     if path.suffix == ".npz":
         return read_npz

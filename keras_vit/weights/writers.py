@@ -20,7 +20,7 @@ from keras_vit.weights.torch_layout import conv_to_torch
 from keras_vit.weights.torch_layout import heads_in_to_torch
 from keras_vit.weights.torch_layout import heads_out_to_torch
 
-WRITE_FORMATS = ("npz", "huggingface", "timm")
+WRITE_FORMATS = ("npz", "huggingface", "timm", "keras_hub")
 
 
 def model_state(model):
@@ -40,7 +40,9 @@ def save_checkpoint(model, path, format="npz"):
             ``"timm"``: the same, timm's hub layout); or, for ``"timm"``, a
             ``.safetensors`` file alone.
         format: ``"npz"`` (vit_jax; big_vision's layout for MAP pooling),
-            ``"huggingface"`` or ``"timm"``.
+            ``"huggingface"``, ``"timm"`` or ``"keras_hub"`` (a preset
+            folder of keras-hub's ``ViTBackbone`` or, with a head,
+            ``ViTImageClassifier``; written through keras-hub).
 
     Returns:
         The path written, a `pathlib.Path`.
@@ -50,7 +52,8 @@ def save_checkpoint(model, path, format="npz"):
             format cannot express (the message names the option).
     """
     path = check_output(path, format)
-    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "timm": _write_timm}[format]
+    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "timm": _write_timm,
+              "keras_hub": _write_keras_hub}[format]
     writer(model, path)
     return path
 
@@ -206,7 +209,7 @@ def _save_safetensors(tensors, path):
 def _is_folder_output(path, format):
     """Whether `format` writes a folder at `path` (Hugging Face's always,
     timm's unless `path` names a ``.safetensors`` file)."""
-    return path.is_dir() and (format == "huggingface"
+    return path.is_dir() and (format in ("huggingface", "keras_hub")
                               or (format == "timm" and path.suffix != ".safetensors"))
 
 
@@ -406,3 +409,42 @@ def _write_timm(model, path):
     if c.class_names:
         config["label_names"] = list(c.class_names)
     _write_folder(path, writer.tensors, config)
+
+
+# -- keras-hub presets ---------------------------------------------------------
+
+def _write_keras_hub(model, path):
+    c = model.config
+    fix = "Write it with format='timm' or 'npz', where they apply."
+    _refuse(model, "a keras-hub ViT preset", [
+        (c.gelu_approximate, "it uses tanh GELU (the paper's), and keras-hub's ViT the exact "
+         "(erf) form", "Accept slightly different numbers with `model.with_config("
+         "gelu_approximate=False).save_checkpoint(...)`, or use format='npz'."),
+        (not c.qkv_bias, "qkv_bias=False, and keras-hub's use_mha_bias=False also drops the "
+         "attention output's bias", fix),
+        (c.pooling not in ("token", "gap") or (c.pooling == "gap" and c.uses_class_token),
+         f"pooling {c.pooling!r}" + (" beside a [class] token" if c.uses_class_token else "")
+         + ", which keras-hub's ViTImageClassifier does not have", fix),
+        (c.representation_size and not c.num_classes, "it has a pre-logits layer and no head: "
+         "a keras-hub ViTBackbone has no pre-logits layer", "Write it with a head, or with "
+         "format='npz'."),
+        (c.resnet_block_units is not None, "it is a hybrid (ResNet stem)", "Use format='npz'."),
+        (c.position_embedding != "learned", "its position embeddings are sin-cos",
+         "Use format='npz'."),
+        (c.data_format != "channels_last", "it takes channels-first images", fix),
+        *_family_options(model, "keras-hub's ViT", allow=("mlp_bias", "patch_bias")),
+    ])
+    from keras_vit.weights.keras_hub import write_keras_hub
+
+    created = not path.exists()
+    try:
+        write_keras_hub(model, path, model_state(model))
+    except BaseException:
+        import shutil
+
+        if created:
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            for child in path.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
+        raise

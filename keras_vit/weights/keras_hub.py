@@ -1,0 +1,229 @@
+"""keras-hub presets: read without keras-hub, written through it.
+
+A keras-hub preset is a folder: ``config.json`` (the backbone, with its
+``registered_name`` such as ``keras_hub>ViTBackbone``), ``model.weights.h5``
+(its variables, in Keras's HDF5 layout: ``layers/<attribute>/vars/<i>``),
+``metadata.json``, and for a classifier ``task.json`` and
+``task.weights.h5`` (the task's own layers) with ``preprocessor.json`` and
+``image_converter.json``. Keras-hub's ViT is the paper's with exact (erf)
+GELU; its attention kernels have keras_vit's ``(D, heads, head_dim)``
+layout, so every tensor maps by name, unchanged but for the position table's
+batch axis.
+"""
+
+import pathlib
+
+import numpy as np
+
+from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import square_grid
+
+BACKBONES = ("ViTBackbone",)
+CLASSIFIERS = ("ViTImageClassifier",)
+
+
+def is_keras_hub_preset(folder):
+    """Whether `folder`'s config.json is a keras-hub backbone's."""
+    config = read_json(pathlib.Path(folder) / "config.json")
+    return str(config.get("registered_name", "")).startswith("keras_hub>")
+
+
+class _H5Reader:
+    """The arrays of a Keras ``.weights.h5`` file by path, taken one by one;
+    `finish` names any left."""
+
+    def __init__(self, path, source):
+        import h5py
+
+        self.source = source
+        self.arrays = {}
+        with h5py.File(path, "r") as file:
+            file.visititems(lambda name, item: self.arrays.__setitem__(name, np.asarray(item))
+                            if isinstance(item, h5py.Dataset) else None)
+        self.arrays = {k: v for k, v in self.arrays.items() if not k.startswith("optimizer/")}
+
+    def has(self, key):
+        return key in self.arrays
+
+    def pop(self, key):
+        if key not in self.arrays:
+            raise CheckpointError(f"{self.source}: no '{key}'; the file holds "
+                                  f"{sorted(self.arrays)[:8]} ...")
+        return self.arrays.pop(key).astype("float32")
+
+    def finish(self):
+        if self.arrays:
+            raise CheckpointError(f"{self.source}: variables keras_vit does not read: "
+                                  f"{sorted(self.arrays)}.")
+
+
+def read_keras_hub(path):
+    """A keras-hub ``ViTBackbone`` or ``ViTImageClassifier`` preset folder as
+    a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
+    keras-hub need not be installed. The image converter's ``scale`` and
+    ``offset`` go into the checkpoint's config as ``preprocessing`` is not a
+    ViT argument: they are checked to be keras_vit's [-1, 1] scaling."""
+    folder = pathlib.Path(path)
+    source = f"keras-hub preset {folder}"
+    spec = read_json(folder / "config.json")
+    name = spec.get("class_name")
+    if name not in BACKBONES:
+        raise CheckpointError(
+            f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
+            f"{', '.join(BACKBONES)} presets.")
+    hub = spec["config"]
+    if not hub.get("use_mha_bias", True):
+        raise CheckpointError(
+            f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
+            "keras_vit's qkv_bias=False leaves out the query, key and value biases only.")
+    height, width, channels = hub["image_shape"]
+    config = dict(
+        image_size=(int(height), int(width)), num_channels=int(channels),
+        patch_size=tuple(int(p) for p in np.broadcast_to(hub["patch_size"], (2,))),
+        num_layers=int(hub["num_layers"]), num_heads=int(hub["num_heads"]),
+        hidden_dim=int(hub["hidden_dim"]), mlp_dim=int(hub["mlp_dim"]),
+        dropout_rate=float(hub.get("dropout_rate", 0.0)),
+        attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
+        layer_norm_epsilon=float(hub.get("layer_norm_epsilon", 1e-6)),
+        gelu_approximate=False,  # keras-hub's MLP: Keras's "gelu", the exact form
+        qkv_bias=True, mlp_bias=bool(hub.get("use_mlp_bias", True)),
+        patch_bias=bool(hub.get("use_patch_bias", True)),
+        pooling="token" if hub.get("use_class_token", True) else "gap",
+        num_classes=0, data_format="channels_last",
+    )
+    reader = _H5Reader(folder / "model.weights.h5", source)
+    state = {}
+    embed = "layers/vi_t_patching_and_embedding/"
+    if hub.get("use_class_token", True):
+        state["class_token/tokens"] = reader.pop(embed + "vars/0")
+    state["patch_embedding/projection/kernel"] = reader.pop(embed + "patch_embedding/vars/0")
+    if reader.has(embed + "patch_embedding/vars/1"):
+        state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embedding/vars/1")
+    state["position_embedding/embeddings"] = reader.pop(embed + "position_embedding/vars/0")[None]
+    for i in range(config["num_layers"]):
+        block = "layers/vi_t_encoder/encoder_layers/vi_t_encoder_block" + (f"_{i}" if i else "") + "/"
+        ours = f"encoder_block_{i}/"
+        for theirs, target in (("layer_norm_1", "norm1"), ("layer_norm_2", "norm2")):
+            state[ours + target + "/gamma"] = reader.pop(f"{block}{theirs}/vars/0")
+            state[ours + target + "/beta"] = reader.pop(f"{block}{theirs}/vars/1")
+        for theirs, target in (("mha/query_dense", "attention/query"), ("mha/key_dense", "attention/key"),
+                               ("mha/value_dense", "attention/value"),
+                               ("mha/output_dense", "attention/out"),
+                               ("mlp/dense_1", "mlp/fc1"), ("mlp/dense_2", "mlp/fc2")):
+            state[ours + target + "/kernel"] = reader.pop(f"{block}{theirs}/vars/0")
+            if reader.has(f"{block}{theirs}/vars/1"):
+                state[ours + target + "/bias"] = reader.pop(f"{block}{theirs}/vars/1")
+    state["encoder_norm/gamma"] = reader.pop("layers/vi_t_encoder/layer_norm/vars/0")
+    state["encoder_norm/beta"] = reader.pop("layers/vi_t_encoder/layer_norm/vars/1")
+    reader.finish()
+    if (folder / "task.json").exists():
+        _read_classifier(folder, source, config, state)
+    patches = state["position_embedding/embeddings"].shape[1] - int("class_token/tokens" in state)
+    return Checkpoint(config, state, source, square_grid(patches), patches)
+
+
+def _read_classifier(folder, source, config, state):
+    """A ``ViTImageClassifier``'s pooling, pre-logits and head (task.json,
+    task.weights.h5), and its image converter's scaling."""
+    task = read_json(folder / "task.json")
+    if task.get("class_name") not in CLASSIFIERS:
+        raise CheckpointError(f"{source}: its task is keras-hub's {task.get('class_name')}; "
+                              f"keras_vit reads {', '.join(CLASSIFIERS)}.")
+    options = task["config"]
+    if options.get("activation") not in (None, "linear"):
+        raise CheckpointError(
+            f"{source}: the classifier applies activation={options['activation']!r} to its "
+            "logits, and a keras_vit ViT returns logits. Read its backbone alone with "
+            "num_classes=0, or re-save the classifier with activation=None.")
+    config["pooling"] = options.get("pooling", "token")
+    reader = _H5Reader(folder / "task.weights.h5", source)
+    dense = ["layers/dense"] + [f"layers/dense_{i}" for i in range(1, 3)]
+    if options.get("intermediate_dim"):
+        state["pre_logits/kernel"] = reader.pop(dense[0] + "/vars/0")
+        state["pre_logits/bias"] = reader.pop(dense[0] + "/vars/1")
+        config["representation_size"] = int(options["intermediate_dim"])
+        dense = dense[1:]
+    state["head/kernel"] = reader.pop(dense[0] + "/vars/0")
+    state["head/bias"] = reader.pop(dense[0] + "/vars/1")
+    config["num_classes"] = int(options["num_classes"])
+    reader.finish()
+    converter = folder / "image_converter.json"
+    if converter.exists():
+        scaling = read_json(converter).get("config", {})
+        scale, offset = scaling.get("scale"), scaling.get("offset")
+        if scale is not None and not (np.allclose(scale, 1 / 127.5) and np.allclose(offset, -1)):
+            raise CheckpointError(
+                f"{source}: its image converter scales pixels by {scale} and adds {offset}; "
+                "keras_vit's models take pixels scaled to [-1, 1] (scale 1/127.5, offset -1), "
+                "so its numbers would differ. Re-save the preset with that scaling.")
+
+
+def write_keras_hub(model, path, ours):
+    """`model` (its variables `ours`, path -> array) as a keras-hub preset
+    folder at `path` (new, or empty): a ``ViTBackbone`` (``num_classes=0``)
+    or a ``ViTImageClassifier`` with its preprocessor (pixels to [-1, 1]),
+    through keras-hub's own ``save_to_preset``. The writers check first
+    what keras-hub can express (`keras_vit.weights.save_checkpoint`)."""
+    try:
+        import keras_hub
+    except ImportError as error:
+        raise ValueError(
+            "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
+            "written. Reading one does not.") from error
+    c = model.config
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(*c.image_size, c.num_channels), patch_size=c.patch_size,
+        num_layers=c.num_layers, num_heads=c.num_heads, hidden_dim=c.hidden_dim,
+        mlp_dim=c.mlp_dim, dropout_rate=c.dropout_rate,
+        attention_dropout=c.attention_dropout_rate, layer_norm_epsilon=c.layer_norm_epsilon,
+        use_mha_bias=True, use_mlp_bias=c.mlp_bias, use_class_token=c.uses_class_token,
+        use_patch_bias=c.patch_bias,
+    )
+    paths = dict(_backbone_paths(c))
+    for variable in backbone.weights:
+        variable.assign(ours.pop(paths.pop(variable.path)).reshape(variable.shape))
+    path = pathlib.Path(path)
+    if not c.num_classes:
+        backbone.save_to_preset(str(path))
+        return path
+    converter = keras_hub.layers.ViTImageConverter(image_size=c.image_size, scale=1 / 127.5,
+                                                   offset=-1)
+    task = keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=c.num_classes, pooling=c.pooling,
+        intermediate_dim=c.representation_size,
+        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
+    )
+    head = [layer for layer in task.layers if layer.__class__.__name__ == "Dense"]
+    pairs = (["pre_logits"] if c.representation_size else []) + ["head"]
+    for layer, name in zip(head, pairs, strict=True):
+        layer.kernel.assign(ours.pop(f"{name}/kernel"))
+        layer.bias.assign(ours.pop(f"{name}/bias"))
+    task.save_to_preset(str(path))
+    return path
+
+
+def _backbone_paths(c):
+    """(keras-hub ViTBackbone variable path, keras_vit variable path) pairs."""
+    embed = "vit_patching_and_embedding/"
+    if c.uses_class_token:
+        yield embed + "class_token", "class_token/tokens"
+    yield embed + "patch_embedding/kernel", "patch_embedding/projection/kernel"
+    if c.patch_bias:
+        yield embed + "patch_embedding/bias", "patch_embedding/projection/bias"
+    yield embed + "position_embedding/embeddings", "position_embedding/embeddings"
+    for i in range(c.num_layers):
+        block = f"vit_encoder/transformer_block_{i + 1}/"
+        ours = f"encoder_block_{i}/"
+        for theirs, name in (("ln_1", "norm1"), ("ln_2", "norm2")):
+            yield block + theirs + "/gamma", ours + name + "/gamma"
+            yield block + theirs + "/beta", ours + name + "/beta"
+        for theirs, name in (("mha/query", "attention/query"), ("mha/key", "attention/key"),
+                             ("mha/value", "attention/value"), ("mha/attention_output", "attention/out"),
+                             ("mlp/dense_1", "mlp/fc1"), ("mlp/dense_2", "mlp/fc2")):
+            yield block + theirs + "/kernel", ours + name + "/kernel"
+            if name.startswith("attention") or c.mlp_bias:
+                yield block + theirs + "/bias", ours + name + "/bias"
+    yield "vit_encoder/ln/gamma", "encoder_norm/gamma"
+    yield "vit_encoder/ln/beta", "encoder_norm/beta"

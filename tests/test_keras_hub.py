@@ -1,0 +1,94 @@
+"""keras-hub presets both ways: random small keras-hub ViTs saved with
+keras-hub's own `save_to_preset` read with keras-hub's numbers, and
+written back to presets that keras-hub loads with the same numbers."""
+
+import json
+
+import keras_hub
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit import ViT
+
+SMALL = dict(image_shape=(32, 32, 3), patch_size=8, num_layers=2, num_heads=2, hidden_dim=16,
+             mlp_dim=32)
+# (backbone arguments, classifier arguments or None)
+CASES = {
+    "backbone": ({}, None),
+    "backbone-gap-no-mlp-bias": (dict(use_class_token=False, use_mlp_bias=False), None),
+    "classifier": ({}, dict(num_classes=5)),
+    "classifier-pre-logits-gap": (dict(use_class_token=False), dict(num_classes=5, pooling="gap",
+                                                                     intermediate_dim=12)),
+}
+
+
+def randomize(model, seed=0):
+    rng = np.random.default_rng(seed)
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype("float32"))
+
+
+def hub_preset(folder, backbone_args, task_args):
+    """A keras-hub model of random weights saved as a preset; its numbers
+    on `IMAGES` (features: the [class] token, or the tokens' mean)."""
+    backbone = keras_hub.models.ViTBackbone(**SMALL, **backbone_args)
+    if task_args is None:
+        randomize(backbone)
+        backbone.save_to_preset(str(folder))
+        tokens = to_numpy(backbone(IMAGES))
+        return tokens[:, 0] if backbone_args.get("use_class_token", True) else tokens.mean(1)
+    converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 127.5, offset=-1)
+    task = keras_hub.models.ViTImageClassifier(
+        backbone=backbone, **task_args,
+        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter))
+    randomize(task)
+    task.save_to_preset(str(folder))
+    return to_numpy(task(IMAGES))
+
+
+IMAGES = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_keras_hub_preset_reads_with_its_numbers_and_writes_back(tmp_path, case):
+    backbone_args, task_args = CASES[case]
+    expected = hub_preset(tmp_path / "hub", backbone_args, task_args)
+    model = ViT.from_checkpoint(tmp_path / "hub")
+    assert model.gelu_approximate is False and model.num_classes == (task_args or {}).get("num_classes", 0)
+    np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
+
+    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")
+    config = json.loads((out / "config.json").read_text())
+    assert config["registered_name"] == "keras_hub>ViTBackbone"
+    if task_args is None:
+        back = keras_hub.models.Backbone.from_preset(str(out))
+        tokens = to_numpy(back(IMAGES))
+        got = tokens[:, 0] if backbone_args.get("use_class_token", True) else tokens.mean(1)
+    else:
+        got = to_numpy(keras_hub.models.ImageClassifier.from_preset(str(out))(IMAGES))
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
+    assert ViT.from_checkpoint(out).config == model.config  # and read once more
+
+
+def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tmp_path):
+    tiny = dict(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=5)
+    paper = ViT(**tiny)  # tanh GELU, as the paper
+    with pytest.raises(ValueError, match="cannot be written as a keras-hub ViT preset: it uses "
+                       "tanh GELU.*Nothing was written"):
+        paper.save_checkpoint(tmp_path / "tanh", format="keras_hub")
+    assert not (tmp_path / "tanh").exists()
+    registers = ViT(**tiny, gelu_approximate=False, num_registers=2)
+    with pytest.raises(ValueError, match="register tokens, which keras-hub's ViT has no key for"):
+        registers.save_checkpoint(tmp_path / "registers", format="keras_hub")
+
+    backbone = keras_hub.models.ViTBackbone(**SMALL)
+    converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 255.0)
+    keras_hub.models.ViTImageClassifier(
+        backbone=backbone, num_classes=3,
+        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
+    ).save_to_preset(str(tmp_path / "unit"))
+    with pytest.raises(ValueError, match=r"scales pixels by 0.0039.* keras_vit's models take "
+                       r"pixels scaled to \[-1, 1\]"):
+        ViT.from_checkpoint(tmp_path / "unit")
