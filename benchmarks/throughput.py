@@ -188,7 +188,8 @@ def _keras_model(spec, config):
     size = spec["image_size"]
     if spec["impl"] == "keras_vit":
         from keras_vit import ViT
-        return ViT.from_preset(spec["model"], pretrained=False, image_size=size, num_classes=1000)
+        return ViT.from_preset(spec["model"], pretrained=False, image_size=size, num_classes=1000,
+                               num_layers=config["num_layers"])
     import inspect
     import keras_hub
     backbone_args = dict(
@@ -392,6 +393,7 @@ def child(spec):
     else:
         from keras_vit.presets import PRESETS, count_params, preset_name
         config = dict(PRESETS[preset_name(spec["model"])]["config"])  # the Table 1 row
+        config["num_layers"] = spec.get("num_layers") or config["num_layers"]  # --num-layers
         if spec["impl"] != "keras_vit" and config.get("resnet_block_units") is not None:
             print("RESULT " + json.dumps({"skipped": f"{spec['model']} is a hybrid (ResNet stem): "
                                           f"{spec['impl']} has no equivalent"}), flush=True)
@@ -546,6 +548,9 @@ def build_parser():
     p.add_argument("--steps", type=int, default=None, help="batches per timed run (default 5, --quick 2; on a GPU 20, --quick 8)")
     p.add_argument("--matmul-size", type=int, default=None, help="default 4096 (--quick 2048)")
     p.add_argument("--timeout", type=int, default=None, help="seconds per child (default 1200, --quick 300)")
+    p.add_argument("--num-layers", type=int, default=None, metavar="N",
+                   help="every model cut to its first N blocks (default: the preset's): a check "
+                   "of the harness that compiles in seconds, not a measurement of the presets")
     p.add_argument("--json", metavar="PATH", default=None)
     p.add_argument("--quick", action="store_true", help="a run of a few minutes: vit_ti16, 112 px, batch 8, "
                    "one round, fewer runs")
@@ -666,7 +671,8 @@ def main(argv=None):
                 spec = {"kind": "model", "impl": impl, "variant": variant, "model": model,
                         "mode": mode, "image_size": size, "batch_size": batch, "dtype": dt,
                         "warmup": warmup, "runs": runs, "steps": steps, "threads": threads,
-                        "jit_compile": jit, "optimizer": args.optimizer}
+                        "jit_compile": jit, "optimizer": args.optimizer,
+                        "num_layers": args.num_layers}
                 label = f"[{r + 1}/{rounds}] {impl}{'/' + variant if variant else ''} {backend} {model} " \
                         f"{mode} {size}px bs{batch} {dt}"
                 print(label + " ...", end=" ", flush=True)
@@ -751,7 +757,7 @@ def main(argv=None):
     doc = {"machine": machine, "results": results, "skipped": skipped,
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
                         "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,
-                        "optimizer": args.optimizer,
+                        "optimizer": args.optimizer, "num_layers": args.num_layers,
                         "wall_s": round(time.perf_counter() - started, 1)}}
     validate(doc)
     if args.json:

@@ -10,6 +10,9 @@ import sys
 import keras
 import pytest
 
+from keras_vit.presets import count_params
+from keras_vit.presets import preset_config
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "throughput.py")
 
@@ -83,7 +86,7 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
             "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", "--rounds", "1",
             "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128", "--threads", "1",
-            "--device", "cpu", "--json", str(out)]
+            "--device", "cpu", "--num-layers", "2", "--json", str(out)]
     run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -95,8 +98,11 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     assert sorted(kernels) == ["matmul"]
     assert doc["machine"]["matmul_gflops_by_backend"][backend] == max(kernels.values())
     assert sorted(r["mode"] for r in doc["results"]) == ["inference", "train"]
+    assert doc["settings"]["num_layers"] == 2
+    two_blocks = count_params(preset_config("vit_ti16", image_size=32, num_layers=2))
+    assert two_blocks == 5_680_552 - 10 * 444_864  # ViT-Ti/16 at 32 px less ten blocks of D 192
     for r in doc["results"]:
-        assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, 5_680_552)
+        assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, two_blocks)
         assert r["gflops_per_image"] > 0 and 0 < r["fraction_of_peak"]
         # token pooling: the last block updates one token, so less is executed than the model counts
         assert 0 < r["executed_gflops_per_image"] < r["gflops_per_image"]

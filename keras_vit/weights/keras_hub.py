@@ -39,10 +39,15 @@ class _H5Reader:
 
         self.source = source
         self.arrays = {}
+
+        def keep(name, item):
+            if isinstance(item, h5py.Dataset) and not name.startswith("optimizer/"):
+                self.arrays[name] = np.asarray(item)
+
+        if not pathlib.Path(path).exists():
+            raise CheckpointError(f"{source}: no {pathlib.Path(path).name} in the folder.")
         with h5py.File(path, "r") as file:
-            file.visititems(lambda name, item: self.arrays.__setitem__(name, np.asarray(item))
-                            if isinstance(item, h5py.Dataset) else None)
-        self.arrays = {k: v for k, v in self.arrays.items() if not k.startswith("optimizer/")}
+            file.visititems(keep)
 
     def has(self, key):
         return key in self.arrays
@@ -62,9 +67,9 @@ class _H5Reader:
 def read_keras_hub(path):
     """A keras-hub ``ViTBackbone`` or ``ViTImageClassifier`` preset folder as
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
-    keras-hub need not be installed. The image converter's ``scale`` and
-    ``offset`` go into the checkpoint's config as ``preprocessing`` is not a
-    ViT argument: they are checked to be keras_vit's [-1, 1] scaling."""
+    keras-hub need not be installed. A classifier's image converter must
+    scale pixels to [-1, 1] (``scale=1/127.5, offset=-1``), as keras_vit's
+    models take them; another scaling is refused, naming it."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
     spec = read_json(folder / "config.json")
