@@ -71,6 +71,23 @@ def test_a_keras_hub_preset_reads_with_its_numbers_and_writes_back(tmp_path, cas
     assert ViT.from_checkpoint(out).config == model.config  # and read once more
 
 
+@pytest.mark.parametrize("swiglu", [False, True], ids=["dinov2", "dinov2-swiglu"])
+def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
+    # registers, LayerScale and (giant) SwiGLU; its position table stored at
+    # 64 px and interpolated by keras-hub to the 32 px it runs at
+    backbone = keras_hub.models.DINOV2Backbone(
+        patch_size=8, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
+        num_register_tokens=2, use_swiglu_ffn=swiglu, image_shape=(32, 32, 3),
+        position_embedding_shape=(64, 64, 3))
+    randomize(backbone)
+    backbone.save_to_preset(str(tmp_path / "dinov2"))
+    expected = to_numpy(backbone.predict(IMAGES, verbose=0))[:, 0]  # LN(z_L), the [class] token
+    model = ViT.from_checkpoint(tmp_path / "dinov2")
+    assert (model.num_registers, model.mlp_activation) == (2, "swiglu" if swiglu else "gelu")
+    assert model.layer_scale_init == 1.0 and model.gelu_approximate is False
+    np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
+
+
 def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tmp_path):
     tiny = dict(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                 num_classes=5)

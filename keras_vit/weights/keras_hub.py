@@ -6,9 +6,10 @@ A keras-hub preset is a folder: ``config.json`` (the backbone, with its
 ``metadata.json``, and for a classifier ``task.json`` and
 ``task.weights.h5`` (the task's own layers) with ``preprocessor.json`` and
 ``image_converter.json``. Keras-hub's ViT is the paper's with exact (erf)
-GELU; its attention kernels have keras_vit's ``(D, heads, head_dim)``
-layout, so every tensor maps by name, unchanged but for the position table's
-batch axis.
+GELU, and ``DINOV2Backbone`` DINOv2's; their attention kernels have
+keras_vit's ``(D, heads, head_dim)`` layout, so every tensor maps by name,
+unchanged but for the position table's batch axis (and DINOv2's register
+rows). docs/checkpoints.md, "keras-hub presets".
 """
 
 import pathlib
@@ -20,7 +21,7 @@ from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
 
-BACKBONES = ("ViTBackbone",)
+BACKBONES = ("ViTBackbone", "DINOV2Backbone")
 CLASSIFIERS = ("ViTImageClassifier",)
 
 
@@ -65,7 +66,7 @@ class _H5Reader:
 
 
 def read_keras_hub(path):
-    """A keras-hub ``ViTBackbone`` or ``ViTImageClassifier`` preset folder as
+    """A keras-hub ``ViTBackbone``, ``ViTImageClassifier`` or ``DINOV2Backbone`` preset folder as
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
     keras-hub need not be installed. A classifier's image converter must
     scale pixels to [-1, 1] (``scale=1/127.5, offset=-1``), as keras_vit's
@@ -79,6 +80,8 @@ def read_keras_hub(path):
             f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
             f"{', '.join(BACKBONES)} presets.")
     hub = spec["config"]
+    if name == "DINOV2Backbone":
+        return _read_dinov2(folder, source, hub)
     if not hub.get("use_mha_bias", True):
         raise CheckpointError(
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
@@ -127,6 +130,66 @@ def read_keras_hub(path):
         _read_classifier(folder, source, config, state)
     patches = state["position_embedding/embeddings"].shape[1] - int("class_token/tokens" in state)
     return Checkpoint(config, state, source, square_grid(patches), patches)
+
+
+def _read_dinov2(folder, source, hub):
+    """A ``DINOV2Backbone`` preset: DINOv2 (with registers, LayerScale and,
+    for giant, SwiGLU). Its position table is the one keras-hub stores
+    interpolated to the preset's ``image_shape`` (exactly its numbers
+    there), with zero rows for the registers, which DINOv2 adds after the
+    position embeddings; another ``image_size`` resamples it as DINOv2 does."""
+    height, width, channels = hub["image_shape"]
+    patch = int(hub["patch_size"])
+    registers = int(hub.get("num_register_tokens", 0))
+    reader = _H5Reader(folder / "model.weights.h5", source)
+    embed = "layers/dinov2_embedding/"
+    index = 0
+    state = {"class_token/tokens": reader.pop(f"{embed}vars/{index}")}
+    if hub.get("use_mask_token", True):  # masked-image pre-training's, not the image model's
+        index += 1
+        reader.pop(f"{embed}vars/{index}")
+    if registers:
+        index += 1
+        state["registers/tokens"] = reader.pop(f"{embed}vars/{index}")
+    table = reader.pop(f"{embed}vars/{index + 1}")  # interpolated to image_shape
+    reader.pop(f"{embed}vars/{index + 2}")  # the table at position_embedding_shape
+    hidden = table.shape[-1]
+    state["position_embedding/embeddings"] = np.concatenate(
+        [table[:, :1], np.zeros((1, registers, hidden), "float32"), table[:, 1:]], axis=1)
+    state["patch_embedding/projection/kernel"] = reader.pop(embed + "patch_embeddings/projection/vars/0")
+    state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embeddings/projection/vars/1")
+    swiglu = bool(hub.get("use_swiglu_ffn", False))
+    mlp = ("weights_in", "weights_out") if swiglu else ("fc1", "fc2")
+    for i in range(int(hub["num_layers"])):
+        block = "layers/dinov2_encoder/layers/dinov2_layer" + (f"_{i}" if i else "") + "/"
+        ours = f"encoder_block_{i}/"
+        for theirs, target in (("norm1", "norm1"), ("norm2", "norm2")):
+            state[ours + target + "/gamma"] = reader.pop(f"{block}{theirs}/vars/0")
+            state[ours + target + "/beta"] = reader.pop(f"{block}{theirs}/vars/1")
+        for theirs, target in (("attention/attention/query_dense", "attention/query"),
+                               ("attention/attention/key_dense", "attention/key"),
+                               ("attention/attention/value_dense", "attention/value"),
+                               ("attention/attention/output_dense", "attention/out"),
+                               (f"mlp/{mlp[0]}", "mlp/fc1"), (f"mlp/{mlp[1]}", "mlp/fc2")):
+            state[ours + target + "/kernel"] = reader.pop(f"{block}{theirs}/vars/0")
+            state[ours + target + "/bias"] = reader.pop(f"{block}{theirs}/vars/1")
+        for j in (1, 2):
+            state[f"{ours}layer_scale_{j}"] = reader.pop(f"{block}layer_scale{j}/vars/0")
+    state["encoder_norm/gamma"] = reader.pop("layers/layer_normalization/vars/0")
+    state["encoder_norm/beta"] = reader.pop("layers/layer_normalization/vars/1")
+    reader.finish()
+    config = dict(
+        image_size=(int(height), int(width)), num_channels=int(channels), patch_size=patch,
+        num_layers=int(hub["num_layers"]), num_heads=int(hub["num_heads"]), hidden_dim=hidden,
+        mlp_dim=int(state["encoder_block_0/mlp/fc2/kernel"].shape[0]),
+        layer_scale_init=float(hub.get("layer_scale_init_value", 1.0)), num_registers=registers,
+        mlp_activation="swiglu" if swiglu else "gelu", gelu_approximate=False,
+        layer_norm_epsilon=1e-6, pooling="token", num_classes=0, data_format="channels_last",
+        dropout_rate=float(hub.get("dropout_rate", 0.0)),
+        drop_path_rate=float(hub.get("drop_path_rate", 0.0)),
+    )
+    grid = (int(height) // patch, int(width) // patch)
+    return Checkpoint(config, state, source, grid, grid[0] * grid[1], resample_method="dinov2")
 
 
 def _read_classifier(folder, source, config, state):
