@@ -234,6 +234,8 @@ def write_keras_hub(model, path, ours):
     or a ``ViTImageClassifier`` with its preprocessor (pixels to [-1, 1]),
     through keras-hub's own ``save_to_preset``. The writers check first
     what keras-hub can express (`keras_vit.weights.save_checkpoint`)."""
+    import keras
+
     try:
         import keras_hub
     except ImportError as error:
@@ -263,7 +265,7 @@ def write_keras_hub(model, path, ours):
         intermediate_dim=c.representation_size,
         preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
     )
-    head = [layer for layer in task.layers if layer.__class__.__name__ == "Dense"]
+    head = [layer for layer in task.layers if isinstance(layer, keras.layers.Dense)]
     pairs = (["pre_logits"] if c.representation_size else []) + ["head"]
     for layer, name in zip(head, pairs, strict=True):
         layer.kernel.assign(ours.pop(f"{name}/kernel"))
