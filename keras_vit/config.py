@@ -46,7 +46,9 @@ class ViTConfig:
     timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding),
     ``mlp_bias=False`` (MLP layers without biases: keras-hub's
     ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``distillation`` (DeiT's
-    distillation token and head, the two heads' logits averaged) and
+    distillation token and head, the two heads' logits averaged;
+    ``distillation_head=False``: the token without its head, the [class]
+    token's head alone, as keras-hub's ``DeiTImageClassifier``) and
     ``class_token`` (True: a [class] token also where the pooling does not
     read it, as timm's ``class_token=True`` with ``global_pool="avg"`` in
     MAE's and BEiT's fine-tuned ViTs; None, the default: a [class] token
@@ -93,6 +95,7 @@ class ViTConfig:
     patch_bias: bool = True
     mlp_bias: bool = True
     distillation: bool = False
+    distillation_head: bool = True
     class_token: bool | None = None
     num_channels: int = 3
     class_names: tuple | None = None
@@ -123,14 +126,20 @@ class ViTConfig:
             raise ValueError(
                 f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
             )
-        for name in ("qk_norm", "norm_pre", "fc_norm", "patch_bias", "mlp_bias", "distillation"):
+        for name in ("qk_norm", "norm_pre", "fc_norm", "patch_bias", "mlp_bias", "distillation",
+                     "distillation_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
-        if self.distillation and (self.pooling != "token" or self.fc_norm
-                                  or self.representation_size):
+        if not self.distillation_head and not self.distillation:
+            raise ValueError("distillation_head=False leaves out the head of DeiT's distillation "
+                             "token, and this model has none. Set distillation=True, or leave "
+                             "distillation_head at True.")
+        if self.distillation and (self.pooling != "token" or (
+                self.distillation_head and (self.fc_norm or self.representation_size))):
             raise ValueError(
                 "distillation (DeiT) reads the [class] and distillation tokens: it needs "
-                f"pooling='token' (got {self.pooling!r}), no fc_norm and no representation_size."
+                f"pooling='token' (got {self.pooling!r}), and with its head no fc_norm and no "
+                "representation_size."
             )
         if not (self.class_token is None or isinstance(self.class_token, bool)):
             raise ValueError(f"`class_token` must be True, False or None, got {self.class_token!r}.")
@@ -193,6 +202,12 @@ class ViTConfig:
         return uses_class_token(self.pooling, self.position_embedding)
 
     @property
+    def distills_by_head(self):
+        """Whether the distillation token has its own head (DeiT's
+        ``head_dist``), averaged with the [class] token's."""
+        return self.distillation and self.distillation_head
+
+    @property
     def num_prefix_tokens(self):
         """The [class] and distillation tokens, if any, plus the registers."""
         return int(self.uses_class_token) + int(self.distillation) + self.num_registers
@@ -240,7 +255,7 @@ class ViTConfig:
             total += d * c.representation_size + c.representation_size
             features = c.representation_size
         if c.num_classes:
-            total += (features * c.num_classes + c.num_classes) * (1 + c.distillation)
+            total += (features * c.num_classes + c.num_classes) * (1 + c.distills_by_head)
         return total
 
     def block_arguments(self, index):

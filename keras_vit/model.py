@@ -117,7 +117,7 @@ def build_layers(config, dtype=None):
                                                   name="pooling")
     if c.fc_norm:  # timm: the final LayerNorm after pooling
         made["fc_norm"] = vit_layers.LayerNormalization(**norm, name="fc_norm")
-    if c.distillation:
+    if c.distills_by_head:
         made["distillation_pooling"] = vit_layers.TokenPooling(
             "distillation", c.num_prefix_tokens, dtype=dtype, name="distillation_pooling")
     if c.representation_size:
@@ -129,7 +129,7 @@ def build_layers(config, dtype=None):
             c.num_classes, kernel_initializer="zeros",
             bias_initializer=keras.initializers.Constant(c.head_bias_init), dtype=dtype,
             name="head")
-    if c.distillation:  # DeiT averages its two heads' logits (or the two tokens, headless)
+    if c.distills_by_head:  # DeiT averages its two heads' logits (or the two tokens, headless)
         if c.num_classes:
             made["head_dist"] = keras.layers.Dense(c.num_classes, kernel_initializer="zeros",
                                                    dtype=dtype, name="head_dist")

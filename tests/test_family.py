@@ -75,6 +75,26 @@ def family(request, tmp_path_factory):
     return make_family(request.param, tmp_path_factory.mktemp(request.param))
 
 
+@pytest.mark.parametrize("model_class", ["DeiTForImageClassification", "DeiTModel"])
+def test_a_deit_without_its_distillation_head_reads(tmp_path, model_class):
+    # the [class] token's head alone (or, headless, its pooler), the distillation token in the sequence
+    config = transformers.DeiTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
+                                     num_labels=5, layer_norm_eps=1e-6)
+    torch.manual_seed(0)
+    source = getattr(transformers, model_class)(config)
+    with torch.no_grad():
+        for parameter in source.parameters():
+            parameter.normal_(0.0, 0.2)
+    source.eval().save_pretrained(tmp_path / "hf")
+    images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    with torch.no_grad():
+        out = source(torch.from_numpy(images.transpose(0, 3, 1, 2)))
+    expected = (out.logits if model_class != "DeiTModel" else out.pooler_output).numpy()
+    model = ViT.from_checkpoint(tmp_path / "hf")
+    assert (model.distillation, model.distillation_head) == (True, False)
+    np.testing.assert_allclose(to_numpy(model(images)), expected, rtol=0, atol=1e-5)
+
+
 def test_huggingface_files_give_transformers_numbers(family):
     name, path, images, expected, _, _ = family
     model = ViT.from_checkpoint(path)

@@ -71,6 +71,30 @@ def test_a_keras_hub_preset_reads_with_its_numbers_and_writes_back(tmp_path, cas
     assert ViT.from_checkpoint(out).config == model.config  # and read once more
 
 
+@pytest.mark.parametrize("classifier", [False, True], ids=["deit", "deit-classifier"])
+def test_a_keras_hub_deit_preset_reads_with_its_numbers(tmp_path, classifier):
+    # a distillation token beside the [class] token, whose head alone classifies
+    backbone = keras_hub.models.DeiTBackbone(image_shape=(32, 32, 3), patch_size=8, num_layers=2,
+                                             num_heads=2, hidden_dim=16, intermediate_dim=32)
+    if classifier:
+        converter = keras_hub.layers.DeiTImageConverter(image_size=(32, 32), scale=1 / 127.5,
+                                                        offset=-1)
+        task = keras_hub.models.DeiTImageClassifier(
+            backbone=backbone, num_classes=5,
+            preprocessor=keras_hub.models.DeiTImageClassifierPreprocessor(image_converter=converter))
+        randomize(task)
+        task.save_to_preset(str(tmp_path / "deit"))
+        expected = to_numpy(task(IMAGES))
+    else:
+        randomize(backbone)
+        backbone.save_to_preset(str(tmp_path / "deit"))
+        expected = to_numpy(backbone(IMAGES))[:, 0]
+    model = ViT.from_checkpoint(tmp_path / "deit")
+    assert (model.distillation, model.distillation_head, model.num_prefix_tokens) == (True, False, 2)
+    assert model.parts.head_dist is None and model.parts.distillation_average is None
+    np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
+
+
 @pytest.mark.parametrize("swiglu", [False, True], ids=["dinov2", "dinov2-swiglu"])
 def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
     # registers, LayerScale and (giant) SwiGLU; its position table stored at

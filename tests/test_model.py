@@ -44,6 +44,7 @@ def test_paper_parameter_counts(name, paper_name, expected):
         dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
         dict(TINY, pooling="map", mlp_bias=False, mlp_activation="swiglu"),
         dict(TINY, pooling="gap", class_token=True, fc_norm=True),
+        dict(TINY, distillation=True, distillation_head=False),
     ],
 )
 def test_analytic_count_matches_built_model(config):
@@ -250,6 +251,7 @@ def test_with_image_size_resamples_position_embeddings(images, tmp_path):
         (dict(num_heads=3), "hidden_dim 16 is not divisible by num_heads 3"),
         (dict(class_token=False), "pooling='token' reads the \\[class\\] token, and class_token=False"),
         (dict(class_token="yes"), "`class_token` must be True, False or None, got 'yes'"),
+        (dict(distillation_head=False), "distillation_head=False leaves out the head of DeiT's"),
     ],
 )
 def test_bad_configs_fail_at_once(kwargs, message):

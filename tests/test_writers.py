@@ -143,6 +143,7 @@ def test_timm_hub_config_describes_the_model(tmp_path):
         ("huggingface", dict(mlp_bias=False), "mlp_bias=False"),
         ("timm", dict(mlp_bias=False), "mlp_bias=False"),
         ("npz", dict(pooling="gap", class_token=True), "class_token=True with 'gap' pooling"),
+        ("timm", dict(distillation=True, distillation_head=False), "distillation_head=False"),
     ],
 )
 def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, option):

@@ -226,8 +226,8 @@ def masked_patch_loss():
 # receptive fields overlap).
 OWN_SETTINGS = MappingProxyType(dict(
     num_classes=0, pooling="token", representation_size=None, head_bias_init=0.0,
-    fc_norm=False, distillation=False, class_token=None, num_channels=3, class_names=None,
-    data_format="channels_last", resnet_block_units=None, resnet_width_factor=1,
+    fc_norm=False, distillation=False, distillation_head=True, class_token=None, num_channels=3,
+    class_names=None, data_format="channels_last", resnet_block_units=None, resnet_width_factor=1,
 ))
 # The ViTConfig fields it takes: every other one.
 ARCHITECTURE = tuple(field for field in FIELDS if field not in OWN_SETTINGS)

@@ -146,8 +146,9 @@ _VIT_BLOCK = dict(block="encoder.layer.{}.", norm1="layernorm_before",
 
 def _read_vit(reader, hf, config):
     """ViT and DeiT: ``embeddings``, ``encoder.layer.{i}``, ``layernorm``,
-    then ViT's ``pooler`` (the pre-logits layer) and ``classifier``, or
-    DeiT's ``cls_classifier`` and ``distillation_classifier`` (averaged)."""
+    then ViT's ``pooler`` (the pre-logits layer) and ``classifier`` (also
+    DeiT's without its distillation head), or the distilled DeiT's
+    ``cls_classifier`` and ``distillation_classifier`` (averaged)."""
     config["mlp_dim"] = _intermediate_size(reader, hf)
     embed = "embeddings."
     reader.put("patch_embedding/projection/kernel",
@@ -155,17 +156,14 @@ def _read_vit(reader, hf, config):
     reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
     reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
     if hf["model_type"] == "deit":
-        if not reader.has("distillation_classifier.weight"):
-            raise CheckpointError(
-                f"{reader.source}: a DeiT model without its distillation head; keras_vit reads "
-                "DeiT's distilled classifier (DeiTForImageClassificationWithTeacher), which "
-                "averages its two heads.")
         reader.put("distillation_token/tokens", reader.pop(embed + "distillation_token"))
         config["distillation"] = True
+        if not reader.has("distillation_classifier.weight"):  # DeiTForImageClassification, DeiTModel
+            config["distillation_head"] = False  # the [class] token's head alone
     reader.put("position_embedding/embeddings", reader.pop(embed + "position_embeddings"))
     _blocks(reader, config, _VIT_BLOCK)
     reader.layer_norm("layernorm", "encoder_norm")
-    if config.get("distillation"):
+    if config.get("distillation") and config.get("distillation_head", True):
         reader.linear("cls_classifier", "head")
         reader.linear("distillation_classifier", "head_dist")
         config["num_classes"] = int(reader.state["head/kernel"].shape[1])

@@ -21,8 +21,22 @@ from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
 
-BACKBONES = ("ViTBackbone", "DINOV2Backbone")
-CLASSIFIERS = ("ViTImageClassifier",)
+BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone")
+CLASSIFIERS = ("ViTImageClassifier", "DeiTImageClassifier")
+
+# Where each backbone keeps its tensors in model.weights.h5: the embedding
+# layer, its class-token variable, the encoder blocks, and per block the
+# LayerNorms, the attention projections and the MLP's two layers.
+_LAYOUTS = {
+    "ViTBackbone": dict(
+        embed="layers/vi_t_patching_and_embedding/", encoder="layers/vi_t_encoder/",
+        block="encoder_layers/vi_t_encoder_block", norms=("layer_norm_1", "layer_norm_2"),
+        mlp=("mlp/dense_1", "mlp/dense_2"), intermediate="mlp_dim"),
+    "DeiTBackbone": dict(
+        embed="layers/dei_t_embeddings/", encoder="layers/dei_t_encoder/",
+        block="encoder_layers/dei_t_encoder_block", norms=("layer_norm_1", "layer_norm_2"),
+        mlp=("mlp/dense", "output_layer/dense"), intermediate="intermediate_dim"),
+}
 
 
 def is_keras_hub_preset(folder):
@@ -66,7 +80,7 @@ class _H5Reader:
 
 
 def read_keras_hub(path):
-    """A keras-hub ``ViTBackbone``, ``ViTImageClassifier`` or ``DINOV2Backbone`` preset folder as
+    """A keras-hub ViT, DeiT (backbone or classifier) or DINOv2 preset folder as
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
     keras-hub need not be installed. A classifier's image converter must
     scale pixels to [-1, 1] (``scale=1/127.5, offset=-1``), as keras_vit's
@@ -86,12 +100,14 @@ def read_keras_hub(path):
         raise CheckpointError(
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
             "keras_vit's qkv_bias=False leaves out the query, key and value biases only.")
+    layout = _LAYOUTS[name]
+    deit = name == "DeiTBackbone"
     height, width, channels = hub["image_shape"]
     config = dict(
         image_size=(int(height), int(width)), num_channels=int(channels),
         patch_size=tuple(int(p) for p in np.broadcast_to(hub["patch_size"], (2,))),
         num_layers=int(hub["num_layers"]), num_heads=int(hub["num_heads"]),
-        hidden_dim=int(hub["hidden_dim"]), mlp_dim=int(hub["mlp_dim"]),
+        hidden_dim=int(hub["hidden_dim"]), mlp_dim=int(hub[layout["intermediate"]]),
         dropout_rate=float(hub.get("dropout_rate", 0.0)),
         attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
         layer_norm_epsilon=float(hub.get("layer_norm_epsilon", 1e-6)),
@@ -101,34 +117,40 @@ def read_keras_hub(path):
         pooling="token" if hub.get("use_class_token", True) else "gap",
         num_classes=0, data_format="channels_last",
     )
+    if deit:  # its classifier reads the [class] token alone (no distillation head)
+        config.update(distillation=True, distillation_head=False)
     reader = _H5Reader(folder / "model.weights.h5", source)
     state = {}
-    embed = "layers/vi_t_patching_and_embedding/"
+    embed = layout["embed"]
     if hub.get("use_class_token", True):
         state["class_token/tokens"] = reader.pop(embed + "vars/0")
+    if deit:
+        state["distillation_token/tokens"] = reader.pop(embed + "vars/1")
     state["patch_embedding/projection/kernel"] = reader.pop(embed + "patch_embedding/vars/0")
     if reader.has(embed + "patch_embedding/vars/1"):
         state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embedding/vars/1")
-    state["position_embedding/embeddings"] = reader.pop(embed + "position_embedding/vars/0")[None]
+    table = reader.pop(embed + "vars/2") if deit else reader.pop(embed + "position_embedding/vars/0")
+    state["position_embedding/embeddings"] = table.reshape(1, -1, table.shape[-1])
     for i in range(config["num_layers"]):
-        block = "layers/vi_t_encoder/encoder_layers/vi_t_encoder_block" + (f"_{i}" if i else "") + "/"
+        block = layout["encoder"] + layout["block"] + (f"_{i}" if i else "") + "/"
         ours = f"encoder_block_{i}/"
-        for theirs, target in (("layer_norm_1", "norm1"), ("layer_norm_2", "norm2")):
+        for theirs, target in zip(layout["norms"], ("norm1", "norm2")):
             state[ours + target + "/gamma"] = reader.pop(f"{block}{theirs}/vars/0")
             state[ours + target + "/beta"] = reader.pop(f"{block}{theirs}/vars/1")
         for theirs, target in (("mha/query_dense", "attention/query"), ("mha/key_dense", "attention/key"),
                                ("mha/value_dense", "attention/value"),
                                ("mha/output_dense", "attention/out"),
-                               ("mlp/dense_1", "mlp/fc1"), ("mlp/dense_2", "mlp/fc2")):
+                               (layout["mlp"][0], "mlp/fc1"), (layout["mlp"][1], "mlp/fc2")):
             state[ours + target + "/kernel"] = reader.pop(f"{block}{theirs}/vars/0")
             if reader.has(f"{block}{theirs}/vars/1"):
                 state[ours + target + "/bias"] = reader.pop(f"{block}{theirs}/vars/1")
-    state["encoder_norm/gamma"] = reader.pop("layers/vi_t_encoder/layer_norm/vars/0")
-    state["encoder_norm/beta"] = reader.pop("layers/vi_t_encoder/layer_norm/vars/1")
+    state["encoder_norm/gamma"] = reader.pop(layout["encoder"] + "layer_norm/vars/0")
+    state["encoder_norm/beta"] = reader.pop(layout["encoder"] + "layer_norm/vars/1")
     reader.finish()
     if (folder / "task.json").exists():
         _read_classifier(folder, source, config, state)
-    patches = state["position_embedding/embeddings"].shape[1] - int("class_token/tokens" in state)
+    prefix = int("class_token/tokens" in state) + int(deit)
+    patches = state["position_embedding/embeddings"].shape[1] - prefix
     return Checkpoint(config, state, source, square_grid(patches), patches)
 
 

@@ -320,6 +320,9 @@ def _write_timm(model, path):
         (c.representation_size is not None, "it has a pre-logits layer, which timm's "
          "VisionTransformer no longer has", "Write it with format='npz' or 'huggingface'."),
         (c.pooling == "none", "pooling='none' has no timm classifier", "Use another pooling."),
+        (c.distillation and not c.distillation_head, "its distillation token has no head "
+         "(distillation_head=False), and timm's distilled ViT has both heads",
+         "Keep it as a .keras file (`model.save`)."),
         (not c.mlp_bias, "its MLP has no biases (mlp_bias=False), and timm's proj_bias removes "
          "the attention output's bias with them", "Write it with format='npz'."),
         (c.layer_norm_epsilon != (1e-5 if c.norm_pre else 1e-6), f"its LayerNorm epsilon is "
