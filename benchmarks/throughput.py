@@ -449,15 +449,53 @@ def _version(dist):
         return None
 
 
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+# The instruction sets that decide a CPU's matmul speed and its bfloat16 path.
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
+             "amx_int8")
+
+
+def cpu_info(text=None):
+    """The CPU the benchmark ran on, from ``/proc/cpuinfo`` (or `text`):
+    its model name, vendor, family and model numbers, the ISA flags of
+    `ISA_FLAGS` it has, and a short `kind` naming what matters for speed
+    ("AVX2", "AVX-512 with avx512_bf16", "AVX-512 with AMX")."""
+    if text is None:
+        try:
+            with open("/proc/cpuinfo") as f:
+                text = f.read()
+        except OSError:
+            text = ""
+    fields = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep:
+            if fields:
+                break  # the first processor's block is enough
+            continue
+        fields.setdefault(key.strip(), value.strip())
+    flags = set(fields.get("flags", "").split())
+    isa = [flag for flag in ISA_FLAGS if flag in flags]
+    kind = ("AVX-512 with AMX" if "amx_bf16" in flags
+            else "AVX-512 with avx512_bf16" if "avx512_bf16" in flags
+            else "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "other")
+    def number(key):
+        return int(fields[key]) if fields.get(key, "").isdigit() else None
+    return {"model_name": fields.get("model name") or platform.processor() or platform.machine(),
+            "vendor": fields.get("vendor_id"), "family": number("cpu family"),
+            "model": number("model"), "isa": isa, "kind": kind}
+
+
+def machine_line(machine):
+    """One line naming the machine of a run: CPU, its family and ISA, cores, packages."""
+    info = machine.get("cpu_info") or {}
+    versions = machine.get("versions", {})
+    packages = ", ".join(f"{name} {versions[name]}" for name in
+                         ("tensorflow-cpu", "tensorflow", "jax", "torch", "keras", "keras-hub")
+                         if versions.get(name))
+    return (f"machine: {info.get('model_name', machine.get('cpu'))} (family {info.get('family')}, "
+            f"model {info.get('model')}; {info.get('kind')}: {' '.join(info.get('isa', []))}), "
+            f"{machine.get('cpu_cores')} cores" + (f", GPU {machine['gpu']}" if machine.get("gpu") else "")
+            + f"; {packages}")
 
 
 def _gpu_name():
@@ -744,7 +782,7 @@ def main(argv=None):
         "matmul_gflops_by_backend": peaks["float32"],
         "matmul_gflops_by_kernel": kernel_peaks["float32"],
         "matmul_size": n,
-        "cpu": _cpu_model(), "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
+        "cpu": cpu_info()["model_name"], "cpu_info": cpu_info(), "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
         "device_by_backend": device,
         "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0],
         "python": platform.python_version(), "platform": platform.platform(),
@@ -760,6 +798,7 @@ def main(argv=None):
                         "optimizer": args.optimizer, "num_layers": args.num_layers,
                         "wall_s": round(time.perf_counter() - started, 1)}}
     validate(doc)
+    print(machine_line(machine))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:

@@ -79,6 +79,36 @@ def test_schema_check_names_a_bad_kernel_peak():
         bench.validate({"machine": machine, "results": [good_result()]})
 
 
+CPUINFO = """processor\t: 0
+vendor_id\t: {vendor}
+cpu family\t: {family}
+model\t\t: {model}
+model name\t: {name}
+flags\t\t: fpu sse2 {flags}
+
+processor\t: 1
+vendor_id\t: {vendor}
+"""
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("vendor, family, model, name, flags, kind, isa", [
+    ("AuthenticAMD", 25, 1, "AMD EPYC 7B13", "avx2 fma", "AVX2", ["avx2", "fma"]),
+    ("AuthenticAMD", 26, 2, "AMD EPYC 9B45", "avx2 fma avx512f avx512_vnni avx512_bf16 avx512_vp2intersect",
+     "AVX-512 with avx512_bf16", ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"]),
+    ("GenuineIntel", 6, 167, "Intel(R) Xeon(R) Processor", "avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8",
+     "AVX-512 with AMX", ["avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"]),
+])
+def test_the_benchmark_names_the_cpu_kind(vendor, family, model, name, flags, kind, isa):
+    bench = load_script()
+    info = bench.cpu_info(CPUINFO.format(vendor=vendor, family=family, model=model, name=name, flags=flags))
+    assert info == {"model_name": name, "vendor": vendor, "family": family, "model": model,
+                    "isa": isa, "kind": kind}
+    line = bench.machine_line({"cpu_info": info, "cpu_cores": 2, "versions": {"jax": "0.10.2"}})
+    assert line == (f"machine: {name} (family {family}, model {model}; {kind}: {' '.join(isa)}), "
+                    "2 cores; jax 0.10.2")
+
+
 @pytest.mark.slow
 def test_a_tiny_run_writes_the_documented_json(tmp_path):
     backend = keras.backend.backend()
@@ -99,6 +129,8 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     assert doc["machine"]["matmul_gflops_by_backend"][backend] == max(kernels.values())
     assert sorted(r["mode"] for r in doc["results"]) == ["inference", "train"]
     assert doc["settings"]["num_layers"] == 2
+    assert doc["machine"]["cpu_info"] == load_script().cpu_info()  # this machine's CPU, named
+    assert load_script().machine_line(doc["machine"]) in run.stdout
     two_blocks = count_params(preset_config("vit_ti16", image_size=32, num_layers=2))
     assert two_blocks == 5_680_552 - 10 * 444_864  # ViT-Ti/16 at 32 px less ten blocks of D 192
     for r in doc["results"]:
