@@ -94,6 +94,14 @@ def test_a_keras_hub_deit_preset_reads_with_its_numbers(tmp_path, classifier):
     assert model.parts.head_dist is None and model.parts.distillation_average is None
     np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
 
+    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")
+    back = (keras_hub.models.ImageClassifier if classifier else keras_hub.models.Backbone).from_preset(str(out))
+    got = to_numpy(back(IMAGES))
+    np.testing.assert_allclose(got if classifier else got[:, 0], expected, rtol=0, atol=1e-5)
+    distilled = ViT(**{**model.get_config(), "distillation_head": True, "num_classes": 5})
+    with pytest.raises(ValueError, match="DeiT's two heads averaged"):
+        distilled.save_checkpoint(tmp_path / "distilled", format="keras_hub")
+
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["dinov2", "dinov2-swiglu"])
 def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):

@@ -253,9 +253,11 @@ def _read_classifier(folder, source, config, state):
 def write_keras_hub(model, path, ours):
     """`model` (its variables `ours`, path -> array) as a keras-hub preset
     folder at `path` (new, or empty): a ``ViTBackbone`` (``num_classes=0``)
-    or a ``ViTImageClassifier`` with its preprocessor (pixels to [-1, 1]),
-    through keras-hub's own ``save_to_preset``. The writers check first
-    what keras-hub can express (`keras_vit.weights.save_checkpoint`)."""
+    or a ``ViTImageClassifier``, for DeiT without its distillation head a
+    ``DeiTBackbone`` or ``DeiTImageClassifier``, a classifier with its
+    preprocessor (pixels to [-1, 1]), through keras-hub's own
+    ``save_to_preset``. The writers check first what keras-hub can express
+    (`keras_vit.weights.save_checkpoint`)."""
     import keras
 
     try:
@@ -265,28 +267,36 @@ def write_keras_hub(model, path, ours):
             "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
             "written. Reading one does not.") from error
     c = model.config
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(*c.image_size, c.num_channels), patch_size=c.patch_size,
-        num_layers=c.num_layers, num_heads=c.num_heads, hidden_dim=c.hidden_dim,
-        mlp_dim=c.mlp_dim, dropout_rate=c.dropout_rate,
-        attention_dropout=c.attention_dropout_rate, layer_norm_epsilon=c.layer_norm_epsilon,
-        use_mha_bias=True, use_mlp_bias=c.mlp_bias, use_class_token=c.uses_class_token,
-        use_patch_bias=c.patch_bias,
-    )
-    paths = dict(_backbone_paths(c))
+    shared = dict(image_shape=(*c.image_size, c.num_channels), patch_size=c.patch_size,
+                  num_layers=c.num_layers, num_heads=c.num_heads, hidden_dim=c.hidden_dim,
+                  dropout_rate=c.dropout_rate, attention_dropout=c.attention_dropout_rate,
+                  layer_norm_epsilon=c.layer_norm_epsilon, use_mha_bias=True)
+    if c.distillation:
+        family = "DeiT"
+        backbone = keras_hub.models.DeiTBackbone(**shared, intermediate_dim=c.mlp_dim)
+    else:
+        family = "ViT"
+        backbone = keras_hub.models.ViTBackbone(
+            **shared, mlp_dim=c.mlp_dim, use_mlp_bias=c.mlp_bias,
+            use_class_token=c.uses_class_token, use_patch_bias=c.patch_bias)
+    paths = dict(_backbone_paths(c, family))
     for variable in backbone.weights:
         variable.assign(ours.pop(paths.pop(variable.path)).reshape(variable.shape))
     path = pathlib.Path(path)
     if not c.num_classes:
         backbone.save_to_preset(str(path))
         return path
-    converter = keras_hub.layers.ViTImageConverter(image_size=c.image_size, scale=1 / 127.5,
-                                                   offset=-1)
-    task = keras_hub.models.ViTImageClassifier(
-        backbone=backbone, num_classes=c.num_classes, pooling=c.pooling,
-        intermediate_dim=c.representation_size,
-        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
-    )
+    converter = getattr(keras_hub.layers, f"{family}ImageConverter")(
+        image_size=c.image_size, scale=1 / 127.5, offset=-1)
+    preprocessor = getattr(keras_hub.models, f"{family}ImageClassifierPreprocessor")(
+        image_converter=converter)
+    if c.distillation:
+        task = keras_hub.models.DeiTImageClassifier(
+            backbone=backbone, num_classes=c.num_classes, preprocessor=preprocessor)
+    else:
+        task = keras_hub.models.ViTImageClassifier(
+            backbone=backbone, num_classes=c.num_classes, pooling=c.pooling,
+            intermediate_dim=c.representation_size, preprocessor=preprocessor)
     head = [layer for layer in task.layers if isinstance(layer, keras.layers.Dense)]
     pairs = (["pre_logits"] if c.representation_size else []) + ["head"]
     for layer, name in zip(head, pairs, strict=True):
@@ -296,26 +306,33 @@ def write_keras_hub(model, path, ours):
     return path
 
 
-def _backbone_paths(c):
-    """(keras-hub ViTBackbone variable path, keras_vit variable path) pairs."""
-    embed = "vit_patching_and_embedding/"
+def _backbone_paths(c, family):
+    """(keras-hub backbone variable path, keras_vit variable path) pairs,
+    for keras-hub's ``ViTBackbone`` or ``DeiTBackbone`` (`family`)."""
+    deit = family == "DeiT"
+    embed = "deit_patching_and_embedding/" if deit else "vit_patching_and_embedding/"
+    encoder = "deit_encoder/" if deit else "vit_encoder/"
     if c.uses_class_token:
         yield embed + "class_token", "class_token/tokens"
+    if deit:
+        yield embed + "distillation_token", "distillation_token/tokens"
     yield embed + "patch_embedding/kernel", "patch_embedding/projection/kernel"
     if c.patch_bias:
         yield embed + "patch_embedding/bias", "patch_embedding/projection/bias"
-    yield embed + "position_embedding/embeddings", "position_embedding/embeddings"
+    yield embed + ("position_embedding" if deit else "position_embedding/embeddings"), \
+        "position_embedding/embeddings"
+    mlp = ("mlp/dense", "output_layer/output") if deit else ("mlp/dense_1", "mlp/dense_2")
     for i in range(c.num_layers):
-        block = f"vit_encoder/transformer_block_{i + 1}/"
+        block = f"{encoder}transformer_block_{i + 1}/"
         ours = f"encoder_block_{i}/"
         for theirs, name in (("ln_1", "norm1"), ("ln_2", "norm2")):
             yield block + theirs + "/gamma", ours + name + "/gamma"
             yield block + theirs + "/beta", ours + name + "/beta"
         for theirs, name in (("mha/query", "attention/query"), ("mha/key", "attention/key"),
                              ("mha/value", "attention/value"), ("mha/attention_output", "attention/out"),
-                             ("mlp/dense_1", "mlp/fc1"), ("mlp/dense_2", "mlp/fc2")):
+                             (mlp[0], "mlp/fc1"), (mlp[1], "mlp/fc2")):
             yield block + theirs + "/kernel", ours + name + "/kernel"
             if name.startswith("attention") or c.mlp_bias:
                 yield block + theirs + "/bias", ours + name + "/bias"
-    yield "vit_encoder/ln/gamma", "encoder_norm/gamma"
-    yield "vit_encoder/ln/beta", "encoder_norm/beta"
+    yield encoder + "ln/gamma", "encoder_norm/gamma"
+    yield encoder + "ln/beta", "encoder_norm/beta"

@@ -435,7 +435,11 @@ def _write_keras_hub(model, path):
         (c.position_embedding != "learned", "its position embeddings are sin-cos",
          "Use format='npz'."),
         (c.data_format != "channels_last", "it takes channels-first images", fix),
-        *_family_options(model, "keras-hub's ViT", allow=("mlp_bias", "patch_bias")),
+        (c.distills_by_head, "DeiT's two heads averaged (distillation_head=True), and "
+         "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
+        (c.distillation and (not c.mlp_bias or not c.patch_bias or c.representation_size),
+         "keras-hub's DeiT has neither unbiased MLPs or patches nor a pre-logits layer", fix),
+        *_family_options(model, "keras-hub's ViT", allow=("mlp_bias", "patch_bias", "distillation")),
     ])
     from keras_vit.weights.keras_hub import write_keras_hub
 
