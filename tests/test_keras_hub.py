@@ -119,6 +119,12 @@ def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
     assert model.layer_scale_init == 1.0 and model.gelu_approximate is False
     np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
 
+    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # at 32 px, written back
+    back = keras_hub.models.Backbone.from_preset(str(out))
+    assert type(back).__name__ == "DINOV2Backbone"
+    np.testing.assert_allclose(to_numpy(back.predict(IMAGES, verbose=0))[:, 0], expected, rtol=0,
+                               atol=1e-5)
+
 
 def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tmp_path):
     tiny = dict(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
@@ -128,9 +134,14 @@ def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tm
                        "tanh GELU.*Nothing was written"):
         paper.save_checkpoint(tmp_path / "tanh", format="keras_hub")
     assert not (tmp_path / "tanh").exists()
-    registers = ViT(**tiny, gelu_approximate=False, num_registers=2)
-    with pytest.raises(ValueError, match="register tokens, which keras-hub's ViT has no key for"):
+    # registers are DINOv2's, which keras-hub keeps headless and with LayerScale
+    registers = ViT(**tiny, gelu_approximate=False, num_registers=2, layer_scale_init=1.0)
+    with pytest.raises(ValueError, match="keras-hub's DINOV2Backbone is a headless DINOv2"):
         registers.save_checkpoint(tmp_path / "registers", format="keras_hub")
+    headless = ViT(**{**tiny, "num_classes": 0}, gelu_approximate=False, num_registers=2)
+    with pytest.raises(ValueError, match="registers without LayerScale"):
+        headless.save_checkpoint(tmp_path / "registers", format="keras_hub")
+    assert not (tmp_path / "registers").exists()
 
     backbone = keras_hub.models.ViTBackbone(**SMALL)
     converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 255.0)

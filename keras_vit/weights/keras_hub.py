@@ -267,6 +267,8 @@ def write_keras_hub(model, path, ours):
             "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
             "written. Reading one does not.") from error
     c = model.config
+    if c.num_registers or c.layer_scale_init is not None:
+        return _write_dinov2(keras_hub, c, pathlib.Path(path), ours)
     shared = dict(image_shape=(*c.image_size, c.num_channels), patch_size=c.patch_size,
                   num_layers=c.num_layers, num_heads=c.num_heads, hidden_dim=c.hidden_dim,
                   dropout_rate=c.dropout_rate, attention_dropout=c.attention_dropout_rate,
@@ -336,3 +338,61 @@ def _backbone_paths(c, family):
                 yield block + theirs + "/bias", ours + name + "/bias"
     yield encoder + "ln/gamma", "encoder_norm/gamma"
     yield encoder + "ln/beta", "encoder_norm/beta"
+
+
+def swiglu_intermediate_dim(mlp_dim):
+    """keras-hub's ``intermediate_dim`` whose SwiGLU width is `mlp_dim`
+    (``(int(intermediate_dim * 2 / 3) + 7) // 8 * 8``, DINOv2 giant's
+    rule), or None when no integer gives it."""
+    for candidate in range(max(mlp_dim * 3 // 2 - 12, 1), mlp_dim * 3 // 2 + 13):
+        if (int(candidate * 2 / 3) + 7) // 8 * 8 == mlp_dim:
+            return candidate
+    return None
+
+
+def _write_dinov2(keras_hub, c, path, ours):
+    """A DINOv2 (registers or LayerScale) as a ``DINOV2Backbone`` preset,
+    its position table at `image_shape` (so keras-hub's interpolated table
+    is the same), the register rows, zero in DINOv2, left out."""
+    swiglu = c.mlp_activation == "swiglu"
+    intermediate = swiglu_intermediate_dim(c.mlp_dim) if swiglu else c.mlp_dim
+    shape = (*c.image_size, c.num_channels)
+    backbone = keras_hub.models.DINOV2Backbone(
+        patch_size=c.patch_size[0], num_layers=c.num_layers, hidden_dim=c.hidden_dim,
+        num_heads=c.num_heads, intermediate_dim=intermediate,
+        layer_scale_init_value=c.layer_scale_init, num_register_tokens=c.num_registers,
+        use_swiglu_ffn=swiglu, dropout_rate=c.dropout_rate, drop_path_rate=c.drop_path_rate,
+        image_shape=shape, position_embedding_shape=shape)
+    table = ours.pop("position_embedding/embeddings")
+    table = np.concatenate([table[:, :1], table[:, 1 + c.num_registers:]], axis=1)
+    values = {"embeddings/cls_token": ours.pop("class_token/tokens"),
+              "embeddings/interpolated_position_embeddings": table,
+              "embeddings/position_embeddings": table,
+              "embeddings/patch_embeddings/projection/kernel": ours.pop(
+                  "patch_embedding/projection/kernel"),
+              "embeddings/patch_embeddings/projection/bias": ours.pop(
+                  "patch_embedding/projection/bias"),
+              "layernorm/gamma": ours.pop("encoder_norm/gamma"),
+              "layernorm/beta": ours.pop("encoder_norm/beta")}
+    if c.num_registers:
+        values["embeddings/register_tokens"] = ours.pop("registers/tokens")
+    mlp = ("weights_in", "weights_out") if swiglu else ("fc1", "fc2")
+    for i in range(c.num_layers):
+        block, mine = f"encoder/layers_{i}/", f"encoder_block_{i}/"
+        for name in ("norm1", "norm2"):
+            for leaf in ("gamma", "beta"):
+                values[f"{block}{name}/{leaf}"] = ours.pop(f"{mine}{name}/{leaf}")
+        for theirs, name in (("attention/attention/query", "attention/query"),
+                             ("attention/attention/key", "attention/key"),
+                             ("attention/attention/value", "attention/value"),
+                             ("attention/attention/attention_output", "attention/out"),
+                             (f"mlp/{mlp[0]}", "mlp/fc1"), (f"mlp/{mlp[1]}", "mlp/fc2")):
+            for leaf in ("kernel", "bias"):
+                values[f"{block}{theirs}/{leaf}"] = ours.pop(f"{mine}{name}/{leaf}")
+        for j in (1, 2):
+            values[f"{block}layer_scale{j}/lambda1"] = ours.pop(f"{mine}layer_scale_{j}")
+    for variable in backbone.weights:
+        if variable.path in values:  # all but mask_token, masked-image pre-training's
+            variable.assign(values.pop(variable.path).reshape(variable.shape))
+    backbone.save_to_preset(str(path))
+    return path

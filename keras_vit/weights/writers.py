@@ -439,7 +439,10 @@ def _write_keras_hub(model, path):
          "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
         (c.distillation and (not c.mlp_bias or not c.patch_bias or c.representation_size),
          "keras-hub's DeiT has neither unbiased MLPs or patches nor a pre-logits layer", fix),
-        *_family_options(model, "keras-hub's ViT", allow=("mlp_bias", "patch_bias", "distillation")),
+        *_dinov2_checks(model, fix),
+        *_family_options(model, "keras-hub's ViT", allow=(
+            "mlp_bias", "patch_bias", "distillation", "num_registers", "layer_scale_init",
+            "mlp_activation")),
     ])
     from keras_vit.weights.keras_hub import write_keras_hub
 
@@ -455,3 +458,30 @@ def _write_keras_hub(model, path):
             for child in path.iterdir():
                 shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
+
+
+def _dinov2_checks(model, fix):
+    """What a keras-hub ``DINOV2Backbone`` cannot express: the writers write
+    a ViT with registers or LayerScale as one."""
+    from keras_vit.weights.keras_hub import swiglu_intermediate_dim
+
+    c = model.config
+    dinov2 = c.num_registers or c.layer_scale_init is not None
+    table = model_state(model)["position_embedding/embeddings"]
+    return [
+        (c.mlp_activation not in ("gelu", "swiglu") or (c.mlp_activation == "swiglu" and not dinov2),
+         f"mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", fix),
+        (dinov2 and (c.num_classes or c.pooling != "token" or c.layer_norm_epsilon != 1e-6
+                     or not c.mlp_bias or not c.patch_bias or c.qk_norm or c.norm_pre
+                     or c.fc_norm or c.distillation or c.patch_size[0] != c.patch_size[1]),
+         "keras-hub's DINOV2Backbone is a headless DINOv2 ([class] token, LayerNorm epsilon "
+         "1e-6, biases everywhere, square patches)", fix),
+        (dinov2 and c.layer_scale_init is None, "registers without LayerScale, which keras-hub's "
+         "DINOV2Backbone has always", fix),
+        (dinov2 and c.mlp_activation == "swiglu" and swiglu_intermediate_dim(c.mlp_dim) is None,
+         f"a SwiGLU width of {c.mlp_dim}, which keras-hub's rounding to multiples of 8 does not give",
+         fix),
+        (bool(c.num_registers) and bool(np.any(table[0, 1:1 + c.num_registers])),
+         "its register tokens have position embeddings (non-zero rows), which DINOv2 does not add",
+         fix),
+    ]
