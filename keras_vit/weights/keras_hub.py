@@ -25,18 +25,39 @@ BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone")
 CLASSIFIERS = ("ViTImageClassifier", "DeiTImageClassifier")
 
 # Where each backbone keeps its tensors in model.weights.h5: the embedding
-# layer, its class-token variable, the encoder blocks, and per block the
-# LayerNorms, the attention projections and the MLP's two layers.
+# layer, the encoder, its blocks (``<block>``, ``<block>_1``, ...), and per
+# block the two LayerNorms, the attention projections' prefix and the MLP's
+# two layers.
 _LAYOUTS = {
     "ViTBackbone": dict(
         embed="layers/vi_t_patching_and_embedding/", encoder="layers/vi_t_encoder/",
         block="encoder_layers/vi_t_encoder_block", norms=("layer_norm_1", "layer_norm_2"),
-        mlp=("mlp/dense_1", "mlp/dense_2"), intermediate="mlp_dim"),
+        attention="mha/", mlp=("mlp/dense_1", "mlp/dense_2"), intermediate="mlp_dim"),
     "DeiTBackbone": dict(
         embed="layers/dei_t_embeddings/", encoder="layers/dei_t_encoder/",
         block="encoder_layers/dei_t_encoder_block", norms=("layer_norm_1", "layer_norm_2"),
-        mlp=("mlp/dense", "output_layer/dense"), intermediate="intermediate_dim"),
+        attention="mha/", mlp=("mlp/dense", "output_layer/dense"), intermediate="intermediate_dim"),
 }
+
+
+def _read_blocks(reader, state, num_layers, block, norms, attention, mlp):
+    """Every encoder block's LayerNorms, attention projections and MLP into
+    `state` (biases where the file has them): the h5 blocks are `block`,
+    `block` + ``_1``, ..."""
+    for i in range(num_layers):
+        theirs_block = block + (f"_{i}" if i else "") + "/"
+        ours = f"encoder_block_{i}/"
+        for theirs, target in zip(norms, ("norm1", "norm2")):
+            state[ours + target + "/gamma"] = reader.pop(f"{theirs_block}{theirs}/vars/0")
+            state[ours + target + "/beta"] = reader.pop(f"{theirs_block}{theirs}/vars/1")
+        for theirs, target in ((attention + "query_dense", "attention/query"),
+                               (attention + "key_dense", "attention/key"),
+                               (attention + "value_dense", "attention/value"),
+                               (attention + "output_dense", "attention/out"),
+                               (mlp[0], "mlp/fc1"), (mlp[1], "mlp/fc2")):
+            state[ours + target + "/kernel"] = reader.pop(f"{theirs_block}{theirs}/vars/0")
+            if reader.has(f"{theirs_block}{theirs}/vars/1"):
+                state[ours + target + "/bias"] = reader.pop(f"{theirs_block}{theirs}/vars/1")
 
 
 def is_keras_hub_preset(folder):
@@ -131,19 +152,8 @@ def read_keras_hub(path):
         state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embedding/vars/1")
     table = reader.pop(embed + "vars/2") if deit else reader.pop(embed + "position_embedding/vars/0")
     state["position_embedding/embeddings"] = table.reshape(1, -1, table.shape[-1])
-    for i in range(config["num_layers"]):
-        block = layout["encoder"] + layout["block"] + (f"_{i}" if i else "") + "/"
-        ours = f"encoder_block_{i}/"
-        for theirs, target in zip(layout["norms"], ("norm1", "norm2")):
-            state[ours + target + "/gamma"] = reader.pop(f"{block}{theirs}/vars/0")
-            state[ours + target + "/beta"] = reader.pop(f"{block}{theirs}/vars/1")
-        for theirs, target in (("mha/query_dense", "attention/query"), ("mha/key_dense", "attention/key"),
-                               ("mha/value_dense", "attention/value"),
-                               ("mha/output_dense", "attention/out"),
-                               (layout["mlp"][0], "mlp/fc1"), (layout["mlp"][1], "mlp/fc2")):
-            state[ours + target + "/kernel"] = reader.pop(f"{block}{theirs}/vars/0")
-            if reader.has(f"{block}{theirs}/vars/1"):
-                state[ours + target + "/bias"] = reader.pop(f"{block}{theirs}/vars/1")
+    _read_blocks(reader, state, config["num_layers"], layout["encoder"] + layout["block"],
+                 layout["norms"], layout["attention"], layout["mlp"])
     state["encoder_norm/gamma"] = reader.pop(layout["encoder"] + "layer_norm/vars/0")
     state["encoder_norm/beta"] = reader.pop(layout["encoder"] + "layer_norm/vars/1")
     reader.finish()
@@ -181,22 +191,14 @@ def _read_dinov2(folder, source, hub):
     state["patch_embedding/projection/kernel"] = reader.pop(embed + "patch_embeddings/projection/vars/0")
     state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embeddings/projection/vars/1")
     swiglu = bool(hub.get("use_swiglu_ffn", False))
-    mlp = ("weights_in", "weights_out") if swiglu else ("fc1", "fc2")
+    mlp = ("mlp/weights_in", "mlp/weights_out") if swiglu else ("mlp/fc1", "mlp/fc2")
+    block = "layers/dinov2_encoder/layers/dinov2_layer"
+    _read_blocks(reader, state, int(hub["num_layers"]), block, ("norm1", "norm2"),
+                 "attention/attention/", mlp)
     for i in range(int(hub["num_layers"])):
-        block = "layers/dinov2_encoder/layers/dinov2_layer" + (f"_{i}" if i else "") + "/"
-        ours = f"encoder_block_{i}/"
-        for theirs, target in (("norm1", "norm1"), ("norm2", "norm2")):
-            state[ours + target + "/gamma"] = reader.pop(f"{block}{theirs}/vars/0")
-            state[ours + target + "/beta"] = reader.pop(f"{block}{theirs}/vars/1")
-        for theirs, target in (("attention/attention/query_dense", "attention/query"),
-                               ("attention/attention/key_dense", "attention/key"),
-                               ("attention/attention/value_dense", "attention/value"),
-                               ("attention/attention/output_dense", "attention/out"),
-                               (f"mlp/{mlp[0]}", "mlp/fc1"), (f"mlp/{mlp[1]}", "mlp/fc2")):
-            state[ours + target + "/kernel"] = reader.pop(f"{block}{theirs}/vars/0")
-            state[ours + target + "/bias"] = reader.pop(f"{block}{theirs}/vars/1")
         for j in (1, 2):
-            state[f"{ours}layer_scale_{j}"] = reader.pop(f"{block}layer_scale{j}/vars/0")
+            state[f"encoder_block_{i}/layer_scale_{j}"] = reader.pop(
+                block + (f"_{i}" if i else "") + f"/layer_scale{j}/vars/0")
     state["encoder_norm/gamma"] = reader.pop("layers/layer_normalization/vars/0")
     state["encoder_norm/beta"] = reader.pop("layers/layer_normalization/vars/1")
     reader.finish()
@@ -250,14 +252,20 @@ def _read_classifier(folder, source, config, state):
                 "so its numbers would differ. Re-save the preset with that scaling.")
 
 
+def is_dinov2(config):
+    """Whether a `ViTConfig` is DINOv2's (registers or LayerScale), which the
+    keras-hub writer writes as a ``DINOV2Backbone``."""
+    return bool(config.num_registers) or config.layer_scale_init is not None
+
+
 def write_keras_hub(model, path, ours):
     """`model` (its variables `ours`, path -> array) as a keras-hub preset
     folder at `path` (new, or empty): a ``ViTBackbone`` (``num_classes=0``)
     or a ``ViTImageClassifier``, for DeiT without its distillation head a
-    ``DeiTBackbone`` or ``DeiTImageClassifier``, a classifier with its
-    preprocessor (pixels to [-1, 1]), through keras-hub's own
-    ``save_to_preset``. The writers check first what keras-hub can express
-    (`keras_vit.weights.save_checkpoint`)."""
+    ``DeiTBackbone`` or ``DeiTImageClassifier``, for a headless DINOv2 a
+    ``DINOV2Backbone``, a classifier with its preprocessor (pixels to
+    [-1, 1]), through keras-hub's own ``save_to_preset``. The writers check
+    first what keras-hub can express (`keras_vit.weights.save_checkpoint`)."""
     import keras
 
     try:
@@ -267,24 +275,37 @@ def write_keras_hub(model, path, ours):
             "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
             "written. Reading one does not.") from error
     c = model.config
-    if c.num_registers or c.layer_scale_init is not None:
-        return _write_dinov2(keras_hub, c, pathlib.Path(path), ours)
-    shared = dict(image_shape=(*c.image_size, c.num_channels), patch_size=c.patch_size,
-                  num_layers=c.num_layers, num_heads=c.num_heads, hidden_dim=c.hidden_dim,
-                  dropout_rate=c.dropout_rate, attention_dropout=c.attention_dropout_rate,
-                  layer_norm_epsilon=c.layer_norm_epsilon, use_mha_bias=True)
-    if c.distillation:
+    path = pathlib.Path(path)
+    shared = dict(image_shape=(*c.image_size, c.num_channels), num_layers=c.num_layers,
+                  num_heads=c.num_heads, hidden_dim=c.hidden_dim, dropout_rate=c.dropout_rate)
+    mha = dict(patch_size=c.patch_size, attention_dropout=c.attention_dropout_rate,
+               layer_norm_epsilon=c.layer_norm_epsilon, use_mha_bias=True)
+    if is_dinov2(c):
+        family = "DINOV2"
+        swiglu = c.mlp_activation == "swiglu"
+        backbone = keras_hub.models.DINOV2Backbone(
+            **shared, patch_size=c.patch_size[0],
+            intermediate_dim=swiglu_intermediate_dim(c.mlp_dim) if swiglu else c.mlp_dim,
+            layer_scale_init_value=c.layer_scale_init, num_register_tokens=c.num_registers,
+            use_swiglu_ffn=swiglu, drop_path_rate=c.drop_path_rate,
+            position_embedding_shape=shared["image_shape"])
+        # one table at its own size (keras-hub's interpolated one the same), without
+        # the register rows, zero in DINOv2 (the writers refuse others)
+        table = ours["position_embedding/embeddings"]
+        ours["position_embedding/embeddings"] = np.concatenate(
+            [table[:, :1], table[:, 1 + c.num_registers:]], axis=1)
+    elif c.distillation:
         family = "DeiT"
-        backbone = keras_hub.models.DeiTBackbone(**shared, intermediate_dim=c.mlp_dim)
+        backbone = keras_hub.models.DeiTBackbone(**shared, **mha, intermediate_dim=c.mlp_dim)
     else:
         family = "ViT"
         backbone = keras_hub.models.ViTBackbone(
-            **shared, mlp_dim=c.mlp_dim, use_mlp_bias=c.mlp_bias,
+            **shared, **mha, mlp_dim=c.mlp_dim, use_mlp_bias=c.mlp_bias,
             use_class_token=c.uses_class_token, use_patch_bias=c.patch_bias)
     paths = dict(_backbone_paths(c, family))
     for variable in backbone.weights:
-        variable.assign(ours.pop(paths.pop(variable.path)).reshape(variable.shape))
-    path = pathlib.Path(path)
+        if variable.path != "embeddings/mask_token":  # DINOv2's masked-image pre-training's
+            variable.assign(ours[paths.pop(variable.path)].reshape(variable.shape))
     if not c.num_classes:
         backbone.save_to_preset(str(path))
         return path
@@ -302,15 +323,44 @@ def write_keras_hub(model, path, ours):
     head = [layer for layer in task.layers if isinstance(layer, keras.layers.Dense)]
     pairs = (["pre_logits"] if c.representation_size else []) + ["head"]
     for layer, name in zip(head, pairs, strict=True):
-        layer.kernel.assign(ours.pop(f"{name}/kernel"))
-        layer.bias.assign(ours.pop(f"{name}/bias"))
+        layer.kernel.assign(ours[f"{name}/kernel"])
+        layer.bias.assign(ours[f"{name}/bias"])
     task.save_to_preset(str(path))
     return path
 
 
+def swiglu_intermediate_dim(mlp_dim):
+    """keras-hub's ``intermediate_dim`` whose SwiGLU width is `mlp_dim`
+    (``(int(intermediate_dim * 2 / 3) + 7) // 8 * 8``, DINOv2 giant's
+    rule), or None when no integer gives it."""
+    for candidate in range(max(mlp_dim * 3 // 2 - 12, 1), mlp_dim * 3 // 2 + 13):
+        if (int(candidate * 2 / 3) + 7) // 8 * 8 == mlp_dim:
+            return candidate
+    return None
+
+
 def _backbone_paths(c, family):
-    """(keras-hub backbone variable path, keras_vit variable path) pairs,
-    for keras-hub's ``ViTBackbone`` or ``DeiTBackbone`` (`family`)."""
+    """(keras-hub backbone variable path, keras_vit variable path) pairs for
+    its ``ViTBackbone``, ``DeiTBackbone`` or ``DINOV2Backbone`` (`family`)."""
+    if family == "DINOV2":
+        embed, encoder = "embeddings/", "encoder/"
+        yield embed + "cls_token", "class_token/tokens"
+        if c.num_registers:
+            yield embed + "register_tokens", "registers/tokens"
+        yield embed + "interpolated_position_embeddings", "position_embedding/embeddings"
+        yield embed + "position_embeddings", "position_embedding/embeddings"
+        yield embed + "patch_embeddings/projection/kernel", "patch_embedding/projection/kernel"
+        yield embed + "patch_embeddings/projection/bias", "patch_embedding/projection/bias"
+        mlp = ("mlp/weights_in", "mlp/weights_out") if c.mlp_activation == "swiglu" else (
+            "mlp/fc1", "mlp/fc2")
+        yield from _block_paths(c, "encoder/layers_{}/", ("norm1", "norm2"),
+                                "attention/attention/", mlp)
+        for i in range(c.num_layers):
+            for j in (1, 2):
+                yield f"encoder/layers_{i}/layer_scale{j}/lambda1", f"encoder_block_{i}/layer_scale_{j}"
+        yield "layernorm/gamma", "encoder_norm/gamma"
+        yield "layernorm/beta", "encoder_norm/beta"
+        return
     deit = family == "DeiT"
     embed = "deit_patching_and_embedding/" if deit else "vit_patching_and_embedding/"
     encoder = "deit_encoder/" if deit else "vit_encoder/"
@@ -324,75 +374,26 @@ def _backbone_paths(c, family):
     yield embed + ("position_embedding" if deit else "position_embedding/embeddings"), \
         "position_embedding/embeddings"
     mlp = ("mlp/dense", "output_layer/output") if deit else ("mlp/dense_1", "mlp/dense_2")
-    for i in range(c.num_layers):
-        block = f"{encoder}transformer_block_{i + 1}/"
-        ours = f"encoder_block_{i}/"
-        for theirs, name in (("ln_1", "norm1"), ("ln_2", "norm2")):
-            yield block + theirs + "/gamma", ours + name + "/gamma"
-            yield block + theirs + "/beta", ours + name + "/beta"
-        for theirs, name in (("mha/query", "attention/query"), ("mha/key", "attention/key"),
-                             ("mha/value", "attention/value"), ("mha/attention_output", "attention/out"),
-                             (mlp[0], "mlp/fc1"), (mlp[1], "mlp/fc2")):
-            yield block + theirs + "/kernel", ours + name + "/kernel"
-            if name.startswith("attention") or c.mlp_bias:
-                yield block + theirs + "/bias", ours + name + "/bias"
+    yield from _block_paths(c, encoder + "transformer_block_{}/", ("ln_1", "ln_2"), "mha/", mlp,
+                            first=1)
     yield encoder + "ln/gamma", "encoder_norm/gamma"
     yield encoder + "ln/beta", "encoder_norm/beta"
 
 
-def swiglu_intermediate_dim(mlp_dim):
-    """keras-hub's ``intermediate_dim`` whose SwiGLU width is `mlp_dim`
-    (``(int(intermediate_dim * 2 / 3) + 7) // 8 * 8``, DINOv2 giant's
-    rule), or None when no integer gives it."""
-    for candidate in range(max(mlp_dim * 3 // 2 - 12, 1), mlp_dim * 3 // 2 + 13):
-        if (int(candidate * 2 / 3) + 7) // 8 * 8 == mlp_dim:
-            return candidate
-    return None
-
-
-def _write_dinov2(keras_hub, c, path, ours):
-    """A DINOv2 (registers or LayerScale) as a ``DINOV2Backbone`` preset,
-    its position table at `image_shape` (so keras-hub's interpolated table
-    is the same), the register rows, zero in DINOv2, left out."""
-    swiglu = c.mlp_activation == "swiglu"
-    intermediate = swiglu_intermediate_dim(c.mlp_dim) if swiglu else c.mlp_dim
-    shape = (*c.image_size, c.num_channels)
-    backbone = keras_hub.models.DINOV2Backbone(
-        patch_size=c.patch_size[0], num_layers=c.num_layers, hidden_dim=c.hidden_dim,
-        num_heads=c.num_heads, intermediate_dim=intermediate,
-        layer_scale_init_value=c.layer_scale_init, num_register_tokens=c.num_registers,
-        use_swiglu_ffn=swiglu, dropout_rate=c.dropout_rate, drop_path_rate=c.drop_path_rate,
-        image_shape=shape, position_embedding_shape=shape)
-    table = ours.pop("position_embedding/embeddings")
-    table = np.concatenate([table[:, :1], table[:, 1 + c.num_registers:]], axis=1)
-    values = {"embeddings/cls_token": ours.pop("class_token/tokens"),
-              "embeddings/interpolated_position_embeddings": table,
-              "embeddings/position_embeddings": table,
-              "embeddings/patch_embeddings/projection/kernel": ours.pop(
-                  "patch_embedding/projection/kernel"),
-              "embeddings/patch_embeddings/projection/bias": ours.pop(
-                  "patch_embedding/projection/bias"),
-              "layernorm/gamma": ours.pop("encoder_norm/gamma"),
-              "layernorm/beta": ours.pop("encoder_norm/beta")}
-    if c.num_registers:
-        values["embeddings/register_tokens"] = ours.pop("registers/tokens")
-    mlp = ("weights_in", "weights_out") if swiglu else ("fc1", "fc2")
+def _block_paths(c, block, norms, attention, mlp, first=0):
+    """The pairs of every encoder block: `block` formatted with the block's
+    number (counted from `first`), its two LayerNorms, the attention
+    projections under `attention`, the MLP's two layers `mlp`."""
     for i in range(c.num_layers):
-        block, mine = f"encoder/layers_{i}/", f"encoder_block_{i}/"
-        for name in ("norm1", "norm2"):
-            for leaf in ("gamma", "beta"):
-                values[f"{block}{name}/{leaf}"] = ours.pop(f"{mine}{name}/{leaf}")
-        for theirs, name in (("attention/attention/query", "attention/query"),
-                             ("attention/attention/key", "attention/key"),
-                             ("attention/attention/value", "attention/value"),
-                             ("attention/attention/attention_output", "attention/out"),
-                             (f"mlp/{mlp[0]}", "mlp/fc1"), (f"mlp/{mlp[1]}", "mlp/fc2")):
-            for leaf in ("kernel", "bias"):
-                values[f"{block}{theirs}/{leaf}"] = ours.pop(f"{mine}{name}/{leaf}")
-        for j in (1, 2):
-            values[f"{block}layer_scale{j}/lambda1"] = ours.pop(f"{mine}layer_scale_{j}")
-    for variable in backbone.weights:
-        if variable.path in values:  # all but mask_token, masked-image pre-training's
-            variable.assign(values.pop(variable.path).reshape(variable.shape))
-    backbone.save_to_preset(str(path))
-    return path
+        theirs_block, ours = block.format(i + first), f"encoder_block_{i}/"
+        for theirs, name in zip(norms, ("norm1", "norm2")):
+            yield theirs_block + theirs + "/gamma", ours + name + "/gamma"
+            yield theirs_block + theirs + "/beta", ours + name + "/beta"
+        for theirs, name in ((attention + "query", "attention/query"),
+                             (attention + "key", "attention/key"),
+                             (attention + "value", "attention/value"),
+                             (attention + "attention_output", "attention/out"),
+                             (mlp[0], "mlp/fc1"), (mlp[1], "mlp/fc2")):
+            yield theirs_block + theirs + "/kernel", ours + name + "/kernel"
+            if name.startswith("attention") or c.mlp_bias:
+                yield theirs_block + theirs + "/bias", ours + name + "/bias"

@@ -9,8 +9,10 @@ option that stands in the way, before anything is written; an existing file
 is never overwritten.
 """
 
+import contextlib
 import json
 import pathlib
+import shutil
 
 import numpy as np
 
@@ -213,24 +215,29 @@ def _is_folder_output(path, format):
                               or (format == "timm" and path.suffix != ".safetensors"))
 
 
-def _write_folder(path, tensors, config):
-    """``config.json`` and ``model.safetensors`` in `path`, a new folder or
-    an empty one; a failed write leaves the folder as it was (none, or
-    empty)."""
-    import shutil
-
+@contextlib.contextmanager
+def _folder_as_it_was_on_failure(path):
+    """Writing into `path`, a new folder or an empty one (`check_output`): a
+    write that fails leaves it as it was, none or empty."""
     created = not path.exists()
-    path.mkdir(exist_ok=True)
     try:
-        _save_safetensors(tensors, path / "model.safetensors")
-        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        yield
     except BaseException:
         if created:
             shutil.rmtree(path, ignore_errors=True)
         else:
-            for name in ("model.safetensors", "config.json"):
-                (path / name).unlink(missing_ok=True)
+            for child in path.iterdir():
+                shutil.rmtree(child) if child.is_dir() else child.unlink()
         raise
+
+
+def _write_folder(path, tensors, config):
+    """``config.json`` and ``model.safetensors`` in `path`, a new folder or
+    an empty one; a failed write leaves the folder as it was."""
+    with _folder_as_it_was_on_failure(path):
+        path.mkdir(exist_ok=True)
+        _save_safetensors(tensors, path / "model.safetensors")
+        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _image_size(config):
@@ -417,7 +424,11 @@ def _write_timm(model, path):
 # -- keras-hub presets ---------------------------------------------------------
 
 def _write_keras_hub(model, path):
+    from keras_vit.weights.keras_hub import is_dinov2
+    from keras_vit.weights.keras_hub import write_keras_hub
+
     c = model.config
+    state = model_state(model)
     fix = "Write it with format='timm' or 'npz', where they apply."
     _refuse(model, "a keras-hub ViT preset", [
         (c.gelu_approximate, "it uses tanh GELU (the paper's), and keras-hub's ViT the exact "
@@ -428,6 +439,9 @@ def _write_keras_hub(model, path):
         (c.pooling not in ("token", "gap") or (c.pooling == "gap" and c.uses_class_token),
          f"pooling {c.pooling!r}" + (" beside a [class] token" if c.uses_class_token else "")
          + ", which keras-hub's ViTImageClassifier does not have", fix),
+        (c.mlp_activation not in ("gelu", "swiglu") or (c.mlp_activation == "swiglu"
+                                                       and not is_dinov2(c)),
+         f"mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", fix),
         (c.representation_size and not c.num_classes, "it has a pre-logits layer and no head: "
          "a keras-hub ViTBackbone has no pre-logits layer", "Write it with a head, or with "
          "format='npz'."),
@@ -439,49 +453,33 @@ def _write_keras_hub(model, path):
          "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
         (c.distillation and (not c.mlp_bias or not c.patch_bias or c.representation_size),
          "keras-hub's DeiT has neither unbiased MLPs or patches nor a pre-logits layer", fix),
-        *_dinov2_checks(model, fix),
+        *(_dinov2_checks(c, state, fix) if is_dinov2(c) else []),
         *_family_options(model, "keras-hub's ViT", allow=(
             "mlp_bias", "patch_bias", "distillation", "num_registers", "layer_scale_init",
             "mlp_activation")),
     ])
-    from keras_vit.weights.keras_hub import write_keras_hub
-
-    created = not path.exists()
-    try:
-        write_keras_hub(model, path, model_state(model))
-    except BaseException:
-        import shutil
-
-        if created:
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            for child in path.iterdir():
-                shutil.rmtree(child) if child.is_dir() else child.unlink()
-        raise
+    with _folder_as_it_was_on_failure(path):
+        write_keras_hub(model, path, state)
 
 
-def _dinov2_checks(model, fix):
-    """What a keras-hub ``DINOV2Backbone`` cannot express: the writers write
-    a ViT with registers or LayerScale as one."""
+def _dinov2_checks(c, state, fix):
+    """What a keras-hub ``DINOV2Backbone``, which the writer makes of a
+    DINOv2 (registers or LayerScale), cannot express."""
     from keras_vit.weights.keras_hub import swiglu_intermediate_dim
 
-    c = model.config
-    dinov2 = c.num_registers or c.layer_scale_init is not None
-    table = model_state(model)["position_embedding/embeddings"]
+    registers = state["position_embedding/embeddings"][0, 1:1 + c.num_registers]
     return [
-        (c.mlp_activation not in ("gelu", "swiglu") or (c.mlp_activation == "swiglu" and not dinov2),
-         f"mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", fix),
-        (dinov2 and (c.num_classes or c.pooling != "token" or c.layer_norm_epsilon != 1e-6
-                     or not c.mlp_bias or not c.patch_bias or c.qk_norm or c.norm_pre
-                     or c.fc_norm or c.distillation or c.patch_size[0] != c.patch_size[1]),
+        (c.num_classes or c.pooling != "token" or c.layer_norm_epsilon != 1e-6
+         or not c.mlp_bias or not c.patch_bias or c.qk_norm or c.norm_pre or c.fc_norm
+         or c.distillation or c.patch_size[0] != c.patch_size[1],
          "keras-hub's DINOV2Backbone is a headless DINOv2 ([class] token, LayerNorm epsilon "
          "1e-6, biases everywhere, square patches)", fix),
-        (dinov2 and c.layer_scale_init is None, "registers without LayerScale, which keras-hub's "
+        (c.layer_scale_init is None, "registers without LayerScale, which keras-hub's "
          "DINOV2Backbone has always", fix),
-        (dinov2 and c.mlp_activation == "swiglu" and swiglu_intermediate_dim(c.mlp_dim) is None,
+        (c.mlp_activation == "swiglu" and swiglu_intermediate_dim(c.mlp_dim) is None,
          f"a SwiGLU width of {c.mlp_dim}, which keras-hub's rounding to multiples of 8 does not give",
          fix),
-        (bool(c.num_registers) and bool(np.any(table[0, 1:1 + c.num_registers])),
+        (bool(np.any(registers)),
          "its register tokens have position embeddings (non-zero rows), which DINOv2 does not add",
          fix),
     ]
