@@ -91,12 +91,22 @@ def max_difference(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(weights(a), weights(b), strict=True))
 
 
+def run_here(cmd):
+    """`cmd` (a `command(...)`) run by `keras_vit.cli.main` in this process:
+    the same command line without a process to start (a one-device run
+    needs no fresh process)."""
+    from keras_vit import cli
+
+    assert cmd[1:3] == ["-m", "keras_vit.cli"], cmd
+    assert cli.main(cmd[3:]) == 0
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
     """The one-device run every strategy is compared with (no dropout: each
     replica draws its own dropout masks, as in every framework)."""
     workdir = tmp_path_factory.mktemp("reference") / "run"
-    run_ok(command(workdir))
+    run_here(command(workdir))
     return workdir
 
 
@@ -105,7 +115,7 @@ def reference_two_hosts(tmp_path_factory):
     """The one-device run fed the global batches of two hosts (each reading
     half the data): the reference of the two-process runs."""
     workdir = tmp_path_factory.mktemp("reference_two_hosts") / "run"
-    run_ok(command(workdir, "--data-shards", "2"))
+    run_here(command(workdir, "--data-shards", "2"))
     return workdir
 
 
