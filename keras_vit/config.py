@@ -8,7 +8,7 @@ import numbers
 import keras
 
 POOLINGS = ("token", "gap", "map", "none")
-POSITION_EMBEDDINGS = ("learned", "sincos2d")
+POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 
 
@@ -48,7 +48,11 @@ class ViTConfig:
     ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``distillation`` (DeiT's
     distillation token and head, the two heads' logits averaged;
     ``distillation_head=False``: the token without its head, the [class]
-    token's head alone, as keras-hub's ``DeiTImageClassifier``) and
+    token's head alone, as keras-hub's ``DeiTImageClassifier``),
+    ``position_embedding="rope"`` with ``rope_theta`` (DINOv3's 2-D rotary
+    position embeddings of the patch tokens' queries and keys in every
+    block, nothing added to the sequence), ``key_bias=False`` (the key
+    projection without bias, the query and value with: DINOv3) and
     ``class_token`` (True: a [class] token also where the pooling does not
     read it, as timm's ``class_token=True`` with ``global_pool="avg"`` in
     MAE's and BEiT's fine-tuned ViTs; None, the default: a [class] token
@@ -82,9 +86,11 @@ class ViTConfig:
     layer_norm_epsilon: float = 1e-6
     gelu_approximate: bool = True
     qkv_bias: bool = True
+    key_bias: bool = True
     layer_scale_init: float | None = None
     num_registers: int = 0
     position_embedding: str = "learned"
+    rope_theta: float = 100.0
     resnet_block_units: tuple | None = None
     resnet_width_factor: float = 1
     head_bias_init: float = 0.0
@@ -126,8 +132,8 @@ class ViTConfig:
             raise ValueError(
                 f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
             )
-        for name in ("qk_norm", "norm_pre", "fc_norm", "patch_bias", "mlp_bias", "distillation",
-                     "distillation_head"):
+        for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "patch_bias",
+                     "mlp_bias", "distillation", "distillation_head"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if not self.distillation_head and not self.distillation:
@@ -156,6 +162,23 @@ class ViTConfig:
                 f"Unknown position_embedding {self.position_embedding!r}; use one of "
                 f"{POSITION_EMBEDDINGS}."
             )
+        if not _is_number(self.rope_theta) or self.rope_theta <= 0:
+            raise ValueError(f"`rope_theta` must be a number > 0, got {self.rope_theta!r}.")
+        put("rope_theta", float(self.rope_theta))
+        if self.rope_theta != 100.0 and self.position_embedding != "rope":
+            raise ValueError(f"rope_theta={self.rope_theta} is the base period of rotary position "
+                             f"embeddings, and this model's are {self.position_embedding!r}. Use "
+                             "position_embedding='rope', or leave rope_theta at 100.")
+        if not self.key_bias and not self.qkv_bias:
+            raise ValueError("key_bias=False leaves out the key projection's bias, and "
+                             "qkv_bias=False already leaves out the query, key and value biases. "
+                             "Leave key_bias at True.")
+        if (self.position_embedding == "rope" and not self.hidden_dim % self.num_heads
+                and (self.hidden_dim // self.num_heads) % 4):
+            raise ValueError(
+                f"position_embedding='rope' rotates pairs of each head's dimensions by the patch's "
+                f"row and column: the head size {self.hidden_dim // self.num_heads} (hidden_dim / "
+                "num_heads) must be a multiple of 4.")
         if self.class_names is not None:
             names = tuple(str(name) for name in self.class_names)
             if len(names) != self.num_classes:
@@ -244,7 +267,7 @@ class ViTConfig:
         gated = 2 if c.mlp_activation == "swiglu" else 1
         mlp = d * gated * m + gated * m + m * d + d  # the MAP head's: always with biases
         block_mlp = mlp if c.mlp_bias else mlp - gated * m - d
-        attention = 4 * d * d + d + (3 * d if c.qkv_bias else 0)
+        attention = 4 * d * d + d + ((2 + c.key_bias) * d if c.qkv_bias else 0)
         qk_norm = 4 * (d // c.num_heads) if c.qk_norm else 0
         block = 4 * d + attention + qk_norm + block_mlp + (2 * d if c.layer_scale_init is not None else 0)
         total += c.num_layers * block + 2 * d + 2 * d * c.norm_pre  # encoder_norm (or fc_norm)
@@ -268,9 +291,19 @@ class ViTConfig:
             attention_dropout_rate=self.attention_dropout_rate,
             drop_path_rate=self.drop_path_rate * index / max(self.num_layers - 1, 1),
             layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
-            qkv_bias=self.qkv_bias, layer_scale_init=self.layer_scale_init, qk_norm=self.qk_norm,
-            mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
+            qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
+            qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
+            rope=self.rope,
         )
+
+    @property
+    def rope(self):
+        """The rotary position embeddings' arguments of each block's
+        attention (`keras_vit.layers.RotaryPositionEmbedding`), or None."""
+        if self.position_embedding != "rope":
+            return None
+        return dict(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens,
+                    theta=self.rope_theta)
 
     # -- as data ------------------------------------------------------------------
 

@@ -71,6 +71,26 @@ _DEIT = dict(patch_size=16, distillation=True, gelu_approximate=False)
 _DINOV2 = dict(patch_size=14, image_size=518, layer_scale_init=1.0, gelu_approximate=False,
                num_classes=0)
 _GIANT = dict(hidden_dim=1536, num_layers=40, num_heads=24, mlp_dim=4096, mlp_activation="swiglu")
+# DINOv3 (Siméoni et al., arXiv:2508.10104, 2025): patch 16, 2-D rotary
+# position embeddings (rope_theta 100), 4 registers, LayerScale, a key
+# projection without bias, LayerNorm epsilon 1e-5, erf GELU; the features are
+# the normalised [class] token. S+, H+ and 7B have a gated MLP (SwiGLU), 7B
+# no query, key or value biases. The sizes of transformers'
+# convert_dinov3_vit_to_hf.py; 224 px, their config.json's (any size runs).
+_DINOV3 = dict(patch_size=16, image_size=224, position_embedding="rope", num_registers=4,
+               layer_scale_init=1.0, key_bias=False, layer_norm_epsilon=1e-5,
+               gelu_approximate=False, num_classes=0)
+_DINOV3_SIZES = {  # preset -> (paper name, size)
+    "s16": ("ViT-S/16", dict(hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536)),
+    "s16plus": ("ViT-S+/16", dict(hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536,
+                                  mlp_activation="swiglu")),
+    "b16": ("ViT-B/16", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)),
+    "l16": ("ViT-L/16", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=4096)),
+    "h16plus": ("ViT-H+/16", dict(hidden_dim=1280, num_layers=32, num_heads=20, mlp_dim=5120,
+                                  mlp_activation="swiglu")),
+    "7b16": ("ViT-7B/16", dict(hidden_dim=4096, num_layers=40, num_heads=32, mlp_dim=8192,
+                               mlp_activation="swiglu", qkv_bias=False, key_bias=True)),
+}
 # CLIP's image tower (Radford et al., 2021), OpenAI's weights: a LayerNorm
 # before the encoder, no patch bias, QuickGELU, epsilon 1e-5; the head is the
 # projection into the joint embedding.
@@ -92,6 +112,11 @@ FAMILY_PRESETS = {
                                              if registers else "."),
         **(_GIANT if size == "g" else _SIZES[size]), **_DINOV2, num_registers=4 * registers)
        for registers in (False, True) for size in ("S", "B", "L", "g")},
+    **{f"dinov3_{size}": _family(
+        f"DINOv3 {name}", f"DINOv3 {name} features" + (" (distilled from ViT-7B/16)."
+                                                         if size != "7b16" else "."),
+        **{**_DINOV3, **shape})
+       for size, (name, shape) in _DINOV3_SIZES.items()},
     "clip_b32": _family("CLIP ViT-B/32", "CLIP's image tower, B/32, 512-d embedding.",
                         **_BASE, patch_size=32, num_classes=512, **_CLIP),
     "clip_b16": _family("CLIP ViT-B/16", "CLIP's image tower, B/16, 512-d embedding.",
@@ -184,7 +209,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 31
+        print(len(presets))   # -> 37
         print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

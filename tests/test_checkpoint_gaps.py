@@ -15,6 +15,7 @@ from reference import random_vit_params
 from reference import vit_forward
 
 from keras_vit import ViT
+from keras_vit import ViTConfig
 from keras_vit.presets import PRESETS
 from keras_vit.presets import count_params
 from keras_vit.presets import preset_config
@@ -221,9 +222,26 @@ def test_broken_config_json_names_the_file(tmp_path):
     ("attention_dropout_rate", -0.1, r"`attention_dropout_rate` must be in \[0, 1\)"),
     ("drop_path_rate", 2, r"`drop_path_rate` must be in \[0, 1\)"),
     ("patch_size", 0, "`patch_size` must be a positive int"),
+    ("rope_theta", 0, "`rope_theta` must be a number > 0"),
+    ("rope_theta", 10_000.0, "rope_theta=10000.0 is the base period of rotary position "
+     "embeddings, and this model's are 'learned'"),
+    ("key_bias", "no", "`key_bias` must be True or False"),
+    ("qkv_bias", 1, "`qkv_bias` must be True or False"),
+    ("position_embedding", "alibi", "Unknown position_embedding 'alibi'; use one of "
+     r"\('learned', 'sincos2d', 'rope'\)"),
 ])
 def test_out_of_range_arguments_are_named(argument, value, message):
     kwargs = dict(image_size=32, patch_size=8, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=64,
                   num_classes=5)
     with pytest.raises(ValueError, match=message):
         ViT(**{**kwargs, argument: value})
+
+
+@pytest.mark.backend_independent
+def test_options_that_contradict_each_other_are_named():
+    kwargs = dict(image_size=32, patch_size=8, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=64)
+    with pytest.raises(ValueError, match="qkv_bias=False already leaves out the query, key and value"):
+        ViTConfig(**kwargs, qkv_bias=False, key_bias=False)
+    with pytest.raises(ValueError, match=r"the head size 6 \(hidden_dim / num_heads\) must be a "
+                                         "multiple of 4"):
+        ViTConfig(**{**kwargs, "hidden_dim": 24}, position_embedding="rope")

@@ -95,6 +95,34 @@ def test_a_deit_without_its_distillation_head_reads(tmp_path, model_class):
     np.testing.assert_allclose(to_numpy(model(images)), expected, rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("gated", [False, True], ids=["dinov3", "dinov3-gated"])
+def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
+    # rotary position embeddings (no table), four registers, LayerScale, the
+    # key without bias; the gated one (SwiGLU, as the largest) with a key
+    # bias and no MLP biases. RoPE needs no resampling: 48 px reads as it is.
+    config = transformers.DINOv3ViTConfig(
+        **SIZE, intermediate_size=64, image_size=32, patch_size=8, num_register_tokens=4,
+        use_gated_mlp=gated, hidden_act="silu" if gated else "gelu", key_bias=gated,
+        mlp_bias=not gated)
+    torch.manual_seed(0)
+    source = transformers.DINOv3ViTModel(config)
+    with torch.no_grad():
+        for parameter in source.parameters():
+            parameter.normal_(0.0, 0.2)
+    source.eval().save_pretrained(tmp_path / "hf")
+    model = ViT.from_checkpoint(tmp_path / "hf")
+    assert (model.position_embedding, model.num_registers, model.key_bias, model.mlp_bias) == (
+        "rope", 4, gated, not gated)
+    assert model.count_params() == sum(p.numel() for n, p in source.named_parameters()
+                                       if n != "embeddings.mask_token")
+    for size in (32, 48):
+        images = np.random.default_rng(size).normal(size=(2, size, size, 3)).astype("float32")
+        with torch.no_grad():
+            expected = source(torch.from_numpy(images.transpose(0, 3, 1, 2))).pooler_output.numpy()
+        at_size = model if size == 32 else ViT.from_checkpoint(tmp_path / "hf", image_size=size)
+        np.testing.assert_allclose(to_numpy(at_size(images)), expected, rtol=0, atol=1e-5)
+
+
 def test_huggingface_files_give_transformers_numbers(family):
     name, path, images, expected, _, _ = family
     model = ViT.from_checkpoint(path)

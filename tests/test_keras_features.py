@@ -216,6 +216,47 @@ def test_export_reloads_in_its_runtime_with_a_dynamic_batch(fmt, tmp_path):
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
 
 
+# DINOv3's options: rotary position embeddings, four registers, LayerScale, a key without bias.
+DINOV3_TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                   num_classes=5, position_embedding="rope", key_bias=False, num_registers=4,
+                   layer_scale_init=1.0, layer_norm_epsilon=1e-5, gelu_approximate=False)
+EXPORT_FORMAT = {"tensorflow": "tf_saved_model", "jax": "tf_saved_model", "torch": "onnx"}
+
+
+def test_dinov3_options_quantize_adapt_export_and_save(tmp_path):
+    """DINOv3's options go through Keras's features as every other option:
+    a `.keras` round trip, int8 quantization, LoRA, and export in the
+    backend's format, each with the float model's numbers."""
+    model = ViT(**DINOV3_TINY)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:  # every weight random, the head's too
+        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype("float32"))
+    x = rng.uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    full = logits_of(model, x)
+    np.testing.assert_allclose(logits_of(save_and_reload(model, tmp_path), x), full, atol=1e-6)
+
+    quantized = copy_of(model)
+    quantized.quantize("int8")
+    error = np.abs(logits_of(quantized, x) - full).max() / (full.max() - full.min())
+    assert error < QUANTIZATION["int8"], error
+
+    adapted = copy_of(model)
+    adapted.enable_lora(2)
+    assert len([v for v in adapted.trainable_weights if "lora_kernel" in v.path]) == 2 * 6 * 2
+    adapted.compile(optimizer=keras.optimizers.Adam(1e-2),
+                    loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    adapted.fit(x, np.arange(8) % 5, batch_size=8, epochs=1, verbose=0)
+    tuned = logits_of(adapted, x)
+    assert np.abs(tuned - full).max() > 1e-3
+    np.testing.assert_allclose(logits_of(adapted.merge_lora(), x), tuned, rtol=1e-4, atol=1e-4)
+
+    fmt = EXPORT_FORMAT[BACKEND]
+    path = str(tmp_path / ("saved" if fmt == "tf_saved_model" else "vit.onnx"))
+    model.export(path, format=fmt, verbose=False)
+    np.testing.assert_allclose(np.asarray(run_exported(fmt, path, x[:3])), full[:3], atol=1e-4,
+                               rtol=1e-4)
+
+
 @pytest.mark.backend_independent
 def test_openvino_default_precision_follows_the_cpu():
     """What docs/deploy.md says: OpenVINO's CPU plugin infers in bfloat16 by

@@ -126,6 +126,35 @@ def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
                                atol=1e-5)
 
 
+@pytest.mark.parametrize("gated", [False, True], ids=["dinov3", "dinov3-gated"])
+def test_a_keras_hub_dinov3_preset_reads_with_its_numbers_at_any_size(tmp_path, gated):
+    # rotary position embeddings, four registers, LayerScale; the gated one
+    # (SwiGLU, as the largest) with a key bias and no MLP biases
+    backbone = keras_hub.models.DINOV3Backbone(
+        patch_size=8, num_layers=2, hidden_dim=16, num_heads=2, intermediate_dim=32,
+        num_register_tokens=4, use_gated_mlp=gated, hidden_activation="silu" if gated else "gelu",
+        use_key_bias=gated, use_mlp_bias=not gated, image_shape=(32, 32, 3))
+    randomize(backbone)
+    backbone.save_to_preset(str(tmp_path / "dinov3"))
+    expected = to_numpy(backbone.predict(IMAGES, verbose=0))[:, 0]  # LN(z_L), the [class] token
+    model = ViT.from_checkpoint(tmp_path / "dinov3")
+    assert (model.position_embedding, model.num_registers, model.key_bias, model.mlp_bias) == (
+        "rope", 4, gated, not gated)
+    assert model.mlp_activation == ("swiglu" if gated else "gelu")
+    np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
+    # another resolution: the same weights, keras-hub's numbers at 48 px
+    larger = np.random.default_rng(2).uniform(-1, 1, (2, 48, 48, 3)).astype("float32")
+    at_48 = keras_hub.models.Backbone.from_preset(str(tmp_path / "dinov3"), image_shape=(48, 48, 3))
+    np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(tmp_path / "dinov3", image_size=48)(larger)),
+                               to_numpy(at_48.predict(larger, verbose=0))[:, 0], rtol=0, atol=1e-5)
+
+    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # written back
+    back = keras_hub.models.Backbone.from_preset(str(out))
+    assert type(back).__name__ == "DINOV3Backbone"
+    np.testing.assert_allclose(to_numpy(back.predict(IMAGES, verbose=0))[:, 0], expected, rtol=0,
+                               atol=1e-5)
+
+
 def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tmp_path):
     tiny = dict(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                 num_classes=5)
@@ -142,6 +171,15 @@ def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tm
     with pytest.raises(ValueError, match="registers without LayerScale"):
         headless.save_checkpoint(tmp_path / "registers", format="keras_hub")
     assert not (tmp_path / "registers").exists()
+    rope = dict(tiny, gelu_approximate=False, position_embedding="rope", key_bias=False)
+    with pytest.raises(ValueError, match="keras-hub's DINOV3Backbone is a headless DINOv3"):
+        ViT(**rope, layer_scale_init=1.0).save_checkpoint(tmp_path / "rope", format="keras_hub")
+    with pytest.raises(ValueError, match="rotary position embeddings without LayerScale"):
+        ViT(**{**rope, "num_classes": 0}).save_checkpoint(tmp_path / "rope", format="keras_hub")
+    with pytest.raises(ValueError, match=r"key_bias=False\), which keras-hub has for DINOv3"):
+        ViT(**{**tiny, "key_bias": False}, gelu_approximate=False).save_checkpoint(
+            tmp_path / "rope", format="keras_hub")
+    assert not (tmp_path / "rope").exists()
 
     backbone = keras_hub.models.ViTBackbone(**SMALL)
     converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 255.0)

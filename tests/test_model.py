@@ -34,6 +34,19 @@ def test_paper_parameter_counts(name, paper_name, expected):
     assert ViT.from_preset(paper_name).count_params() == expected
 
 
+@pytest.mark.parametrize("name, published", [
+    ("dinov3_s16", 21e6), ("dinov3_s16plus", 29e6), ("dinov3_b16", 86e6), ("dinov3_l16", 300e6),
+    ("dinov3_h16plus", 840e6), ("dinov3_7b16", 6_716e6)])
+@pytest.mark.backend_independent
+def test_dinov3_presets_have_the_published_sizes(name, published):
+    """facebookresearch/dinov3's README: 21M, 29M, 86M, 300M, 840M, 6,716M
+    (rounded down for S: 21.6M, keras-hub's listing), within 3%; the
+    analytic count, checked against built models below (DINOv3's mask
+    token, unused on images, is not in the model)."""
+    params = keras_vit.presets()[name]["params"]
+    assert abs(params - published) / published < 0.03, params
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -45,6 +58,7 @@ def test_paper_parameter_counts(name, paper_name, expected):
         dict(TINY, pooling="map", mlp_bias=False, mlp_activation="swiglu"),
         dict(TINY, pooling="gap", class_token=True, fc_norm=True),
         dict(TINY, distillation=True, distillation_head=False),
+        dict(TINY, position_embedding="rope", key_bias=False, num_registers=4, layer_scale_init=1.0),
     ],
 )
 def test_analytic_count_matches_built_model(config):
@@ -57,6 +71,7 @@ def test_analytic_count_matches_built_model(config):
         dict(TINY, drop_path_rate=0.1, dropout_rate=0.1, attention_dropout_rate=0.1),
         dict(TINY, pooling="map", num_registers=2, layer_scale_init=0.1),
         dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
+        dict(TINY, position_embedding="rope", num_registers=4, layer_scale_init=1.0),
     ],
 )
 def test_every_layer_is_built_at_construction(config):

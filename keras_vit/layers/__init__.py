@@ -12,6 +12,8 @@ from keras_vit.layers.patch_embedding import resize_patch_kernel
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding import resample_position_embeddings
 from keras_vit.layers.resnet import BottleneckUnit
+from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
+from keras_vit.layers.rotary_embedding import rope_angles
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.resnet import StandardizedConv2D
 from keras_vit.layers.token_pooling import TokenPooling
@@ -29,9 +31,11 @@ __all__ = [
     "PatchEmbedding",
     "PositionEmbedding",
     "ResNetStem",
+    "RotaryPositionEmbedding",
     "StandardizedConv2D",
     "TokenPooling",
     "TransformerEncoder",
     "resample_position_embeddings",
     "resize_patch_kernel",
+    "rope_angles",
 ]

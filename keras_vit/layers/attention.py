@@ -4,6 +4,7 @@ import keras
 
 from keras_vit import kernels
 from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -34,6 +35,12 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             Vision Transformers to 22 Billion Parameters", 2023; timm's
             ``qk_norm``).
         norm_epsilon: float. Their epsilon.
+        key_bias: bool. With `use_bias`, a bias on the key projection too;
+            False: on the query and value only (DINOv3's ``key_bias``).
+        rope: dict or None. `keras_vit.layers.RotaryPositionEmbedding`'s
+            arguments (``grid_size``, ``num_prefix_tokens``, ``theta``):
+            the patch tokens' queries and keys are rotated by their grid
+            position after the projections (and `qk_norm`), as DINOv3's.
 
     Call arguments:
         query: ``(batch, Tq, D)``.
@@ -72,9 +79,13 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def __init__(
         self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
-        qk_norm=False, norm_epsilon=1e-6, **kwargs,
+        qk_norm=False, norm_epsilon=1e-6, key_bias=True, rope=None, **kwargs,
     ):
         super().__init__(**kwargs)
+        self.key_bias = bool(key_bias)
+        self.rope = None if rope is None else dict(rope)
+        self.rotary = None if rope is None else RotaryPositionEmbedding(
+            **self.rope, dtype=self.dtype_policy, name="rope")
         self.qk_norm = bool(qk_norm)
         self.norm_epsilon = float(norm_epsilon)
         self.num_heads = int(num_heads)
@@ -100,7 +111,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             projections[name] = keras.layers.EinsumDense(
                 "btd,dnh->btnh",
                 output_shape=(None, self.num_heads, head_dim),
-                bias_axes="nh" if self.use_bias else None,
+                bias_axes="nh" if self.use_bias and (name != "key" or self.key_bias) else None,
                 kernel_initializer="glorot_uniform",  # fans of the (D, H*hd) view
                 dtype=self.dtype_policy,
                 name=name,
@@ -119,6 +130,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         self.key.build(value_shape)
         self.value.build(value_shape)
         self.out.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
+        if self.rotary is not None:
+            self.rotary.build(value_shape[:-1] + (self.num_heads, head_dim))
         if self.qk_norm:
             self.query_norm, self.key_norm = (
                 LayerNormalization(epsilon=self.norm_epsilon, dtype=self.dtype_policy,
@@ -135,6 +148,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         v = kernels.dense(self.value, value)
         if self.qk_norm:
             q, k = self.query_norm(q), self.key_norm(k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
         x = kernels.fused_attention(q, k, v, self._head_dim**-0.5, training=training,
                                     dropout=self.dropout, return_weights=return_attention_scores)
         if return_attention_scores:
@@ -155,5 +170,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             seed=self.seed,
             qk_norm=self.qk_norm,
             norm_epsilon=self.norm_epsilon,
+            key_bias=self.key_bias,
+            rope=self.rope,
         )
         return config

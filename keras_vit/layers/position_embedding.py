@@ -6,6 +6,7 @@ import keras
 import numpy as np
 from keras import ops
 
+from keras_vit.config import POSITION_EMBEDDINGS
 from keras_vit.config import pair
 
 RESAMPLE_METHODS = ("bilinear", "bicubic", "dinov2")
@@ -142,9 +143,11 @@ class PositionEmbedding(keras.layers.Layer):
     Args:
         grid_size: int or (int, int). The patch grid (rows, columns).
         num_prefix_tokens: int. Tokens before the patches. Defaults to 1.
-        kind: ``"learned"`` (the paper, initialised normal(0.02)) or
+        kind: ``"learned"`` (the paper, initialised normal(0.02)),
             ``"sincos2d"`` (fixed 2-D sin-cos of big_vision, nothing learned;
-            prefix tokens get no position embedding).
+            prefix tokens get no position embedding) or ``"rope"``
+            (DINOv3's rotary embeddings, which each block's attention
+            applies to queries and keys: nothing is added here).
         initializer: initializer of learned embeddings.
 
     Input shape: ``(batch, num_prefix_tokens + gh * gw, hidden_dim)``.
@@ -180,10 +183,9 @@ class PositionEmbedding(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if kind not in ("learned", "sincos2d"):
+        if kind not in POSITION_EMBEDDINGS:
             raise ValueError(
-                f"Unknown position embedding kind {kind!r}; use 'learned' or "
-                "'sincos2d'."
+                f"Unknown position embedding kind {kind!r}; use one of {POSITION_EMBEDDINGS}."
             )
         self.grid_size = pair(grid_size, "grid_size")
         self.num_prefix_tokens = int(num_prefix_tokens)
@@ -211,12 +213,14 @@ class PositionEmbedding(keras.layers.Layer):
                 initializer=self.initializer,
                 name="embeddings",
             )
-        else:
+        elif self.kind == "sincos2d":
             table = np.zeros((1, self.sequence_length, hidden_dim), np.float32)
             table[0, self.num_prefix_tokens:] = sincos_2d(self.grid_size, hidden_dim)
             self._table = table
 
     def call(self, x):
+        if self.kind == "rope":
+            return x
         table = self.embeddings if self.kind == "learned" else self._table
         return x + ops.cast(table, x.dtype)
 

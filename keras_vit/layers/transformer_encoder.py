@@ -35,6 +35,10 @@ class TransformerEncoder(keras.layers.Layer):
             ``qk_norm``; `MultiHeadDotProductAttention`).
         mlp_activation: ``"gelu"``, ``"quick_gelu"`` or ``"swiglu"`` (`MlpBlock`).
         mlp_bias: bool. Biases on the MLP's two dense layers. Defaults to True.
+        key_bias: bool. With `qkv_bias`, a bias on the key projection too
+            (False: DINOv3's).
+        rope: dict or None. Rotary position embeddings of the queries and
+            keys (`MultiHeadDotProductAttention`'s ``rope``: DINOv3's).
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -88,6 +92,8 @@ class TransformerEncoder(keras.layers.Layer):
         qk_norm=False,
         mlp_activation="gelu",
         mlp_bias=True,
+        key_bias=True,
+        rope=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -104,6 +110,8 @@ class TransformerEncoder(keras.layers.Layer):
         self.qk_norm = bool(qk_norm)
         self.mlp_activation = mlp_activation
         self.mlp_bias = bool(mlp_bias)
+        self.key_bias = bool(key_bias)
+        self.rope = None if rope is None else dict(rope)
         policy = self.dtype_policy
         self.norm1 = LayerNormalization(
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
@@ -111,7 +119,8 @@ class TransformerEncoder(keras.layers.Layer):
         self.attention = MultiHeadDotProductAttention(
             self.num_heads, use_bias=self.qkv_bias,
             dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
-            norm_epsilon=self.layer_norm_epsilon, dtype=policy, name="attention",
+            norm_epsilon=self.layer_norm_epsilon, key_bias=self.key_bias, rope=self.rope,
+            dtype=policy, name="attention",
         )
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=policy, name="dropout"
@@ -193,6 +202,8 @@ class TransformerEncoder(keras.layers.Layer):
             qk_norm=self.qk_norm,
             mlp_activation=self.mlp_activation,
             mlp_bias=self.mlp_bias,
+            key_bias=self.key_bias,
+            rope=self.rope,
         )
         return config
 

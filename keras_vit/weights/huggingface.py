@@ -1,4 +1,4 @@
-"""Hugging Face directories of the ViT family: ViT, DeiT, DINOv2, CLIP and SigLIP."""
+"""Hugging Face directories of the ViT family: ViT, DeiT, DINOv2, DINOv3, CLIP and SigLIP."""
 
 import pathlib
 import re
@@ -37,7 +37,7 @@ def read_huggingface(directory):
     """Reads a directory saved by ``save_pretrained`` of a Hugging Face
     ViT (``ViTModel``, ``ViTForImageClassification``), DeiT
     (``DeiTForImageClassificationWithTeacher``), DINOv2 (``Dinov2Model``,
-    ``Dinov2WithRegistersModel``), CLIP (``CLIPVisionModel``,
+    ``Dinov2WithRegistersModel``), DINOv3 (``DINOv3ViTModel``), CLIP (``CLIPVisionModel``,
     ``CLIPVisionModelWithProjection``, or a whole ``CLIPModel``'s image
     tower) or SigLIP (``SiglipVisionModel``, or a ``SiglipModel``'s image
     tower) model; a model type or key it does not know is refused by name."""
@@ -59,7 +59,7 @@ def read_huggingface(directory):
     require(hf, ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size"),
             directory / "config.json")
     act = hf.get("hidden_act", "gelu")
-    if act not in _ACTIVATIONS:
+    if act not in _ACTIVATIONS and model_type != "dinov3_vit":  # which checks its own
         raise CheckpointError(
             f"{source}: hidden_act {act!r} is not supported; keras_vit has {sorted(_ACTIVATIONS)}."
         )
@@ -87,7 +87,7 @@ def read_huggingface(directory):
         num_channels=int(hf.get("num_channels", 3)),
         image_size=size,
         layer_norm_epsilon=float(hf.get("layer_norm_eps", _EPSILON[model_type])),
-        gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate",
+        gelu_approximate=_ACTIVATIONS.get(act) == "gelu_approximate",
         mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
         qkv_bias=bool(hf.get("qkv_bias", True)),
         pooling="token",
@@ -98,6 +98,8 @@ def read_huggingface(directory):
     if names:
         config["class_names"] = names
     reader.finish()
+    if config.get("position_embedding") == "rope":  # no table: any grid as it is
+        return Checkpoint(config, reader.state, source, grid, grid[0] * grid[1])
     patches = reader.state["position_embedding/embeddings"].shape[1] - _prefix_tokens(config)
     if grid[0] * grid[1] != patches:
         raise CheckpointError(
@@ -206,6 +208,54 @@ def _read_dinov2(reader, hf, config):
     config["num_classes"] = 0  # Dinov2Model: features; its classifier reads cls and mean patches
 
 
+def _read_dinov3(reader, hf, config):
+    """DINOv3: rotary position embeddings (no table), registers, LayerScale,
+    a key projection without bias, a gated MLP (SwiGLU) in the largest; the
+    features are the normalised [class] token (``pooler_output``)."""
+    qv_bias = bool(hf.get("query_bias", True))
+    if bool(hf.get("value_bias", True)) != qv_bias or not hf.get("proj_bias", True):
+        raise CheckpointError(
+            f"{reader.source}: query_bias={hf.get('query_bias', True)}, value_bias="
+            f"{hf.get('value_bias', True)}, proj_bias={hf.get('proj_bias', True)}; keras_vit's "
+            "DINOv3 has an output bias, and query and value biases both or neither (ViT-7B).")
+    gated = bool(hf.get("use_gated_mlp", False))
+    act = hf.get("hidden_act", "gelu")
+    if gated != (act == "silu"):
+        raise CheckpointError(
+            f"{reader.source}: hidden_act {act!r} with use_gated_mlp={gated}; keras_vit has "
+            "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
+    embed = "embeddings."
+    reader.put("patch_embedding/projection/kernel",
+               conv(reader.pop(embed + "patch_embeddings.weight")))
+    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.bias"))
+    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
+    reader.pop(embed + "mask_token")  # the masked-image pre-training's; unused on images
+    registers = int(hf.get("num_register_tokens", 0))
+    if registers:
+        reader.put("registers/tokens", reader.pop(embed + "register_tokens"))
+    elif reader.has(embed + "register_tokens"):
+        reader.pop(embed + "register_tokens")  # an empty (1, 0, D) parameter
+    if gated:  # fc1 = [gate; up]: silu(gate) * up (keras_vit's SwiGLU)
+        for i in range(config["num_layers"]):
+            key = f"layer.{i}.mlp."
+            for part in ("weight", "bias"):
+                if reader.has(f"{key}gate_proj.{part}"):
+                    reader.tensors[f"{key}fc1.{part}"] = np.concatenate(
+                        [reader.pop(f"{key}gate_proj.{part}"), reader.pop(f"{key}up_proj.{part}")])
+    names = dict(block="layer.{}.", norm1="norm1",
+                 qkv=[f"attention.{n}_proj" for n in "qkv"], out="attention.o_proj", norm2="norm2",
+                 fc1="mlp.fc1" if gated else "mlp.up_proj", fc2="mlp.down_proj")
+    _blocks(reader, config, names)
+    reader.layer_norm("norm", "encoder_norm")
+    config.update(
+        position_embedding="rope", rope_theta=float(hf.get("rope_theta", 100.0)),
+        qkv_bias=qv_bias, key_bias=bool(hf.get("key_bias", False)) or not qv_bias,
+        mlp_bias=bool(hf.get("mlp_bias", True)),
+        num_registers=registers, layer_scale_init=float(hf.get("layerscale_value", 1.0)),
+        mlp_activation="swiglu" if gated else "gelu", gelu_approximate=False,
+        mlp_dim=int(reader.state["encoder_block_0/mlp/fc2/kernel"].shape[0]), num_classes=0)
+
+
 _CLIP_BLOCK = dict(block="encoder.layers.{}.", norm1="layer_norm1",
                    qkv=[f"self_attn.{n}_proj" for n in "qkv"], out="self_attn.out_proj",
                    norm2="layer_norm2", fc1="mlp.fc1", fc2="mlp.fc2")
@@ -255,11 +305,13 @@ def _read_clip(reader, hf, config):
 _OTHER_TOWER = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 
 _READERS = {"vit": _read_vit, "deit": _read_vit, "dinov2": _read_dinov2,
-            "dinov2_with_registers": _read_dinov2, "clip_vision_model": _read_clip,
+            "dinov2_with_registers": _read_dinov2, "dinov3_vit": _read_dinov3,
+            "clip_vision_model": _read_clip,
             "siglip_vision_model": _read_clip}
 _PREFIXES = {"vit": ("vit.",), "deit": ("deit.",), "dinov2": ("dinov2.",),
-             "dinov2_with_registers": ("dinov2_with_registers.",),
+             "dinov2_with_registers": ("dinov2_with_registers.",), "dinov3_vit": ("model.",),
              "clip_vision_model": ("vision_model.",), "siglip_vision_model": ("vision_model.",)}
 # transformers' defaults where config.json leaves the epsilon out
 _EPSILON = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6,
+            "dinov3_vit": 1e-5,
             "clip_vision_model": 1e-5, "siglip_vision_model": 1e-6}

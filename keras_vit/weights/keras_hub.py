@@ -6,10 +6,11 @@ A keras-hub preset is a folder: ``config.json`` (the backbone, with its
 ``metadata.json``, and for a classifier ``task.json`` and
 ``task.weights.h5`` (the task's own layers) with ``preprocessor.json`` and
 ``image_converter.json``. Keras-hub's ViT is the paper's with exact (erf)
-GELU, and ``DINOV2Backbone`` DINOv2's; their attention kernels have
-keras_vit's ``(D, heads, head_dim)`` layout, so every tensor maps by name,
-unchanged but for the position table's batch axis (and DINOv2's register
-rows). docs/checkpoints.md, "keras-hub presets".
+GELU, ``DINOV2Backbone`` DINOv2's and ``DINOV3Backbone`` DINOv3's; their
+attention kernels have keras_vit's ``(D, heads, head_dim)`` layout (DINOv3's
+``(D, D)``, reshaped), so every tensor maps by name, unchanged but for the
+position table's batch axis (and DINOv2's register rows).
+docs/checkpoints.md, "keras-hub presets".
 """
 
 import pathlib
@@ -21,7 +22,7 @@ from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
 
-BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone")
+BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone", "DINOV3Backbone")
 CLASSIFIERS = ("ViTImageClassifier", "DeiTImageClassifier")
 
 # Where each backbone keeps its tensors in model.weights.h5: the embedding
@@ -101,7 +102,7 @@ class _H5Reader:
 
 
 def read_keras_hub(path):
-    """A keras-hub ViT, DeiT (backbone or classifier) or DINOv2 preset folder as
+    """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset folder as
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
     keras-hub need not be installed. A classifier's image converter must
     scale pixels to [-1, 1] (``scale=1/127.5, offset=-1``), as keras_vit's
@@ -117,6 +118,8 @@ def read_keras_hub(path):
     hub = spec["config"]
     if name == "DINOV2Backbone":
         return _read_dinov2(folder, source, hub)
+    if name == "DINOV3Backbone":
+        return _read_dinov3(folder, source, hub)
     if not hub.get("use_mha_bias", True):
         raise CheckpointError(
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
@@ -216,6 +219,83 @@ def _read_dinov2(folder, source, hub):
     return Checkpoint(config, state, source, grid, grid[0] * grid[1], resample_method="dinov2")
 
 
+def _read_dinov3(folder, source, hub):
+    """A ``DINOV3Backbone`` preset: DINOv3 (rotary position embeddings,
+    registers, LayerScale, per-projection biases, a gated MLP in the
+    largest). Nothing depends on the image size: any ``image_size`` reads
+    it as it is."""
+    qv_bias = bool(hub.get("use_query_bias", True))
+    if bool(hub.get("use_value_bias", True)) != qv_bias or not hub.get("use_proj_bias", True):
+        raise CheckpointError(
+            f"{source}: use_query_bias={hub.get('use_query_bias', True)}, use_value_bias="
+            f"{hub.get('use_value_bias', True)}, use_proj_bias={hub.get('use_proj_bias', True)}; "
+            "keras_vit's DINOv3 has an output bias, and query and value biases both or neither "
+            "(ViT-7B).")
+    gated = bool(hub.get("use_gated_mlp", False))
+    act = hub.get("hidden_activation", "gelu")
+    if act != ("silu" if gated else "gelu"):
+        raise CheckpointError(
+            f"{source}: hidden_activation {act!r} with use_gated_mlp={gated}; keras_vit has "
+            "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
+    height, width, channels = hub["image_shape"]
+    heads, layers = int(hub["num_heads"]), int(hub["num_layers"])
+    registers = int(hub.get("num_register_tokens", 0))
+    reader = _H5Reader(folder / "model.weights.h5", source)
+    embed = "layers/dinov3_embedding/"
+    state = {"class_token/tokens": reader.pop(embed + "vars/0")}
+    index = 0
+    if hub.get("use_mask_token", True):  # masked-image pre-training's, not the image model's
+        index += 1
+        reader.pop(f"{embed}vars/{index}")
+    if registers:
+        state["registers/tokens"] = reader.pop(f"{embed}vars/{index + 1}")
+    state["patch_embedding/projection/kernel"] = reader.pop(embed + "patch_embeddings/projection/vars/0")
+    state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embeddings/projection/vars/1")
+    for i in range(layers):
+        theirs, ours = "layers/dinov3_encoder/layers/dinov3_layer" + (f"_{i}" if i else "") + "/", \
+            f"encoder_block_{i}/"
+        for norm, target in (("norm1", "norm1"), ("norm2", "norm2")):
+            state[ours + target + "/gamma"] = reader.pop(f"{theirs}{norm}/vars/0")
+            state[ours + target + "/beta"] = reader.pop(f"{theirs}{norm}/vars/1")
+        for name, target in (("query_dense", "query"), ("key_dense", "key"),
+                             ("value_dense", "value"), ("output_dense", "out")):
+            kernel = reader.pop(f"{theirs}attention/{name}/vars/0")
+            out = target == "out"
+            state[f"{ours}attention/{target}/kernel"] = kernel.reshape(
+                (heads, -1, kernel.shape[1]) if out else (kernel.shape[0], heads, -1))
+            if reader.has(f"{theirs}attention/{name}/vars/1"):
+                bias = reader.pop(f"{theirs}attention/{name}/vars/1")
+                state[f"{ours}attention/{target}/bias"] = bias if out else bias.reshape(heads, -1)
+        fc1 = ["gate_proj", "up_proj"] if gated else ["up_proj"]
+        state[ours + "mlp/fc1/kernel"] = np.concatenate(
+            [reader.pop(f"{theirs}mlp/{name}/vars/0") for name in fc1], axis=1)
+        if hub.get("use_mlp_bias", True):
+            state[ours + "mlp/fc1/bias"] = np.concatenate(
+                [reader.pop(f"{theirs}mlp/{name}/vars/1") for name in fc1])
+            state[ours + "mlp/fc2/bias"] = reader.pop(f"{theirs}mlp/down_proj/vars/1")
+        state[ours + "mlp/fc2/kernel"] = reader.pop(f"{theirs}mlp/down_proj/vars/0")
+        for j in (1, 2):
+            state[f"{ours}layer_scale_{j}"] = reader.pop(f"{theirs}layer_scale{j}/vars/0")
+    state["encoder_norm/gamma"] = reader.pop("layers/layer_normalization/vars/0")
+    state["encoder_norm/beta"] = reader.pop("layers/layer_normalization/vars/1")
+    reader.finish()
+    config = dict(
+        image_size=(int(height), int(width)), num_channels=int(channels),
+        patch_size=int(hub["patch_size"]), num_layers=layers, num_heads=heads,
+        hidden_dim=int(hub["hidden_dim"]), mlp_dim=int(hub["intermediate_dim"]),
+        layer_scale_init=float(hub.get("layer_scale_init_value", 1.0)), num_registers=registers,
+        mlp_activation="swiglu" if gated else "gelu", gelu_approximate=False,
+        layer_norm_epsilon=float(hub.get("layer_norm_eps", 1e-5)), pooling="token", num_classes=0,
+        position_embedding="rope", rope_theta=float(hub.get("rope_theta", 100.0)),
+        qkv_bias=qv_bias, key_bias=bool(hub.get("use_key_bias", True)) or not qv_bias,
+        mlp_bias=bool(hub.get("use_mlp_bias", True)),
+        attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
+        drop_path_rate=float(hub.get("drop_path_rate", 0.0)), data_format="channels_last",
+    )
+    grid = (int(height) // config["patch_size"], int(width) // config["patch_size"])
+    return Checkpoint(config, state, source, grid, grid[0] * grid[1])
+
+
 def _read_classifier(folder, source, config, state):
     """A ``ViTImageClassifier``'s pooling, pre-logits and head (task.json,
     task.weights.h5), and its image converter's scaling."""
@@ -252,10 +332,18 @@ def _read_classifier(folder, source, config, state):
                 "so its numbers would differ. Re-save the preset with that scaling.")
 
 
+def is_dinov3(config):
+    """Whether a `ViTConfig` is DINOv3's (rotary position embeddings), which
+    the keras-hub writer writes as a ``DINOV3Backbone``."""
+    return config.position_embedding == "rope"
+
+
 def is_dinov2(config):
-    """Whether a `ViTConfig` is DINOv2's (registers or LayerScale), which the
-    keras-hub writer writes as a ``DINOV2Backbone``."""
-    return bool(config.num_registers) or config.layer_scale_init is not None
+    """Whether a `ViTConfig` is DINOv2's (registers or LayerScale, learned
+    position embeddings), which the keras-hub writer writes as a
+    ``DINOV2Backbone``."""
+    return not is_dinov3(config) and (bool(config.num_registers)
+                                      or config.layer_scale_init is not None)
 
 
 def write_keras_hub(model, path, ours):
@@ -280,7 +368,25 @@ def write_keras_hub(model, path, ours):
                   num_heads=c.num_heads, hidden_dim=c.hidden_dim, dropout_rate=c.dropout_rate)
     mha = dict(patch_size=c.patch_size, attention_dropout=c.attention_dropout_rate,
                layer_norm_epsilon=c.layer_norm_epsilon, use_mha_bias=True)
-    if is_dinov2(c):
+    if is_dinov3(c):
+        family = "DINOV3"
+        backbone = keras_hub.models.DINOV3Backbone(
+            patch_size=c.patch_size[0], num_layers=c.num_layers, hidden_dim=c.hidden_dim,
+            num_heads=c.num_heads, intermediate_dim=c.mlp_dim,
+            layer_scale_init_value=c.layer_scale_init, num_register_tokens=c.num_registers,
+            hidden_activation="silu" if c.mlp_activation == "swiglu" else "gelu",
+            use_gated_mlp=c.mlp_activation == "swiglu", use_query_bias=c.qkv_bias,
+            use_key_bias=c.qkv_bias and c.key_bias, use_value_bias=c.qkv_bias,
+            use_mlp_bias=c.mlp_bias, attention_dropout=c.attention_dropout_rate,
+            drop_path_rate=c.drop_path_rate, layer_norm_eps=c.layer_norm_epsilon,
+            image_shape=shared["image_shape"], rope_theta=c.rope_theta)
+        if c.mlp_activation == "swiglu":  # fc1 = [gate; up]: keras-hub's two layers
+            for i in range(c.num_layers):
+                for part, axis in (("kernel", 1), ("bias", 0)):
+                    key = f"encoder_block_{i}/mlp/fc1/{part}"
+                    if key in ours:
+                        ours[f"{key}:gate"], ours[f"{key}:up"] = np.split(ours.pop(key), 2, axis)
+    elif is_dinov2(c):
         family = "DINOV2"
         swiglu = c.mlp_activation == "swiglu"
         backbone = keras_hub.models.DINOV2Backbone(
@@ -342,6 +448,36 @@ def swiglu_intermediate_dim(mlp_dim):
 def _backbone_paths(c, family):
     """(keras-hub backbone variable path, keras_vit variable path) pairs for
     its ``ViTBackbone``, ``DeiTBackbone`` or ``DINOV2Backbone`` (`family`)."""
+    if family == "DINOV3":
+        embed = "embeddings/"
+        yield embed + "cls_token", "class_token/tokens"
+        if c.num_registers:
+            yield embed + "register_tokens", "registers/tokens"
+        yield embed + "patch_embeddings/projection/kernel", "patch_embedding/projection/kernel"
+        yield embed + "patch_embeddings/projection/bias", "patch_embedding/projection/bias"
+        parts = ("kernel", "bias") if c.mlp_bias else ("kernel",)
+        for i in range(c.num_layers):
+            theirs, ours = f"encoder/layers_{i}/", f"encoder_block_{i}/"
+            for norm in ("norm1", "norm2"):
+                yield theirs + norm + "/gamma", ours + norm + "/gamma"
+                yield theirs + norm + "/beta", ours + norm + "/beta"
+            for name, target in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value"),
+                                 ("o_proj", "out")):
+                yield f"{theirs}attention/{name}/kernel", f"{ours}attention/{target}/kernel"
+                if target == "out" or (c.qkv_bias and (target != "key" or c.key_bias)):
+                    yield f"{theirs}attention/{name}/bias", f"{ours}attention/{target}/bias"
+            for part in parts:
+                if c.mlp_activation == "swiglu":
+                    yield f"{theirs}mlp/gate_proj/{part}", f"{ours}mlp/fc1/{part}:gate"
+                    yield f"{theirs}mlp/up_proj/{part}", f"{ours}mlp/fc1/{part}:up"
+                else:
+                    yield f"{theirs}mlp/up_proj/{part}", f"{ours}mlp/fc1/{part}"
+                yield f"{theirs}mlp/down_proj/{part}", f"{ours}mlp/fc2/{part}"
+            for j in (1, 2):
+                yield f"{theirs}layer_scale{j}/lambda1", f"{ours}layer_scale_{j}"
+        yield "layernorm/gamma", "encoder_norm/gamma"
+        yield "layernorm/beta", "encoder_norm/beta"
+        return
     if family == "DINOV2":
         embed, encoder = "embeddings/", "encoder/"
         yield embed + "cls_token", "class_token/tokens"

@@ -86,8 +86,10 @@ class PretrainedWeights:
         size: the file's published size in bytes, checked likewise.
         metric: what `top1` measures: ``"top-1"`` (the checkpoint's own
             head), ``"linear-probe top-1"`` (a linear classifier on its
-            features: DINOv2) or ``"zero-shot top-1"`` (class names through
-            the text tower: CLIP, SigLIP).
+            features: DINOv2), ``"linear-probe top-1 (ImageNet-ReaL)"``
+            (the same, scored with ImageNet's ReaL labels: DINOv3) or
+            ``"zero-shot top-1"`` (class names through the text tower: CLIP,
+            SigLIP).
     """
 
     name: str
@@ -268,6 +270,8 @@ _TIMM_SIZES = {"tiny": "ti", "small": "s", "base": "b", "large": "l", "huge": "h
 _DEIT_README = "facebookresearch/deit README_deit.md at 94aecfa1 (DeiT paper, Table 5)"
 _DINOV2_README = ("facebookresearch/dinov2 README.md at b8931f7b, 'ImageNet linear' "
                   "(evaluated at 224 px)")
+_DINOV3_CARD = ("facebookresearch/dinov3 MODEL_CARD.md at 6876159a (the Hugging Face model card), "
+                "'Results', IN-ReaL (a linear probe on ImageNet with the ReaL labels)")
 _CLIP_PAPER = "Radford et al., arXiv:2103.00020, Table 11 (as open_clip's README quotes it)"
 _OPEN_CLIP = "open_clip's evaluation of these weights (docs/openclip_results.csv at 29b90b8d)"
 _FAMILY = [
@@ -308,8 +312,13 @@ _FAMILY = [
           ("siglip_so400m14", "so400m", 14, 224, 82.03),
           ("siglip_so400m14", "so400m", 14, 384, 83.08))],
 ]
-_FAMILY_DATA = {"deit": "ImageNet-1k", "dinov2": "LVD-142M", "clip": "WIT-400M (OpenAI)",
-                "siglip": "WebLI"}
+_FAMILY_DATA = {"deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
+                "clip": "WIT-400M (OpenAI)", "siglip": "WebLI"}
+# DINOv3 on the Hugging Face Hub (gated: accept the license there, then log in;
+# timm's DINOv3 files are not read): (preset, repo, IN-ReaL).
+_DINOV3 = [("dinov3_s16", "dinov3-vits16", 87.0), ("dinov3_s16plus", "dinov3-vits16plus", 88.0),
+           ("dinov3_b16", "dinov3-vitb16", 89.3), ("dinov3_l16", "dinov3-vitl16", 90.2),
+           ("dinov3_h16plus", "dinov3-vith16plus", 90.3), ("dinov3_7b16", "dinov3-vit7b16", 90.4)]
 
 
 def _timm_preset(timm_architecture):
@@ -358,6 +367,13 @@ def _rows():
                 _entry(arch, f"{prefix}_{tag}", format, url, size, classes, top1, data,
                        f"{repo} (Hugging Face), {timm_name} (timm); top-1: {source}"),
                 metric=metric)
+
+    for arch, repo, top1 in _DINOV3:
+        yield dataclasses.replace(
+            _entry(arch, "hf_lvd1689m", "huggingface", f"hf://facebook/{repo}-pretrain-lvd1689m", 224,
+                   0, top1, _FAMILY_DATA["dinov3"],
+                   f"facebook/{repo}-pretrain-lvd1689m (Hugging Face); top-1: {_DINOV3_CARD}"),
+            metric="linear-probe top-1 (ImageNet-ReaL)")
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

@@ -121,6 +121,12 @@ def _family_options(model, reader, allow=()):
                         f"{c.pooling!r} pooling, which {reader} does not have", timm),
         "mlp_bias": (not c.mlp_bias, f"its MLP has no biases (mlp_bias=False), which {reader} "
                      "requires", "Write it with format='npz', which has it."),
+        "rope": (c.position_embedding == "rope", f"rotary position embeddings "
+                 f"(position_embedding='rope', DINOv3's), which {reader} does not have",
+                 "Write it with format='keras_hub' (a DINOV3Backbone), which has them."),
+        "key_bias": (not c.key_bias, f"its key projection has no bias (key_bias=False), which "
+                     f"{reader} requires", "Write it with format='keras_hub' (a DINOV3Backbone), "
+                     "which has it."),
     }
     return [check for name, check in checks.items() if name not in allow]
 
@@ -254,7 +260,7 @@ def _write_huggingface(model, path):
          "[class] token", "Write it with format='timm' (gap, map) or 'npz'."),
         (c.resnet_block_units is not None, "it is a hybrid (ResNet stem), which Hugging Face's "
          "ViT does not have", "Write it with format='npz'."),
-        (c.position_embedding != "learned", "its position embeddings are sin-cos, not learned",
+        (c.position_embedding == "sincos2d", "its position embeddings are sin-cos, not learned",
          "Write it with format='npz'."),
         (c.patch_size[0] != c.patch_size[1], f"its patches are {c.patch_size[0]}x"
          f"{c.patch_size[1]}, and Hugging Face's ViT has square patches", "Use format='timm'."),
@@ -322,8 +328,13 @@ def _write_timm(model, path):
     _refuse(model, "timm", [
         (c.resnet_block_units is not None, "it is a hybrid (ResNet stem); timm keeps those in "
          "another model class (vision_transformer_hybrid)", "Write it with format='npz'."),
-        (c.position_embedding != "learned", "its position embeddings are sin-cos; timm's "
+        (c.position_embedding == "sincos2d", "its position embeddings are sin-cos; timm's "
          "VisionTransformer learns them", "Write it with format='npz'."),
+        (c.position_embedding == "rope", "rotary position embeddings (position_embedding='rope', "
+         "DINOv3's), which timm keeps in another model class (eva)", "Write it with "
+         "format='keras_hub' (a DINOV3Backbone), which has them."),
+        (not c.key_bias, "its key projection has no bias (key_bias=False), which timm's "
+         "VisionTransformer does not have", "Write it with format='keras_hub' (a DINOV3Backbone)."),
         (c.representation_size is not None, "it has a pre-logits layer, which timm's "
          "VisionTransformer no longer has", "Write it with format='npz' or 'huggingface'."),
         (c.pooling == "none", "pooling='none' has no timm classifier", "Use another pooling."),
@@ -425,6 +436,7 @@ def _write_timm(model, path):
 
 def _write_keras_hub(model, path):
     from keras_vit.weights.keras_hub import is_dinov2
+    from keras_vit.weights.keras_hub import is_dinov3
     from keras_vit.weights.keras_hub import write_keras_hub
 
     c = model.config
@@ -434,32 +446,48 @@ def _write_keras_hub(model, path):
         (c.gelu_approximate, "it uses tanh GELU (the paper's), and keras-hub's ViT the exact "
          "(erf) form", "Accept slightly different numbers with `model.with_config("
          "gelu_approximate=False).save_checkpoint(...)`, or use format='npz'."),
-        (not c.qkv_bias, "qkv_bias=False, and keras-hub's use_mha_bias=False also drops the "
-         "attention output's bias", fix),
+        (not c.qkv_bias and not is_dinov3(c), "qkv_bias=False, and keras-hub's "
+         "use_mha_bias=False also drops the attention output's bias", fix),
         (c.pooling not in ("token", "gap") or (c.pooling == "gap" and c.uses_class_token),
          f"pooling {c.pooling!r}" + (" beside a [class] token" if c.uses_class_token else "")
          + ", which keras-hub's ViTImageClassifier does not have", fix),
         (c.mlp_activation not in ("gelu", "swiglu") or (c.mlp_activation == "swiglu"
-                                                       and not is_dinov2(c)),
+                                                       and not is_dinov2(c) and not is_dinov3(c)),
          f"mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", fix),
         (c.representation_size and not c.num_classes, "it has a pre-logits layer and no head: "
          "a keras-hub ViTBackbone has no pre-logits layer", "Write it with a head, or with "
          "format='npz'."),
         (c.resnet_block_units is not None, "it is a hybrid (ResNet stem)", "Use format='npz'."),
-        (c.position_embedding != "learned", "its position embeddings are sin-cos",
+        (c.position_embedding == "sincos2d", "its position embeddings are sin-cos",
          "Use format='npz'."),
         (c.data_format != "channels_last", "it takes channels-first images", fix),
         (c.distills_by_head, "DeiT's two heads averaged (distillation_head=True), and "
          "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
         (c.distillation and (not c.mlp_bias or not c.patch_bias or c.representation_size),
          "keras-hub's DeiT has neither unbiased MLPs or patches nor a pre-logits layer", fix),
-        *(_dinov2_checks(c, state, fix) if is_dinov2(c) else []),
+        *(_dinov3_checks(c, fix) if is_dinov3(c) else
+          _dinov2_checks(c, state, fix) if is_dinov2(c) else []),
         *_family_options(model, "keras-hub's ViT", allow=(
             "mlp_bias", "patch_bias", "distillation", "num_registers", "layer_scale_init",
-            "mlp_activation")),
+            "mlp_activation", "rope", "key_bias")),
+        (not c.key_bias and not is_dinov3(c), "its key projection has no bias (key_bias=False), "
+         "which keras-hub has for DINOv3 (rotary position embeddings) only", fix),
     ])
     with _folder_as_it_was_on_failure(path):
         write_keras_hub(model, path, state)
+
+
+def _dinov3_checks(c, fix):
+    """What a keras-hub ``DINOV3Backbone``, which the writer makes of a
+    DINOv3 (rotary position embeddings), cannot express."""
+    return [
+        (c.num_classes or c.pooling != "token" or not c.patch_bias or c.qk_norm or c.norm_pre
+         or c.fc_norm or c.distillation or c.patch_size[0] != c.patch_size[1],
+         "keras-hub's DINOV3Backbone is a headless DINOv3 ([class] token, patch bias, square "
+         "patches)", fix),
+        (c.layer_scale_init is None, "rotary position embeddings without LayerScale, which "
+         "keras-hub's DINOV3Backbone has always", fix),
+    ]
 
 
 def _dinov2_checks(c, state, fix):
