@@ -174,8 +174,7 @@ def _predict(args):
     from keras_vit.data import read_images
 
     model = _classifier(_load_model(args.model), args.model)
-    size = model.image_size
-    images = read_images(args.images, size)
+    images = read_images(args.images, model=model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
     shifted = np.exp(logits - logits.max(-1, keepdims=True))
@@ -193,7 +192,7 @@ def _explain(args):
 
     out = files.output_folder(args.out, "--out")
     model = _load_model(args.model, args.image_size)
-    images = read_images(args.images, model.image_size)
+    images = read_images(args.images, model=model)
     titles = [pathlib.Path(p).name for p in args.images]
     written = write_report(model, images, out, titles=titles, batch_size=args.batch_size)
     for name, path in written.items():
@@ -213,7 +212,9 @@ def _evaluate(args):
         )
     size = tuple(model.image_size)
     source = vit_data.load_source(args.dataset, args.split, args.data_dir)
-    test = vit_data.input_pipeline(source, image_size=size, batch_size=args.batch_size, training=False)
+    scaling = dict(pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
+    test = vit_data.input_pipeline(source, image_size=size, batch_size=args.batch_size,
+                                   training=False, **scaling)
     if model.num_classes:
         if model.num_classes != source.num_classes:
             raise ValueError(
@@ -225,7 +226,7 @@ def _evaluate(args):
     if args.few_shot:
         train = vit_data.input_pipeline(
             vit_data.load_source(args.dataset, args.train_split, args.data_dir),
-            image_size=size, batch_size=args.batch_size, training=False,
+            image_size=size, batch_size=args.batch_size, training=False, **scaling,
         )
         results = evaluation.few_shot_accuracy(model, train, test, source.num_classes,
                                                shots=args.few_shot)

@@ -59,6 +59,16 @@ class ViTConfig:
     exactly where the pooling reads it; a value equal to that default is
     stored as None).
 
+    ``pixel_scale`` and ``pixel_offset`` record how the model's input is
+    made from pixels in [0, 255]: ``pixels * pixel_scale + pixel_offset``
+    (a number, or one per channel). The defaults are the paper's [-1, 1]
+    (``1/127.5``, ``-1``); a keras-hub preset's image converter records its
+    own (ImageNet's mean and standard deviation for its DeiT, DINOv2 and
+    DINOv3 presets). The model takes images so scaled; the recorded values
+    are applied where keras_vit makes images from files
+    (`keras_vit.data.read_images` with ``model=``, ``keras-vit predict``,
+    ``explain`` and ``evaluate``) and written to keras-hub presets.
+
     Example:
         ```python
         from keras_vit import ViTConfig
@@ -105,6 +115,8 @@ class ViTConfig:
     class_token: bool | None = None
     num_channels: int = 3
     class_names: tuple | None = None
+    pixel_scale: float | tuple = 1 / 127.5
+    pixel_offset: float | tuple = -1.0
     data_format: str | None = None
 
     def __post_init__(self):
@@ -179,6 +191,10 @@ class ViTConfig:
                 f"position_embedding='rope' rotates pairs of each head's dimensions by the patch's "
                 f"row and column: the head size {self.hidden_dim // self.num_heads} (hidden_dim / "
                 "num_heads) must be a multiple of 4.")
+        for name in ("pixel_scale", "pixel_offset"):
+            put(name, _per_channel(name, getattr(self, name), self.num_channels))
+        if 0.0 in _as_tuple(self.pixel_scale):
+            raise ValueError(f"`pixel_scale` must not be 0, got {self.pixel_scale!r}.")
         if self.class_names is not None:
             names = tuple(str(name) for name in self.class_names)
             if len(names) != self.num_classes:
@@ -395,6 +411,25 @@ def standardize_data_format(value):
             f"`data_format` must be 'channels_last' or 'channels_first', got {value!r}."
         )
     return value
+
+
+def _as_tuple(value):
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _per_channel(name, value, channels):
+    """`value` as a float, or a tuple of `channels` floats (a list, as JSON
+    gives it back, becomes a tuple)."""
+    if _is_number(value):
+        return float(value)
+    try:
+        values = tuple(value)
+    except TypeError:
+        values = None
+    if values is None or len(values) != channels or not all(_is_number(v) for v in values):
+        raise ValueError(f"`{name}` must be a number or {channels} numbers (one per channel), "
+                         f"got {value!r}.")
+    return tuple(float(v) for v in values)
 
 
 def _is_number(value):

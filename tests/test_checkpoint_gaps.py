@@ -226,6 +226,8 @@ def test_broken_config_json_names_the_file(tmp_path):
     ("rope_theta", 10_000.0, "rope_theta=10000.0 is the base period of rotary position "
      "embeddings, and this model's are 'learned'"),
     ("key_bias", "no", "`key_bias` must be True or False"),
+    ("pixel_scale", 0, "`pixel_scale` must not be 0"),
+    ("pixel_offset", (1.0, 2.0), r"`pixel_offset` must be a number or 3 numbers \(one per channel\)"),
     ("qkv_bias", 1, "`qkv_bias` must be True or False"),
     ("position_embedding", "alibi", "Unknown position_embedding 'alibi'; use one of "
      r"\('learned', 'sincos2d', 'rope'\)"),

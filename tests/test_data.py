@@ -299,3 +299,30 @@ def test_argument_errors():
         input_pipeline(source, "test", image_size=8, batch_size=4, training=False)
     with pytest.raises(ValueError, match="`split` is required"):
         input_pipeline("digits", image_size=8, batch_size=4, training=False)
+
+
+def test_a_models_pixel_scaling_makes_the_images(tmp_path):
+    """ImageNet's mean and standard deviation (a keras-hub DeiT's converter)
+    instead of [-1, 1]: the same pixels, scaled per channel, in the stream
+    and, from a file, in read_images."""
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    scaling = dict(pixel_scale=tuple(1 / (255 * std)), pixel_offset=tuple(-mean / std))
+    source = load_source("digits", "test")
+    common = dict(image_size=16, batch_size=8, training=False)
+    paper = next(iter(input_pipeline(source, **common)))[0].numpy()
+    imagenet = next(iter(input_pipeline(source, **common, **scaling)))[0].numpy()
+    pixels = (paper + 1) * 127.5
+    np.testing.assert_allclose(imagenet, pixels * scaling["pixel_scale"] + scaling["pixel_offset"],
+                               atol=1e-4)
+
+    class Model:  # what read_images reads off a model
+        image_size = (16, 16)
+        pixel_scale, pixel_offset = scaling["pixel_scale"], scaling["pixel_offset"]
+
+    image = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    path = str(tmp_path / "image.png")
+    tf.io.write_file(path, tf.io.encode_png(image))
+    np.testing.assert_allclose(read_images(path, model=Model())[0],
+                               image * scaling["pixel_scale"] + scaling["pixel_offset"], atol=1e-5)
+    with pytest.raises(ValueError, match="needs an image_size, or a model"):
+        read_images(path)

@@ -155,7 +155,7 @@ def test_a_keras_hub_dinov3_preset_reads_with_its_numbers_at_any_size(tmp_path, 
                                atol=1e-5)
 
 
-def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tmp_path):
+def test_what_keras_hub_cannot_express_is_refused(tmp_path):
     tiny = dict(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                 num_classes=5)
     paper = ViT(**tiny)  # tanh GELU, as the paper
@@ -181,12 +181,40 @@ def test_what_keras_hub_cannot_express_is_refused_and_a_foreign_scaling_named(tm
             tmp_path / "rope", format="keras_hub")
     assert not (tmp_path / "rope").exists()
 
+
+
+# ImageNet's mean and standard deviation, as keras-hub's DeiT, DINOv2 and DINOv3 presets scale pixels
+MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+
+
+def test_an_image_converters_scaling_is_recorded_and_written_back(tmp_path):
+    # pixels in [0, 255] through keras-hub's preprocessor, and through the
+    # scaling keras_vit records (read_images applies it to files)
+    from keras_vit.data import read_images
+
     backbone = keras_hub.models.ViTBackbone(**SMALL)
-    converter = keras_hub.layers.ViTImageConverter(image_size=(32, 32), scale=1 / 255.0)
-    keras_hub.models.ViTImageClassifier(
+    converter = keras_hub.layers.ViTImageConverter(
+        image_size=(32, 32), scale=list(1 / (255 * STD)), offset=list(-MEAN / STD))
+    task = keras_hub.models.ViTImageClassifier(
         backbone=backbone, num_classes=3,
-        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter),
-    ).save_to_preset(str(tmp_path / "unit"))
-    with pytest.raises(ValueError, match=r"scales pixels by 0.0039.* keras_vit's models take "
-                       r"pixels scaled to \[-1, 1\]"):
-        ViT.from_checkpoint(tmp_path / "unit")
+        preprocessor=keras_hub.models.ViTImageClassifierPreprocessor(image_converter=converter))
+    randomize(task)
+    task.save_to_preset(str(tmp_path / "imagenet"))
+    pixels = np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3)).astype("float32")
+    expected = to_numpy(task.predict(pixels, verbose=0))
+    model = ViT.from_checkpoint(tmp_path / "imagenet")
+    np.testing.assert_allclose(model.pixel_scale, 1 / (255 * STD), rtol=1e-6)
+    np.testing.assert_allclose(model.pixel_offset, -MEAN / STD, rtol=1e-6)
+    scaled = pixels * np.float32(model.pixel_scale) + np.float32(model.pixel_offset)
+    np.testing.assert_allclose(to_numpy(model(scaled)), expected, rtol=0, atol=1e-5)
+    import tensorflow as tf
+
+    tf.io.write_file(str(tmp_path / "0.png"), tf.io.encode_png(pixels[0].astype("uint8")))
+    np.testing.assert_allclose(read_images(tmp_path / "0.png", model=model)[0], scaled[0], atol=1e-5)
+
+    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # the scaling goes with it
+    back = keras_hub.models.ImageClassifier.from_preset(str(out))
+    np.testing.assert_allclose(to_numpy(back.predict(pixels, verbose=0)), expected, rtol=0, atol=1e-5)
+    features = ViT.from_checkpoint(tmp_path / "imagenet", num_classes=0)  # a backbone keeps it too
+    again = ViT.from_checkpoint(features.save_checkpoint(tmp_path / "backbone", format="keras_hub"))
+    assert (again.pixel_scale, again.pixel_offset) == (model.pixel_scale, model.pixel_offset)

@@ -213,6 +213,19 @@ def test_keras_round_trip_and_config(images, tmp_path):
     assert model.get_layer("encoder_block_0").drop_path_rate == 0.0
 
 
+def test_the_recorded_pixel_scaling_and_rope_survive_config_and_keras_files(images, tmp_path):
+    model = ViT(**TINY, position_embedding="rope", key_bias=False, rope_theta=50.0,
+                pixel_scale=(0.017, 0.0175, 0.0174), pixel_offset=-2.0)
+    reloaded = save_and_reload(model, tmp_path)
+    assert (reloaded.pixel_scale, reloaded.pixel_offset) == ((0.017, 0.0175, 0.0174), -2.0)
+    assert reloaded.get_layer("encoder_block_1").attention.rope == dict(
+        grid_size=(4, 4), num_prefix_tokens=1, theta=50.0)
+    np.testing.assert_allclose(to_numpy(reloaded(images)), to_numpy(model(images)), atol=1e-6)
+    bigger = model.with_image_size(48)  # the rotary embeddings follow the grid: nothing to resample
+    assert bigger.get_layer("encoder_block_0").attention.rope["grid_size"] == (6, 6)
+    assert bigger.pixel_scale == model.pixel_scale
+
+
 DATA = pathlib.Path(__file__).parent / "data"
 
 

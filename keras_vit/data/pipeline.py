@@ -56,6 +56,8 @@ def input_pipeline(
     start_batch=0,
     shard=None,
     data_dir=None,
+    pixel_scale=None,
+    pixel_offset=None,
 ):
     """Batches of preprocessed images and one-hot labels.
 
@@ -103,10 +105,15 @@ def input_pipeline(
             within a shard. Needs `drop_remainder`. `concatenate_shards`
             puts the shards' batches together.
         data_dir: TFDS data folder, when `source` is a name.
+        pixel_scale: float, a sequence of one per channel, or None. The
+            images as a model takes them are ``pixels * pixel_scale +
+            pixel_offset`` (a model's ``pixel_scale`` and ``pixel_offset``);
+            None for both: [-1, 1].
+        pixel_offset: float, a sequence, or None. See `pixel_scale`.
 
     Returns:
         `tf.data.Dataset` of (images, labels): images float32 (batch, H, W,
-        3) in [-1, 1], labels float32 (batch, num_classes), one-hot (soft
+        3) in [-1, 1] (or as `pixel_scale` and `pixel_offset` make them), labels float32 (batch, num_classes), one-hot (soft
         with MixUp or CutMix, each row summing to 1).
 
     Examples:
@@ -197,7 +204,7 @@ def input_pipeline(
             key = tf.random.experimental.stateless_fold_in(element_key, row)
             image = part.random_crop(record["image"], key, size, area_range, flip)
         if not mixes:
-            image = preprocessing.normalize(image)
+            image = preprocessing.normalize(image, pixel_scale, pixel_offset)
         return image, tf.one_hot(record["label"], source.num_classes, dtype=tf.float32)
 
     def epoch_key(index):
@@ -238,7 +245,7 @@ def input_pipeline(
         key = tf.random.experimental.stateless_fold_in(batch_key, index * shard_count + shard_index)
         images, labels = augment(*images_labels, key)
         images = tf.clip_by_value(images, 0.0, 255.0)  # RandAugment may overshoot by rounding
-        return preprocessing.normalize(images), labels
+        return preprocessing.normalize(images, pixel_scale, pixel_offset), labels
 
     # A plain batch: batching in parallel measured 4% slower (benchmarks/input_pipeline.py).
     dataset = dataset.batch(rows, drop_remainder=drop_remainder)

@@ -189,21 +189,32 @@ def _resize_and_flip(crop, key, size, flip):
     return crop
 
 
-def normalize(images):
-    """[0, 255] -> [-1, 1] as vit_jax does."""
-    return images / 127.5 - 1.0
+def normalize(images, scale=None, offset=None):
+    """Pixels in [0, 255] as a model's input: ``images * scale + offset``
+    (per channel where they are sequences); by default [-1, 1] as vit_jax
+    does (a model's own: its ``pixel_scale`` and ``pixel_offset``)."""
+    if scale is None and offset is None:
+        return images / 127.5 - 1.0
+    scale = 1 / 127.5 if scale is None else scale
+    offset = -1.0 if offset is None else offset
+    return images * tf.constant(scale, tf.float32) + tf.constant(offset, tf.float32)
 
 
-def read_images(paths, image_size):
+def read_images(paths, image_size=None, model=None):
     """Image files decoded and resized as evaluation does.
 
     Args:
         paths: a list of paths (or one path) to JPEG, PNG, BMP or GIF files
             of any size; grayscale and RGBA images are converted to RGB.
-        image_size: int or (int, int). Output height and width.
+        image_size: int or (int, int). Output height and width; defaults
+            to `model`'s.
+        model: a `keras_vit.ViT` or None. Its recorded pixel scaling
+            (``pixel_scale``, ``pixel_offset``: a keras-hub preset's image
+            converter) is applied; None: the paper's [-1, 1].
 
     Returns:
-        np.ndarray, float32 (n, height, width, 3) in [-1, 1].
+        np.ndarray, float32 (n, height, width, 3): in [-1, 1], or scaled as
+        `model` records.
 
     A missing or undecodable file raises an error naming it.
 
@@ -226,7 +237,10 @@ def read_images(paths, image_size):
         print(tuple(read_images("pets/cat/0.png", (24, 32)).shape))  # -> (1, 24, 32, 3)
         ```
     """
-    size = pair(image_size, "image_size")
+    if image_size is None and model is None:
+        raise ValueError("read_images() needs an image_size, or a model to take it from.")
+    size = pair(model.image_size if image_size is None else image_size, "image_size")
+    scaling = (getattr(model, "pixel_scale", None), getattr(model, "pixel_offset", None))
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(path) for path in paths]
@@ -239,5 +253,5 @@ def read_images(paths, image_size):
             image = decode_image(tf.io.read_file(path))
         except tf.errors.OpError as err:
             raise ValueError(f"Cannot decode image file {path}: {op_message(err)}") from err
-        images.append(normalize(resize(image, size)).numpy())
+        images.append(normalize(resize(image, size), *scaling).numpy())
     return np.stack(images)

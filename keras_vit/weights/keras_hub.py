@@ -104,9 +104,9 @@ class _H5Reader:
 def read_keras_hub(path):
     """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset folder as
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
-    keras-hub need not be installed. A classifier's image converter must
-    scale pixels to [-1, 1] (``scale=1/127.5, offset=-1``), as keras_vit's
-    models take them; another scaling is refused, naming it."""
+    keras-hub need not be installed. The image converter's scale and offset
+    (``image_converter.json``) are recorded as the model's ``pixel_scale``
+    and ``pixel_offset``."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
     spec = read_json(folder / "config.json")
@@ -162,6 +162,7 @@ def read_keras_hub(path):
     reader.finish()
     if (folder / "task.json").exists():
         _read_classifier(folder, source, config, state)
+    _read_converter(folder, config)
     prefix = int("class_token/tokens" in state) + int(deit)
     patches = state["position_embedding/embeddings"].shape[1] - prefix
     return Checkpoint(config, state, source, square_grid(patches), patches)
@@ -215,6 +216,7 @@ def _read_dinov2(folder, source, hub):
         dropout_rate=float(hub.get("dropout_rate", 0.0)),
         drop_path_rate=float(hub.get("drop_path_rate", 0.0)),
     )
+    _read_converter(folder, config)
     grid = (int(height) // patch, int(width) // patch)
     return Checkpoint(config, state, source, grid, grid[0] * grid[1], resample_method="dinov2")
 
@@ -292,6 +294,7 @@ def _read_dinov3(folder, source, hub):
         attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
         drop_path_rate=float(hub.get("drop_path_rate", 0.0)), data_format="channels_last",
     )
+    _read_converter(folder, config)
     grid = (int(height) // config["patch_size"], int(width) // config["patch_size"])
     return Checkpoint(config, state, source, grid, grid[0] * grid[1])
 
@@ -321,15 +324,20 @@ def _read_classifier(folder, source, config, state):
     state["head/bias"] = reader.pop(dense[0] + "/vars/1")
     config["num_classes"] = int(options["num_classes"])
     reader.finish()
+
+
+def _read_converter(folder, config):
+    """The image converter's pixel scaling (``image_converter.json``, beside
+    a classifier's preprocessor or a backbone), recorded in `config` as
+    ``pixel_scale`` and ``pixel_offset``: keras-hub's ``x * scale +
+    offset`` of pixels in [0, 255], per channel where they are lists."""
     converter = folder / "image_converter.json"
-    if converter.exists():
-        scaling = read_json(converter).get("config", {})
-        scale, offset = scaling.get("scale"), scaling.get("offset")
-        if scale is not None and not (np.allclose(scale, 1 / 127.5) and np.allclose(offset, -1)):
-            raise CheckpointError(
-                f"{source}: its image converter scales pixels by {scale} and adds {offset}; "
-                "keras_vit's models take pixels scaled to [-1, 1] (scale 1/127.5, offset -1), "
-                "so its numbers would differ. Re-save the preset with that scaling.")
+    if not converter.exists():
+        return
+    scaling = read_json(converter).get("config", {})
+    if scaling.get("scale") is not None:
+        config["pixel_scale"] = scaling["scale"]
+        config["pixel_offset"] = 0.0 if scaling.get("offset") is None else scaling["offset"]
 
 
 def is_dinov3(config):
@@ -351,8 +359,10 @@ def write_keras_hub(model, path, ours):
     folder at `path` (new, or empty): a ``ViTBackbone`` (``num_classes=0``)
     or a ``ViTImageClassifier``, for DeiT without its distillation head a
     ``DeiTBackbone`` or ``DeiTImageClassifier``, for a headless DINOv2 a
-    ``DINOV2Backbone``, a classifier with its preprocessor (pixels to
-    [-1, 1]), through keras-hub's own ``save_to_preset``. The writers check
+    ``DINOV2Backbone``, for DINOv3 a ``DINOV3Backbone``, a classifier with
+    its preprocessor, through keras-hub's own ``save_to_preset``; the image
+    converter (a classifier's, or beside a backbone) scales pixels by the
+    model's ``pixel_scale`` and ``pixel_offset``. The writers check
     first what keras-hub can express (`keras_vit.weights.save_checkpoint`)."""
     import keras
 
@@ -412,11 +422,14 @@ def write_keras_hub(model, path, ours):
     for variable in backbone.weights:
         if variable.path != "embeddings/mask_token":  # DINOv2's masked-image pre-training's
             variable.assign(ours[paths.pop(variable.path)].reshape(variable.shape))
-    if not c.num_classes:
-        backbone.save_to_preset(str(path))
-        return path
+    scaling = {key: list(value) if isinstance(value, tuple) else value
+               for key, value in (("scale", c.pixel_scale), ("offset", c.pixel_offset))}
     converter = getattr(keras_hub.layers, f"{family}ImageConverter")(
-        image_size=c.image_size, scale=1 / 127.5, offset=-1)
+        image_size=c.image_size, **scaling)
+    if not c.num_classes:  # the converter beside the backbone, for the pixel scaling
+        backbone.save_to_preset(str(path))
+        converter.save_to_preset(str(path))
+        return path
     preprocessor = getattr(keras_hub.models, f"{family}ImageClassifierPreprocessor")(
         image_converter=converter)
     if c.distillation:
