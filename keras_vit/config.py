@@ -65,9 +65,10 @@ class ViTConfig:
     (``1/127.5``, ``-1``); a keras-hub preset's image converter records its
     own (ImageNet's mean and standard deviation for its DeiT, DINOv2 and
     DINOv3 presets). The model takes images so scaled; the recorded values
-    are applied where keras_vit makes images from files
-    (`keras_vit.data.read_images` with ``model=``, ``keras-vit predict``,
-    ``explain`` and ``evaluate``) and written to keras-hub presets.
+    are applied where keras_vit makes images (`keras_vit.data.read_images`
+    with ``model=``, ``keras-vit predict``, ``explain``, ``evaluate``, and
+    a run's input pipelines, as when fine-tuning from such a model) and
+    written to keras-hub presets.
 
     Example:
         ```python

@@ -192,6 +192,26 @@ def test_data_shards_make_the_stream_independent_of_the_host_count(sources):
                 assert x.tobytes() == y.tobytes()
 
 
+def test_a_run_streams_images_scaled_as_its_model_records(sources):
+    """A fine-tuning run from a model with ImageNet's scaling (a keras-hub
+    DeiT's converter) trains and evaluates on images so scaled: the same
+    pixels as the [-1, 1] stream, scaled per channel."""
+    from keras_vit import ViTConfig
+
+    mean, std = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
+    model = ViTConfig(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8,
+                      mlp_dim=8, pixel_scale=tuple(1 / (255 * std)), pixel_offset=tuple(-mean / std))
+    scaling = run.pixel_scaling(model)
+    assert scaling == dict(pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
+    config, source = tiny_run_config(**SHARDED_RUN), sources["digits"]
+    for make in (lambda **kw: run.train_dataset(config, source, **kw),
+                 lambda **kw: run.eval_dataset(config, source, **kw)):
+        paper = next(iter(make()))[0].numpy()
+        scaled = next(iter(make(scaling=scaling)))[0].numpy()
+        np.testing.assert_allclose(scaled, (paper + 1) * 127.5 * model.pixel_scale + model.pixel_offset,
+                                   atol=1e-4)
+
+
 def test_data_shards_the_hosts_cannot_share_are_refused(tmp_path):
     with pytest.raises(RunError, match=r"data as 4 parts \(--data-shards 4\), which the 3 input pipelines"):
         run.data_shards(tiny_run_config(**SHARDED_RUN, data_shards=4), tmp_path, Topology(num_shards=3))

@@ -193,10 +193,10 @@ def normalize(images, scale=None, offset=None):
     """Pixels in [0, 255] as a model's input: ``images * scale + offset``
     (per channel where they are sequences); by default [-1, 1] as vit_jax
     does (a model's own: its ``pixel_scale`` and ``pixel_offset``)."""
-    if scale is None and offset is None:
-        return images / 127.5 - 1.0
     scale = 1 / 127.5 if scale is None else scale
     offset = -1.0 if offset is None else offset
+    if scale == 1 / 127.5 and offset == -1.0:
+        return images / 127.5 - 1.0  # vit_jax's arithmetic, to the bit
     return images * tf.constant(scale, tf.float32) + tf.constant(offset, tf.float32)
 
 

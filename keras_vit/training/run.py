@@ -164,9 +164,11 @@ def build_optimizer(config):
 
 # -- data ---------------------------------------------------------------------
 
-def train_dataset(config, source, start_batch=0, shard=None):
+def train_dataset(config, source, start_batch=0, shard=None, scaling=None):
     """The micro-batches of the run from `start_batch` on; with `shard`
-    ``(index, count)``, those of input pipeline `index` of `count`.
+    ``(index, count)``, those of input pipeline `index` of `count`; the
+    images scaled as `scaling` says (`pixel_scaling` of the model; None:
+    [-1, 1]).
 
     The data is read as ``config.data_shards`` disjoint parts (one per
     pipeline unless set); each pipeline reads ``data_shards / count`` of
@@ -185,7 +187,7 @@ def train_dataset(config, source, start_batch=0, shard=None):
             source, image_size=config.image_size, batch_size=micro_batch, training=True,
             preprocess=config.preprocess, seed=config.seed, area_range=config.area_range,
             flip=config.flip, randaugment=config.randaugment, mixup=config.mixup,
-            cutmix=config.cutmix, start_batch=start_batch, shard=(part, parts),
+            cutmix=config.cutmix, start_batch=start_batch, shard=(part, parts), **(scaling or {}),
         )
         if config.kind == "masked_patch":
             dataset = masked_patch.masked_patch_dataset(
@@ -195,14 +197,22 @@ def train_dataset(config, source, start_batch=0, shard=None):
     return vit_data.concatenate_shards(streams)
 
 
-def eval_dataset(config, source):
-    """The evaluation `input_pipeline` of a resolved config over `source` (batches of at most 256)."""
+def eval_dataset(config, source, scaling=None):
+    """The evaluation `input_pipeline` of a resolved config over `source`
+    (batches of at most 256), scaled as `scaling` says."""
     from keras_vit import data as vit_data
 
     return vit_data.input_pipeline(
         source, image_size=config.image_size,
-        batch_size=min(config.batch_size, 256), training=False,
+        batch_size=min(config.batch_size, 256), training=False, **(scaling or {}),
     )
+
+
+def pixel_scaling(model):
+    """The input pipelines' arguments for `model`'s recorded pixel scaling
+    (a fine-tuning run from a keras-hub preset with ImageNet's mean and
+    standard deviation trains and evaluates on images so scaled)."""
+    return dict(pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
 
 
 # -- the work directory -------------------------------------------------------
@@ -487,10 +497,10 @@ def build(run):
     dataset = topology.distribute_dataset(
         lambda index, count: train_dataset(config, run.source,
                                            initial_epoch * run.micro_batches_per_epoch,
-                                           shard=(index, count)),
+                                           shard=(index, count), scaling=pixel_scaling(model)),
         config.micro_batch_size,
     )
-    test = eval_dataset(config, run.eval_source)  # its arguments checked before the first write
+    test = eval_dataset(config, run.eval_source, pixel_scaling(model))  # checked before the first write
     prepare_workdir(run.workdir, config, write=topology.is_chief)
     checkpointing = Checkpointing(manager, run.updates_per_epoch, config.accum_steps)
     callbacks = [checkpointing, LearningRateLogger()]
@@ -548,7 +558,7 @@ def finish(run, built, history, seconds, weights):
         results["test_accuracy"] = evaluation.accuracy(model, built.test)
         if config.few_shot:
             results["few_shot"] = evaluation.few_shot_accuracy(
-                model, eval_dataset(config, run.source), built.test,
+                model, eval_dataset(config, run.source, pixel_scaling(model)), built.test,
                 run.source.num_classes, shots=config.few_shot,
             )
     model.save(run.workdir / "model.keras")
