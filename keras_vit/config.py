@@ -62,9 +62,9 @@ class ViTConfig:
     ``pixel_scale`` and ``pixel_offset`` record how the model's input is
     made from pixels in [0, 255]: ``pixels * pixel_scale + pixel_offset``
     (a number, or one per channel). The defaults are the paper's [-1, 1]
-    (``1/127.5``, ``-1``); a keras-hub preset's image converter records its
-    own (ImageNet's mean and standard deviation for its DeiT, DINOv2 and
-    DINOv3 presets). The model takes images so scaled; the recorded values
+    (``1/127.5``, ``-1``); a keras-hub preset's image converter and a
+    Hugging Face folder's ``preprocessor_config.json`` record their own
+    (ImageNet's mean and standard deviation for DeiT, DINOv2 and DINOv3). The model takes images so scaled; the recorded values
     are applied where keras_vit makes images (`keras_vit.data.read_images`
     with ``model=``, ``keras-vit predict``, ``explain``, ``evaluate``, and
     a run's input pipelines, as when fine-tuning from such a model) and

@@ -293,3 +293,35 @@ def test_a_dinov2_file_at_another_size_resamples_with_dinov2s_offset(tmp_path):
                                expected, rtol=0, atol=1e-6)
     bilinear = ViT.from_checkpoint(path, image_size=56, resample_method="bilinear")
     assert not np.allclose(to_numpy(bilinear.get_layer("position_embedding").embeddings), expected)
+
+
+@pytest.mark.backend_independent
+def test_an_image_processors_normalisation_is_recorded_and_written_back(tmp_path):
+    """A Hub folder's preprocessor_config.json (DINOv2's: ImageNet's mean and
+    standard deviation) is recorded as the model's pixel scaling, which
+    transformers' processor computes the same; the Hugging Face writer
+    writes it back."""
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    _, path, _, _, _, _ = make_family("dinov2", tmp_path)
+    transformers.ViTImageProcessor(image_mean=mean, image_std=std,
+                                   size={"height": 28, "width": 28}).save_pretrained(path)
+    model = ViT.from_checkpoint(path)
+    pixels = np.random.default_rng(0).integers(0, 256, (2, 28, 28, 3)).astype("uint8")
+
+    def processed(folder):
+        processor = transformers.ViTImageProcessor.from_pretrained(folder)
+        return processor(images=list(pixels), do_resize=False, return_tensors="np")[
+            "pixel_values"].transpose(0, 2, 3, 1)
+
+    ours = pixels * np.asarray(model.pixel_scale) + np.asarray(model.pixel_offset)
+    np.testing.assert_allclose(ours, processed(path), rtol=0, atol=1e-5)
+    plain = ViT(image_size=28, patch_size=7, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3, pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
+    out = plain.save_checkpoint(tmp_path / "written", format="huggingface")
+    np.testing.assert_allclose(processed(out), ours, rtol=0, atol=1e-5)
+    again = ViT.from_checkpoint(out)
+    np.testing.assert_allclose(again.pixel_scale, model.pixel_scale, rtol=1e-12)
+    np.testing.assert_allclose(again.pixel_offset, model.pixel_offset, rtol=1e-12)
+    paper = ViT.from_checkpoint(plain.with_config(pixel_scale=1 / 127.5, pixel_offset=-1.0)
+                                .save_checkpoint(tmp_path / "paper", format="huggingface"))
+    assert (paper.pixel_scale, paper.pixel_offset) == (1 / 127.5, -1.0)  # mean and std 0.5

@@ -237,13 +237,15 @@ def _folder_as_it_was_on_failure(path):
         raise
 
 
-def _write_folder(path, tensors, config):
-    """``config.json`` and ``model.safetensors`` in `path`, a new folder or
-    an empty one; a failed write leaves the folder as it was."""
+def _write_folder(path, tensors, config, others=None):
+    """``config.json`` and ``model.safetensors`` in `path` (and `others`,
+    file name -> JSON), a new folder or an empty one; a failed write leaves
+    the folder as it was."""
     with _folder_as_it_was_on_failure(path):
         path.mkdir(exist_ok=True)
         _save_safetensors(tensors, path / "model.safetensors")
-        (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        for name, content in {"config.json": config, **(others or {})}.items():
+            (path / name).write_text(json.dumps(content, indent=2) + "\n")
 
 
 def _image_size(config):
@@ -317,7 +319,22 @@ def _write_huggingface(model, path):
     }
     if c.representation_size:
         config.update(pooler_output_size=c.representation_size, pooler_act="tanh")
-    _write_folder(path, writer.tensors, config)
+    _write_folder(path, writer.tensors, config, {"preprocessor_config.json": _image_processor(c)})
+
+
+def _image_processor(c):
+    """A ``ViTImageProcessor``'s ``preprocessor_config.json`` that resizes to
+    the model's size and scales pixels as the model records (``rescale /
+    std`` = ``pixel_scale``, ``-mean / std`` = ``pixel_offset``; the
+    paper's [-1, 1]: mean and std 0.5)."""
+    scale = np.broadcast_to(np.asarray(c.pixel_scale, np.float64), (c.num_channels,))
+    offset = np.broadcast_to(np.asarray(c.pixel_offset, np.float64), (c.num_channels,))
+    std = (1 / 255) / scale
+    height, width = c.image_size
+    return {"image_processor_type": "ViTImageProcessor", "do_resize": True,
+            "size": {"height": height, "width": width}, "resample": 2, "do_rescale": True,
+            "rescale_factor": 1 / 255, "do_normalize": True,
+            "image_mean": [float(v) for v in -offset * std], "image_std": [float(v) for v in std]}
 
 
 # -- timm VisionTransformer --------------------------------------------------------
