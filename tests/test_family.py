@@ -299,8 +299,8 @@ def test_a_dinov2_file_at_another_size_resamples_with_dinov2s_offset(tmp_path):
 def test_an_image_processors_normalisation_is_recorded_and_written_back(tmp_path):
     """A Hub folder's preprocessor_config.json (DINOv2's: ImageNet's mean and
     standard deviation) is recorded as the model's pixel scaling, which
-    transformers' processor computes the same; the Hugging Face writer
-    writes it back."""
+    transformers' processor computes the same; the Hugging Face and timm
+    writers write it back, and their readers read it."""
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
     _, path, _, _, _, _ = make_family("dinov2", tmp_path)
     transformers.ViTImageProcessor(image_mean=mean, image_std=std,
@@ -322,6 +322,14 @@ def test_an_image_processors_normalisation_is_recorded_and_written_back(tmp_path
     again = ViT.from_checkpoint(out)
     np.testing.assert_allclose(again.pixel_scale, model.pixel_scale, rtol=1e-12)
     np.testing.assert_allclose(again.pixel_offset, model.pixel_offset, rtol=1e-12)
-    paper = ViT.from_checkpoint(plain.with_config(pixel_scale=1 / 127.5, pixel_offset=-1.0)
-                                .save_checkpoint(tmp_path / "paper", format="huggingface"))
-    assert (paper.pixel_scale, paper.pixel_offset) == (1 / 127.5, -1.0)  # mean and std 0.5
+    # timm keeps the same normalisation of [0, 1] pixels in its pretrained_cfg
+    timm_out = plain.save_checkpoint(tmp_path / "timm", format="timm")
+    written = json.loads((timm_out / "config.json").read_text())["pretrained_cfg"]
+    np.testing.assert_allclose([written["mean"], written["std"]], [mean, std], rtol=1e-12)
+    from_timm = ViT.from_checkpoint(timm_out)
+    np.testing.assert_allclose(from_timm.pixel_scale, model.pixel_scale, rtol=1e-12)
+    np.testing.assert_allclose(from_timm.pixel_offset, model.pixel_offset, rtol=1e-12)
+    for fmt in ("huggingface", "timm"):  # the paper's [-1, 1] as mean and std 0.5, and back exactly
+        paper = ViT.from_checkpoint(plain.with_config(pixel_scale=1 / 127.5, pixel_offset=-1.0)
+                                    .save_checkpoint(tmp_path / f"paper_{fmt}", format=fmt))
+        assert (paper.pixel_scale, paper.pixel_offset) == (1 / 127.5, -1.0)

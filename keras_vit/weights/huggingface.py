@@ -7,6 +7,7 @@ import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import require
 from keras_vit.weights.torch_layout import TorchReader
@@ -98,7 +99,7 @@ def read_huggingface(directory):
     if names:
         config["class_names"] = names
     reader.finish()
-    config.update(pixel_scaling(directory, config["num_channels"]))
+    config.update(processor_scaling(directory, config["num_channels"]))
     if config.get("position_embedding") == "rope":  # no table: any grid as it is
         return Checkpoint(config, reader.state, source, grid, grid[0] * grid[1])
     patches = reader.state["position_embedding/embeddings"].shape[1] - _prefix_tokens(config)
@@ -111,28 +112,19 @@ def read_huggingface(directory):
     return Checkpoint(config, reader.state, source, grid, patches, resample_method=method)
 
 
-def pixel_scaling(directory, channels):
+def processor_scaling(directory, channels):
     """The image processor's normalisation (``preprocessor_config.json``:
     ``rescale_factor``, ``image_mean``, ``image_std``) as a `ViTConfig`'s
-    ``pixel_scale`` and ``pixel_offset`` (``rescale / std`` and ``-mean /
-    std``: pixels in [0, 255] to the model's input); {} without the file.
-    One value for all channels where they are the same (Google's ViT: 0.5
-    and 0.5, the paper's [-1, 1])."""
+    ``pixel_scale`` and ``pixel_offset`` (`keras_vit.weights.checkpoint.pixel_scaling`);
+    {} without the file."""
     path = pathlib.Path(directory) / "preprocessor_config.json"
     if not path.exists():
         return {}
     processor = read_json(path)
     rescale = float(processor.get("rescale_factor", 1 / 255)) if processor.get("do_rescale", True) else 1.0
-    mean, std = np.zeros(channels), np.ones(channels)
     if processor.get("do_normalize", True) and "image_mean" in processor:
-        mean = np.broadcast_to(np.asarray(processor["image_mean"], np.float64), (channels,))
-        std = np.broadcast_to(np.asarray(processor["image_std"], np.float64), (channels,))
-    scale, offset = rescale / std, -mean / std
-
-    def one_or_each(values):
-        return float(values[0]) if np.all(values == values[0]) else tuple(float(v) for v in values)
-
-    return dict(pixel_scale=one_or_each(scale), pixel_offset=one_or_each(offset))
+        return pixel_scaling(processor["image_mean"], processor["image_std"], channels, rescale)
+    return pixel_scaling(0.0, 1.0, channels, rescale)
 
 
 def _intermediate_size(reader, hf):

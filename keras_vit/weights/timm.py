@@ -7,6 +7,7 @@ import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
 from keras_vit.weights.torch_layout import TorchReader
@@ -225,6 +226,10 @@ def read_timm(path, num_heads=None):
     reader.read_top("pre_logits.fc", "head", config)
     if reader.has("head_dist.weight"):
         reader.linear("head_dist", "head_dist")
+    pretrained_cfg = meta.get("pretrained_cfg") or {}
+    if "mean" in pretrained_cfg and "std" in pretrained_cfg:  # timm's normalisation of [0, 1] pixels
+        config.update(pixel_scaling(pretrained_cfg["mean"], pretrained_cfg["std"],
+                                    config["num_channels"]))
     names = meta.get("label_names")
     if names and len(names) == config.get("num_classes"):
         config["class_names"] = [str(n) for n in names]

@@ -17,6 +17,7 @@ import shutil
 import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.checkpoint import mean_and_std
 from keras_vit.weights.torch_layout import TorchWriter
 from keras_vit.weights.torch_layout import conv_to_torch
 from keras_vit.weights.torch_layout import heads_in_to_torch
@@ -327,14 +328,11 @@ def _image_processor(c):
     the model's size and scales pixels as the model records (``rescale /
     std`` = ``pixel_scale``, ``-mean / std`` = ``pixel_offset``; the
     paper's [-1, 1]: mean and std 0.5)."""
-    scale = np.broadcast_to(np.asarray(c.pixel_scale, np.float64), (c.num_channels,))
-    offset = np.broadcast_to(np.asarray(c.pixel_offset, np.float64), (c.num_channels,))
-    std = (1 / 255) / scale
+    mean, std = mean_and_std(c)
     height, width = c.image_size
     return {"image_processor_type": "ViTImageProcessor", "do_resize": True,
             "size": {"height": height, "width": width}, "resample": 2, "do_rescale": True,
-            "rescale_factor": 1 / 255, "do_normalize": True,
-            "image_mean": [float(v) for v in -offset * std], "image_std": [float(v) for v in std]}
+            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": mean, "image_std": std}
 
 
 # -- timm VisionTransformer --------------------------------------------------------
@@ -437,8 +435,8 @@ def _write_timm(model, path):
         "pretrained_cfg": {
             "input_size": [c.num_channels, *c.image_size],
             "interpolation": "bicubic",
-            "mean": [0.5] * c.num_channels,  # keras_vit's inputs: [-1, 1]
-            "std": [0.5] * c.num_channels,
+            # of pixels in [0, 1]: the model's scaling (the paper's [-1, 1]: 0.5 and 0.5)
+            **dict(zip(("mean", "std"), mean_and_std(c))),
             "crop_pct": 1.0,
             "num_classes": c.num_classes,
             "classifier": "head",
