@@ -121,6 +121,19 @@ def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
             expected = source(torch.from_numpy(images.transpose(0, 3, 1, 2))).pooler_output.numpy()
         at_size = model if size == 32 else ViT.from_checkpoint(tmp_path / "hf", image_size=size)
         np.testing.assert_allclose(to_numpy(at_size(images)), expected, rtol=0, atol=1e-5)
+    # written back as a DINOv3ViTModel that transformers loads with the same numbers
+    out = model.save_checkpoint(tmp_path / "out", format="huggingface")
+    back = transformers.DINOv3ViTModel.from_pretrained(out).eval()
+    with torch.no_grad():
+        for parameter_name, parameter in back.named_parameters():
+            if parameter_name == "embeddings.mask_token":  # pre-training's, not the model's: zero
+                assert not parameter.any()
+                continue
+            np.testing.assert_array_equal(parameter.numpy(), dict(source.named_parameters())[
+                parameter_name].detach().numpy(), err_msg=parameter_name)
+    assert ViT.from_checkpoint(out).config == model.config
+    with pytest.raises(ValueError, match="DINOv3ViTModel gives features"):
+        ViT(model.config.replace(num_classes=3)).save_checkpoint(tmp_path / "head", format="huggingface")
 
 
 def test_huggingface_files_give_transformers_numbers(family):

@@ -22,6 +22,7 @@ from keras_vit.weights.torch_layout import TorchWriter
 from keras_vit.weights.torch_layout import conv_to_torch
 from keras_vit.weights.torch_layout import heads_in_to_torch
 from keras_vit.weights.torch_layout import heads_out_to_torch
+from keras_vit.weights.torch_layout import linear_to_torch
 
 WRITE_FORMATS = ("npz", "huggingface", "timm", "keras_hub")
 
@@ -124,10 +125,11 @@ def _family_options(model, reader, allow=()):
                      "requires", "Write it with format='npz', which has it."),
         "rope": (c.position_embedding == "rope", f"rotary position embeddings "
                  f"(position_embedding='rope', DINOv3's), which {reader} does not have",
-                 "Write it with format='keras_hub' (a DINOV3Backbone), which has them."),
+                 "Write it with format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a "
+                 "DINOV3Backbone), which have them."),
         "key_bias": (not c.key_bias, f"its key projection has no bias (key_bias=False), which "
-                     f"{reader} requires", "Write it with format='keras_hub' (a DINOV3Backbone), "
-                     "which has it."),
+                     f"{reader} requires", "DINOv3's formats have it (with rotary position "
+                     "embeddings); else keep it as a .keras file (`model.save`)."),
     }
     return [check for name, check in checks.items() if name not in allow]
 
@@ -258,6 +260,9 @@ def _image_size(config):
 
 def _write_huggingface(model, path):
     c = model.config
+    if c.position_embedding == "rope":
+        _write_huggingface_dinov3(model, path)
+        return
     _refuse(model, "a Hugging Face ViT", [
         (c.pooling != "token", f"pooling {c.pooling!r}: Hugging Face's ViT classifies the "
          "[class] token", "Write it with format='timm' (gap, map) or 'npz'."),
@@ -323,6 +328,68 @@ def _write_huggingface(model, path):
     _write_folder(path, writer.tensors, config, {"preprocessor_config.json": _image_processor(c)})
 
 
+def _write_huggingface_dinov3(model, path):
+    """A DINOv3 (rotary position embeddings) as transformers' ``DINOv3ViTModel``
+    (``model_type`` ``dinov3_vit``): features, the normalised [class] token."""
+    c = model.config
+    gated = c.mlp_activation == "swiglu"
+    _refuse(model, "a Hugging Face DINOv3ViTModel", [
+        (c.num_classes or c.pooling != "token" or c.representation_size, "DINOv3ViTModel gives "
+         "features (its normalised [class] token) and has no head", "Write it headless "
+         "(`model.with_config(num_classes=0)`), or with format='keras_hub'."),
+        (c.layer_scale_init is None, "it has no LayerScale, which DINOv3ViTModel has always",
+         "Keep it as a .keras file (`model.save`)."),
+        (c.mlp_activation == "quick_gelu" or (not gated and c.gelu_approximate),
+         f"mlp_activation={c.mlp_activation!r}" + ("" if gated else f" with gelu_approximate="
+                                                   f"{c.gelu_approximate}") + ", and DINOv3's MLP "
+         "is exact GELU (or gated SiLU)", "Keep it as a .keras file (`model.save`)."),
+        (c.patch_size[0] != c.patch_size[1], f"its patches are {c.patch_size[0]}x"
+         f"{c.patch_size[1]}, and DINOv3's are square", "Keep it as a .keras file (`model.save`)."),
+        *_family_options(model, "Hugging Face's DINOv3ViTModel", allow=(
+            "num_registers", "layer_scale_init", "mlp_activation", "mlp_bias", "rope", "key_bias")),
+    ])
+    writer = TorchWriter(model_state(model), model.name)
+    writer.put("embeddings.cls_token", "class_token/tokens")
+    writer.tensors["embeddings.mask_token"] = np.zeros((1, 1, c.hidden_dim), np.float32)  # unused
+    if c.num_registers:
+        writer.put("embeddings.register_tokens", "registers/tokens")
+    writer.linear("patch_embedding/projection", "embeddings.patch_embeddings", conv_to_torch)
+    for i in range(c.num_layers):
+        source, key = f"encoder_block_{i}", f"layer.{i}."
+        writer.layer_norm(source + "/norm1", key + "norm1")
+        for name, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
+            writer.linear(f"{source}/attention/{name}", f"{key}attention.{theirs}", heads_in_to_torch)
+        writer.linear(source + "/attention/out", key + "attention.o_proj", heads_out_to_torch)
+        writer.put(key + "layer_scale1.lambda1", source + "/layer_scale_1")
+        writer.layer_norm(source + "/norm2", key + "norm2")
+        if gated:  # fc1 = [gate; up]
+            for part, axis in (("kernel", 1), ("bias", 0)):
+                if writer.has(f"{source}/mlp/fc1/{part}"):
+                    gate, up = np.split(writer.state.pop(f"{source}/mlp/fc1/{part}"), 2, axis)
+                    torch_part = "weight" if part == "kernel" else "bias"
+                    for name, value in (("gate_proj", gate), ("up_proj", up)):
+                        writer.tensors[f"{key}mlp.{name}.{torch_part}"] = (
+                            linear_to_torch(value) if part == "kernel" else value)
+        else:
+            writer.linear(source + "/mlp/fc1", key + "mlp.up_proj")
+        writer.linear(source + "/mlp/fc2", key + "mlp.down_proj")
+        writer.put(key + "layer_scale2.lambda1", source + "/layer_scale_2")
+    writer.layer_norm("encoder_norm", "norm")
+    writer.finish("Hugging Face")
+    config = {
+        "architectures": ["DINOv3ViTModel"], "model_type": "dinov3_vit",
+        "hidden_size": c.hidden_dim, "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads, "intermediate_size": c.mlp_dim,
+        "hidden_act": "silu" if gated else "gelu", "use_gated_mlp": gated,
+        "layer_norm_eps": c.layer_norm_epsilon, "rope_theta": c.rope_theta,
+        "image_size": _image_size(c), "patch_size": c.patch_size[0], "num_channels": c.num_channels,
+        "query_bias": c.qkv_bias, "key_bias": c.qkv_bias and c.key_bias, "value_bias": c.qkv_bias,
+        "proj_bias": True, "mlp_bias": c.mlp_bias, "layerscale_value": c.layer_scale_init,
+        "num_register_tokens": c.num_registers,
+    }
+    _write_folder(path, writer.tensors, config, {"preprocessor_config.json": _image_processor(c)})
+
+
 def _image_processor(c):
     """A ``ViTImageProcessor``'s ``preprocessor_config.json`` that resizes to
     the model's size and scales pixels as the model records (``rescale /
@@ -347,9 +414,10 @@ def _write_timm(model, path):
          "VisionTransformer learns them", "Write it with format='npz'."),
         (c.position_embedding == "rope", "rotary position embeddings (position_embedding='rope', "
          "DINOv3's), which timm keeps in another model class (eva)", "Write it with "
-         "format='keras_hub' (a DINOV3Backbone), which has them."),
+         "format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a DINOV3Backbone)."),
         (not c.key_bias, "its key projection has no bias (key_bias=False), which timm's "
-         "VisionTransformer does not have", "Write it with format='keras_hub' (a DINOV3Backbone)."),
+         "VisionTransformer does not have", "DINOv3's formats have it (with rotary position "
+         "embeddings); else keep it as a .keras file (`model.save`)."),
         (c.representation_size is not None, "it has a pre-logits layer, which timm's "
          "VisionTransformer no longer has", "Write it with format='npz' or 'huggingface'."),
         (c.pooling == "none", "pooling='none' has no timm classifier", "Use another pooling."),
