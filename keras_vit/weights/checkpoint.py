@@ -34,6 +34,19 @@ def mean_and_std(config, rescale=1 / 255):
     return [float(v) for v in -offset * std], [float(v) for v in std]
 
 
+def split_swiglu(state, num_layers):
+    """Every block's SwiGLU ``mlp/fc1`` (``[gate; up]``, kernel and bias) in
+    `state` split into ``mlp/gate`` and ``mlp/up``: the two layers of
+    DINOv3's gated MLP, as its writers store them."""
+    for i in range(num_layers):
+        for part, axis in (("kernel", 1), ("bias", 0)):
+            key = f"encoder_block_{i}/mlp/fc1/{part}"
+            if key in state:
+                gate, up = np.split(state.pop(key), 2, axis)
+                state[f"encoder_block_{i}/mlp/gate/{part}"] = gate
+                state[f"encoder_block_{i}/mlp/up/{part}"] = up
+
+
 @dataclasses.dataclass
 class Checkpoint:
     """A checkpoint translated to keras_vit's names and layouts.

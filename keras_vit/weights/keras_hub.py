@@ -20,6 +20,7 @@ import numpy as np
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import split_swiglu
 from keras_vit.weights.checkpoint import square_grid
 
 BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone", "DINOV3Backbone")
@@ -41,10 +42,14 @@ _LAYOUTS = {
 }
 
 
-def _read_blocks(reader, state, num_layers, block, norms, attention, mlp):
-    """Every encoder block's LayerNorms, attention projections and MLP into
-    `state` (biases where the file has them): the h5 blocks are `block`,
-    `block` + ``_1``, ..."""
+def _read_blocks(reader, state, num_layers, block, norms, attention, mlp, num_heads=None):
+    """Every encoder block's LayerNorms, attention projections, MLP and
+    LayerScales (where the file has them) into `state`, biases where the
+    file has them: the h5 blocks are `block`, `block` + ``_1``, ... An MLP
+    layer given as a tuple of names is their kernels side by side (DINOv3's
+    ``gate_proj`` and ``up_proj``: keras_vit's SwiGLU ``fc1``); with
+    `num_heads`, ``(D, D)`` projections (DINOv3's Dense layers) are reshaped
+    to keras_vit's per-head layout."""
     for i in range(num_layers):
         theirs_block = block + (f"_{i}" if i else "") + "/"
         ours = f"encoder_block_{i}/"
@@ -56,9 +61,22 @@ def _read_blocks(reader, state, num_layers, block, norms, attention, mlp):
                                (attention + "value_dense", "attention/value"),
                                (attention + "output_dense", "attention/out"),
                                (mlp[0], "mlp/fc1"), (mlp[1], "mlp/fc2")):
-            state[ours + target + "/kernel"] = reader.pop(f"{theirs_block}{theirs}/vars/0")
-            if reader.has(f"{theirs_block}{theirs}/vars/1"):
-                state[ours + target + "/bias"] = reader.pop(f"{theirs_block}{theirs}/vars/1")
+            names = [f"{theirs_block}{name}" for name in np.atleast_1d(theirs)]
+            kernel = np.concatenate([reader.pop(f"{name}/vars/0") for name in names], axis=-1)
+            bias = ([reader.pop(f"{name}/vars/1") for name in names]
+                    if reader.has(f"{names[0]}/vars/1") else None)
+            if num_heads and target.startswith("attention"):  # (D, D) Dense kernels
+                out = target == "attention/out"
+                kernel = kernel.reshape((num_heads, -1, kernel.shape[-1]) if out
+                                        else (kernel.shape[0], num_heads, -1))
+                if bias is not None and not out:
+                    bias = [bias[0].reshape(num_heads, -1)]
+            state[ours + target + "/kernel"] = kernel
+            if bias is not None:
+                state[ours + target + "/bias"] = np.concatenate(bias, axis=-1)
+        for j in (1, 2):
+            if reader.has(f"{theirs_block}layer_scale{j}/vars/0"):
+                state[f"{ours}layer_scale_{j}"] = reader.pop(f"{theirs_block}layer_scale{j}/vars/0")
 
 
 def is_keras_hub_preset(folder):
@@ -115,11 +133,15 @@ def read_keras_hub(path):
         raise CheckpointError(
             f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
             f"{', '.join(BACKBONES)} presets.")
-    hub = spec["config"]
-    if name == "DINOV2Backbone":
-        return _read_dinov2(folder, source, hub)
-    if name == "DINOV3Backbone":
-        return _read_dinov3(folder, source, hub)
+    read = {"DINOV2Backbone": _read_dinov2, "DINOV3Backbone": _read_dinov3}.get(name, _read_vit)
+    checkpoint = read(folder, source, spec["config"], name)
+    _read_converter(folder, checkpoint.config)
+    return checkpoint
+
+
+def _read_vit(folder, source, hub, name):
+    """A ``ViTBackbone`` or ``DeiTBackbone`` preset, with its classifier where
+    the folder has one (task.json)."""
     if not hub.get("use_mha_bias", True):
         raise CheckpointError(
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
@@ -162,13 +184,12 @@ def read_keras_hub(path):
     reader.finish()
     if (folder / "task.json").exists():
         _read_classifier(folder, source, config, state)
-    _read_converter(folder, config)
     prefix = int("class_token/tokens" in state) + int(deit)
     patches = state["position_embedding/embeddings"].shape[1] - prefix
     return Checkpoint(config, state, source, square_grid(patches), patches)
 
 
-def _read_dinov2(folder, source, hub):
+def _read_dinov2(folder, source, hub, name):
     """A ``DINOV2Backbone`` preset: DINOv2 (with registers, LayerScale and,
     for giant, SwiGLU). Its position table is the one keras-hub stores
     interpolated to the preset's ``image_shape`` (exactly its numbers
@@ -199,10 +220,6 @@ def _read_dinov2(folder, source, hub):
     block = "layers/dinov2_encoder/layers/dinov2_layer"
     _read_blocks(reader, state, int(hub["num_layers"]), block, ("norm1", "norm2"),
                  "attention/attention/", mlp)
-    for i in range(int(hub["num_layers"])):
-        for j in (1, 2):
-            state[f"encoder_block_{i}/layer_scale_{j}"] = reader.pop(
-                block + (f"_{i}" if i else "") + f"/layer_scale{j}/vars/0")
     state["encoder_norm/gamma"] = reader.pop("layers/layer_normalization/vars/0")
     state["encoder_norm/beta"] = reader.pop("layers/layer_normalization/vars/1")
     reader.finish()
@@ -216,12 +233,11 @@ def _read_dinov2(folder, source, hub):
         dropout_rate=float(hub.get("dropout_rate", 0.0)),
         drop_path_rate=float(hub.get("drop_path_rate", 0.0)),
     )
-    _read_converter(folder, config)
     grid = (int(height) // patch, int(width) // patch)
     return Checkpoint(config, state, source, grid, grid[0] * grid[1], resample_method="dinov2")
 
 
-def _read_dinov3(folder, source, hub):
+def _read_dinov3(folder, source, hub, name):
     """A ``DINOV3Backbone`` preset: DINOv3 (rotary position embeddings,
     registers, LayerScale, per-projection biases, a gated MLP in the
     largest). Nothing depends on the image size: any ``image_size`` reads
@@ -253,31 +269,9 @@ def _read_dinov3(folder, source, hub):
         state["registers/tokens"] = reader.pop(f"{embed}vars/{index + 1}")
     state["patch_embedding/projection/kernel"] = reader.pop(embed + "patch_embeddings/projection/vars/0")
     state["patch_embedding/projection/bias"] = reader.pop(embed + "patch_embeddings/projection/vars/1")
-    for i in range(layers):
-        theirs, ours = "layers/dinov3_encoder/layers/dinov3_layer" + (f"_{i}" if i else "") + "/", \
-            f"encoder_block_{i}/"
-        for norm, target in (("norm1", "norm1"), ("norm2", "norm2")):
-            state[ours + target + "/gamma"] = reader.pop(f"{theirs}{norm}/vars/0")
-            state[ours + target + "/beta"] = reader.pop(f"{theirs}{norm}/vars/1")
-        for name, target in (("query_dense", "query"), ("key_dense", "key"),
-                             ("value_dense", "value"), ("output_dense", "out")):
-            kernel = reader.pop(f"{theirs}attention/{name}/vars/0")
-            out = target == "out"
-            state[f"{ours}attention/{target}/kernel"] = kernel.reshape(
-                (heads, -1, kernel.shape[1]) if out else (kernel.shape[0], heads, -1))
-            if reader.has(f"{theirs}attention/{name}/vars/1"):
-                bias = reader.pop(f"{theirs}attention/{name}/vars/1")
-                state[f"{ours}attention/{target}/bias"] = bias if out else bias.reshape(heads, -1)
-        fc1 = ["gate_proj", "up_proj"] if gated else ["up_proj"]
-        state[ours + "mlp/fc1/kernel"] = np.concatenate(
-            [reader.pop(f"{theirs}mlp/{name}/vars/0") for name in fc1], axis=1)
-        if hub.get("use_mlp_bias", True):
-            state[ours + "mlp/fc1/bias"] = np.concatenate(
-                [reader.pop(f"{theirs}mlp/{name}/vars/1") for name in fc1])
-            state[ours + "mlp/fc2/bias"] = reader.pop(f"{theirs}mlp/down_proj/vars/1")
-        state[ours + "mlp/fc2/kernel"] = reader.pop(f"{theirs}mlp/down_proj/vars/0")
-        for j in (1, 2):
-            state[f"{ours}layer_scale_{j}"] = reader.pop(f"{theirs}layer_scale{j}/vars/0")
+    fc1 = ("mlp/gate_proj", "mlp/up_proj") if gated else "mlp/up_proj"
+    _read_blocks(reader, state, layers, "layers/dinov3_encoder/layers/dinov3_layer",
+                 ("norm1", "norm2"), "attention/", (fc1, "mlp/down_proj"), num_heads=heads)
     state["encoder_norm/gamma"] = reader.pop("layers/layer_normalization/vars/0")
     state["encoder_norm/beta"] = reader.pop("layers/layer_normalization/vars/1")
     reader.finish()
@@ -294,7 +288,6 @@ def _read_dinov3(folder, source, hub):
         attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
         drop_path_rate=float(hub.get("drop_path_rate", 0.0)), data_format="channels_last",
     )
-    _read_converter(folder, config)
     grid = (int(height) // config["patch_size"], int(width) // config["patch_size"])
     return Checkpoint(config, state, source, grid, grid[0] * grid[1])
 
@@ -390,12 +383,8 @@ def write_keras_hub(model, path, ours):
             use_mlp_bias=c.mlp_bias, attention_dropout=c.attention_dropout_rate,
             drop_path_rate=c.drop_path_rate, layer_norm_eps=c.layer_norm_epsilon,
             image_shape=shared["image_shape"], rope_theta=c.rope_theta)
-        if c.mlp_activation == "swiglu":  # fc1 = [gate; up]: keras-hub's two layers
-            for i in range(c.num_layers):
-                for part, axis in (("kernel", 1), ("bias", 0)):
-                    key = f"encoder_block_{i}/mlp/fc1/{part}"
-                    if key in ours:
-                        ours[f"{key}:gate"], ours[f"{key}:up"] = np.split(ours.pop(key), 2, axis)
+        if c.mlp_activation == "swiglu":  # keras-hub's gate_proj and up_proj
+            split_swiglu(ours, c.num_layers)
     elif is_dinov2(c):
         family = "DINOV2"
         swiglu = c.mlp_activation == "swiglu"
@@ -460,7 +449,8 @@ def swiglu_intermediate_dim(mlp_dim):
 
 def _backbone_paths(c, family):
     """(keras-hub backbone variable path, keras_vit variable path) pairs for
-    its ``ViTBackbone``, ``DeiTBackbone`` or ``DINOV2Backbone`` (`family`)."""
+    its ``ViTBackbone``, ``DeiTBackbone``, ``DINOV2Backbone`` or
+    ``DINOV3Backbone`` (`family`)."""
     if family == "DINOV3":
         embed = "embeddings/"
         yield embed + "cls_token", "class_token/tokens"
@@ -468,26 +458,11 @@ def _backbone_paths(c, family):
             yield embed + "register_tokens", "registers/tokens"
         yield embed + "patch_embeddings/projection/kernel", "patch_embedding/projection/kernel"
         yield embed + "patch_embeddings/projection/bias", "patch_embedding/projection/bias"
-        parts = ("kernel", "bias") if c.mlp_bias else ("kernel",)
-        for i in range(c.num_layers):
-            theirs, ours = f"encoder/layers_{i}/", f"encoder_block_{i}/"
-            for norm in ("norm1", "norm2"):
-                yield theirs + norm + "/gamma", ours + norm + "/gamma"
-                yield theirs + norm + "/beta", ours + norm + "/beta"
-            for name, target in (("q_proj", "query"), ("k_proj", "key"), ("v_proj", "value"),
-                                 ("o_proj", "out")):
-                yield f"{theirs}attention/{name}/kernel", f"{ours}attention/{target}/kernel"
-                if target == "out" or (c.qkv_bias and (target != "key" or c.key_bias)):
-                    yield f"{theirs}attention/{name}/bias", f"{ours}attention/{target}/bias"
-            for part in parts:
-                if c.mlp_activation == "swiglu":
-                    yield f"{theirs}mlp/gate_proj/{part}", f"{ours}mlp/fc1/{part}:gate"
-                    yield f"{theirs}mlp/up_proj/{part}", f"{ours}mlp/fc1/{part}:up"
-                else:
-                    yield f"{theirs}mlp/up_proj/{part}", f"{ours}mlp/fc1/{part}"
-                yield f"{theirs}mlp/down_proj/{part}", f"{ours}mlp/fc2/{part}"
-            for j in (1, 2):
-                yield f"{theirs}layer_scale{j}/lambda1", f"{ours}layer_scale_{j}"
+        mlp = ((("mlp/gate_proj", "mlp/gate"), ("mlp/up_proj", "mlp/up"))
+               if c.mlp_activation == "swiglu" else (("mlp/up_proj", "mlp/fc1"),))
+        yield from _block_paths(c, "encoder/layers_{}/", ("norm1", "norm2"), "attention/",
+                                (*mlp, ("mlp/down_proj", "mlp/fc2")),
+                                projections=("q_proj", "k_proj", "v_proj", "o_proj"))
         yield "layernorm/gamma", "encoder_norm/gamma"
         yield "layernorm/beta", "encoder_norm/beta"
         return
@@ -503,10 +478,7 @@ def _backbone_paths(c, family):
         mlp = ("mlp/weights_in", "mlp/weights_out") if c.mlp_activation == "swiglu" else (
             "mlp/fc1", "mlp/fc2")
         yield from _block_paths(c, "encoder/layers_{}/", ("norm1", "norm2"),
-                                "attention/attention/", mlp)
-        for i in range(c.num_layers):
-            for j in (1, 2):
-                yield f"encoder/layers_{i}/layer_scale{j}/lambda1", f"encoder_block_{i}/layer_scale_{j}"
+                                "attention/attention/", zip(mlp, ("mlp/fc1", "mlp/fc2")))
         yield "layernorm/gamma", "encoder_norm/gamma"
         yield "layernorm/beta", "encoder_norm/beta"
         return
@@ -523,26 +495,34 @@ def _backbone_paths(c, family):
     yield embed + ("position_embedding" if deit else "position_embedding/embeddings"), \
         "position_embedding/embeddings"
     mlp = ("mlp/dense", "output_layer/output") if deit else ("mlp/dense_1", "mlp/dense_2")
-    yield from _block_paths(c, encoder + "transformer_block_{}/", ("ln_1", "ln_2"), "mha/", mlp,
-                            first=1)
+    yield from _block_paths(c, encoder + "transformer_block_{}/", ("ln_1", "ln_2"), "mha/",
+                            zip(mlp, ("mlp/fc1", "mlp/fc2")), first=1)
     yield encoder + "ln/gamma", "encoder_norm/gamma"
     yield encoder + "ln/beta", "encoder_norm/beta"
 
 
-def _block_paths(c, block, norms, attention, mlp, first=0):
+def _block_paths(c, block, norms, attention, mlp, first=0,
+                 projections=("query", "key", "value", "attention_output")):
     """The pairs of every encoder block: `block` formatted with the block's
     number (counted from `first`), its two LayerNorms, the attention
-    projections under `attention`, the MLP's two layers `mlp`."""
+    `projections` under `attention` (with the biases the config has), the
+    MLP's layers `mlp` ((theirs, ours) pairs; DINOv3's gated MLP has three),
+    and the LayerScales where the config has them."""
+    mlp = tuple(mlp)
+    targets = ("attention/query", "attention/key", "attention/value", "attention/out")
+    biases = (c.qkv_bias, c.qkv_bias and c.key_bias, c.qkv_bias, True)
     for i in range(c.num_layers):
         theirs_block, ours = block.format(i + first), f"encoder_block_{i}/"
         for theirs, name in zip(norms, ("norm1", "norm2")):
             yield theirs_block + theirs + "/gamma", ours + name + "/gamma"
             yield theirs_block + theirs + "/beta", ours + name + "/beta"
-        for theirs, name in ((attention + "query", "attention/query"),
-                             (attention + "key", "attention/key"),
-                             (attention + "value", "attention/value"),
-                             (attention + "attention_output", "attention/out"),
-                             (mlp[0], "mlp/fc1"), (mlp[1], "mlp/fc2")):
+        layers = [(attention + theirs, name, bias)
+                  for theirs, name, bias in zip(projections, targets, biases)]
+        layers += [(theirs, name, c.mlp_bias) for theirs, name in mlp]
+        for theirs, name, bias in layers:
             yield theirs_block + theirs + "/kernel", ours + name + "/kernel"
-            if name.startswith("attention") or c.mlp_bias:
+            if bias:
                 yield theirs_block + theirs + "/bias", ours + name + "/bias"
+        if c.layer_scale_init is not None:
+            for j in (1, 2):
+                yield f"{theirs_block}layer_scale{j}/lambda1", f"{ours}layer_scale_{j}"

@@ -18,11 +18,11 @@ import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import mean_and_std
+from keras_vit.weights.checkpoint import split_swiglu
 from keras_vit.weights.torch_layout import TorchWriter
 from keras_vit.weights.torch_layout import conv_to_torch
 from keras_vit.weights.torch_layout import heads_in_to_torch
 from keras_vit.weights.torch_layout import heads_out_to_torch
-from keras_vit.weights.torch_layout import linear_to_torch
 
 WRITE_FORMATS = ("npz", "huggingface", "timm", "keras_hub")
 
@@ -348,7 +348,10 @@ def _write_huggingface_dinov3(model, path):
         *_family_options(model, "Hugging Face's DINOv3ViTModel", allow=(
             "num_registers", "layer_scale_init", "mlp_activation", "mlp_bias", "rope", "key_bias")),
     ])
-    writer = TorchWriter(model_state(model), model.name)
+    state = model_state(model)
+    if gated:
+        split_swiglu(state, c.num_layers)
+    writer = TorchWriter(state, model.name)
     writer.put("embeddings.cls_token", "class_token/tokens")
     writer.tensors["embeddings.mask_token"] = np.zeros((1, 1, c.hidden_dim), np.float32)  # unused
     if c.num_registers:
@@ -362,14 +365,9 @@ def _write_huggingface_dinov3(model, path):
         writer.linear(source + "/attention/out", key + "attention.o_proj", heads_out_to_torch)
         writer.put(key + "layer_scale1.lambda1", source + "/layer_scale_1")
         writer.layer_norm(source + "/norm2", key + "norm2")
-        if gated:  # fc1 = [gate; up]
-            for part, axis in (("kernel", 1), ("bias", 0)):
-                if writer.has(f"{source}/mlp/fc1/{part}"):
-                    gate, up = np.split(writer.state.pop(f"{source}/mlp/fc1/{part}"), 2, axis)
-                    torch_part = "weight" if part == "kernel" else "bias"
-                    for name, value in (("gate_proj", gate), ("up_proj", up)):
-                        writer.tensors[f"{key}mlp.{name}.{torch_part}"] = (
-                            linear_to_torch(value) if part == "kernel" else value)
+        if gated:  # fc1 = [gate; up], split by split_swiglu above
+            writer.linear(source + "/mlp/gate", key + "mlp.gate_proj")
+            writer.linear(source + "/mlp/up", key + "mlp.up_proj")
         else:
             writer.linear(source + "/mlp/fc1", key + "mlp.up_proj")
         writer.linear(source + "/mlp/fc2", key + "mlp.down_proj")
