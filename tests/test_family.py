@@ -132,6 +132,13 @@ def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
             np.testing.assert_array_equal(parameter.numpy(), dict(source.named_parameters())[
                 parameter_name].detach().numpy(), err_msg=parameter_name)
     assert ViT.from_checkpoint(out).config == model.config
+    # what keras_vit's DINOv3 does not have is named in the file's words, not read otherwise
+    for change, message in ((dict(query_bias=False), "query_bias=False, value_bias=True"),
+                            (dict(hidden_act="gelu_pytorch_tanh"),
+                             f"hidden_act 'gelu_pytorch_tanh' with use_gated_mlp={gated}")):
+        (out / "config.json").write_text(json.dumps({**config.to_dict(), **change}))
+        with pytest.raises(CheckpointError, match=message):
+            ViT.from_checkpoint(out)
     with pytest.raises(ValueError, match="DINOv3ViTModel gives features"):
         ViT(model.config.replace(num_classes=3)).save_checkpoint(tmp_path / "head", format="huggingface")
 

@@ -151,6 +151,14 @@ def test_a_keras_hub_dinov3_preset_reads_with_its_numbers_at_any_size(tmp_path, 
     out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # written back
     back = keras_hub.models.Backbone.from_preset(str(out))
     assert type(back).__name__ == "DINOV3Backbone"
+    spec = json.loads((out / "config.json").read_text())  # what keras_vit's DINOv3 lacks is named
+    for change, message in ((dict(use_proj_bias=False), "use_proj_bias=False; keras_vit's DINOv3 has "
+                             "an output bias"),
+                            (dict(hidden_activation="relu"),
+                             f"hidden_activation 'relu' with use_gated_mlp={gated}")):
+        (out / "config.json").write_text(json.dumps({**spec, "config": {**spec["config"], **change}}))
+        with pytest.raises(ValueError, match=message):
+            ViT.from_checkpoint(out)
     np.testing.assert_allclose(to_numpy(back.predict(IMAGES, verbose=0))[:, 0], expected, rtol=0,
                                atol=1e-5)
 

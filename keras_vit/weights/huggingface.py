@@ -7,6 +7,7 @@ import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import require
@@ -229,18 +230,11 @@ def _read_dinov3(reader, hf, config):
     """DINOv3: rotary position embeddings (no table), registers, LayerScale,
     a key projection without bias, a gated MLP (SwiGLU) in the largest; the
     features are the normalised [class] token (``pooler_output``)."""
-    qv_bias = bool(hf.get("query_bias", True))
-    if bool(hf.get("value_bias", True)) != qv_bias or not hf.get("proj_bias", True):
-        raise CheckpointError(
-            f"{reader.source}: query_bias={hf.get('query_bias', True)}, value_bias="
-            f"{hf.get('value_bias', True)}, proj_bias={hf.get('proj_bias', True)}; keras_vit's "
-            "DINOv3 has an output bias, and query and value biases both or neither (ViT-7B).")
     gated = bool(hf.get("use_gated_mlp", False))
-    act = hf.get("hidden_act", "gelu")
-    if gated != (act == "silu"):
-        raise CheckpointError(
-            f"{reader.source}: hidden_act {act!r} with use_gated_mlp={gated}; keras_vit has "
-            "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
+    check_dinov3(reader.source, {name: bool(hf.get(name, True))
+                                 for name in ("query_bias", "value_bias", "proj_bias")},
+                 ("use_gated_mlp", gated), ("hidden_act", hf.get("hidden_act", "gelu")))
+    qv_bias = bool(hf.get("query_bias", True))
     embed = "embeddings."
     reader.put("patch_embedding/projection/kernel",
                conv(reader.pop(embed + "patch_embeddings.weight")))

@@ -19,6 +19,7 @@ import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import split_swiglu
 from keras_vit.weights.checkpoint import square_grid
@@ -242,19 +243,11 @@ def _read_dinov3(folder, source, hub, name):
     registers, LayerScale, per-projection biases, a gated MLP in the
     largest). Nothing depends on the image size: any ``image_size`` reads
     it as it is."""
-    qv_bias = bool(hub.get("use_query_bias", True))
-    if bool(hub.get("use_value_bias", True)) != qv_bias or not hub.get("use_proj_bias", True):
-        raise CheckpointError(
-            f"{source}: use_query_bias={hub.get('use_query_bias', True)}, use_value_bias="
-            f"{hub.get('use_value_bias', True)}, use_proj_bias={hub.get('use_proj_bias', True)}; "
-            "keras_vit's DINOv3 has an output bias, and query and value biases both or neither "
-            "(ViT-7B).")
     gated = bool(hub.get("use_gated_mlp", False))
-    act = hub.get("hidden_activation", "gelu")
-    if act != ("silu" if gated else "gelu"):
-        raise CheckpointError(
-            f"{source}: hidden_activation {act!r} with use_gated_mlp={gated}; keras_vit has "
-            "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
+    check_dinov3(source, {name: bool(hub.get(name, True))
+                          for name in ("use_query_bias", "use_value_bias", "use_proj_bias")},
+                 ("use_gated_mlp", gated), ("hidden_activation", hub.get("hidden_activation", "gelu")))
+    qv_bias = bool(hub.get("use_query_bias", True))
     height, width, channels = hub["image_shape"]
     heads, layers = int(hub["num_heads"]), int(hub["num_layers"])
     registers = int(hub.get("num_register_tokens", 0))
