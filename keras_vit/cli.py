@@ -203,6 +203,7 @@ def _explain(args):
 def _evaluate(args):
     from keras_vit import data as vit_data
     from keras_vit.training import evaluation
+    from keras_vit.training.run import pixel_scaling
 
     model = _load_model(args.model, args.image_size)
     if not isinstance(model, ViT):
@@ -212,7 +213,7 @@ def _evaluate(args):
         )
     size = tuple(model.image_size)
     source = vit_data.load_source(args.dataset, args.split, args.data_dir)
-    scaling = dict(pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
+    scaling = pixel_scaling(model)
     test = vit_data.input_pipeline(source, image_size=size, batch_size=args.batch_size,
                                    training=False, **scaling)
     if model.num_classes:

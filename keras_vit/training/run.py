@@ -494,13 +494,14 @@ def build(run):
     topology.prepare(model)
     resumed = manager.restore(model)
     initial_epoch = resumed["epoch"] if resumed else 0
+    scaling = pixel_scaling(model)
     dataset = topology.distribute_dataset(
         lambda index, count: train_dataset(config, run.source,
                                            initial_epoch * run.micro_batches_per_epoch,
-                                           shard=(index, count), scaling=pixel_scaling(model)),
+                                           shard=(index, count), scaling=scaling),
         config.micro_batch_size,
     )
-    test = eval_dataset(config, run.eval_source, pixel_scaling(model))  # checked before the first write
+    test = eval_dataset(config, run.eval_source, scaling)  # checked before the first write
     prepare_workdir(run.workdir, config, write=topology.is_chief)
     checkpointing = Checkpointing(manager, run.updates_per_epoch, config.accum_steps)
     callbacks = [checkpointing, LearningRateLogger()]
