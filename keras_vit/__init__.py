@@ -3,10 +3,14 @@
 from keras_vit import kernels
 from keras_vit import layers
 from keras_vit.config import ViTConfig
+from keras_vit.image_text import ImageTextModel
+from keras_vit.image_text import TextTransformer
 from keras_vit.model import ViT
+from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.presets import presets
 from keras_vit.weights.pretrained import pretrained
 
 __version__ = "0.1.0"
 
-__all__ = ["ViT", "ViTConfig", "kernels", "layers", "presets", "pretrained", "__version__"]
+__all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
+           "layers", "presets", "pretrained", "__version__"]

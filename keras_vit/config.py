@@ -59,6 +59,12 @@ class ViTConfig:
     exactly where the pooling reads it; a value equal to that default is
     stored as None).
 
+    For image-text models (`keras_vit.ImageTextModel`): ``projection_dim``
+    (a linear map of the pooled features to that many, without bias:
+    CLIP's ``visual_projection``; 0, the default, none) and
+    ``normalize_features`` (the features divided by their L2 norm before
+    the head: a zero-shot classifier's, `keras_vit.zero_shot_classifier`).
+
     ``pixel_scale`` and ``pixel_offset`` record how the model's input is
     made from pixels in [0, 255]: ``pixels * pixel_scale + pixel_offset``
     (a number, or one per channel). The defaults are the paper's [-1, 1]
@@ -91,6 +97,8 @@ class ViTConfig:
     num_classes: int = 1000
     pooling: str = "token"
     representation_size: int | None = None
+    projection_dim: int = 0
+    normalize_features: bool = False
     dropout_rate: float = 0.0
     attention_dropout_rate: float = 0.0
     drop_path_rate: float = 0.0
@@ -128,7 +136,7 @@ class ViTConfig:
         put("patch_size", pair(self.patch_size, "patch_size"))
         put("data_format", standardize_data_format(self.data_format))
         for name, lowest in (("num_layers", 1), ("num_heads", 1), ("hidden_dim", 1),
-                             ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0),
+                             ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0), ("projection_dim", 0),
                              ("num_channels", 1)):
             _check_int(name, getattr(self, name), lowest)
         if self.representation_size is not None:
@@ -146,7 +154,7 @@ class ViTConfig:
                 f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
             )
         for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "patch_bias",
-                     "mlp_bias", "distillation", "distillation_head"):
+                     "mlp_bias", "distillation", "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
         if not self.distillation_head and not self.distillation:
@@ -167,6 +175,13 @@ class ViTConfig:
                              "leaves it out. Use class_token=None (or True), or another pooling.")
         if self.class_token == uses_class_token(self.pooling, self.position_embedding):
             put("class_token", None)  # the default, stored one way
+        if (self.projection_dim or self.normalize_features) and (
+                self.pooling == "none" or self.distillation):
+            raise ValueError(
+                "projection_dim and normalize_features act on one pooled feature vector; "
+                f"pooling={self.pooling!r}" + (" with distillation" if self.distillation else "")
+                + " gives " + ("a token sequence" if self.pooling == "none" else "two tokens")
+                + ". Use pooling 'token', 'gap' or 'map' without distillation.")
         if self.fc_norm and self.pooling == "none":
             raise ValueError("fc_norm normalises the pooled features; pooling='none' has none. "
                              "Use fc_norm=False, or another pooling.")
@@ -294,6 +309,9 @@ class ViTConfig:
         if c.representation_size:
             total += d * c.representation_size + c.representation_size
             features = c.representation_size
+        if c.projection_dim:
+            total += features * c.projection_dim
+            features = c.projection_dim
         if c.num_classes:
             total += (features * c.num_classes + c.num_classes) * (1 + c.distills_by_head)
         return total

@@ -45,7 +45,10 @@ class ViTParts:
     ``distillation_*`` / ``head_dist`` layers (DeiT), ``class_token`` (off
     with average or MAP pooling), ``norm_pre`` (CLIP), ``encoder_norm`` (off
     with ``fc_norm``), ``pooling`` (off with ``pooling="none"``),
-    ``pre_logits`` (``representation_size``) and ``head`` (``num_classes=0``).
+    ``pre_logits`` (``representation_size``), ``projection``
+    (``projection_dim``: CLIP's image projection), ``normalize``
+    (``normalize_features``: the L2 norm of a zero-shot classifier) and
+    ``head`` (``num_classes=0``).
     Each layer keeps its name in the functional graph (``patch_embedding``,
     ``encoder_block_{i}``, ...), which the checkpoint mappings use.
     """
@@ -64,6 +67,8 @@ class ViTParts:
     pooling: keras.layers.Layer | None = None
     fc_norm: vit_layers.LayerNormalization | None = None
     pre_logits: keras.layers.Dense | None = None
+    projection: keras.layers.Dense | None = None
+    normalize: keras.layers.UnitNormalization | None = None
     head: keras.layers.Dense | None = None
     distillation_pooling: vit_layers.TokenPooling | None = None
     head_dist: keras.layers.Dense | None = None
@@ -124,6 +129,11 @@ def build_layers(config, dtype=None):
         made["pre_logits"] = keras.layers.Dense(
             c.representation_size, activation="tanh", kernel_initializer="glorot_uniform",
             dtype=dtype, name="pre_logits")
+    if c.projection_dim:  # CLIP's visual_projection
+        made["projection"] = keras.layers.Dense(c.projection_dim, use_bias=False, dtype=dtype,
+                                                name="projection")
+    if c.normalize_features:
+        made["normalize"] = keras.layers.UnitNormalization(dtype=dtype, name="normalize")
     if c.num_classes:
         made["head"] = keras.layers.Dense(
             c.num_classes, kernel_initializer="zeros",
@@ -186,7 +196,7 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
     if record is not None:
         record["encoded"] = x
     tokens = x
-    for layer in (p.pooling, p.fc_norm, p.pre_logits):
+    for layer in (p.pooling, p.fc_norm, p.pre_logits, p.projection, p.normalize):
         if layer is not None:
             x = layer(x)                                      # y
     if record is not None:

@@ -9,7 +9,8 @@ from keras_vit.kernels._platform import upstream_gradient
 from keras_vit.kernels.routes import route
 
 
-def fused_attention(query, key, value, scale, training=None, dropout=None, return_weights=False):
+def fused_attention(query, key, value, scale, training=None, dropout=None, return_weights=False,
+                    causal=False):
     """``softmax(q kᵀ · scale) v`` through the path `routes.route` picks.
 
     `attention_reference` (``keras.ops.dot_product_attention``, or Eq. 5-8
@@ -36,10 +37,16 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
         dropout: a ``keras.layers.Dropout`` on the weights, or None.
         return_weights: bool. Also return the weights ``(batch, heads, Tq,
             Tk)`` (float32).
+        causal: bool. Each query attends to the keys at its position and
+            before (a text tower's causal mask, CLIP's): always
+            `attention_reference`, whose Keras op takes the mask.
 
     Returns:
         ``(batch, Tq, heads, head_dim)``, and the weights if `return_weights`.
     """
+    if causal:
+        return attention_reference(query, key, value, scale, training, dropout, return_weights,
+                                   causal=True)
     path = route("attention", query=query, key=key, training=training, weights=return_weights,
                  dropout=dropout is not None and dropout.rate > 0)
     if path == "padded_cudnn":
@@ -54,15 +61,21 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
     return attention_reference(query, key, value, scale, training, dropout, return_weights)
 
 
-def attention_reference(query, key, value, scale, training=None, dropout=None, return_weights=False):
+def attention_reference(query, key, value, scale, training=None, dropout=None, return_weights=False,
+                        causal=False):
     """`fused_attention` in Keras alone: ``keras.ops.dot_product_attention``;
     with the weights returned or dropped out, Eq. 5-8 written out: the
     logits ``q kᵀ``, their softmax in float32 (under mixed precision too),
-    `dropout` on the weights, then ``weights · v``."""
+    `dropout` on the weights, then ``weights · v``. `causal`: query ``i``
+    attends to keys ``0..i`` only (Keras's ``is_causal``; written out, the
+    later keys' logits are set to -inf before the softmax)."""
     if not return_weights and not (training and dropout is not None and dropout.rate > 0):
-        return ops.dot_product_attention(query, key, value, scale=scale)
-    logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
-    weights = ops.softmax(ops.cast(logits, "float32") * scale, axis=-1)
+        return ops.dot_product_attention(query, key, value, scale=scale, is_causal=causal)
+    logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", query, key), "float32") * scale
+    if causal:
+        allowed = ops.arange(ops.shape(key)[1])[None, :] <= ops.arange(ops.shape(query)[1])[:, None]
+        logits = ops.where(allowed, logits, float("-inf"))
+    weights = ops.softmax(logits, axis=-1)
     dropped = weights if dropout is None else dropout(ops.cast(weights, query.dtype), training=training)
     x = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value)
     return (x, weights) if return_weights else x

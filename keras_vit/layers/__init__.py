@@ -16,6 +16,8 @@ from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
 from keras_vit.layers.rotary_embedding import rope_angles
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.resnet import StandardizedConv2D
+from keras_vit.layers.text import TextEmbedding
+from keras_vit.layers.text import TextPooling
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_encoder import TransformerEncoder
 
@@ -33,6 +35,8 @@ __all__ = [
     "ResNetStem",
     "RotaryPositionEmbedding",
     "StandardizedConv2D",
+    "TextEmbedding",
+    "TextPooling",
     "TokenPooling",
     "TransformerEncoder",
     "resample_position_embeddings",

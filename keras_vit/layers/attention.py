@@ -41,6 +41,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             arguments (``grid_size``, ``num_prefix_tokens``, ``theta``):
             the patch tokens' queries and keys are rotated by their grid
             position after the projections (and `qk_norm`), as DINOv3's.
+        causal: bool. Token ``i`` attends to tokens ``0..i`` only: the
+            causal mask of CLIP's text tower (`keras_vit.TextTransformer`).
 
     Call arguments:
         query: ``(batch, Tq, D)``.
@@ -79,9 +81,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def __init__(
         self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
-        qk_norm=False, norm_epsilon=1e-6, key_bias=True, rope=None, **kwargs,
+        qk_norm=False, norm_epsilon=1e-6, key_bias=True, rope=None, causal=False, **kwargs,
     ):
         super().__init__(**kwargs)
+        self.causal = bool(causal)
         self.key_bias = bool(key_bias)
         self.rope = None if rope is None else dict(rope)
         self.rotary = None if rope is None else RotaryPositionEmbedding(
@@ -151,7 +154,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
         x = kernels.fused_attention(q, k, v, self._head_dim**-0.5, training=training,
-                                    dropout=self.dropout, return_weights=return_attention_scores)
+                                    dropout=self.dropout, return_weights=return_attention_scores,
+                                    causal=self.causal)
         if return_attention_scores:
             x, weights = x
         x = kernels.dense(self.out, x)  # (batch, Tq, D)
@@ -172,5 +176,6 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             norm_epsilon=self.norm_epsilon,
             key_bias=self.key_bias,
             rope=self.rope,
+            causal=self.causal,
         )
         return config

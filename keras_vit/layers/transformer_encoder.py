@@ -39,6 +39,8 @@ class TransformerEncoder(keras.layers.Layer):
             (False: DINOv3's).
         rope: dict or None. Rotary position embeddings of the queries and
             keys (`MultiHeadDotProductAttention`'s ``rope``: DINOv3's).
+        causal: bool. Each token attends to itself and the tokens before it
+            (CLIP's text tower, `keras_vit.TextTransformer`).
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -94,9 +96,11 @@ class TransformerEncoder(keras.layers.Layer):
         mlp_bias=True,
         key_bias=True,
         rope=None,
+        causal=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.causal = bool(causal)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -120,7 +124,7 @@ class TransformerEncoder(keras.layers.Layer):
             self.num_heads, use_bias=self.qkv_bias,
             dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
             norm_epsilon=self.layer_norm_epsilon, key_bias=self.key_bias, rope=self.rope,
-            dtype=policy, name="attention",
+            causal=self.causal, dtype=policy, name="attention",
         )
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=policy, name="dropout"
@@ -204,6 +208,7 @@ class TransformerEncoder(keras.layers.Layer):
             mlp_bias=self.mlp_bias,
             key_bias=self.key_bias,
             rope=self.rope,
+            causal=self.causal,
         )
         return config
 

@@ -1,5 +1,6 @@
 """Hugging Face directories of the ViT family: ViT, DeiT, DINOv2, DINOv3, CLIP and SigLIP."""
 
+import dataclasses
 import pathlib
 import re
 
@@ -326,3 +327,99 @@ _PREFIXES = {"vit": ("vit.",), "deit": ("deit.",), "dinov2": ("dinov2.",),
 _EPSILON = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6,
             "dinov3_vit": 1e-5,
             "clip_vision_model": 1e-5, "siglip_vision_model": 1e-6}
+
+
+# transformers' CLIPTextConfig and SiglipTextConfig defaults, where config.json leaves a key out
+_TEXT_DEFAULTS = {
+    "clip": dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+                 num_attention_heads=8, max_position_embeddings=77, hidden_act="quick_gelu",
+                 layer_norm_eps=1e-5, eos_token_id=49407),
+    "siglip": dict(vocab_size=32000, hidden_size=768, intermediate_size=3072, num_hidden_layers=12,
+                   num_attention_heads=12, max_position_embeddings=64,
+                   hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6),
+}
+
+
+@dataclasses.dataclass
+class TextCheckpoint:
+    """A two-tower folder's text tower in keras_vit's names
+    (`read_huggingface_text`).
+
+    Attributes:
+        config: `keras_vit.TextTransformer`'s arguments.
+        state: variable path -> float32 array.
+        logit_scale: float, the log of the logits' scale.
+        logit_bias: float or None (SigLIP's).
+        source: the folder, for messages.
+        name: ``"clip"`` or ``"siglip"``.
+    """
+
+    config: dict
+    state: dict
+    logit_scale: float
+    logit_bias: float | None
+    source: str
+    name: str
+
+
+def read_huggingface_text(directory):
+    """The text tower, logit scale and bias of a Hugging Face ``CLIPModel``
+    or ``SiglipModel`` folder (``text_model.*``, CLIP's ``text_projection``,
+    ``logit_scale``, SigLIP's ``logit_bias``); the image tower is
+    `read_huggingface`'s. A folder of one tower is refused, naming it."""
+    directory = pathlib.Path(directory)
+    hf = read_json(directory / "config.json")
+    model_type = hf.get("model_type")
+    source = f"Hugging Face checkpoint {directory}"
+    if model_type not in _TEXT_DEFAULTS:
+        tower = {"clip_vision_model": "CLIP's image tower alone (CLIPVisionModel)",
+                 "siglip_vision_model": "SigLIP's image tower alone (SiglipVisionModel)",
+                 "clip_text_model": "CLIP's text tower alone (CLIPTextModel)",
+                 "siglip_text_model": "SigLIP's text tower alone (SiglipTextModel)"}.get(
+                     model_type, f"model_type {model_type!r}, not a two-tower model")
+        raise CheckpointError(
+            f"{source} holds {tower}; an ImageTextModel needs both towers: a CLIPModel or "
+            "SiglipModel folder (config.json's model_type 'clip' or 'siglip')."
+            + (" Read an image tower with keras_vit.ViT.from_checkpoint." if "vision" in str(model_type)
+               else ""))
+    text = {**_TEXT_DEFAULTS[model_type], **hf.get("text_config", {})}
+    act = text["hidden_act"]
+    if act not in _ACTIVATIONS or _ACTIVATIONS[act] not in ("gelu", "gelu_approximate", "quick_gelu"):
+        raise CheckpointError(f"{source}: the text tower's hidden_act {act!r} is not supported; "
+                              f"keras_vit has {sorted(_ACTIVATIONS)}.")
+    weights = directory / "model.safetensors"
+    if not weights.exists():
+        raise CheckpointError(f"{directory} has no model.safetensors (pickled weights are not "
+                              "loaded): re-save it with `model.save_pretrained(directory)`.")
+    tensors = {k: v for k, v in load_safetensors(weights).items()
+               if k.startswith(("text_model.", "text_projection.", "logit_"))}
+    tensors = {k[len("text_model."):] if k.startswith("text_model.") else k: v
+               for k, v in tensors.items()}
+    reader = TorchReader(tensors, source)
+    config = dict(
+        vocab_size=int(text["vocab_size"]), context_length=int(text["max_position_embeddings"]),
+        hidden_dim=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
+        num_heads=int(text["num_attention_heads"]), mlp_dim=int(text["intermediate_size"]),
+        layer_norm_epsilon=float(text["layer_norm_eps"]),
+        mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
+        gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate")
+    reader.put("embedding/token_embedding", reader.pop("embeddings.token_embedding.weight"))
+    reader.put("embedding/position_embedding", reader.pop("embeddings.position_embedding.weight"))
+    _blocks(reader, config, _CLIP_BLOCK)
+    reader.layer_norm("final_layer_norm", "final_norm")
+    if model_type == "clip":  # causal; the end-of-text token; a projection without bias
+        eos = int(text["eos_token_id"])
+        config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos)
+        reader.linear("text_projection", "projection")
+        config.update(projection_dim=int(reader.state["projection/kernel"].shape[1]),
+                      projection_bias=False)
+    else:  # full attention; the last token; the head, with bias
+        config.update(causal=False, pooling="last")
+        reader.linear("head", "projection")
+        config.update(projection_dim=int(reader.state["projection/kernel"].shape[1]),
+                      projection_bias=True)
+    scale = float(np.asarray(reader.pop("logit_scale")).reshape(-1)[0])
+    bias = (float(np.asarray(reader.pop("logit_bias")).reshape(-1)[0])
+            if model_type == "siglip" else None)
+    reader.finish()
+    return TextCheckpoint(config, reader.state, scale, bias, source, model_type)

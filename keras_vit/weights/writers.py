@@ -130,8 +130,22 @@ def _family_options(model, reader, allow=()):
         "key_bias": (not c.key_bias, f"its key projection has no bias (key_bias=False), which "
                      f"{reader} requires", "DINOv3's formats have it (with rotary position "
                      "embeddings); else keep it as a .keras file (`model.save`)."),
+        **_image_text_options(c, reader),
     }
     return [check for name, check in checks.items() if name not in allow]
+
+
+def _image_text_options(c, reader):
+    """The refusals for an image-text model's options (`keras_vit.ImageTextModel`'s
+    image tower, `keras_vit.zero_shot_classifier`), which no format written here has."""
+    return {
+        "projection_dim": (c.projection_dim, f"it has an image projection (projection_dim="
+                           f"{c.projection_dim}, CLIP's), which {reader} has no key for",
+                           "Keep it as a .keras file (`model.save`)."),
+        "normalize_features": (c.normalize_features, f"it normalises its features before the head "
+                               f"(normalize_features, a zero-shot classifier's), which {reader} "
+                               "does not do", "Keep it as a .keras file (`model.save`)."),
+    }
 
 
 # -- vit_jax / big_vision .npz -------------------------------------------------
@@ -406,6 +420,7 @@ def _write_timm(model, path):
     c = model.config
     gated = 2 if c.mlp_activation == "swiglu" else 1  # SwiGLUPacked's fc1 holds both halves
     _refuse(model, "timm", [
+        *_image_text_options(c, "timm's VisionTransformer").values(),
         (c.resnet_block_units is not None, "it is a hybrid (ResNet stem); timm keeps those in "
          "another model class (vision_transformer_hybrid)", "Write it with format='npz'."),
         (c.position_embedding == "sincos2d", "its position embeddings are sin-cos; timm's "

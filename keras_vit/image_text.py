@@ -1,0 +1,301 @@
+"""Two towers, an image `ViT` and a `TextTransformer`, embedded in one space:
+CLIP (Radford et al., "Learning Transferable Visual Models From Natural
+Language Supervision", ICML 2021) and SigLIP (Zhai et al., "Sigmoid Loss
+for Language Image Pre-Training", ICCV 2023).
+
+    u = normalize(image_tower(image))          (image_embeds)
+    v = normalize(text_tower(token_ids))       (text_embeds)
+    logits_per_image = exp(logit_scale) * u vᵀ  (+ logit_bias, SigLIP)
+
+Read from Hugging Face ``CLIPModel`` and ``SiglipModel`` folders with their
+tokenizers (`ImageTextModel.from_checkpoint`); trained with `model.fit` on
+``{"images", "token_ids"}`` batches and `keras_vit.training.losses`'
+``CLIPLoss`` or ``SigLIPLoss``; turned into an ordinary classifier by
+`keras_vit.zero_shot_classifier`.
+"""
+
+import math
+import pathlib
+
+import keras
+from keras import ops
+
+from keras_vit import layers as vit_layers
+from keras_vit.config import is_int
+from keras_vit.model import ViT
+from keras_vit.text_tokenizer import TextTokenizer
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TextTransformer(keras.Model):
+    """A text tower: token ids in, one embedding per text out.
+
+    ``x_0 = E_token[ids] + E_pos``; pre-LN Transformer blocks (Eq. 2-3 of
+    the ViT paper, `keras_vit.layers.TransformerEncoder`), with CLIP's causal
+    mask or SigLIP's full attention; a final LayerNorm; one token pooled
+    (`keras_vit.layers.TextPooling`: CLIP's end-of-text token, SigLIP's last
+    position); a linear projection (CLIP's ``text_projection``, no bias;
+    SigLIP's ``head``, with bias).
+
+    Args:
+        vocab_size: int. The token table's rows.
+        context_length: int. The ids' length T (CLIP 77, SigLIP 64).
+        hidden_dim, num_layers, num_heads, mlp_dim: the Transformer's sizes.
+        projection_dim: int. The embedding's size; 0: no projection.
+        projection_bias: bool. A bias on the projection (SigLIP).
+        causal: bool. Each token attends to itself and those before (CLIP).
+        pooling: ``"eos"``, ``"argmax"`` or ``"last"`` (`TextPooling`).
+        eos_token_id: int. The end-of-text id, for ``pooling="eos"``.
+        layer_norm_epsilon: float.
+        mlp_activation: ``"gelu"`` or ``"quick_gelu"`` (OpenAI's CLIP).
+        gelu_approximate: bool. tanh GELU (SigLIP's ``gelu_pytorch_tanh``).
+        dtype: a dtype policy.
+
+    Input shape: int ``(batch, context_length)``.
+    Output shape: ``(batch, projection_dim)`` (``hidden_dim`` without a projection).
+
+    Layers: ``embedding``, ``encoder_block_{i}``, ``final_norm``,
+    ``pooling``, ``projection``.
+    """
+
+    def __init__(self, vocab_size, context_length=77, hidden_dim=512, num_layers=12, num_heads=8,
+                 mlp_dim=2048, projection_dim=512, projection_bias=False, causal=True,
+                 pooling="eos", eos_token_id=None, layer_norm_epsilon=1e-5,
+                 mlp_activation="quick_gelu", gelu_approximate=False, dtype=None, **kwargs):
+        for name, value, lowest in (("vocab_size", vocab_size, 1), ("context_length", context_length, 1),
+                                    ("hidden_dim", hidden_dim, 1), ("num_layers", num_layers, 1),
+                                    ("num_heads", num_heads, 1), ("mlp_dim", mlp_dim, 1),
+                                    ("projection_dim", projection_dim, 0)):
+            if not is_int(value, lowest):
+                raise ValueError(f"TextTransformer's `{name}` must be an int >= {lowest}, got {value!r}.")
+        if mlp_activation not in ("gelu", "quick_gelu"):
+            raise ValueError(f"TextTransformer's mlp_activation must be 'gelu' or 'quick_gelu', "
+                             f"got {mlp_activation!r}.")
+        self.text_config = dict(
+            vocab_size=int(vocab_size), context_length=int(context_length),
+            hidden_dim=int(hidden_dim), num_layers=int(num_layers), num_heads=int(num_heads),
+            mlp_dim=int(mlp_dim), projection_dim=int(projection_dim),
+            projection_bias=bool(projection_bias), causal=bool(causal), pooling=pooling,
+            eos_token_id=None if eos_token_id is None else int(eos_token_id),
+            layer_norm_epsilon=float(layer_norm_epsilon), mlp_activation=mlp_activation,
+            gelu_approximate=bool(gelu_approximate))
+        c = self.text_config
+        token_ids = keras.Input(shape=(c["context_length"],), dtype="int32", name="token_ids")
+        x = vit_layers.TextEmbedding(c["vocab_size"], c["context_length"], c["hidden_dim"],
+                                     dtype=dtype, name="embedding")(token_ids)
+        for i in range(c["num_layers"]):
+            x = vit_layers.TransformerEncoder(
+                c["num_heads"], c["mlp_dim"], layer_norm_epsilon=c["layer_norm_epsilon"],
+                gelu_approximate=c["gelu_approximate"], mlp_activation=c["mlp_activation"],
+                causal=c["causal"], dtype=dtype, name=f"encoder_block_{i}")(x)
+        x = vit_layers.LayerNormalization(epsilon=c["layer_norm_epsilon"], dtype=dtype,
+                                          name="final_norm")(x)
+        x = vit_layers.TextPooling(c["pooling"], c["eos_token_id"], dtype=dtype,
+                                   name="pooling")(x, token_ids)
+        if c["projection_dim"]:
+            x = keras.layers.Dense(c["projection_dim"], use_bias=c["projection_bias"], dtype=dtype,
+                                   name="projection")(x)
+        kwargs.setdefault("name", "text_transformer")
+        super().__init__(token_ids, x, dtype=dtype, **kwargs)
+        self.dtype_policy = self.get_layer("embedding").dtype_policy
+        self.context_length = c["context_length"]
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "dtype": keras.dtype_policies.serialize(self.dtype_policy), **self.text_config}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+        return cls(**config)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ImageTextModel(keras.Model):
+    """An image tower and a text tower in one embedding space (CLIP, SigLIP).
+
+    Args:
+        image_model: a `keras_vit.ViT` without a classifier head
+            (``num_classes=0``), giving the image embedding: CLIP's with its
+            projection (``projection_dim``), SigLIP's MAP-pooled features.
+        text_model: a `TextTransformer` of the same embedding size.
+        logit_scale: float. The initial log of the logits' scale (CLIP
+            ``log(1 / 0.07)``, SigLIP ``log(10)``).
+        logit_bias: float or None. The initial bias of the logits (SigLIP
+            -10); None: no bias (CLIP).
+        tokenizer: a `keras_vit.TextTokenizer` or None (`tokenize`).
+
+    Call: ``{"images": (B, H, W, C), "token_ids": (B', T)}`` ->
+    ``logits_per_image`` ``(B, B')``, the batch's image-text logits that
+    `keras_vit.training.losses.CLIPLoss` and ``SigLIPLoss`` read. `fit` on
+    such batches without labels pairs image ``i`` with text ``i``
+    (`compute_loss`).
+
+    Example:
+        ```python
+        from keras_vit import ImageTextModel
+
+        model = ImageTextModel.from_checkpoint("clip-vit-base-patch32")   # a CLIPModel folder
+        ids = model.tokenize(["a photo of a cat", "a photo of a dog"])
+        logits = model.similarity(images, ids)                            # (images, 2)
+        ```
+    """
+
+    def __init__(self, image_model, text_model, logit_scale=math.log(1 / 0.07), logit_bias=None,
+                 tokenizer=None, **kwargs):
+        if not isinstance(image_model, ViT) or image_model.num_classes:
+            raise ValueError("ImageTextModel's image_model must be a keras_vit.ViT without a "
+                             f"head (num_classes=0), got {image_model!r}. Make one with "
+                             "`vit.with_config(num_classes=0)`.")
+        if not isinstance(text_model, TextTransformer):
+            raise ValueError(f"ImageTextModel's text_model must be a keras_vit.TextTransformer, "
+                             f"got {text_model!r}.")
+        image_dim, text_dim = image_model.output.shape[-1], text_model.output.shape[-1]
+        if image_dim != text_dim:
+            raise ValueError(f"The towers embed in different sizes: images in {image_dim}, texts "
+                             f"in {text_dim}. Give the image tower projection_dim={text_dim} or "
+                             f"the text tower projection_dim={image_dim}.")
+        kwargs.setdefault("name", "image_text_model")
+        super().__init__(**kwargs)
+        self.image_model = image_model
+        self.text_model = text_model
+        self.tokenizer = tokenizer
+        self.logit_scale_init = float(logit_scale)
+        self.logit_bias_init = None if logit_bias is None else float(logit_bias)
+        self.logit_scale = self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(self.logit_scale_init),
+            name="logit_scale")
+        self.logit_bias = None if logit_bias is None else self.add_weight(
+            shape=(), initializer=keras.initializers.Constant(self.logit_bias_init),
+            name="logit_bias")
+
+    # -- the embeddings --------------------------------------------------------
+
+    def tokenize(self, texts):
+        """`texts` (a string or a list of them) as int32 token ids
+        ``(texts, context_length)``, as the source's processor makes them."""
+        if self.tokenizer is None:
+            raise ValueError(
+                "This model has no tokenizer. Read the model from a folder with its tokenizer "
+                "files, or set one: `model.tokenizer = keras_vit.TextTokenizer(files, "
+                f"context_length={self.text_model.context_length})`.")
+        return self.tokenizer(texts)
+
+    def encode_images(self, images, training=False):
+        """``image_embeds``: the image tower's output, L2-normalised, ``(B, E)``."""
+        return ops.normalize(ops.cast(self.image_model(images, training=training), "float32"),
+                             axis=-1, epsilon=1e-12)
+
+    def encode_text(self, token_ids, training=False):
+        """``text_embeds``: the text tower's output, L2-normalised, ``(B, E)``."""
+        shape = tuple(token_ids.shape)
+        if len(shape) != 2 or shape[1] not in (None, self.text_model.context_length):
+            raise ValueError(
+                f"token_ids must be (texts, {self.text_model.context_length}), got {shape}. "
+                "Make them with `model.tokenize(texts)`.")
+        return ops.normalize(ops.cast(self.text_model(token_ids, training=training), "float32"),
+                             axis=-1, epsilon=1e-12)
+
+    def logits(self, image_embeds, text_embeds):
+        """``exp(logit_scale) · image_embeds text_embedsᵀ (+ logit_bias)``: ``(B, B')``."""
+        logits = ops.matmul(image_embeds, ops.transpose(text_embeds)) * ops.exp(
+            ops.cast(self.logit_scale, "float32"))
+        if self.logit_bias is not None:
+            logits = logits + ops.cast(self.logit_bias, "float32")
+        return logits
+
+    def similarity(self, images, token_ids):
+        """``logits_per_image``: ``(images, texts)``, as the source computes them."""
+        return self.logits(self.encode_images(images), self.encode_text(token_ids))
+
+    def call(self, inputs, training=None):
+        return self.logits(self.encode_images(inputs["images"], training),
+                           self.encode_text(inputs["token_ids"], training))
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape["images"][0], input_shape["token_ids"][0])
+
+    # -- training --------------------------------------------------------------
+
+    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+        """Keras's ``compute_loss``; without labels (``fit`` on
+        ``{"images", "token_ids"}`` alone) image ``i`` matches text ``i``:
+        the labels are the identity, ``(B, B)``."""
+        if y is None and y_pred is not None:
+            y = ops.eye(ops.shape(y_pred)[0], ops.shape(y_pred)[1], dtype="float32")
+        return super().compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                     training=training)
+
+    def lock_image_tower(self, locked=True):
+        """Locked-image tuning (LiT, Zhai et al., CVPR 2022): the image tower
+        frozen, the text tower and the logit scale (and bias) trained. Call
+        `compile` after it, as after any change of ``trainable``."""
+        self.image_model.trainable = not locked
+
+    # -- reading and saving ----------------------------------------------------
+
+    @classmethod
+    def from_checkpoint(cls, path, image_size=None, resample_method=None, **overrides):
+        """A two-tower model from a Hugging Face ``CLIPModel`` or
+        ``SiglipModel`` folder (SigLIP 2's fixed-resolution files too: they
+        are ``siglip`` folders), by path or ``hf://``, with the tokenizer
+        files beside the weights. Another `image_size` resamples the image
+        tower's position embeddings (`keras_vit.ViT.from_checkpoint`);
+        `overrides` go to the image tower (``dtype``, ``dropout_rate``)."""
+        from keras_vit.weights import locate
+        from keras_vit.weights import read_checkpoint
+        from keras_vit.weights.checkpoint import build_model
+        from keras_vit.weights.huggingface import read_huggingface_text
+
+        directory, _ = locate(path)
+        directory = pathlib.Path(directory)
+        if directory.suffix == ".safetensors":
+            directory = directory.parent
+        text = read_huggingface_text(directory)  # refuses a one-tower folder by name
+        checkpoint = read_checkpoint(directory)
+        config, state = checkpoint.config, checkpoint.state
+        if config.get("num_classes"):  # CLIP's visual_projection: the tower's projection
+            config["projection_dim"], config["num_classes"] = config.pop("num_classes"), 0
+            state["projection/kernel"] = state.pop("head/kernel")
+            state.pop("head/bias")
+        image_model = build_model(ViT, checkpoint, image_size, None, resample_method,
+                                  **overrides)
+        dtype = overrides.get("dtype")
+        text_model = TextTransformer(**text.config, dtype=dtype)
+        from keras_vit.weights import assign_weights
+
+        assign_weights(text_model, text.state, text.source)
+        tokenizer = None
+        try:
+            tokenizer = TextTokenizer.from_directory(directory, text.config["context_length"])
+        except ValueError as error:
+            raise ValueError(f"{error} (ImageTextModel reads the tokenizer with the weights.)") from None
+        model = cls(image_model, text_model, logit_scale=text.logit_scale,
+                    logit_bias=text.logit_bias, tokenizer=tokenizer, name=text.name)
+        return model
+
+    def save_assets(self, dir_path):
+        """The tokenizer's files, into the ``.keras`` archive's assets."""
+        if self.tokenizer is not None:
+            self.tokenizer.save(dir_path)
+
+    def load_assets(self, dir_path):
+        """The tokenizer, from the ``.keras`` archive's assets."""
+        files = {p.name: p.read_bytes() for p in pathlib.Path(dir_path).iterdir() if p.is_file()}
+        if files:
+            self.tokenizer = TextTokenizer(files, self.text_model.context_length)
+
+    def get_config(self):
+        return {"name": self.name, "trainable": self.trainable,
+                "image_model": keras.saving.serialize_keras_object(self.image_model),
+                "text_model": keras.saving.serialize_keras_object(self.text_model),
+                "logit_scale": self.logit_scale_init, "logit_bias": self.logit_bias_init}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        for name in ("image_model", "text_model"):
+            config[name] = keras.saving.deserialize_keras_object(config[name])
+        return cls(**config)

@@ -1,0 +1,177 @@
+"""CLIP and SigLIP whole: `keras_vit.ImageTextModel` against transformers'
+``CLIPModel`` and ``SiglipModel`` (small random models, saved with
+tokenizers built here: a byte-level BPE vocabulary and a small SentencePiece
+model), on every backend: token ids equal, embeddings and
+``logits_per_image`` within 1e-5, a ``.keras`` round trip with the same
+numbers; the zero-shot classifier; the contrastive losses against NumPy;
+locked-image tuning."""
+
+import io
+import json
+import shutil
+
+import keras
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+from keras_vit import ImageTextModel
+from keras_vit import TextTokenizer
+from keras_vit import TextTransformer
+from keras_vit import ViT
+from keras_vit.weights import CheckpointError
+
+torch = pytest.importorskip("torch", reason="transformers' models run on PyTorch")
+transformers = pytest.importorskip("transformers", reason="the reference CLIP and SigLIP")
+
+CONTEXT = 16  # the text towers' positions
+CORPUS = ["a photo of a cat", "a photo of a dog", "a photo of the digit three", "itap of a plane",
+          "a bad photo of the small bird", "art of the ship", "it's a origami truck!",
+          "zero one two three four five six seven eight nine"] * 10
+TEXTS = ["A photo of a CAT.", "  the   digit, three!  ", "xyz unknown ünïcode 123",
+         "a photo of a dog " * 10, ""]
+TOWER = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+
+
+def clip_tokenizer(folder):
+    """A byte-level BPE trained on `CORPUS` with CLIP's pipeline, saved by
+    transformers' ``CLIPTokenizer`` (tokenizer.json) with vocab.json and
+    merges.txt beside it, as CLIP's folders have them."""
+    from tokenizers import Regex
+    from tokenizers import Tokenizer
+    from tokenizers import models
+    from tokenizers import normalizers
+    from tokenizers import pre_tokenizers
+    from tokenizers import trainers
+
+    from keras_vit.text_tokenizer import _CLIP_SPLIT
+
+    bpe = Tokenizer(models.BPE(continuing_subword_prefix="", end_of_word_suffix="</w>"))
+    bpe.normalizer = normalizers.Sequence([normalizers.NFC(), normalizers.Lowercase()])
+    bpe.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(_CLIP_SPLIT), behavior="removed", invert=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    bpe.train_from_iterator(CORPUS, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<|startoftext|>", "<|endoftext|>"], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), end_of_word_suffix="</w>"))
+    model = json.loads(bpe.to_str())["model"]
+    merges = [tuple(m) for m in model["merges"]]
+    tokenizer = transformers.CLIPTokenizer(vocab=model["vocab"], merges=merges,
+                                           model_max_length=CONTEXT)
+    tokenizer.save_pretrained(folder)
+    (folder / "vocab.json").write_text(json.dumps(model["vocab"]))
+    (folder / "merges.txt").write_text("#version: 0.2\n" + "\n".join(" ".join(m) for m in merges))
+    return tokenizer
+
+
+def siglip_tokenizer(folder):
+    """A 60-piece SentencePiece model trained on `CORPUS` (``</s>`` = 1 ends
+    and pads), saved by transformers' ``SiglipTokenizer``."""
+    sentencepiece = pytest.importorskip("sentencepiece")
+    proto = io.BytesIO()
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS), model_writer=proto, vocab_size=60, model_type="unigram",
+        pad_id=0, eos_id=1, unk_id=2, bos_id=-1, hard_vocab_limit=False, minloglevel=2)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "source.model").write_bytes(proto.getvalue())
+    tokenizer = transformers.SiglipTokenizer(str(folder / "source.model"), model_max_length=CONTEXT)
+    tokenizer.save_pretrained(folder)
+    (folder / "source.model").unlink()
+    return tokenizer
+
+
+def make_two_towers(kind, folder):
+    """A random `kind` (``"clip"``, ``"siglip"``) two-tower model with its
+    tokenizer, saved in `folder`; what transformers computes on `TEXTS` and
+    two images."""
+    t = transformers
+    tokenizer = (clip_tokenizer if kind == "clip" else siglip_tokenizer)(folder)
+    text = dict(TOWER, vocab_size=len(tokenizer), max_position_embeddings=CONTEXT)
+    vision = dict(TOWER, image_size=32, patch_size=8)
+    if kind == "clip":
+        text.update(eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id,
+                    pad_token_id=tokenizer.pad_token_id)
+        config = t.CLIPConfig(text_config=text, vision_config=vision, projection_dim=12)
+        model_class = t.CLIPModel
+    else:
+        config = t.SiglipConfig(text_config=text, vision_config=vision)
+        model_class = t.SiglipModel
+    torch.manual_seed(0)
+    source = model_class(config)
+    with torch.no_grad():  # every weight random, LayerNorms too; the logit scale and bias as made
+        for name, parameter in source.named_parameters():
+            if not name.startswith("logit_"):
+                parameter.normal_(0.0, 0.2)
+        if kind == "siglip":
+            source.logit_bias.fill_(-1.5)
+    source.eval().save_pretrained(folder)
+    ids = tokenizer(TEXTS, padding="max_length", max_length=CONTEXT, truncation=True)["input_ids"]
+    images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    with torch.no_grad():
+        out = source(input_ids=torch.tensor(ids), pixel_values=torch.from_numpy(
+            images.transpose(0, 3, 1, 2)))
+    expected = {name: getattr(out, name).numpy()
+                for name in ("image_embeds", "text_embeds", "logits_per_image")}
+    return folder, np.asarray(ids), images, expected
+
+
+@pytest.fixture(scope="module", params=["clip", "siglip"])
+def two_towers(request, tmp_path_factory):
+    return (request.param, *make_two_towers(request.param, tmp_path_factory.mktemp(request.param)))
+
+
+def test_two_tower_files_give_transformers_numbers(two_towers, tmp_path):
+    kind, folder, ids, images, expected = two_towers
+    model = ImageTextModel.from_checkpoint(folder)
+    assert model.logit_bias is None if kind == "clip" else model.logit_bias is not None
+    np.testing.assert_array_equal(model.tokenize(TEXTS), ids)
+    numbers = {"image_embeds": model.encode_images(images), "text_embeds": model.encode_text(ids),
+               "logits_per_image": model.similarity(images, ids)}
+    for name, value in numbers.items():
+        np.testing.assert_allclose(to_numpy(value), expected[name], rtol=0, atol=1e-5, err_msg=name)
+    # called as Keras calls it (fit, predict): the batch's logits
+    np.testing.assert_allclose(to_numpy(model({"images": images, "token_ids": ids})),
+                               expected["logits_per_image"], rtol=0, atol=1e-5)
+    # a .keras round trip: the same numbers, the tokenizer's files among the assets
+    model.save(tmp_path / "model.keras")
+    back = keras.saving.load_model(tmp_path / "model.keras")
+    assert isinstance(back, ImageTextModel) and back.tokenizer.kind == model.tokenizer.kind
+    np.testing.assert_array_equal(back.tokenize(TEXTS), ids)
+    np.testing.assert_allclose(to_numpy(back.similarity(images, ids)),
+                               expected["logits_per_image"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.backend_independent
+def test_tokenizers_give_the_source_processors_ids(tmp_path):
+    # CLIP from tokenizer.json, and from vocab.json and merges.txt alone (OpenAI's files)
+    reference = clip_tokenizer(tmp_path / "clip")
+    expected = reference(TEXTS, padding="max_length", max_length=CONTEXT, truncation=True)["input_ids"]
+    tokenizer = TextTokenizer.from_directory(tmp_path / "clip", CONTEXT)
+    assert tokenizer.kind == "tokenizer.json"
+    np.testing.assert_array_equal(tokenizer(TEXTS), expected)
+    (tmp_path / "clip" / "tokenizer.json").unlink()
+    tokenizer = TextTokenizer.from_directory(tmp_path / "clip", CONTEXT)
+    assert tokenizer.kind == "bpe" and tokenizer(TEXTS).dtype == np.int32
+    np.testing.assert_array_equal(tokenizer(TEXTS), expected)
+    assert expected[3][-1] == reference.eos_token_id  # cut to the context, the end-of-text kept
+    # SigLIP's SentencePiece: canonicalised (lowercase, no punctuation), </s>, padded with </s>
+    reference = siglip_tokenizer(tmp_path / "siglip")
+    tokenizer = TextTokenizer.from_directory(tmp_path / "siglip", CONTEXT)
+    assert tokenizer.kind == "sentencepiece"
+    np.testing.assert_array_equal(tokenizer(TEXTS), reference(
+        TEXTS, padding="max_length", max_length=CONTEXT, truncation=True)["input_ids"])
+    np.testing.assert_array_equal(tokenizer("a photo of a cat"), tokenizer(["A photo of a cat!"]))
+    with pytest.raises(ValueError, match="No tokenizer among the files .*spiece.model"):
+        TextTokenizer.from_directory(tmp_path, CONTEXT)
+
+
+@pytest.mark.backend_independent
+def test_a_one_tower_folder_is_refused_naming_its_tower(tmp_path):
+    config = transformers.CLIPVisionConfig(**TOWER, image_size=32, patch_size=8)
+    transformers.CLIPVisionModel(config).save_pretrained(tmp_path / "vision")
+    with pytest.raises(CheckpointError, match=r"holds CLIP's image tower alone \(CLIPVisionModel\); "
+                                              r"an ImageTextModel needs both towers.*ViT.from_checkpoint"):
+        ImageTextModel.from_checkpoint(tmp_path / "vision")
+    with pytest.raises(ValueError, match="must be a keras_vit.ViT without a head"):
+        ImageTextModel(ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
+                           mlp_dim=16, num_classes=3), None)
