@@ -9,8 +9,9 @@ from keras_vit.model import ViT
 from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.presets import presets
 from keras_vit.weights.pretrained import pretrained
+from keras_vit.zero_shot import zero_shot_classifier
 
 __version__ = "0.1.0"
 
 __all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
-           "layers", "presets", "pretrained", "__version__"]
+           "layers", "presets", "pretrained", "zero_shot_classifier", "__version__"]

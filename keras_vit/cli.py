@@ -13,6 +13,7 @@
     keras-vit convert ViT-B_16.npz vit_b16.keras --image-size 384
     keras-vit export runs/digits/model.keras vit.onnx --format onnx
     keras-vit explain runs/digits/model.keras photo.png --out runs/digits/explain
+    keras-vit zero-shot hf://openai/clip-vit-base-patch32 photo.jpg --labels cat,dog,car
 
 Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 """
@@ -178,11 +179,49 @@ def _predict(args):
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
     shifted = np.exp(logits - logits.max(-1, keepdims=True))
-    probabilities = shifted / shifted.sum(-1, keepdims=True)
-    for path, row in zip(args.images, probabilities):
-        top = np.argsort(row)[::-1][: args.top_k]
+    _print_top(args.images, shifted / shifted.sum(-1, keepdims=True), names, args.top_k)
+    return 0
+
+
+def _print_top(paths, probabilities, names, k):
+    import numpy as np
+
+    for path, row in zip(paths, probabilities):
+        top = np.argsort(row)[::-1][:k]
         labels = ", ".join(f"{names[i] if names else i} ({row[i]:.1%})" for i in top)
         print(f"{path}: {labels}")
+
+
+def _zero_shot(args):
+    import keras
+    import numpy as np
+
+    from keras_vit.data import read_images
+    from keras_vit.image_text import ImageTextModel
+    from keras_vit.zero_shot import zero_shot_classifier
+
+    labels = [label.strip() for label in args.labels.split(",") if label.strip()]
+    if not labels:
+        raise ValueError("--labels is empty: give the class names, comma-separated (--labels cat,dog).")
+    if str(args.model).endswith(".keras"):
+        if not pathlib.Path(args.model).exists():
+            raise FileNotFoundError(f"No model at {args.model}.")
+        model = files.load_keras_model(args.model, "")
+        if not isinstance(model, ImageTextModel):
+            raise ValueError(f"{args.model} holds a {type(model).__name__}, not an ImageTextModel "
+                             "(CLIP, SigLIP): zero-shot classification needs a text tower.")
+    else:
+        model = ImageTextModel.from_checkpoint(args.model)
+    classifier = zero_shot_classifier(model, labels, args.templates)
+    images = read_images(args.images, model=classifier)
+    logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,
+                                                           verbose=0)).astype(np.float64)
+    if model.logit_bias is not None:  # SigLIP: each class on its own, a sigmoid
+        probabilities = 1 / (1 + np.exp(-logits))
+    else:  # CLIP: a softmax over the classes
+        shifted = np.exp(logits - logits.max(-1, keepdims=True))
+        probabilities = shifted / shifted.sum(-1, keepdims=True)
+    _print_top(args.images, probabilities, labels, args.top_k)
     return 0
 
 
@@ -324,6 +363,20 @@ def build_parser():
     sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
 
+    sub = commands.add_parser(
+        "zero-shot", help="classify image files into classes named here (CLIP, SigLIP)",
+        description="Zero-shot classification (CLIP's Sec. 3.1.4): each label is put into the "
+        "prompt templates, embedded by the text tower and averaged; each image's top labels are "
+        "printed with CLIP's softmax or SigLIP's sigmoid probabilities.")
+    sub.add_argument("model", help="a Hugging Face CLIPModel or SiglipModel folder (or hf://owner/"
+                     "repo), or a .keras ImageTextModel")
+    sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
+    sub.add_argument("--labels", required=True, help="the class names, comma-separated")
+    sub.add_argument("--templates", choices=("imagenet", "simple"), default="imagenet",
+                     help="the CLIP paper's 80 ImageNet prompts (default) or open_clip's 7")
+    sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
+    sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
                               "optionally the paper's few-shot linear evaluation (Sec. 4.1).")
@@ -378,6 +431,7 @@ def build_parser():
 
 HANDLERS = {"presets": _presets, "pretrained": _pretrained, "configs": _configs, "predict": _predict,
             "evaluate": _evaluate, "convert": _convert, "explain": _explain, "export": _export,
+            "zero-shot": _zero_shot,
             **{command: _run_recipe for command in RECIPES}}
 
 

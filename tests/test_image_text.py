@@ -19,6 +19,9 @@ from keras_vit import ImageTextModel
 from keras_vit import TextTokenizer
 from keras_vit import TextTransformer
 from keras_vit import ViT
+from keras_vit import zero_shot_classifier
+from keras_vit.training import CLIPLoss
+from keras_vit.training import SigLIPLoss
 from keras_vit.weights import CheckpointError
 
 torch = pytest.importorskip("torch", reason="transformers' models run on PyTorch")
@@ -115,9 +118,19 @@ def make_two_towers(kind, folder):
     return folder, np.asarray(ids), images, expected
 
 
+_MADE = {}
+
+
+def towers(kind, tmp_path_factory):
+    """`make_two_towers`' folder and numbers, made once per module."""
+    if kind not in _MADE:
+        _MADE[kind] = (kind, *make_two_towers(kind, tmp_path_factory.mktemp(kind)))
+    return _MADE[kind]
+
+
 @pytest.fixture(scope="module", params=["clip", "siglip"])
 def two_towers(request, tmp_path_factory):
-    return (request.param, *make_two_towers(request.param, tmp_path_factory.mktemp(request.param)))
+    return towers(request.param, tmp_path_factory)
 
 
 def test_two_tower_files_give_transformers_numbers(two_towers, tmp_path):
@@ -175,3 +188,112 @@ def test_a_one_tower_folder_is_refused_naming_its_tower(tmp_path):
     with pytest.raises(ValueError, match="must be a keras_vit.ViT without a head"):
         ImageTextModel(ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
                            mlp_dim=16, num_classes=3), None)
+
+
+LABELS = ["cat", "dog", "bird"]
+PROMPTS = ["a photo of a {}.", "art of the {}."]
+
+
+def test_zero_shot_classifier_is_a_vit_with_the_prompts_top_1(two_towers):
+    kind, folder, ids, images, expected = two_towers
+    model = ImageTextModel.from_checkpoint(folder)
+    classifier = zero_shot_classifier(model, LABELS, templates=PROMPTS)
+    assert isinstance(classifier, ViT) and classifier.class_names == LABELS
+    # the prompts' similarity, averaged by hand: each class's prompts embedded, averaged, normalised
+    texts = model.encode_text(model.tokenize([p.format(c) for c in LABELS for p in PROMPTS]))
+    mean = to_numpy(texts).reshape(len(LABELS), len(PROMPTS), -1).mean(1)
+    mean /= np.linalg.norm(mean, axis=-1, keepdims=True)
+    wanted = to_numpy(model.logits(model.encode_images(images), mean))
+    logits = to_numpy(classifier.predict(images, verbose=0))
+    np.testing.assert_allclose(logits, wanted, rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(logits.argmax(-1), wanted.argmax(-1))
+    with pytest.raises(ValueError, match="one '{}' for the class name"):
+        zero_shot_classifier(model, LABELS, templates=["a photo"])
+    with pytest.raises(ValueError, match=r"Unknown templates 'openai'.*\['imagenet', 'simple'\]"):
+        zero_shot_classifier(model, LABELS, templates="openai")
+
+
+def test_zero_shot_classifier_exports_and_predicts_from_the_command_line(tmp_path_factory, tmp_path,
+                                                                         capsys):
+    from test_keras_features import run_exported
+
+    from keras_vit.cli import main
+
+    kind, folder, ids, images, expected = towers("clip", tmp_path_factory)
+    model = ImageTextModel.from_checkpoint(folder)
+    classifier = zero_shot_classifier(model, LABELS, templates="simple")
+    logits = to_numpy(classifier.predict(images, verbose=0))
+    classifier.export(str(tmp_path / "zero_shot.onnx"), format="onnx", verbose=False)
+    np.testing.assert_allclose(run_exported("onnx", str(tmp_path / "zero_shot.onnx"), images),
+                               logits, rtol=1e-4, atol=1e-4)
+    # keras-vit zero-shot: the same classifier on image files, CLIP's softmax over the labels
+    import tensorflow as tf
+
+    paths = []
+    for i, image in enumerate(np.random.default_rng(3).integers(0, 256, (2, 32, 32, 3), np.uint8)):
+        paths.append(str(tmp_path / f"{i}.png"))
+        tf.io.write_file(paths[-1], tf.io.encode_png(image))
+    assert main(["zero-shot", str(folder), *paths, "--labels", ",".join(LABELS),
+                 "--templates", "simple", "--top-k", "2"]) == 0
+    from keras_vit.data import read_images
+
+    want = to_numpy(classifier.predict(read_images(paths, model=classifier), verbose=0))
+    probabilities = np.exp(want - want.max(-1, keepdims=True))
+    probabilities /= probabilities.sum(-1, keepdims=True)
+    lines = capsys.readouterr().out.strip().splitlines()
+    for path, line, row in zip(paths, lines, probabilities):
+        top = np.argsort(row)[::-1][:2]
+        assert line == f"{path}: " + ", ".join(f"{LABELS[i]} ({row[i]:.1%})" for i in top)
+    with pytest.raises(SystemExit):
+        main(["zero-shot", str(folder), *paths, "--labels", " , "])
+    assert "--labels is empty" in capsys.readouterr().err
+
+
+def numpy_losses(matching, logits):
+    """CLIP's and SigLIP's losses written out in NumPy (float64)."""
+    def log_softmax(x, axis):
+        x = x - x.max(axis, keepdims=True)
+        return x - np.log(np.exp(x).sum(axis, keepdims=True))
+    rows = -(matching / matching.sum(1, keepdims=True) * log_softmax(logits, 1)).sum(1)
+    cols = -(matching / matching.sum(0, keepdims=True) * log_softmax(logits, 0)).sum(0)
+    z = 2 * matching - 1
+    sigmoid = np.log1p(np.exp(-z * logits)).sum(1)  # -log_sigmoid(z * logits), summed over texts
+    return ((rows + cols) / 2).mean(), sigmoid.mean()
+
+
+def test_contrastive_losses_equal_numpy():
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 5, (6, 6)).astype("float32")
+    for matching in (np.eye(6, dtype="float32"),  # paired batches; and two captions of one image
+                     np.eye(6, dtype="float32") + np.eye(6, k=1, dtype="float32") * (np.arange(6) == 2)):
+        clip, siglip = numpy_losses(matching.astype(np.float64), logits.astype(np.float64))
+        np.testing.assert_allclose(float(CLIPLoss()(matching, logits)), clip, rtol=1e-5)
+        np.testing.assert_allclose(float(SigLIPLoss()(matching, logits)), siglip, rtol=1e-5)
+    assert tuple(CLIPLoss(reduction=None)(np.eye(6), logits).shape) == (6,)
+    with pytest.raises(ValueError, match="a matching matrix of the same shape"):
+        SigLIPLoss()(np.eye(4), logits)
+
+
+def tiny_two_towers(logit_bias=-10.0):
+    """A tiny SigLIP-like pair of towers (16-D embeddings), built here."""
+    image = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=0, pooling="gap")
+    text = TextTransformer(vocab_size=20, context_length=8, hidden_dim=16, num_layers=1,
+                           num_heads=2, mlp_dim=32, projection_dim=16, causal=False, pooling="last")
+    return ImageTextModel(image, text, logit_scale=np.log(10.0), logit_bias=logit_bias)
+
+
+def test_locked_image_tuning_changes_only_the_text_tower():
+    model = tiny_two_towers()
+    model.lock_image_tower()
+    model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=SigLIPLoss())
+    rng = np.random.default_rng(0)
+    batch = {"images": rng.uniform(-1, 1, (4, 16, 16, 3)).astype("float32"),
+             "token_ids": rng.integers(0, 20, (4, 8)).astype("int32")}
+    before = {id(v): to_numpy(v).copy() for v in model.weights}
+    model.fit(batch, batch_size=4, epochs=1, verbose=0)  # no labels: image i goes with text i
+    changed = {id(v) for v in model.weights if not np.array_equal(to_numpy(v), before[id(v)])}
+    image, text = ({id(v) for v in tower.weights} for tower in (model.image_model, model.text_model))
+    assert image and not changed & image
+    assert text <= changed  # every text weight took the step, and the logit scale and bias
+    assert {id(model.logit_scale), id(model.logit_bias)} <= changed

@@ -9,6 +9,8 @@ from keras_vit.training.configs import resolve_config
 from keras_vit.training.evaluation import accuracy
 from keras_vit.training.evaluation import few_shot_accuracy
 from keras_vit.training.evaluation import linear_few_shot_accuracy
+from keras_vit.training.losses import CLIPLoss
+from keras_vit.training.losses import SigLIPLoss
 from keras_vit.training.losses import SigmoidCrossEntropy
 from keras_vit.training.losses import SoftmaxCrossEntropy
 from keras_vit.training.losses import sigmoid_cross_entropy
@@ -29,12 +31,14 @@ from keras_vit.training.schedules import learning_rate_schedule
 
 __all__ = [
     "AdamWeightDecay",
+    "CLIPLoss",
     "CONFIGS",
     "DivergenceError",
     "MaskedPatchPredictor",
     "MomentumSGD",
     "RunConfig",
     "RunError",
+    "SigLIPLoss",
     "SigmoidCrossEntropy",
     "SoftmaxCrossEntropy",
     "accuracy",

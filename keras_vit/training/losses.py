@@ -1,7 +1,9 @@
 """The classification losses of the ViT paper's code (Dosovitskiy et al.,
 ICLR 2021): softmax cross-entropy for single-label data (vit_jax fine-tuning,
 ImageNet pre-training) and sigmoid cross-entropy for the multi-label
-ImageNet-21k and JFT pre-training (vision_transformer issue #34).
+ImageNet-21k and JFT pre-training (vision_transformer issue #34); and the
+contrastive losses of image-text models (`CLIPLoss`, `SigLIPLoss`) on a
+batch's ``logits_per_image`` (`keras_vit.ImageTextModel`).
 
 Both are `keras.losses.Loss` subclasses computed in float32 from logits,
 also under a mixed-precision policy, on labels of shape ``(batch, classes)``:
@@ -131,3 +133,71 @@ def softmax_cross_entropy(label_smoothing=0.0, reduction="sum_over_batch_size"):
         ```
     """
     return SoftmaxCrossEntropy(label_smoothing=label_smoothing, reduction=reduction)
+
+
+def _pair_labels(y_true, y_pred, loss_name):
+    """The matching matrix (image ``i`` matches text ``j`` where 1) and the
+    logits, float32, both ``(images, texts)``."""
+    if len(y_pred.shape) != 2 or tuple(y_true.shape) != tuple(y_pred.shape):
+        raise ValueError(
+            f"{loss_name} takes the batch's logits_per_image (images, texts) and a matching "
+            f"matrix of the same shape (1 where image i goes with text j; the identity for "
+            f"paired batches), got labels {tuple(y_true.shape)} and logits {tuple(y_pred.shape)}. "
+            "ImageTextModel.fit without labels pairs image i with text i.")
+    return keras.ops.cast(y_true, "float32"), keras.ops.cast(y_pred, "float32")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class CLIPLoss(keras.losses.Loss):
+    """CLIP's symmetric softmax contrastive loss (Radford et al., 2021, Fig. 3).
+
+    For logits ``L = exp(t) · u vᵀ`` of a batch of B images and B texts,
+    the mean of the image-to-text and text-to-image cross-entropies:
+
+        loss_i = (CE(L[i, :], y[i, :]) + CE(L[:, i], y[:, i])) / 2
+
+    with ``CE(l, y) = -sum(y / sum(y) · log_softmax(l))``: for the
+    identity matching (``fit`` without labels) ``-log_softmax(L)[i, i]``
+    and its column's, as open_clip's ``ClipLoss``.
+
+    Input shape: ``y_true`` (the matching matrix) and ``y_pred``
+    (``logits_per_image``), both ``(B, B)``.
+    Output shape: a scalar, or ``(B,)`` with ``reduction=None``.
+    """
+
+    def __init__(self, reduction="sum_over_batch_size", name="clip_loss"):
+        super().__init__(name=name, reduction=reduction, dtype="float32")
+
+    def call(self, y_true, y_pred):
+        labels, logits = _pair_labels(y_true, y_pred, "CLIPLoss")
+        ops = keras.ops
+        per_image = -ops.sum(labels / ops.sum(labels, axis=1, keepdims=True)
+                             * ops.log_softmax(logits, axis=1), axis=1)
+        per_text = -ops.sum(labels / ops.sum(labels, axis=0, keepdims=True)
+                            * ops.log_softmax(logits, axis=0), axis=0)
+        return (per_image + per_text) / 2
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SigLIPLoss(keras.losses.Loss):
+    """SigLIP's pairwise sigmoid loss (Zhai et al., ICCV 2023, Algorithm 1).
+
+    For logits ``L = exp(t) · u vᵀ + b``, every image-text pair is a binary
+    decision with label ``z = 1`` for a match and ``-1`` otherwise:
+
+        loss_i = -sum_j log_sigmoid(z[i, j] · L[i, j])
+
+    averaged over the B images (big_vision's ``sigmoid`` loss: the sum over
+    texts, the mean over images).
+
+    Input shape: ``y_true`` (the matching matrix, 1 and 0) and ``y_pred``
+    (``logits_per_image``), both ``(B, B')``.
+    Output shape: a scalar, or ``(B,)`` with ``reduction=None``.
+    """
+
+    def __init__(self, reduction="sum_over_batch_size", name="siglip_loss"):
+        super().__init__(name=name, reduction=reduction, dtype="float32")
+
+    def call(self, y_true, y_pred):
+        labels, logits = _pair_labels(y_true, y_pred, "SigLIPLoss")
+        return -keras.ops.sum(keras.ops.log_sigmoid((2.0 * labels - 1.0) * logits), axis=1)
