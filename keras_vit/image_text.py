@@ -170,6 +170,7 @@ class ImageTextModel(keras.Model):
         self.logit_bias = None if logit_bias is None else self.add_weight(
             shape=(), initializer=keras.initializers.Constant(self.logit_bias_init),
             name="logit_bias")
+        self.built = True  # the towers are built, and the two scalars made here
 
     # -- the embeddings --------------------------------------------------------
 

@@ -49,6 +49,10 @@ class TextTokenizer:
 
     Call: a string or a list of strings -> int32 ``(texts, context_length)``.
 
+    Attributes: ``kind`` (``"tokenizer.json"``, ``"bpe"``,
+    ``"sentencepiece"``), ``vocab_size`` (the ids are below it, added
+    tokens included), ``context_length``, ``files``.
+
     Example:
         ```python
         from keras_vit import TextTokenizer
@@ -70,7 +74,7 @@ class TextTokenizer:
                 "tokenizer.json, vocab.json with merges.txt (CLIP), or spiece.model (SigLIP). "
                 "Save the source's tokenizer beside its weights (`processor.save_pretrained`).")
         self.settings = json.loads(self.files[_CONFIG]) if _CONFIG in self.files else {}
-        self._encode = getattr(self, "_make_" + self.kind.replace(".", "_"))()
+        self._encode, self.vocab_size = getattr(self, "_make_" + self.kind.replace(".", "_"))()
 
     @classmethod
     def from_directory(cls, directory, context_length):
@@ -118,7 +122,7 @@ class TextTokenizer:
 
         def encode(texts):
             return [encoding.ids for encoding in tokenizer.encode_batch(texts)]
-        return encode
+        return encode, tokenizer.get_vocab_size(with_added_tokens=True)
 
     def _make_tokenizer_json(self):
         from tokenizers import Tokenizer
@@ -179,7 +183,7 @@ class TextTokenizer:
                 ids = model.encode(text)[:self.context_length - 1] + [eos]
                 rows.append(ids + [pad] * (self.context_length - len(ids)))
             return rows
-        return encode
+        return encode, model.get_piece_size()
 
     # -- in a .keras archive (`keras_vit.ImageTextModel`) ------------------------
 
