@@ -134,12 +134,29 @@ class ImageTextModel(keras.Model):
     (`compute_loss`).
 
     Example:
-        ```python
-        from keras_vit import ImageTextModel
+        A two-tower model built here (read one with `from_checkpoint`: a
+        ``CLIPModel`` or ``SiglipModel`` folder with its tokenizer):
 
-        model = ImageTextModel.from_checkpoint("clip-vit-base-patch32")   # a CLIPModel folder
-        ids = model.tokenize(["a photo of a cat", "a photo of a dog"])
-        logits = model.similarity(images, ids)                            # (images, 2)
+        ```python
+        import numpy as np
+        from keras_vit import ImageTextModel, TextTransformer, ViT, zero_shot_classifier
+        from keras_vit.data.captions import caption_tokenizer
+
+        tokenizer = caption_tokenizer(context_length=8)    # a word-level tokenizer of toy captions
+        image_tower = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16,
+                          mlp_dim=32, num_classes=0, projection_dim=8)
+        text_tower = TextTransformer(vocab_size=tokenizer.vocab_size, context_length=8,
+                                     hidden_dim=16, num_layers=1, num_heads=2, mlp_dim=32,
+                                     projection_dim=8, pooling="eos", eos_token_id=2)
+        model = ImageTextModel(image_tower, text_tower, tokenizer=tokenizer)
+        ids = model.tokenize(["the digit seven.", "a handwritten two."])
+        print(ids)
+        # -> [[ 1 23  7 20  4  2  0  0]
+        # ->  [ 1  5 13 25  4  2  0  0]]
+        images = np.random.default_rng(0).uniform(-1, 1, (3, 16, 16, 3)).astype("float32")
+        print(tuple(model.similarity(images, ids).shape))   # -> (3, 2)
+        classifier = zero_shot_classifier(model, ["seven", "two"], templates=["the digit {}."])
+        print(type(classifier).__name__, classifier.class_names)   # -> ViT ['seven', 'two']
         ```
     """
 

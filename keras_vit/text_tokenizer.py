@@ -54,11 +54,22 @@ class TextTokenizer:
     tokens included), ``context_length``, ``files``.
 
     Example:
-        ```python
-        from keras_vit import TextTokenizer
+        A folder's tokenizer files read back (here the word-level
+        tokenizer of `keras_vit.data.captions`, saved; a CLIP or SigLIP
+        folder is read the same way):
 
-        tokenizer = TextTokenizer.from_directory("clip-vit-base-patch32", context_length=77)
-        ids = tokenizer(["a photo of a cat", "a photo of a dog"])   # (2, 77) int32
+        ```python
+        import os
+        from keras_vit import TextTokenizer
+        from keras_vit.data.captions import caption_tokenizer
+
+        os.makedirs("captions", exist_ok=True)
+        caption_tokenizer().save("captions")
+        tokenizer = TextTokenizer.from_directory("captions", context_length=8)
+        print(tokenizer.kind, tokenizer.vocab_size)              # -> tokenizer.json 28
+        print(tokenizer(["The digit SEVEN.", "a small gray two"]))
+        # -> [[ 1 23  7 20  4  2  0  0]
+        # ->  [ 1  5 22 11 25  2  0  0]]
         ```
     """
 
