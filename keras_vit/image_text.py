@@ -40,7 +40,10 @@ class TextTransformer(keras.Model):
     Args:
         vocab_size: int. The token table's rows.
         context_length: int. The ids' length T (CLIP 77, SigLIP 64).
-        hidden_dim, num_layers, num_heads, mlp_dim: the Transformer's sizes.
+        hidden_dim: int. The width D.
+        num_layers: int. Transformer blocks.
+        num_heads: int. Attention heads.
+        mlp_dim: int. The MLP's hidden size.
         projection_dim: int. The embedding's size; 0: no projection.
         projection_bias: bool. A bias on the projection (SigLIP).
         causal: bool. Each token attends to itself and those before (CLIP).

@@ -179,6 +179,29 @@ def test_tokenizers_give_the_source_processors_ids(tmp_path):
 
 
 @pytest.mark.backend_independent
+def test_released_names_read_both_towers_from_the_hugging_face_cache(tmp_path_factory, tmp_path,
+                                                                      monkeypatch):
+    """`ImageTextModel.from_checkpoint("clip_b32.hf_openai_224")` takes the
+    released name's repository from a Hugging Face cache laid out here
+    (offline), with the tokenizer files the download keeps: CLIP's
+    vocab.json and merges.txt, SigLIP's spiece.model."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    from test_download import write_hf_cache
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    for kind, name, repo in (("clip", "clip_b32.hf_openai_224", "openai/clip-vit-base-patch32"),
+                             ("siglip", "siglip_b16.hf_webli_224", "google/siglip-base-patch16-224")):
+        _, folder, ids, images, expected = towers(kind, tmp_path_factory)
+        files = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != "tokenizer.json"}
+        write_hf_cache(tmp_path / "hub", repo, files, "0123456789abcdef0123456789abcdef01234567")
+        model = ImageTextModel.from_checkpoint(name)
+        np.testing.assert_array_equal(model.tokenize(TEXTS), ids)
+        np.testing.assert_allclose(to_numpy(model.similarity(images, ids)),
+                                   expected["logits_per_image"], rtol=0, atol=1e-5)
+
+
+@pytest.mark.backend_independent
 def test_a_one_tower_folder_is_refused_naming_its_tower(tmp_path):
     config = transformers.CLIPVisionConfig(**TOWER, image_size=32, patch_size=8)
     transformers.CLIPVisionModel(config).save_pretrained(tmp_path / "vision")

@@ -27,7 +27,9 @@ from keras_vit.weights.assign import CheckpointError
 
 CACHE_ENV = "KERAS_VIT_CACHE"
 # What a checkpoint folder needs: the readers' files, never pickles or code.
-CHECKPOINT_PATTERNS = ("*.json", "*.safetensors", "*.npz")
+# the weights and configs, and the tokenizers of two-tower folders (CLIP's
+# merges.txt beside vocab.json, SigLIP's spiece.model; tokenizer.json is a .json)
+CHECKPOINT_PATTERNS = ("*.json", "*.safetensors", "*.npz", "merges.txt", "spiece.model")
 _CHUNK = 1 << 20
 _URL = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]+)://(.+)$")
 
