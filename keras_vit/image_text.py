@@ -24,6 +24,12 @@ from keras_vit import layers as vit_layers
 from keras_vit.config import is_int
 from keras_vit.model import ViT
 from keras_vit.text_tokenizer import TextTokenizer
+from keras_vit.weights import CheckpointError
+from keras_vit.weights import assign_weights
+from keras_vit.weights import locate
+from keras_vit.weights import read_checkpoint
+from keras_vit.weights.checkpoint import build_model
+from keras_vit.weights.huggingface import read_huggingface_text
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -265,15 +271,16 @@ class ImageTextModel(keras.Model):
         files beside the weights. Another `image_size` resamples the image
         tower's position embeddings (`keras_vit.ViT.from_checkpoint`);
         `overrides` go to the image tower (``dtype``, ``dropout_rate``)."""
-        from keras_vit.weights import locate
-        from keras_vit.weights import read_checkpoint
-        from keras_vit.weights.checkpoint import build_model
-        from keras_vit.weights.huggingface import read_huggingface_text
-
         directory, _ = locate(path)
         directory = pathlib.Path(directory)
-        if directory.suffix == ".safetensors":
+        if directory.name == "model.safetensors":
             directory = directory.parent
+        if not (directory / "config.json").is_file():
+            what = f"a {directory.suffix} file" if directory.is_file() else "a folder without config.json"
+            raise CheckpointError(
+                f"{path} is {what}, which holds an image tower at most; ImageTextModel reads a "
+                "Hugging Face CLIPModel or SiglipModel folder (config.json, model.safetensors and "
+                "the tokenizer files). Read an image tower with keras_vit.ViT.from_checkpoint.")
         text = read_huggingface_text(directory)  # refuses a one-tower folder by name
         checkpoint = read_checkpoint(directory)
         config, state = checkpoint.config, checkpoint.state
@@ -285,17 +292,13 @@ class ImageTextModel(keras.Model):
                                   **overrides)
         dtype = overrides.get("dtype")
         text_model = TextTransformer(**text.config, dtype=dtype)
-        from keras_vit.weights import assign_weights
-
         assign_weights(text_model, text.state, text.source)
-        tokenizer = None
         try:
             tokenizer = TextTokenizer.from_directory(directory, text.config["context_length"])
         except ValueError as error:
             raise ValueError(f"{error} (ImageTextModel reads the tokenizer with the weights.)") from None
-        model = cls(image_model, text_model, logit_scale=text.logit_scale,
-                    logit_bias=text.logit_bias, tokenizer=tokenizer, name=text.name)
-        return model
+        return cls(image_model, text_model, logit_scale=text.logit_scale,
+                   logit_bias=text.logit_bias, tokenizer=tokenizer, name=text.name)
 
     def save_assets(self, dir_path):
         """The tokenizer's files, into the ``.keras`` archive's assets."""

@@ -208,6 +208,12 @@ def test_a_one_tower_folder_is_refused_naming_its_tower(tmp_path):
     with pytest.raises(CheckpointError, match=r"holds CLIP's image tower alone \(CLIPVisionModel\); "
                                               r"an ImageTextModel needs both towers.*ViT.from_checkpoint"):
         ImageTextModel.from_checkpoint(tmp_path / "vision")
+    image_only = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
+                     mlp_dim=16, num_classes=3)
+    path = image_only.save_checkpoint(tmp_path / "vit.npz")
+    with pytest.raises(CheckpointError, match=r"is a \.npz file, which holds an image tower at "
+                                              r"most; ImageTextModel reads a Hugging Face CLIPModel"):
+        ImageTextModel.from_checkpoint(path)
     with pytest.raises(ValueError, match="must be a keras_vit.ViT without a head"):
         ImageTextModel(ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
                            mlp_dim=16, num_classes=3), None)

@@ -376,12 +376,13 @@ def read_huggingface_text(directory):
                  "siglip_vision_model": "SigLIP's image tower alone (SiglipVisionModel)",
                  "clip_text_model": "CLIP's text tower alone (CLIPTextModel)",
                  "siglip_text_model": "SigLIP's text tower alone (SiglipTextModel)"}.get(
-                     model_type, f"model_type {model_type!r}, not a two-tower model")
+                     model_type, "a timm checkpoint (an image tower)" if "architecture" in hf
+                     else f"model_type {model_type!r}, not a two-tower model")
         raise CheckpointError(
             f"{source} holds {tower}; an ImageTextModel needs both towers: a CLIPModel or "
             "SiglipModel folder (config.json's model_type 'clip' or 'siglip')."
-            + (" Read an image tower with keras_vit.ViT.from_checkpoint." if "vision" in str(model_type)
-               else ""))
+            + (" Read an image tower with keras_vit.ViT.from_checkpoint."
+               if "vision" in str(model_type) or "architecture" in hf else ""))
     text = {**_TEXT_DEFAULTS[model_type], **hf.get("text_config", {})}
     act = text["hidden_act"]
     if act not in _ACTIVATIONS or _ACTIVATIONS[act] not in ("gelu", "gelu_approximate", "quick_gelu"):
