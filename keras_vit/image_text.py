@@ -21,6 +21,7 @@ import keras
 from keras import ops
 
 from keras_vit import layers as vit_layers
+from keras_vit import variants
 from keras_vit.config import is_int
 from keras_vit.model import ViT
 from keras_vit.text_tokenizer import TextTokenizer
@@ -115,10 +116,7 @@ class TextTransformer(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**variants.with_policy(config))
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

@@ -140,6 +140,16 @@ def projections(model):
     return found
 
 
+def with_policy(config):
+    """A model's `get_config` dict ready for its constructor: the serialized
+    dtype policy (``"dtype"``) deserialized (the ``from_config`` of `ViT`,
+    `MaskedPatchPredictor` and `TextTransformer`)."""
+    config = dict(config)
+    if isinstance(config.get("dtype"), dict):
+        config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
+    return config
+
+
 def dtype_policy_config(model):
     """`model`'s dtype policy, serialized; with quantized layers a
     ``DTypePolicyMap`` of their policies by path (as keras-hub's backbones),

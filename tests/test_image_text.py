@@ -8,7 +8,6 @@ locked-image tuning."""
 
 import io
 import json
-import shutil
 
 import keras
 import numpy as np

@@ -23,6 +23,7 @@ from types import MappingProxyType
 
 import keras
 
+from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import model_config
 from keras_vit.config import pair
@@ -351,10 +352,7 @@ class MaskedPatchPredictor(keras.Model):
 
     @classmethod
     def from_config(cls, config):
-        config = dict(config)
-        if isinstance(config.get("dtype"), dict):
-            config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
-        return cls(**config)
+        return cls(**variants.with_policy(config))
 
 
 def masked_patch_to_vit(model, num_classes, image_size=None, **overrides):
