@@ -25,6 +25,7 @@ import sys
 from keras_vit import files
 from keras_vit.deploy import EXPORT_SUFFIXES
 from keras_vit.model import ViT
+from keras_vit.training.configs import DTYPES
 from keras_vit.training.configs import FLAGS
 from keras_vit.training.configs import SCALE_OUT
 from keras_vit.training.configs import int_at_least
@@ -107,7 +108,7 @@ def _run_recipe(args):
     return 0
 
 
-def _load_model(path, image_size=None, num_classes=None):
+def _load_model(path, image_size=None, num_classes=None, dtype=None):
     if str(path).endswith(".keras"):
         if not pathlib.Path(path).exists():
             raise FileNotFoundError(f"No model at {path}.")
@@ -122,8 +123,20 @@ def _load_model(path, image_size=None, num_classes=None):
         if num_classes is not None and num_classes != model.num_classes:
             # a new, zero-initialised head
             model = model.with_config(skip=("head",), num_classes=num_classes, class_names=None)
+        return at_dtype(model, dtype)
+    return ViT.from_checkpoint(path, image_size=image_size, num_classes=num_classes,
+                               **({"dtype": dtype} if dtype else {}))
+
+
+def at_dtype(model, dtype):
+    """`model` (a ViT) computing under the dtype policy `dtype` (``--dtype``:
+    ``mixed_bfloat16`` computes in bfloat16 with float32 weights); the same
+    model when `dtype` is None or its own."""
+    if dtype is None or model.dtype_policy.name == dtype:
         return model
-    return ViT.from_checkpoint(path, image_size=image_size, num_classes=num_classes)
+    if not isinstance(model, ViT):
+        raise ValueError(f"--dtype applies to a ViT; this model is a {type(model).__name__}.")
+    return model.with_config(dtype=dtype)
 
 
 def _classifier(model, path):
@@ -174,7 +187,7 @@ def _predict(args):
 
     from keras_vit.data import read_images
 
-    model = _classifier(_load_model(args.model), args.model)
+    model = _classifier(_load_model(args.model, dtype=args.dtype), args.model)
     images = read_images(args.images, model=model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
@@ -212,7 +225,7 @@ def _zero_shot(args):
                              "(CLIP, SigLIP): zero-shot classification needs a text tower.")
     else:
         model = ImageTextModel.from_checkpoint(args.model)
-    classifier = zero_shot_classifier(model, labels, args.templates)
+    classifier = at_dtype(zero_shot_classifier(model, labels, args.templates), args.dtype)
     images = read_images(args.images, model=classifier)
     logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,
                                                            verbose=0)).astype(np.float64)
@@ -230,7 +243,7 @@ def _explain(args):
     from keras_vit.explain import write_report
 
     out = files.output_folder(args.out, "--out")
-    model = _load_model(args.model, args.image_size)
+    model = _load_model(args.model, args.image_size, dtype=args.dtype)
     images = read_images(args.images, model=model)
     titles = [pathlib.Path(p).name for p in args.images]
     written = write_report(model, images, out, titles=titles, batch_size=args.batch_size)
@@ -244,7 +257,7 @@ def _evaluate(args):
     from keras_vit.training import evaluation
     from keras_vit.training.run import pixel_scaling
 
-    model = _load_model(args.model, args.image_size)
+    model = _load_model(args.model, args.image_size, dtype=args.dtype)
     if not isinstance(model, ViT):
         raise ValueError(
             f"{args.model} is a {type(model).__name__}, not a ViT: fine-tune it first "
@@ -362,6 +375,9 @@ def build_parser():
     sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
     sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
+                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
+                     "docs/performance.md)")
 
     sub = commands.add_parser(
         "zero-shot", help="classify image files into classes named here (CLIP, SigLIP)",
@@ -376,6 +392,9 @@ def build_parser():
                      help="the CLIP paper's 80 ImageNet prompts (default) or open_clip's 7")
     sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
+                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
+                     "docs/performance.md)")
 
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
@@ -388,6 +407,9 @@ def build_parser():
     sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
     sub.add_argument("--few-shot", type=FLAGS["few_shot"].parse, metavar="K,K", help="e.g. 1,5,10,25")
+    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
+                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
+                     "docs/performance.md)")
 
     sub = commands.add_parser(
         "explain", help="what the model learned, as the paper's pictures (Fig. 6, 7)",
@@ -400,6 +422,9 @@ def build_parser():
     sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
     sub.add_argument("--image-size", type=_positive_int, help="resolution for a checkpoint (default: its own)")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
+                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
+                     "docs/performance.md)")
 
     sub = commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
                               "vit_jax .npz, Hugging Face or timm files",

@@ -70,8 +70,9 @@ def prompt_templates(templates):
 
 
 def class_embeddings(model, class_names, templates="imagenet", batch_size=256):
-    """The classes' zero-shot weights: each class's prompts embedded
-    (`keras_vit.ImageTextModel.encode_text`, normalised), averaged, and
+    """The classes' zero-shot weights: each class's prompts embedded by the
+    text tower (``predict`` in batches of `batch_size`: the 80 ImageNet
+    prompts of 1000 classes are 80,000 texts), normalised, averaged, and
     normalised again (open_clip's ``build_zero_shot_classifier``).
 
     Returns: float32 ``(E, classes)``.
@@ -81,10 +82,9 @@ def class_embeddings(model, class_names, templates="imagenet", batch_size=256):
     if not class_names:
         raise ValueError("class_names is empty: give at least one class name.")
     prompts = [template.format(name) for name in class_names for template in templates]
-    ids = model.tokenize(prompts)
-    embeds = np.concatenate([
-        keras.ops.convert_to_numpy(model.encode_text(ids[i:i + batch_size]))
-        for i in range(0, len(ids), batch_size)]).astype(np.float64)
+    embeds = keras.ops.convert_to_numpy(model.text_model.predict(
+        model.tokenize(prompts), batch_size=batch_size, verbose=0)).astype(np.float64)
+    embeds /= np.linalg.norm(embeds, axis=-1, keepdims=True)
     mean = embeds.reshape(len(class_names), len(templates), -1).mean(axis=1)
     return (mean / np.linalg.norm(mean, axis=-1, keepdims=True)).T.astype(np.float32)
 

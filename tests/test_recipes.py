@@ -209,6 +209,15 @@ def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
     Image.fromarray(np.random.default_rng(0).integers(0, 255, (40, 30, 3), dtype=np.uint8)).save(image)
     out = run(["predict", str(path), str(image), "--top-k", "2"], capsys)
     assert out.startswith(f"{image}: dog (") and "%)" in out
+    # --dtype: the same model computing in bfloat16 (float32 weights), the same top class
+    from keras_vit.cli import at_dtype
+
+    low = at_dtype(model, "mixed_bfloat16")
+    assert low.dtype_policy.name == "mixed_bfloat16" and at_dtype(model, None) is model
+    np.testing.assert_allclose(to_numpy(low(np.zeros((1, 16, 16, 3)))).astype("float32"),
+                               to_numpy(model(np.zeros((1, 16, 16, 3)))), atol=0.1)
+    out = run(["predict", str(path), str(image), "--top-k", "2", "--dtype", "mixed_bfloat16"], capsys)
+    assert out.startswith(f"{image}: dog (") and "%)" in out
 
     out = run(["convert", str(path), str(tmp_path / "big.keras"), "--image-size", "32",
                "--num-classes", "4"], capsys)
