@@ -82,6 +82,28 @@ def siglip_tokenizer(folder):
     return tokenizer
 
 
+def siglip2_tokenizer(folder):
+    """A byte-fallback BPE trained on `CORPUS` as Gemma's, saved by
+    transformers' ``Siglip2Tokenizer`` (tokenizer.json; lowercase, left padding)."""
+    from tokenizers import Tokenizer
+    from tokenizers import models
+    from tokenizers import normalizers
+    from tokenizers import pre_tokenizers
+    from tokenizers import trainers
+
+    bpe = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    bpe.normalizer = normalizers.Replace(" ", "\u2581")
+    bpe.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous")
+    special = ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"] + [f"<0x{i:02X}>" for i in range(256)]
+    bpe.train_from_iterator(CORPUS, trainers.BpeTrainer(vocab_size=400, special_tokens=special,
+                                                        show_progress=False))
+    model = json.loads(bpe.to_str())["model"]
+    tokenizer = transformers.Siglip2Tokenizer(vocab=model["vocab"],
+                                              merges=[tuple(m) for m in model["merges"]])
+    tokenizer.save_pretrained(folder)
+    return transformers.AutoTokenizer.from_pretrained(folder)
+
+
 def make_two_towers(kind, folder):
     """A random `kind` (``"clip"``, ``"siglip"``) two-tower model with its
     tokenizer, saved in `folder`; what transformers computes on `TEXTS` and
@@ -173,6 +195,13 @@ def test_tokenizers_give_the_source_processors_ids(tmp_path):
     np.testing.assert_array_equal(tokenizer(TEXTS), reference(
         TEXTS, padding="max_length", max_length=CONTEXT, truncation=True)["input_ids"])
     np.testing.assert_array_equal(tokenizer("a photo of a cat"), tokenizer(["A photo of a cat!"]))
+    # SigLIP 2's files: a tokenizer.json (Gemma's byte-fallback BPE) that transformers'
+    # Siglip2Tokenizer lowercases and pads on the left
+    reference = siglip2_tokenizer(tmp_path / "siglip2")
+    tokenizer = TextTokenizer.from_directory(tmp_path / "siglip2", CONTEXT)
+    expected = reference(TEXTS, padding="max_length", max_length=CONTEXT, truncation=True)["input_ids"]
+    np.testing.assert_array_equal(tokenizer(TEXTS), expected)
+    assert expected[-1] == [reference.pad_token_id] * CONTEXT and expected[1][0] == reference.pad_token_id
     with pytest.raises(ValueError, match="No tokenizer among the files .*spiece.model"):
         TextTokenizer.from_directory(tmp_path, CONTEXT)
 
