@@ -345,6 +345,20 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for its flags.\n")
 
 
+def _dtype_flag(sub):
+    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
+                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
+                     "docs/performance.md)")
+
+
+def _classify_flags(sub):
+    """The image files and flags of `predict` and `zero-shot`."""
+    sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
+    sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
+    sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    _dtype_flag(sub)
+
+
 def build_parser():
     """The ``argparse`` parser of the ``keras-vit`` command and its subcommands."""
     parser = _Parser(
@@ -372,12 +386,7 @@ def build_parser():
                               description="Print the top-k classes of each image file. The "
                               "images are read, resized and scaled to [-1, 1] for you.")
     sub.add_argument("model", help=MODEL_HELP)
-    sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
-    sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
-    sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
-    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
-                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
-                     "docs/performance.md)")
+    _classify_flags(sub)
 
     sub = commands.add_parser(
         "zero-shot", help="classify image files into classes named here (CLIP, SigLIP)",
@@ -386,15 +395,10 @@ def build_parser():
         "printed with CLIP's softmax or SigLIP's sigmoid probabilities.")
     sub.add_argument("model", help="a Hugging Face CLIPModel or SiglipModel folder (or hf://owner/"
                      "repo), or a .keras ImageTextModel")
-    sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
     sub.add_argument("--labels", required=True, help="the class names, comma-separated")
     sub.add_argument("--templates", choices=("imagenet", "simple"), default="imagenet",
                      help="the CLIP paper's 80 ImageNet prompts (default) or open_clip's 7")
-    sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
-    sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
-    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
-                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
-                     "docs/performance.md)")
+    _classify_flags(sub)
 
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
@@ -407,9 +411,7 @@ def build_parser():
     sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
     sub.add_argument("--few-shot", type=FLAGS["few_shot"].parse, metavar="K,K", help="e.g. 1,5,10,25")
-    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
-                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
-                     "docs/performance.md)")
+    _dtype_flag(sub)
 
     sub = commands.add_parser(
         "explain", help="what the model learned, as the paper's pictures (Fig. 6, 7)",
@@ -422,9 +424,7 @@ def build_parser():
     sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
     sub.add_argument("--image-size", type=_positive_int, help="resolution for a checkpoint (default: its own)")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
-    sub.add_argument("--dtype", choices=DTYPES, help="the dtype policy to compute in (default: "
-                     "the model's own; mixed_bfloat16 is faster where the CPU has bfloat16 units, "
-                     "docs/performance.md)")
+    _dtype_flag(sub)
 
     sub = commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
                               "vit_jax .npz, Hugging Face or timm files",
