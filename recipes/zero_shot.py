@@ -3,7 +3,8 @@ captioned digits (CLIP, Radford et al. 2021; SigLIP, Zhai et al. 2023; LiT,
 Zhai et al. 2022).
 
 1. Trains a small two-tower model from scratch (`keras_vit.ImageTextModel`:
-   the demo's ViT with CLIP's image projection, and a causal text tower) on
+   two blocks of the demo's ViT with CLIP's image projection, and a
+   one-block causal text tower) on
    the 1437 training digits, each with one caption ("a handwritten seven."),
    with CLIP's softmax contrastive loss and `model.fit`.
 2. Classifies the 360 held-out digits zero-shot before and after: the ten
@@ -38,15 +39,15 @@ from keras_vit.training import CLIPLoss
 from keras_vit.training import SigLIPLoss
 from keras_vit.training import learning_rate_schedule
 
-# The demo's ViT (the `digits` config's code: 4 blocks of D 64, patch 4) at 16 px, no head.
-IMAGE_TOWER = dict(image_size=16, patch_size=4, num_layers=4, num_heads=4, hidden_dim=64,
+# The demo's ViT (the `digits` config's code: D 64, patch 4) at 16 px with 2 of its 4 blocks, no head.
+IMAGE_TOWER = dict(image_size=16, patch_size=4, num_layers=2, num_heads=4, hidden_dim=64,
                    mlp_dim=128, num_classes=0, projection_dim=64)
 
 
 def text_tower(tokenizer, causal=True):
-    """A two-block text tower of width 64 over the caption vocabulary."""
+    """A one-block text tower of width 64 over the caption vocabulary."""
     return TextTransformer(vocab_size=tokenizer.vocab_size, context_length=tokenizer.context_length,
-                           hidden_dim=64, num_layers=2, num_heads=4, mlp_dim=128,
+                           hidden_dim=64, num_layers=1, num_heads=4, mlp_dim=128,
                            projection_dim=64, causal=causal, pooling="eos", eos_token_id=2,
                            mlp_activation="gelu")
 
