@@ -173,6 +173,10 @@ class ImageTextModel(keras.Model):
             raise ValueError("ImageTextModel's image_model must be a keras_vit.ViT without a "
                              f"head (num_classes=0), got {image_model!r}. Make one with "
                              "`vit.with_config(num_classes=0)`.")
+        if image_model.pooling == "none":
+            raise ValueError("ImageTextModel's image_model gives the token sequence "
+                             "(pooling='none'); an image embedding is one vector per image. Use "
+                             "pooling 'token', 'gap' or 'map'.")
         if not isinstance(text_model, TextTransformer):
             raise ValueError(f"ImageTextModel's text_model must be a keras_vit.TextTransformer, "
                              f"got {text_model!r}.")

@@ -242,6 +242,10 @@ def test_a_one_tower_folder_is_refused_naming_its_tower(tmp_path):
     with pytest.raises(CheckpointError, match=r"is a \.npz file, which holds an image tower at "
                                               r"most; ImageTextModel reads a Hugging Face CLIPModel"):
         ImageTextModel.from_checkpoint(path)
+    tokens = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                 num_classes=0, pooling="none")
+    with pytest.raises(ValueError, match=r"gives the token sequence \(pooling='none'\)"):
+        ImageTextModel(tokens, None)
     with pytest.raises(ValueError, match="must be a keras_vit.ViT without a head"):
         ImageTextModel(ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
                            mlp_dim=16, num_classes=3), None)
