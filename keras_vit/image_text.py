@@ -28,9 +28,8 @@ from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.weights import CheckpointError
 from keras_vit.weights import assign_weights
 from keras_vit.weights import locate
-from keras_vit.weights import read_checkpoint
 from keras_vit.weights.checkpoint import build_model
-from keras_vit.weights.huggingface import read_huggingface_text
+from keras_vit.weights.huggingface import read_image_text
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -283,8 +282,7 @@ class ImageTextModel(keras.Model):
                 f"{path} is {what}, which holds an image tower at most; ImageTextModel reads a "
                 "Hugging Face CLIPModel or SiglipModel folder (config.json, model.safetensors and "
                 "the tokenizer files). Read an image tower with keras_vit.ViT.from_checkpoint.")
-        text = read_huggingface_text(directory)  # refuses a one-tower folder by name
-        checkpoint = read_checkpoint(directory)
+        checkpoint, text = read_image_text(directory)  # a one-tower folder refused by name
         config, state = checkpoint.config, checkpoint.state
         if config.get("num_classes"):  # CLIP's visual_projection: the tower's projection
             config["projection_dim"], config["num_classes"] = config.pop("num_classes"), 0

@@ -36,14 +36,16 @@ def class_names(id2label, num_classes):
     return [str(n) for n in names]
 
 
-def read_huggingface(directory):
+def read_huggingface(directory, tensors=None):
     """Reads a directory saved by ``save_pretrained`` of a Hugging Face
     ViT (``ViTModel``, ``ViTForImageClassification``), DeiT
     (``DeiTForImageClassificationWithTeacher``), DINOv2 (``Dinov2Model``,
     ``Dinov2WithRegistersModel``), DINOv3 (``DINOv3ViTModel``), CLIP (``CLIPVisionModel``,
     ``CLIPVisionModelWithProjection``, or a whole ``CLIPModel``'s image
     tower) or SigLIP (``SiglipVisionModel``, or a ``SiglipModel``'s image
-    tower) model; a model type or key it does not know is refused by name."""
+    tower) model; a model type or key it does not know is refused by name.
+    `tensors`: its ``model.safetensors``, when already read
+    (`read_image_text`)."""
     directory = pathlib.Path(directory)
     if directory.suffix == ".safetensors":  # its model.safetensors: the folder
         directory = directory.parent
@@ -66,14 +68,7 @@ def read_huggingface(directory):
         raise CheckpointError(
             f"{source}: hidden_act {act!r} is not supported; keras_vit has {sorted(_ACTIVATIONS)}."
         )
-    weights = directory / "model.safetensors"
-    if not weights.exists():
-        raise CheckpointError(
-            f"{directory} has no model.safetensors. Pickled weights "
-            "(pytorch_model.bin) are not loaded for safety: re-save the model "
-            "with `model.save_pretrained(directory, safe_serialization=True)`."
-        )
-    tensors = load_safetensors(weights)
+    tensors = load_weights(directory) if tensors is None else tensors
     for prefix in _PREFIXES[model_type]:
         if any(k.startswith(prefix) for k in tensors):
             tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
@@ -112,6 +107,19 @@ def read_huggingface(directory):
         )
     method = "dinov2" if model_type.startswith("dinov2") else "bilinear"
     return Checkpoint(config, reader.state, source, grid, patches, resample_method=method)
+
+
+def load_weights(directory):
+    """Every tensor of the folder's ``model.safetensors`` (float32 arrays);
+    a folder without one is refused, pickles never read."""
+    weights = pathlib.Path(directory) / "model.safetensors"
+    if not weights.exists():
+        raise CheckpointError(
+            f"{directory} has no model.safetensors. Pickled weights "
+            "(pytorch_model.bin) are not loaded for safety: re-save the model "
+            "with `model.save_pretrained(directory, safe_serialization=True)`."
+        )
+    return load_safetensors(weights)
 
 
 def processor_scaling(directory, channels):
@@ -362,15 +370,22 @@ class TextCheckpoint:
     name: str
 
 
-def read_huggingface_text(directory):
-    """The text tower, logit scale and bias of a Hugging Face ``CLIPModel``
-    or ``SiglipModel`` folder (``text_model.*``, CLIP's ``text_projection``,
-    ``logit_scale``, SigLIP's ``logit_bias``); the image tower is
-    `read_huggingface`'s. A folder of one tower is refused, naming it."""
+def read_image_text(directory):
+    """Both towers of a Hugging Face ``CLIPModel`` or ``SiglipModel`` folder,
+    its weights read once: (`read_huggingface`'s image `Checkpoint`,
+    `read_huggingface_text`'s `TextCheckpoint`). A folder of one tower is
+    refused, naming it, before any weights are read."""
     directory = pathlib.Path(directory)
+    _two_tower_config(directory)
+    tensors = load_weights(directory)
+    return read_huggingface(directory, tensors), read_huggingface_text(directory, tensors)
+
+
+def _two_tower_config(directory):
+    """``config.json`` of a two-tower folder, and its ``"clip"`` or
+    ``"siglip"``; any other model is refused, naming the tower it holds."""
     hf = read_json(directory / "config.json")
     model_type = hf.get("model_type")
-    source = f"Hugging Face checkpoint {directory}"
     if model_type not in _TEXT_DEFAULTS:
         tower = {"clip_vision_model": "CLIP's image tower alone (CLIPVisionModel)",
                  "siglip_vision_model": "SigLIP's image tower alone (SiglipVisionModel)",
@@ -379,20 +394,29 @@ def read_huggingface_text(directory):
                      model_type, "a timm checkpoint (an image tower)" if "architecture" in hf
                      else f"model_type {model_type!r}, not a two-tower model")
         raise CheckpointError(
-            f"{source} holds {tower}; an ImageTextModel needs both towers: a CLIPModel or "
-            "SiglipModel folder (config.json's model_type 'clip' or 'siglip')."
-            + (" Read an image tower with keras_vit.ViT.from_checkpoint."
-               if "vision" in str(model_type) or "architecture" in hf else ""))
+            f"Hugging Face checkpoint {directory} holds {tower}; an ImageTextModel needs both "
+            "towers: a CLIPModel or SiglipModel folder (config.json's model_type 'clip' or "
+            "'siglip')." + (" Read an image tower with keras_vit.ViT.from_checkpoint."
+                            if "vision" in str(model_type) or "architecture" in hf else ""))
+    return hf, model_type
+
+
+def read_huggingface_text(directory, tensors=None):
+    """The text tower, logit scale and bias of a Hugging Face ``CLIPModel``
+    or ``SiglipModel`` folder (``text_model.*``, CLIP's ``text_projection``,
+    ``logit_scale``, SigLIP's ``logit_bias``); the image tower is
+    `read_huggingface`'s. A folder of one tower is refused, naming it.
+    `tensors`: its ``model.safetensors``, when already read (`read_image_text`)."""
+    directory = pathlib.Path(directory)
+    hf, model_type = _two_tower_config(directory)
+    source = f"Hugging Face checkpoint {directory}"
     text = {**_TEXT_DEFAULTS[model_type], **hf.get("text_config", {})}
     act = text["hidden_act"]
     if act not in _ACTIVATIONS or _ACTIVATIONS[act] not in ("gelu", "gelu_approximate", "quick_gelu"):
         raise CheckpointError(f"{source}: the text tower's hidden_act {act!r} is not supported; "
                               f"keras_vit has {sorted(_ACTIVATIONS)}.")
-    weights = directory / "model.safetensors"
-    if not weights.exists():
-        raise CheckpointError(f"{directory} has no model.safetensors (pickled weights are not "
-                              "loaded): re-save it with `model.save_pretrained(directory)`.")
-    tensors = {k: v for k, v in load_safetensors(weights).items()
+    tensors = load_weights(directory) if tensors is None else tensors
+    tensors = {k: v for k, v in tensors.items()
                if k.startswith(("text_model.", "text_projection.", "logit_"))}
     tensors = {k[len("text_model."):] if k.startswith("text_model.") else k: v
                for k, v in tensors.items()}
