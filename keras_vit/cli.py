@@ -183,7 +183,6 @@ def _configs(args):
 
 def _predict(args):
     import keras
-    import numpy as np
 
     from keras_vit.data import read_images
 
@@ -191,9 +190,15 @@ def _predict(args):
     images = read_images(args.images, model=model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
-    shifted = np.exp(logits - logits.max(-1, keepdims=True))
-    _print_top(args.images, shifted / shifted.sum(-1, keepdims=True), names, args.top_k)
+    _print_top(args.images, _softmax(logits), names, args.top_k)
     return 0
+
+
+def _softmax(logits):
+    import numpy as np
+
+    shifted = np.exp(logits - logits.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
 
 
 def _print_top(paths, probabilities, names, k):
@@ -217,9 +222,7 @@ def _zero_shot(args):
     if not labels:
         raise ValueError("--labels is empty: give the class names, comma-separated (--labels cat,dog).")
     if str(args.model).endswith(".keras"):
-        if not pathlib.Path(args.model).exists():
-            raise FileNotFoundError(f"No model at {args.model}.")
-        model = files.load_keras_model(args.model, "")
+        model = _load_model(args.model)
         if not isinstance(model, ImageTextModel):
             raise ValueError(f"{args.model} holds a {type(model).__name__}, not an ImageTextModel "
                              "(CLIP, SigLIP): zero-shot classification needs a text tower.")
@@ -229,11 +232,8 @@ def _zero_shot(args):
     images = read_images(args.images, model=classifier)
     logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,
                                                            verbose=0)).astype(np.float64)
-    if model.logit_bias is not None:  # SigLIP: each class on its own, a sigmoid
-        probabilities = 1 / (1 + np.exp(-logits))
-    else:  # CLIP: a softmax over the classes
-        shifted = np.exp(logits - logits.max(-1, keepdims=True))
-        probabilities = shifted / shifted.sum(-1, keepdims=True)
+    # SigLIP: each class on its own, a sigmoid; CLIP: a softmax over the classes
+    probabilities = 1 / (1 + np.exp(-logits)) if model.logit_bias is not None else _softmax(logits)
     _print_top(args.images, probabilities, labels, args.top_k)
     return 0
 
