@@ -23,6 +23,7 @@ padded as the source's processor does (``padding="max_length"``,
 """
 
 import json
+import pathlib
 import re
 import string
 
@@ -90,8 +91,6 @@ class TextTokenizer:
     @classmethod
     def from_directory(cls, directory, context_length):
         """The tokenizer of the files in `directory` (a Hugging Face folder)."""
-        import pathlib
-
         directory = pathlib.Path(directory)
         names = [n for kind in KINDS for n in _FILES[kind]] + [_CONFIG, "special_tokens_map.json"]
         files = {name: (directory / name).read_bytes() for name in names
@@ -117,12 +116,14 @@ class TextTokenizer:
         if token is None and "special_tokens_map.json" in self.files:
             token = json.loads(self.files["special_tokens_map.json"]).get(name)
         token = default if token is None else token
+        if token is None:
+            return None
         return token["content"] if isinstance(token, dict) else str(token)
 
-    def _fixed_length(self, tokenizer, side="right"):
+    def _fixed_length(self, tokenizer, pad, side="right"):
         """`tokenizer` (a ``tokenizers.Tokenizer``) cut to the context length
-        (its post-processor's special tokens kept) and padded to it."""
-        pad = self._special("pad_token", None)
+        (its post-processor's special tokens kept) and padded to it with the
+        token `pad`."""
         pad_id = tokenizer.token_to_id(pad) if pad is not None else None
         if pad_id is None:
             raise ValueError(f"the tokenizer has no padding token ({pad!r} is not in its "
@@ -147,9 +148,8 @@ class TextTokenizer:
                 steps.append(tokenizer.normalizer)
             tokenizer.normalizer = normalizers.Sequence(steps)
         side = self.settings.get("padding_side", "left" if cls == "Siglip2Tokenizer" else "right")
-        if tokenizer.padding is not None and "pad_token" not in self.settings:
-            self.settings["pad_token"] = tokenizer.padding["pad_token"]
-        return self._fixed_length(tokenizer, side)
+        pad = self._special("pad_token", tokenizer.padding and tokenizer.padding["pad_token"])
+        return self._fixed_length(tokenizer, pad, side)
 
     def _make_bpe(self):
         from tokenizers import Regex
@@ -165,7 +165,6 @@ class TextTokenizer:
         bos = self._special("bos_token", "<|startoftext|>")
         eos = self._special("eos_token", "<|endoftext|>")
         unk = self._special("unk_token", "<|endoftext|>")
-        self.settings.setdefault("pad_token", self._special("pad_token", "<|endoftext|>"))
         tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges, continuing_subword_prefix="",
                                   end_of_word_suffix="</w>", fuse_unk=False, unk_token=unk))
         tokenizer.normalizer = normalizers.Sequence(
@@ -175,7 +174,7 @@ class TextTokenizer:
             pre_tokenizers.ByteLevel(add_prefix_space=False)])
         tokenizer.post_processor = processors.RobertaProcessing(
             (eos, vocab[eos]), (bos, vocab[bos]), trim_offsets=False, add_prefix_space=False)
-        return self._fixed_length(tokenizer)
+        return self._fixed_length(tokenizer, self._special("pad_token", "<|endoftext|>"))
 
     def _make_sentencepiece(self):
         import sentencepiece
@@ -200,7 +199,5 @@ class TextTokenizer:
 
     def save(self, directory):
         """Writes the tokenizer's files into `directory`."""
-        import pathlib
-
         for name, data in self.files.items():
             (pathlib.Path(directory) / name).write_bytes(data)

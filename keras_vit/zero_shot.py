@@ -12,6 +12,7 @@ predict`` work on it as on any ViT.
 import keras
 import numpy as np
 
+from keras_vit.image_text import ImageTextModel
 from keras_vit.model import ViT
 from keras_vit.weights import assign_weights
 
@@ -107,8 +108,6 @@ def zero_shot_classifier(model, class_names, templates="imagenet", name=None):
         ``model.logits(model.encode_images(x), class_embeddings(...).T)``, and
         ``class_names`` set.
     """
-    from keras_vit.image_text import ImageTextModel
-
     if not isinstance(model, ImageTextModel):
         raise ValueError(f"zero_shot_classifier takes a keras_vit.ImageTextModel, got "
                          f"{type(model).__name__}.")
