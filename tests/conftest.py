@@ -39,17 +39,27 @@ def _cache_folder(name):
     return os.path.join(root, "keras_vit", name)
 
 
-# XLA:CPU settings for the JAX pass that compile small programs faster: LLVM's
-# cheapest optimization level, and XLA's elemental emitters for fusions instead
-# of its MLIR fusion emitters. A three-op eager program took 91 ms to compile
-# by default, 68 ms with the first, 36 ms with both; tests/test_training.py
-# with an empty cache 23.6 s, 15.0 s with both; the JAX pass 317 s, 228 s
-# (Intel Xeon, 2026-11-25, jax 0.10.2). Results may differ in float32's last
-# bits (another instruction order), which every JAX test's tolerance holds.
-# Not on TensorFlow: there a kernel compiled by XLA is compared with
-# TensorFlow's own at 5e-6 where GELU's tanh saturates, and either setting
-# moves XLA's tanh past it.
+# XLA:CPU settings for the JAX and TensorFlow passes that compile small
+# programs faster: LLVM's cheapest optimization level, and XLA's elemental
+# emitters for fusions instead of its MLIR fusion emitters. A three-op eager
+# JAX program took 91 ms to compile by default, 68 ms with the first, 36 ms
+# with both; tests/test_training.py on JAX with an empty cache 23.6 s, 15.0 s
+# with both; the JAX pass 317 s, 228 s. On TensorFlow a one-block training run
+# (`train`, 4 steps) took 5.0 s, 3.9 s with both; tests/test_failures.py and
+# tests/test_recipes.py 63.4 s, 46.7 s (Intel Xeon, 2026-11-25, jax 0.10.2,
+# tensorflow 2.21.0). Results may differ in float32's last bits (another
+# instruction order), which every test's tolerance holds but one: XLA's tanh
+# at the cheapest level leaves TensorFlow's own by more than the 5e-6 that
+# test_kernels.py holds XLA's GELU gradient to, so that check runs in a
+# process of its own with XLA's defaults (`DEFAULT_XLA`, `xla_defaults`).
 FAST_XLA_COMPILES = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
+DEFAULT_XLA = "KERAS_VIT_TESTS_DEFAULT_XLA"  # set: this process compiles with XLA's defaults
+
+
+def fast_xla_compiles():
+    """Whether this process compiles with `FAST_XLA_COMPILES`."""
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    return all(flag in flags for flag in FAST_XLA_COMPILES)
 
 
 def _compiler_settings():
@@ -57,23 +67,27 @@ def _compiler_settings():
     folder, which the two workers, the command-line runs the tests start
     (the five runs of the killed-run test compile the same training step) and
     later runs share; ``make test`` holds its time budget with the folders
-    empty. On JAX, which compiles hundreds of small XLA programs each once,
-    `FAST_XLA_COMPILES` compiles them faster.
+    empty. XLA compiles with `FAST_XLA_COMPILES` on JAX, which compiles
+    hundreds of small programs each once, and on TensorFlow, whose training
+    steps are compiled by XLA (`jit_compile`), unless `DEFAULT_XLA` is set.
     Set in the environment, the settings reach the subprocesses too."""
+    if BACKEND == "torch":
+        return
+    flags = os.environ.get("XLA_FLAGS", "").split()
+    if os.environ.get(DEFAULT_XLA):
+        flags = [f for f in flags if f.split("=")[0] not in {g.split("=")[0] for g in FAST_XLA_COMPILES}]
+    else:
+        flags += [f for f in FAST_XLA_COMPILES if f.split("=")[0] not in " ".join(flags)]
+    os.environ["XLA_FLAGS"] = " ".join(flags)
     if BACKEND == "tensorflow":
-        flags = os.environ.get("TF_XLA_FLAGS", "")
-        if "tf_xla_persistent_cache_directory" not in flags:
-            folder = _cache_folder("tf-xla-tests")
-            os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={folder}".strip()
-    if BACKEND != "jax":
+        # TensorFlow's cache keys leave XLA_FLAGS out: one folder per setting.
+        folder = _cache_folder("tf-xla-tests-default" if os.environ.get(DEFAULT_XLA) else "tf-xla-tests")
+        tf_flags = [f for f in os.environ.get("TF_XLA_FLAGS", "").split()
+                    if not f.startswith("--tf_xla_persistent_cache_directory=")]
+        os.environ["TF_XLA_FLAGS"] = " ".join([*tf_flags, f"--tf_xla_persistent_cache_directory={folder}"])
         return
     import jax
 
-    flags = os.environ.get("XLA_FLAGS", "")
-    for flag in FAST_XLA_COMPILES:
-        if flag.split("=")[0] not in flags:
-            flags = f"{flags} {flag}".strip()
-    os.environ["XLA_FLAGS"] = flags
     folder = _cache_folder("jax-tests")
     jax.config.update("jax_compilation_cache_dir", folder)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
