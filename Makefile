@@ -7,12 +7,17 @@ BACKENDS := tensorflow jax torch
 
 .PHONY: demo test test-fast docs clean bench
 
+# pip compiles each installed module to bytecode one at a time; compileall
+# does the same on every core (the build 87 s -> 75 s on 2 cores). Like pip,
+# it passes over the few files written for newer Pythons (torch's
+# py312_intrinsics.py), which it counts as failures.
 $(STAMP): requirements/dev.txt requirements/keras-hub.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -r requirements/dev.txt
-	$(PY) -m pip install -q --no-deps -r requirements/keras-hub.txt
-	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m pip install -q --no-compile -r requirements/dev.txt
+	$(PY) -m pip install -q --no-compile --no-deps -r requirements/keras-hub.txt
+	$(PY) -m pip install -q --no-compile --no-deps -e .
+	$(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -396,15 +396,18 @@ def test_hosts_read_disjoint_parts_and_make_the_global_batches():
 
 # -- bad input ----------------------------------------------------------------------
 
-def test_a_strategy_the_backend_lacks_is_a_clear_error(tmp_path):
+def test_a_strategy_the_backend_lacks_is_a_clear_error(tmp_path, capsys):
     lacking = {"tensorflow": "data_parallel", "jax": "mirrored", "torch": "mirrored"}[BACKEND]
     with pytest.raises(distribution.DistributionError, match=f"--strategy {lacking}") as error:
         distribution.check_strategy(lacking)
     assert "KERAS_BACKEND=" in str(error.value)
     if BACKEND == "torch":
         assert "one device" in str(error.value)
-    code, out = finish(launch(command(tmp_path / "x", "--strategy", lacking)))
-    assert code == 2 and f"--strategy {lacking}" in out, out[-2000:]
+    # The command line (`keras_vit.cli.main`, the `keras-vit` entry point) in this process.
+    with pytest.raises(SystemExit) as exit:
+        run_here(command(tmp_path / "x", "--strategy", lacking))
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and f"keras-vit pretrain: error: --strategy {lacking}" in err, err[-2000:]
     assert not (tmp_path / "x").exists()
 
 
