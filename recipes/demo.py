@@ -37,6 +37,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="demo_output", help="where the two runs are written")
     parser.add_argument("--verbose", default=2, type=int, help="Keras fit verbosity (0, 1, 2)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "mixed_bfloat16", "mixed_float16"],
+                        help="the Keras dtype policy both runs train under (mixed_bfloat16: bfloat16 "
+                             "matmuls, where the CPU has avx512_bf16 or amx_bf16)")
     args = parser.parse_args()
     output = pathlib.Path(args.output)
     print(f"keras {keras.__version__}, backend {keras.backend.backend()}")
@@ -44,8 +47,8 @@ def main():
 
     runs = {}
     for name, overrides in (
-        ("pretrain", {}),
-        ("finetune", {"init": str(output / "pretrain" / "model.keras")}),
+        ("pretrain", {"dtype": args.dtype}),
+        ("finetune", {"init": str(output / "pretrain" / "model.keras"), "dtype": args.dtype}),
     ):
         workdir = output / name
         shutil.rmtree(workdir, ignore_errors=True)  # the demo's own earlier run

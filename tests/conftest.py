@@ -192,22 +192,31 @@ def digits(split, size):
     return images, np.asarray(batch["label"])
 
 
-@pytest.fixture(scope="session")
-def trained_digits():
-    """The demo's model (`helpers.DIGITS_MODEL`) trained for 10 epochs on the
-    digits' train split, with the train and held-out digits: one model for
-    every test that needs a trained one (quantization, LoRA, bfloat16)."""
+def fit_digits(x, y, **options):
+    """The demo's model (`helpers.DIGITS_MODEL`, with `options`) trained for
+    10 epochs of Adam on `x`, `y` from seed 0."""
     from helpers import DIGITS_MODEL
-    from helpers import to_numpy
 
     from keras_vit import ViT
 
-    (x, y), (x_test, y_test) = digits("train", 16), digits("test", 16)
     keras.utils.set_random_seed(0)
-    model = ViT(**DIGITS_MODEL)
+    model = ViT(**DIGITS_MODEL, **options)
     model.compile(optimizer=keras.optimizers.Adam(3e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     model.fit(x, y, batch_size=64, epochs=10, verbose=0)
+    return model
+
+
+@pytest.fixture(scope="session")
+def trained_digits():
+    """The demo's model (`helpers.DIGITS_MODEL`) trained for 10 epochs on the
+    digits' train split (`fit_digits`), with the train and held-out digits:
+    one model for every test that needs a trained one (quantization, LoRA,
+    bfloat16)."""
+    from helpers import to_numpy
+
+    (x, y), (x_test, y_test) = digits("train", 16), digits("test", 16)
+    model = fit_digits(x, y)
     accuracy = (to_numpy(model.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1) == y_test).mean()
     assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
     return model, (x, y), (x_test, y_test)

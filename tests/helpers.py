@@ -3,6 +3,16 @@
 import keras
 import numpy as np
 
+def cpu_has_bfloat16_units():
+    """Whether the CPU multiplies bfloat16 in hardware (`avx512_bf16` or
+    `amx_bf16` in /proc/cpuinfo; on other CPUs bfloat16 is emulated)."""
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 # The tiny ViT most tests build: 2 blocks of D 16 over a 4x4 grid of 8-px patches.
 TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=5)
 # The demo's architecture (the `digits` config: ViT-Ti/16's code, 4 blocks of
