@@ -51,7 +51,7 @@ def _cache_folder(name):
 # instruction order), which every test's tolerance holds but one: XLA's tanh
 # at the cheapest level leaves TensorFlow's own by more than the 5e-6 that
 # test_kernels.py holds XLA's GELU gradient to, so that check runs in a
-# process of its own with XLA's defaults (`DEFAULT_XLA`, `xla_defaults`).
+# process of its own with XLA's defaults (`DEFAULT_XLA`).
 FAST_XLA_COMPILES = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 DEFAULT_XLA = "KERAS_VIT_TESTS_DEFAULT_XLA"  # set: this process compiles with XLA's defaults
 
@@ -74,10 +74,12 @@ def _compiler_settings():
     if BACKEND == "torch":
         return
     flags = os.environ.get("XLA_FLAGS", "").split()
+    fast = {flag.split("=")[0] for flag in FAST_XLA_COMPILES}
     if os.environ.get(DEFAULT_XLA):
-        flags = [f for f in flags if f.split("=")[0] not in {g.split("=")[0] for g in FAST_XLA_COMPILES}]
-    else:
-        flags += [f for f in FAST_XLA_COMPILES if f.split("=")[0] not in " ".join(flags)]
+        flags = [flag for flag in flags if flag.split("=")[0] not in fast]
+    else:  # a setting of the user's own stays
+        given = {flag.split("=")[0] for flag in flags}
+        flags += [flag for flag in FAST_XLA_COMPILES if flag.split("=")[0] not in given]
     os.environ["XLA_FLAGS"] = " ".join(flags)
     if BACKEND == "tensorflow":
         # TensorFlow's cache keys leave XLA_FLAGS out: one folder per setting.
