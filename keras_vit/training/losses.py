@@ -171,11 +171,12 @@ class CLIPLoss(keras.losses.Loss):
     def call(self, y_true, y_pred):
         labels, logits = _pair_labels(y_true, y_pred, "CLIPLoss")
         ops = keras.ops
-        per_image = -ops.sum(labels / ops.sum(labels, axis=1, keepdims=True)
-                             * ops.log_softmax(logits, axis=1), axis=1)
-        per_text = -ops.sum(labels / ops.sum(labels, axis=0, keepdims=True)
-                            * ops.log_softmax(logits, axis=0), axis=0)
-        return (per_image + per_text) / 2
+
+        def cross_entropy(axis):  # 1: each image over the texts; 0: each text over the images
+            return -ops.sum(labels / ops.sum(labels, axis=axis, keepdims=True)
+                            * ops.log_softmax(logits, axis=axis), axis=axis)
+
+        return (cross_entropy(1) + cross_entropy(0)) / 2
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")

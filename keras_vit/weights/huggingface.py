@@ -434,15 +434,13 @@ def read_huggingface_text(directory, tensors=None):
     reader.layer_norm("final_layer_norm", "final_norm")
     if model_type == "clip":  # causal; the end-of-text token; a projection without bias
         eos = int(text["eos_token_id"])
-        config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos)
-        reader.linear("text_projection", "projection")
-        config.update(projection_dim=int(reader.state["projection/kernel"].shape[1]),
+        config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos,
                       projection_bias=False)
+        reader.linear("text_projection", "projection")
     else:  # full attention; the last token; the head, with bias
-        config.update(causal=False, pooling="last")
+        config.update(causal=False, pooling="last", projection_bias=True)
         reader.linear("head", "projection")
-        config.update(projection_dim=int(reader.state["projection/kernel"].shape[1]),
-                      projection_bias=True)
+    config["projection_dim"] = int(reader.state["projection/kernel"].shape[1])
     scale = float(np.asarray(reader.pop("logit_scale")).reshape(-1)[0])
     bias = (float(np.asarray(reader.pop("logit_bias")).reshape(-1)[0])
             if model_type == "siglip" else None)
