@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test test-fast docs clean bench
+.PHONY: demo test test-durations test-fast docs clean bench
 
 # pip compiles each installed module to bytecode one at a time; compileall
 # does the same on every core (the build 87 s -> 75 s on 2 cores). Like pip,
@@ -24,17 +24,25 @@ demo: $(STAMP)
 	$(PY) recipes/demo.py
 
 # The whole suite once per backend; every backend runs even if one fails. Two
-# workers (pytest-xdist; each file stays on one worker, with its fixtures), and
-# the 15 slowest tests of each pass printed, so that growth shows in every log.
+# workers (pytest-xdist; each file stays on one worker, with its fixtures,
+# and the files go out longest first, by tests/durations.json), and the 15
+# slowest tests of each pass printed, so that growth shows in every log.
 # Backend-independent and cross-backend tests run in the torch pass only
 # (tests/conftest.py).
-PYTEST := $(PY) -m pytest tests -n 2 --dist loadscope --durations=15
+PYTEST := $(PY) -m pytest tests -n 2 --dist loadscope --no-loadscope-reorder --durations=15
 test: $(STAMP)
 	@status=0; for backend in $(BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$backend"; start=$$(date +%s); \
 		KERAS_BACKEND=$$backend $(PYTEST) || status=1; \
 		echo "=== KERAS_BACKEND=$$backend took $$(( $$(date +%s) - start )) s"; \
 	done; exit $$status
+
+# Each pass again, storing its seconds per test file in tests/durations.json
+# (the order in which the workers take the files).
+test-durations: $(STAMP)
+	@for backend in $(BACKENDS); do \
+		KERAS_BACKEND=$$backend $(PYTEST) --write-durations || exit 1; \
+	done
 
 # The edit-run loop: one backend, without the tests marked slow.
 FAST_BACKEND ?= torch

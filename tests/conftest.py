@@ -159,16 +159,67 @@ def pytest_report_header(config):
     return lines
 
 
+def pytest_addoption(parser):
+    parser.addoption("--write-durations", action="store_true",
+                     help=f"store this pass's seconds per test file in {os.path.basename(DURATIONS)}")
+
+
 def pytest_collection_modifyitems(config, items):
-    if BACKEND == HOME_BACKEND:
-        return
-    kept, once = [], []
+    if BACKEND != HOME_BACKEND:
+        kept, once = [], []
+        for item in items:
+            (once if any(item.get_closest_marker(m) for m in ONCE) else kept).append(item)
+        if once:
+            config.hook.pytest_deselected(items=once)
+            items[:] = kept
+        config.stash[_ONCE_KEY] = len(once)
+    _longest_files_first(items)
+
+
+# The seconds each test file took in the last measured pass of each backend
+# (`make test-durations` rewrites them). xdist's `--dist loadscope` keeps a
+# file on one worker and, with `--no-loadscope-reorder`, hands the files out
+# in collection order: longest first, two workers finish within seconds of
+# each other (on the Intel Xeon, 2026-11-25, the torch pass's workers ended
+# 27 s apart in the default order, by number of tests, which put the
+# cross-backend file, 3 tests and 23 s, last).
+DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
+UNMEASURED_SECONDS_PER_TEST = 0.5  # a file not in DURATIONS yet
+
+
+def _longest_files_first(items):
+    import json
+
+    with open(DURATIONS) as file:
+        measured = json.load(file).get(BACKEND, {})
+    counts = {}
     for item in items:
-        (once if any(item.get_closest_marker(m) for m in ONCE) else kept).append(item)
-    if once:
-        config.hook.pytest_deselected(items=once)
-        items[:] = kept
-    config.stash[_ONCE_KEY] = len(once)
+        counts[item.location[0]] = counts.get(item.location[0], 0) + 1
+    seconds = {path: measured.get(path, UNMEASURED_SECONDS_PER_TEST * n) for path, n in counts.items()}
+    items.sort(key=lambda item: -seconds[item.location[0]])  # stable: each file keeps its order
+
+
+def pytest_runtest_logreport(report):
+    """Adds up each file's seconds (set-up, call, tear-down) for `--write-durations`."""
+    path = report.nodeid.split("::")[0]
+    _SECONDS[path] = _SECONDS.get(path, 0.0) + report.duration
+
+
+_SECONDS = {}
+
+
+def pytest_sessionfinish(session):
+    config = session.config
+    if not config.getoption("--write-durations") or hasattr(config, "workerinput"):
+        return  # only the process that saw every file's reports writes
+    import json
+
+    with open(DURATIONS) as file:
+        stored = json.load(file)
+    stored[BACKEND] = {path: round(s, 1) for path, s in sorted(_SECONDS.items())}
+    with open(DURATIONS, "w") as file:
+        json.dump(stored, file, indent=1, sort_keys=True)
+        file.write("\n")
 
 
 def pytest_terminal_summary(terminalreporter, config):
