@@ -107,19 +107,14 @@ def _one_thread_per_worker():
     that the workers share the cores instead of each spinning a thread pool
     the size of the machine: on 2 cores with 2 workers, PyTorch's OpenMP
     threads waiting on each other made one torch test 20x slower (83 s
-    against 4 s alone). The torch processes the tests start compute with one
-    thread too (`OMP_NUM_THREADS`, read by torch at start; TensorFlow's and
-    JAX's thread pools do not read it): the same contention otherwise, and
-    the numbers of this worker's own runs, which a killed run's resumed
-    weights are compared with bit for bit (PyTorch's CPU matmuls sum in
-    another order with another thread count)."""
+    against 4 s alone). Processes the tests start keep the backend's
+    default."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     if BACKEND == "torch":
         import torch
 
         torch.set_num_threads(1)
-        os.environ["OMP_NUM_THREADS"] = "1"
     elif BACKEND == "tensorflow":
         import tensorflow as tf
 

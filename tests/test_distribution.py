@@ -278,10 +278,9 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     """SIGKILL from outside in the first interval (before any checkpoint),
     while a checkpoint is written (its data in place, its record not yet),
     at a random moment later on, and after a checkpoint was damaged: the
-    same command each time, and the end is the run never interrupted (run
-    in this process: the same command through `keras_vit.cli.main`)."""
+    same command each time, and the end is the run never interrupted."""
     whole = tmp_path / "whole"
-    run_here(command(whole, *DROPOUT, base=RUN))
+    run_ok(command(whole, *DROPOUT, script=True, base=RUN))
     workdir = tmp_path / "killed"
     folder = workdir / "checkpoints"
     again = command(workdir, *DROPOUT, script=True, base=RUN)
