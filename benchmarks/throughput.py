@@ -71,10 +71,56 @@ def macs_per_image(config, image_size, num_classes=1000, last_block_queries=None
     return patch + (layers - 1) * block(tokens) + block(q) + d * num_classes
 
 
+def model_gemms(config, image_size, batch_size, mode, num_classes=1000):
+    """The matrix products of one step of the model: ``{(b, m, k, n): count}``,
+    ``b`` products of ``(m, k) @ (k, n)`` each (``b`` 1: a plain matmul).
+
+    Forward, as `macs_per_image` counts it: the patch embedding, per block
+    q, k, v and the output projection (``T x D @ D x D``, T = batch x tokens),
+    attention's ``Q K^T`` and ``A V`` (batch x heads products of
+    ``N x d @ d x N`` and ``N x N @ N x d``), the MLP's two, the head.
+    Training adds each product's two gradients (for ``X @ W``: ``dY @ W^T``
+    and ``X^T @ dY``, as many FLOPs each). What the GEMMs alone can reach at
+    these shapes (`_child_gemms`) bounds what any implementation of the
+    model can, whatever it does around them. A ResNet stem is left out.
+    """
+    d, m, heads, p = config["hidden_dim"], config["mlp_dim"], config["num_heads"], config["patch_size"]
+    channels, stride = 3, 1
+    if config.get("resnet_block_units") is not None:
+        from keras_vit.config import resnet_stride
+        units = config["resnet_block_units"]
+        width = int(64 * config.get("resnet_width_factor", 1))
+        stride = resnet_stride(units)
+        channels = width * 2 ** (len(units) - 1) * 4 if units else width
+    grid = (image_size // (p * stride)) ** 2
+    tokens = grid + 1
+    rows = batch_size * tokens
+    forward = {(1, batch_size * grid, p * p * channels, d): 1, (1, batch_size, d, num_classes): 1}
+    per_block = [(1, rows, d, d)] * 4 + [(batch_size * heads, tokens, d // heads, tokens),
+                                          (batch_size * heads, tokens, tokens, d // heads),
+                                          (1, rows, d, m), (1, rows, m, d)]
+    for shape in per_block:
+        forward[shape] = forward.get(shape, 0) + config["num_layers"]
+    if mode == "inference":
+        return forward
+    gemms = dict(forward)
+    for (b, m_, k, n), count in forward.items():
+        for shape in ((b, m_, n, k), (b, k, m_, n)):  # dX = dY W^T, dW = X^T dY
+            gemms[shape] = gemms.get(shape, 0) + count
+    return gemms
+
+
+def gemm_flops(gemms):
+    return sum(2 * b * m * k * n * count for (b, m, k, n), count in gemms.items())
+
+
 def _self_check_flops():
     b16 = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, patch_size=16)
     g = macs_per_image(b16, 224) / 1e9
     assert abs(g - 17.56) < 0.01, f"B/16 at 224 should be 17.56 G multiply-adds, got {g:.3f}"
+    for mode, factor in (("inference", 1), ("train", 3)):  # the same FLOPs as the analytic count
+        flops = gemm_flops(model_gemms(b16, 224, 8, mode))
+        assert flops == 2 * 8 * factor * macs_per_image(b16, 224), (mode, flops)
 
 
 # --------------------------------------------------------------------------
@@ -164,6 +210,39 @@ def _child_matmul(spec):
     device = _device(backend)
     kernels = {"matmul": timed(f)}
     return {"gflops": max(kernels.values()), "kernels": kernels, "device": device}
+
+
+def gemm_ceiling(spec, config):
+    """This backend's matmul on each of the model's products (`model_gemms`)
+    alone, at the spec's dtype: the GFLOP/s of one step's products with
+    nothing between them and their operands in cache from the call before,
+    the most any implementation on this backend reaches at these shapes.
+    Each shape's fastest timed call counts. Measured in keras_vit's child
+    after its timed runs (the same process, threads and dtype)."""
+    import numpy as np
+    import keras
+    from keras import ops
+    if keras.backend.backend() == "jax":
+        import jax
+        f = jax.jit(lambda x, y: x @ y)
+    else:
+        f = ops.matmul
+    gemms = model_gemms(config, spec["image_size"], spec["batch_size"], spec["mode"])
+    rng = np.random.default_rng(0)
+    seconds = 0.0
+    for (b, m, k, n), count in sorted(gemms.items()):
+        lead = (b,) if b > 1 else ()
+        x = ops.cast(ops.convert_to_tensor(rng.standard_normal((*lead, m, k), dtype=np.float32)), spec["dtype"])
+        w = ops.cast(ops.convert_to_tensor(rng.standard_normal((*lead, k, n), dtype=np.float32)), spec["dtype"])
+        times = []
+        for i in range(2 + max(spec["runs"], 3)):  # two untimed calls first
+            start = time.perf_counter()
+            y = f(x, w)
+            ops.convert_to_numpy(ops.cast(y[(0,) * len(y.shape)], "float32"))  # waits for the product
+            if i >= 2:
+                times.append(time.perf_counter() - start)
+        seconds += count * min(times)
+    return gemm_flops(gemms) / seconds / 1e9
 
 
 def _device(backend):
@@ -296,6 +375,7 @@ def _child_keras(spec, config):
     if spec["impl"] == "keras_vit":  # tokens its last block updates (1: the [class] token alone)
         last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output.shape[1]
         out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last)
+        out["gemm_ceiling_gflops"] = gemm_ceiling(spec, config)
     if backend == "jax" and _device("jax") == "gpu":
         out["fused_attention"] = _jax_fused_attention(model, x, spec["mode"] == "train")
     return out
@@ -731,6 +811,14 @@ def main(argv=None):
     if not peaks.get("float32"):
         sys.exit("no backend could run the float32 matmul peak; see the errors above")
 
+    # The GEMM ceiling of each backend and configuration: the best of keras_vit's children.
+    ceilings = {}
+    for (impl, _, backend, *config), outs in collected.items():
+        for o in outs or []:
+            if "gemm_ceiling_gflops" in o:
+                key = (backend, *config)
+                ceilings[key] = max(ceilings.get(key, 0.0), o["gemm_ceiling_gflops"])
+
     results = []
     for (impl, variant, backend, model, mode, size, batch, dt), outs in collected.items():
         if not outs:
@@ -760,6 +848,11 @@ def main(argv=None):
             "rounds": len(outs), "images_per_s_by_round": [o["images_per_s"] for o in outs],
             "images_per_s_runs": [o["rates"] for o in outs],
         }
+        ceiling = ceilings.get((peak_backend, model, mode, size, batch, dt))
+        if ceiling:  # the model's FLOP rate against its own GEMMs alone on this backend
+            row.update(gemm_ceiling_gflops=float(ceiling),
+                       fraction_of_gemm_ceiling=float(rate * flops / (ceiling * 1e9)),
+                       gemm_ceiling_fraction_of_peak=float(ceiling / peak) if peak else 0.0)
         if variant:
             row["variant"] = variant
         if "jit_compile" in outs[0]:
@@ -832,10 +925,13 @@ def _print_table(results):
                      r["mode"], str(r["image_size"]), str(r["batch_size"]), r["dtype"],
                      f"{r['images_per_s']:.1f}", f"{min(runs):.1f}-{max(runs):.1f}",
                      f"{100 * r['fraction_of_peak']:.1f}%", f"{100 * r['executed_fraction_of_peak']:.1f}%",
+                     f"{100 * r['fraction_of_gemm_ceiling']:.1f}%" if "gemm_ceiling_gflops" in r else "",
+                     f"{100 * r['gemm_ceiling_fraction_of_peak']:.1f}%" if "gemm_ceiling_gflops" in r else "",
                      f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf])
     head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "runs", "%peak", "%exec",
-            "peakMB", "first_s", "/hub", "/HF"]
-    right = {"img", "bs", "img/s", "runs", "%peak", "%exec", "peakMB", "first_s", "/hub", "/HF"}
+            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF"]
+    right = {"img", "bs", "img/s", "runs", "%peak", "%exec", "%gemm", "gemm%pk", "peakMB", "first_s", "/hub",
+             "/HF"}
     widths = [max(len(row[i]) for row in rows + [head]) for i in range(len(head))]
 
     def line(cells):
@@ -846,6 +942,8 @@ def _print_table(results):
     print("img/s: median over rounds; runs: the slowest and fastest timed run (this machine's spread);\n"
           "%peak: the model's FLOPs per second / the matmul peak; %exec: the FLOPs the implementation executes\n"
           "(keras_vit's last block updates only the [class] token under token pooling);\n"
+          "%gemm: the model's FLOPs per second / its own matrix products alone on this backend (the GEMM\n"
+          "ceiling: the most any implementation reaches there); gemm%pk: that ceiling / the matmul peak;\n"
           "/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch).\n")
 
 

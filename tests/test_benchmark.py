@@ -40,6 +40,16 @@ def test_flops_are_the_papers_b16_count_and_scale_with_tokens():
     last_class = 2 * tokens * d * d + 2 * d * d + 2 * tokens * d + 2 * d * m
     assert bench.macs_per_image(b16, 384, last_block_queries=1) == by_hand - last_full + last_class
     assert bench.macs_per_image(b16, 384, last_block_queries=tokens) == by_hand
+    # The GEMM ceiling's products: the same FLOPs, forward and with both gradients of each.
+    forward = bench.model_gemms(b16, 384, 2, "inference")
+    assert bench.gemm_flops(forward) == 2 * 2 * by_hand
+    assert forward[(2 * 12, tokens, 64, tokens)] == 12  # Q K^T: batch x heads products per block
+    train = bench.model_gemms(b16, 384, 2, "train")
+    assert bench.gemm_flops(train) == 3 * bench.gemm_flops(forward)
+    rows = 2 * tokens
+    # fc1 with fc2's dX, fc2 with fc1's dX (the same shapes), then q, k, v, out with theirs
+    assert train[(1, rows, d, m)] == train[(1, rows, m, d)] == 2 * 12 and train[(1, rows, d, d)] == 8 * 12
+    assert train[(1, m, rows, d)] == 12 and train[(1, d, rows, m)] == 12  # dW of fc1 and fc2
 
 
 def good_result(**changes):
@@ -140,7 +150,11 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
         assert 0 < r["executed_gflops_per_image"] < r["gflops_per_image"]
         assert r["executed_fraction_of_peak"] == pytest.approx(
             r["fraction_of_peak"] * r["executed_gflops_per_image"] / r["gflops_per_image"])
-    assert "keras_vit" in run.stdout and "img/s" in run.stdout
+        # the model's own products alone, measured in its child: the share of peak splits in two
+        assert r["gemm_ceiling_gflops"] > 0
+        assert r["fraction_of_peak"] == pytest.approx(
+            r["fraction_of_gemm_ceiling"] * r["gemm_ceiling_fraction_of_peak"])
+    assert "keras_vit" in run.stdout and "img/s" in run.stdout and "%gemm" in run.stdout
     # each row shows the spread of its timed runs (slowest-fastest), the range of the JSON's runs
     for r in doc["results"]:
         runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
