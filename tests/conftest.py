@@ -194,13 +194,13 @@ def _longest_files_first(items):
     items.sort(key=lambda item: -seconds[item.location[0]])  # stable: each file keeps its order
 
 
+_SECONDS = {}  # test file -> seconds in this pass, for `--write-durations`
+
+
 def pytest_runtest_logreport(report):
     """Adds up each file's seconds (set-up, call, tear-down) for `--write-durations`."""
     path = report.nodeid.split("::")[0]
     _SECONDS[path] = _SECONDS.get(path, 0.0) + report.duration
-
-
-_SECONDS = {}
 
 
 def pytest_sessionfinish(session):
@@ -211,7 +211,9 @@ def pytest_sessionfinish(session):
 
     with open(DURATIONS) as file:
         stored = json.load(file)
-    stored[BACKEND] = {path: round(s, 1) for path, s in sorted(_SECONDS.items())}
+    root = os.path.dirname(os.path.dirname(DURATIONS))
+    kept = {path: s for path, s in stored.get(BACKEND, {}).items() if os.path.exists(os.path.join(root, path))}
+    stored[BACKEND] = {**kept, **{path: round(s, 1) for path, s in _SECONDS.items()}}  # a part run keeps the rest
     with open(DURATIONS, "w") as file:
         json.dump(stored, file, indent=1, sort_keys=True)
         file.write("\n")
