@@ -43,6 +43,19 @@ RESULT_FIELDS = {
 # --------------------------------------------------------------------------
 # FLOPs, analytically from the config
 
+def _patches(config, image_size):
+    """``(grid, patch_inputs)``: the patches per image and the inputs of each
+    (p x p x channels; a hybrid's patches are of its ResNet stem's features)."""
+    p, channels, stride = config["patch_size"], 3, 1
+    if config.get("resnet_block_units") is not None:
+        from keras_vit.config import resnet_stride
+        units = config["resnet_block_units"]
+        width = int(64 * config.get("resnet_width_factor", 1))
+        stride = resnet_stride(units)
+        channels = width * 2 ** (len(units) - 1) * 4 if units else width
+    return (image_size // (p * stride)) ** 2, p * p * channels
+
+
 def macs_per_image(config, image_size, num_classes=1000, last_block_queries=None):
     """Multiply-adds of one forward pass of the transformer part of a ViT.
 
@@ -55,16 +68,9 @@ def macs_per_image(config, image_size, num_classes=1000, last_block_queries=None
     pooling: q = 1): keys and values of all N tokens, the rest for q.
     """
     d, m, layers = config["hidden_dim"], config["mlp_dim"], config["num_layers"]
-    p, channels, stride = config["patch_size"], 3, 1
-    if config.get("resnet_block_units") is not None:  # hybrid: patches of the stem's features
-        from keras_vit.config import resnet_stride
-        units = config["resnet_block_units"]
-        width = int(64 * config.get("resnet_width_factor", 1))
-        stride = resnet_stride(units)
-        channels = width * 2 ** (len(units) - 1) * 4 if units else width
-    grid = (image_size // (p * stride)) ** 2
+    grid, patch_inputs = _patches(config, image_size)
     tokens = grid + 1  # [class] token
-    patch = grid * p * p * channels * d
+    patch = grid * patch_inputs * d
     def block(q):  # q of the tokens updated, all of them attended to
         return 2 * tokens * d * d + q * (d * d + 2 * tokens * d + d * d + 2 * d * m)
     q = tokens if last_block_queries is None else last_block_queries
@@ -81,21 +87,14 @@ def model_gemms(config, image_size, batch_size, mode, num_classes=1000):
     ``N x d @ d x N`` and ``N x N @ N x d``), the MLP's two, the head.
     Training adds each product's two gradients (for ``X @ W``: ``dY @ W^T``
     and ``X^T @ dY``, as many FLOPs each). What the GEMMs alone can reach at
-    these shapes (`_child_gemms`) bounds what any implementation of the
+    these shapes (`gemm_ceiling`) bounds what any implementation of the
     model can, whatever it does around them. A ResNet stem is left out.
     """
-    d, m, heads, p = config["hidden_dim"], config["mlp_dim"], config["num_heads"], config["patch_size"]
-    channels, stride = 3, 1
-    if config.get("resnet_block_units") is not None:
-        from keras_vit.config import resnet_stride
-        units = config["resnet_block_units"]
-        width = int(64 * config.get("resnet_width_factor", 1))
-        stride = resnet_stride(units)
-        channels = width * 2 ** (len(units) - 1) * 4 if units else width
-    grid = (image_size // (p * stride)) ** 2
+    d, m, heads = config["hidden_dim"], config["mlp_dim"], config["num_heads"]
+    grid, patch_inputs = _patches(config, image_size)
     tokens = grid + 1
     rows = batch_size * tokens
-    forward = {(1, batch_size * grid, p * p * channels, d): 1, (1, batch_size, d, num_classes): 1}
+    forward = {(1, batch_size * grid, patch_inputs, d): 1, (1, batch_size, d, num_classes): 1}
     per_block = [(1, rows, d, d)] * 4 + [(batch_size * heads, tokens, d // heads, tokens),
                                           (batch_size * heads, tokens, tokens, d // heads),
                                           (1, rows, d, m), (1, rows, m, d)]
@@ -185,6 +184,23 @@ def _timed_runs(step, images_per_step, warmup, runs, steps):
     return statistics.median(rates), rates
 
 
+def _matmul():
+    """``step(a, b)``: this backend's matmul (jitted on JAX), then one element
+    of the product read back, which waits for the device."""
+    import keras
+    from keras import ops
+    if keras.backend.backend() == "jax":
+        import jax
+        f = jax.jit(lambda x, y: x @ y)
+    else:
+        f = ops.matmul
+
+    def step(a, b):
+        y = f(a, b)
+        ops.convert_to_numpy(ops.cast(y[(0,) * len(y.shape)], "float32"))
+    return step
+
+
 def _child_matmul(spec):
     import numpy as np
     import keras
@@ -195,20 +211,10 @@ def _child_matmul(spec):
     n, dtype = spec["n"], spec["dtype"]
     a = ops.cast(ops.convert_to_tensor(np.random.rand(n, n).astype("float32")), dtype)
     b = ops.cast(ops.convert_to_tensor(np.random.rand(n, n).astype("float32")), dtype)
-    if backend == "jax":
-        import jax
-        f = jax.jit(lambda x, y: x @ y)
-    else:
-        f = ops.matmul
-
-    def timed(f):
-        def step():  # reading one element back waits for the device
-            ops.convert_to_numpy(ops.cast(f(a, b)[0, 0], "float32"))
-        rate, _ = _timed_runs(step, 1, spec["warmup"], spec["runs"], 1)
-        return 2 * n**3 * rate / 1e9
-
+    matmul = _matmul()
+    rate, _ = _timed_runs(lambda: matmul(a, b), 1, spec["warmup"], spec["runs"], 1)
     device = _device(backend)
-    kernels = {"matmul": timed(f)}
+    kernels = {"matmul": 2 * n**3 * rate / 1e9}
     return {"gflops": max(kernels.values()), "kernels": kernels, "device": device}
 
 
@@ -220,13 +226,8 @@ def gemm_ceiling(spec, config):
     Each shape's fastest timed call counts. Measured in keras_vit's child
     after its timed runs (the same process, threads and dtype)."""
     import numpy as np
-    import keras
     from keras import ops
-    if keras.backend.backend() == "jax":
-        import jax
-        f = jax.jit(lambda x, y: x @ y)
-    else:
-        f = ops.matmul
+    matmul = _matmul()
     gemms = model_gemms(config, spec["image_size"], spec["batch_size"], spec["mode"])
     rng = np.random.default_rng(0)
     seconds = 0.0
@@ -237,8 +238,7 @@ def gemm_ceiling(spec, config):
         times = []
         for i in range(2 + max(spec["runs"], 3)):  # two untimed calls first
             start = time.perf_counter()
-            y = f(x, w)
-            ops.convert_to_numpy(ops.cast(y[(0,) * len(y.shape)], "float32"))  # waits for the product
+            matmul(x, w)
             if i >= 2:
                 times.append(time.perf_counter() - start)
         seconds += count * min(times)

@@ -3,11 +3,13 @@
 import keras
 import numpy as np
 
+
 def cpu_has_bfloat16_units():
     """Whether the CPU multiplies bfloat16 in hardware (`avx512_bf16` or
     `amx_bf16` in /proc/cpuinfo; on other CPUs bfloat16 is emulated)."""
     try:
-        flags = open("/proc/cpuinfo").read().split()
+        with open("/proc/cpuinfo") as file:
+            flags = file.read().split()
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
