@@ -19,13 +19,25 @@ The other passes deselect the first two kinds and say so in their header
 import os
 import sys
 
-import keras
 import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-BACKEND = keras.backend.backend()
+
+def _backend():
+    """This pass's backend, as `make test` names it (KERAS_BACKEND), without
+    importing Keras: pytest-xdist's controller, which runs no test, loads
+    this file before it starts the workers, and importing Keras and its
+    backend there held them back 2-4 s in each pass. Unnamed, Keras says."""
+    if os.environ.get("KERAS_BACKEND"):
+        return os.environ["KERAS_BACKEND"]
+    import keras
+
+    return keras.backend.backend()
+
+
+BACKEND = _backend()
 # The pass that runs the backend-independent and cross-backend tests: the
 # backend whose pass is otherwise the shortest.
 HOME_BACKEND = "torch"
@@ -50,8 +62,8 @@ def _cache_folder(name):
 # tensorflow 2.21.0). Results may differ in float32's last bits (another
 # instruction order), which every test's tolerance holds but one: XLA's tanh
 # at the cheapest level leaves TensorFlow's own by more than the 5e-6 that
-# test_kernels.py holds XLA's GELU gradient to, so that check runs in a
-# process of its own with XLA's defaults (`DEFAULT_XLA`).
+# test_kernels.py holds XLA's GELU gradient to (and on JAX saturates past -1),
+# so that check runs in a process of its own with XLA's defaults (`DEFAULT_XLA`).
 FAST_XLA_COMPILES = ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false")
 DEFAULT_XLA = "KERAS_VIT_TESTS_DEFAULT_XLA"  # set: this process compiles with XLA's defaults
 
@@ -88,15 +100,16 @@ def _compiler_settings():
                     if not f.startswith("--tf_xla_persistent_cache_directory=")]
         os.environ["TF_XLA_FLAGS"] = " ".join([*tf_flags, f"--tf_xla_persistent_cache_directory={folder}"])
         return
-    import jax
+    # Read by JAX when it is imported (the workers and the processes they start).
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_folder("jax-tests")
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    if "jax" in sys.modules:  # imported before this file (by a plugin): too late for the environment
+        import jax
 
-    folder = _cache_folder("jax-tests")
-    jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
-    os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", folder)
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 _compiler_settings()
@@ -147,7 +160,9 @@ def pytest_configure(config):
 
 
 def pytest_report_header(config):
-    lines = [f"keras {keras.__version__}, backend: {BACKEND}"]
+    from importlib.metadata import version
+
+    lines = [f"keras {version('keras')}, backend: {BACKEND}"]
     if BACKEND != HOME_BACKEND:  # printed by xdist's controller too, whose workers deselect
         lines.append(f"backend-independent and cross-backend tests are deselected: they run once, "
                      f"in the KERAS_BACKEND={HOME_BACKEND} pass")
@@ -230,6 +245,8 @@ def pytest_terminal_summary(terminalreporter, config):
 @pytest.fixture(autouse=True)
 def _float32_policy():
     """Every test starts and ends with the float32 policy and a fixed seed."""
+    import keras
+
     keras.config.set_dtype_policy("float32")
     keras.utils.set_random_seed(0)
     yield
@@ -250,6 +267,7 @@ def digits(split, size):
 def fit_digits(x, y, **options):
     """The demo's model (`helpers.DIGITS_MODEL`, with `options`) trained for
     10 epochs of Adam on `x`, `y` from seed 0."""
+    import keras
     from helpers import DIGITS_MODEL
 
     from keras_vit import ViT

@@ -177,8 +177,11 @@ def test_gelu_is_keras_gelu_with_the_exact_derivative(approximate, request):
     # backward keeps x alone), on TensorFlow's CPU both run as XLA kernels;
     # everywhere it must be GELU's derivative, also where tanh and exp
     # saturate, and the forward keras.ops.gelu's (to float32 rounding).
-    if approximate and BACKEND == "tensorflow" and conftest.fast_xla_compiles():
-        # What users run: XLA's tanh as its default settings compile it (conftest.FAST_XLA_COMPILES).
+    if approximate and BACKEND in ("tensorflow", "jax") and conftest.fast_xla_compiles():
+        # What users run: XLA's tanh as its default settings compile it (conftest.FAST_XLA_COMPILES:
+        # the cheapest level's tanh saturates past -1, and the gradient it gives
+        # where GELU's is 0 reached 8.5e-6 on JAX, which some draws of x and w
+        # took past the 1e-5 below).
         run = subprocess.run([sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
                              env={**os.environ, conftest.DEFAULT_XLA: "1"}, cwd=request.config.rootpath,
                              capture_output=True, text=True, timeout=600)
