@@ -162,3 +162,32 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
         row = next(line for line in run.stdout.splitlines()
                    if line.startswith("keras_vit") and f" {r['mode']} " in line)
         assert f" {min(runs):.1f}-{max(runs):.1f} " in row, row
+
+
+@pytest.mark.backend_independent  # the script runs PyTorch in its own process, whatever the pass
+def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
+    """benchmarks/gelu_forms.py, cut to one block at 32 px: the machine line, then
+    per dtype the kernel times and the three models' rates, whose printed ratios
+    are the quotients of the printed numbers (to their rounding)."""
+    import re
+
+    script = os.path.join(ROOT, "benchmarks", "gelu_forms.py")
+    run = subprocess.run([sys.executable, script, "--image-size", "32", "--batch-size", "2", "--num-layers", "1",
+                          "--runs", "2", "--rounds", "1", "--dtype", "float32"],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and "torch 2.13.0" in lines[0], lines[0]
+    number = r"([0-9.]+)"
+    kernel = re.fullmatch(rf"float32: torch GELU on \(10, 3072\): tanh {number} ms, erf {number} ms, "
+                          rf"tanh / erf {number}x", lines[1])
+    assert kernel, lines[1]
+    tanh_ms, erf_ms, ratio = map(float, kernel.groups())
+    half = 0.0005  # the printed milliseconds' rounding
+    assert (tanh_ms - half) / (erf_ms + half) - 0.005 <= ratio <= (tanh_ms + half) / (erf_ms - half) + 0.005
+    rates = re.fullmatch(rf"float32: predict_on_batch img/s, best of 1 rounds: keras_vit tanh GELU {number}, "
+                         rf"keras_vit erf GELU {number}, keras-hub {number}; /hub: tanh {number}x, erf {number}x",
+                         lines[2])
+    assert rates, lines[2]
+    tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, rates.groups())
+    assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)

@@ -1,0 +1,116 @@
+"""What the original code's tanh GELU costs on PyTorch's CPU, measured in one process.
+
+ViT's MLP applies GELU in its tanh form: the original vit_jax code calls flax's
+``nn.gelu``, whose default is ``approximate=True``, and keras_vit keeps it
+(`ViTConfig.gelu_approximate`). keras-hub's ViT and timm's use the exact (erf)
+form. On PyTorch's CPU the two are different kernels of
+``torch.nn.functional.gelu``, and the tanh one costs several times the erf one
+per element, which shows in the inference speed of the whole model where its
+matrix products are fast (bfloat16 on a CPU with bfloat16 units).
+
+Printed, each a ratio of two numbers measured here one after the other:
+1. the GELU kernel alone on a B/16 MLP's hidden activations (batch x tokens,
+   mlp_dim), tanh form against erf form, per dtype;
+2. ``predict_on_batch`` images/s of keras_vit (tanh GELU, the default), of
+   keras_vit with ``gelu_approximate=False`` and of keras-hub's ViT (same
+   architecture, random weights), per dtype: keras_vit / keras-hub for each form.
+
+    KERAS_BACKEND is set to torch here.
+    .venv/bin/python benchmarks/gelu_forms.py --dtype float32,bfloat16
+"""
+
+import argparse
+import os
+import time
+
+os.environ["KERAS_BACKEND"] = "torch"
+
+
+def best_seconds(step, runs):
+    """The fastest of `runs` timed calls of `step`, after two untimed ones."""
+    step()
+    step()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def gelu_kernels(rows, columns, dtype, runs):
+    """Seconds of torch's tanh-form and erf-form GELU on a (rows, columns) tensor."""
+    import torch
+
+    x = torch.randn(rows, columns, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
+    gelu = torch.nn.functional.gelu
+    return (best_seconds(lambda: gelu(x, approximate="tanh"), runs),
+            best_seconds(lambda: gelu(x, approximate="none"), runs))
+
+
+def models(preset, image_size, num_layers, dtype):
+    """keras_vit with each GELU form and keras-hub's ViT of the same shape, under `dtype`."""
+    import keras
+    import keras_hub
+
+    from keras_vit import ViT
+
+    keras.config.set_dtype_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
+    common = dict(pretrained=False, image_size=image_size, num_classes=1000)
+    if num_layers:
+        common["num_layers"] = num_layers
+    tanh = ViT.from_preset(preset, **common)
+    erf = ViT.from_preset(preset, **common, gelu_approximate=False)
+    c = tanh.config
+    backbone = keras_hub.models.ViTBackbone(
+        image_shape=(image_size, image_size, 3), patch_size=c.patch_size[0], num_layers=c.num_layers,
+        num_heads=c.num_heads, hidden_dim=c.hidden_dim, mlp_dim=c.mlp_dim)
+    hub = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None)
+    keras.config.set_dtype_policy("float32")
+    for model in (tanh, erf, hub):
+        model.compile()
+    return tanh, erf, hub
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="vit_b16", help="a keras_vit preset (random weights)")
+    p.add_argument("--image-size", type=int, default=224)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--dtype", default="float32,bfloat16", help="float32, bfloat16 (mixed) or both")
+    p.add_argument("--runs", type=int, default=5, help="timed calls per measurement; the fastest counts")
+    p.add_argument("--rounds", type=int, default=2, help="the three models in turn, this many times")
+    p.add_argument("--num-layers", type=int, default=None, help="cut every model to its first N blocks")
+    args = p.parse_args(argv)
+
+    import numpy as np
+    import torch
+
+    from keras_vit.presets import preset_config
+
+    c = preset_config(args.model, image_size=args.image_size)
+    tokens = c.grid_size[0] * c.grid_size[1] + c.num_prefix_tokens
+    from throughput import cpu_info  # beside this file
+
+    info = cpu_info()
+    print(f"machine: {info['model_name']} (family {info['family']}, model {info['model']}; {info['kind']}), "
+          f"{os.cpu_count()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    x = np.random.default_rng(0).standard_normal((args.batch_size, args.image_size, args.image_size, 3))
+    x = x.astype("float32")
+    for dtype in args.dtype.split(","):
+        tanh_s, erf_s = gelu_kernels(args.batch_size * tokens, c.mlp_dim, dtype, args.runs)
+        print(f"{dtype}: torch GELU on ({args.batch_size * tokens}, {c.mlp_dim}): tanh {tanh_s * 1e3:.3f} ms, "
+              f"erf {erf_s * 1e3:.3f} ms, tanh / erf {tanh_s / erf_s:.2f}x")
+        tanh, erf, hub = models(args.model, args.image_size, args.num_layers, dtype)
+        rates = {"tanh": [], "erf": [], "hub": []}
+        for _ in range(args.rounds):
+            for name, model in (("tanh", tanh), ("erf", erf), ("hub", hub)):
+                rates[name].append(args.batch_size / best_seconds(lambda m=model: m.predict_on_batch(x), args.runs))
+        best = {name: max(r) for name, r in rates.items()}
+        print(f"{dtype}: predict_on_batch img/s, best of {args.rounds} rounds: keras_vit tanh GELU {best['tanh']:.1f}, "
+              f"keras_vit erf GELU {best['erf']:.1f}, keras-hub {best['hub']:.1f}; /hub: tanh "
+              f"{best['tanh'] / best['hub']:.2f}x, erf {best['erf'] / best['hub']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
