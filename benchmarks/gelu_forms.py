@@ -21,21 +21,18 @@ Printed, each a ratio of two numbers measured here one after the other:
 
 import argparse
 import os
-import time
 
 os.environ["KERAS_BACKEND"] = "torch"
 
+from throughput import _keras_model  # noqa: E402  (beside this file: the benchmark's own builders)
+from throughput import _timed_runs  # noqa: E402
+from throughput import cpu_info  # noqa: E402
 
-def best_seconds(step, runs):
-    """The fastest of `runs` timed calls of `step`, after two untimed ones."""
-    step()
-    step()
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return min(times)
+
+def best_rate(step, per_call, runs):
+    """The fastest of `runs` timed calls of `step` after two untimed ones, as
+    `per_call` / seconds (`throughput.py`'s timed runs, one call each)."""
+    return max(_timed_runs(step, per_call, warmup=2, runs=runs, steps=1)[1])
 
 
 def gelu_kernels(rows, columns, dtype, runs):
@@ -44,28 +41,27 @@ def gelu_kernels(rows, columns, dtype, runs):
 
     x = torch.randn(rows, columns, generator=torch.Generator().manual_seed(0)).to(getattr(torch, dtype))
     gelu = torch.nn.functional.gelu
-    return (best_seconds(lambda: gelu(x, approximate="tanh"), runs),
-            best_seconds(lambda: gelu(x, approximate="none"), runs))
+    return (1 / best_rate(lambda: gelu(x, approximate="tanh"), 1, runs),
+            1 / best_rate(lambda: gelu(x, approximate="none"), 1, runs))
 
 
 def models(preset, image_size, num_layers, dtype):
-    """keras_vit with each GELU form and keras-hub's ViT of the same shape, under `dtype`."""
+    """keras_vit with each GELU form and keras-hub's ViT of the same shape, under
+    `dtype`, built as `throughput.py`'s children build them."""
     import keras
-    import keras_hub
 
     from keras_vit import ViT
+    from keras_vit.presets import PRESETS
+    from keras_vit.presets import preset_name
 
+    config = dict(PRESETS[preset_name(preset)]["config"])
+    config["num_layers"] = num_layers or config["num_layers"]
+    spec = dict(model=preset, image_size=image_size, dtype=dtype)
     keras.config.set_dtype_policy("mixed_bfloat16" if dtype == "bfloat16" else "float32")
-    common = dict(pretrained=False, image_size=image_size, num_classes=1000)
-    if num_layers:
-        common["num_layers"] = num_layers
-    tanh = ViT.from_preset(preset, **common)
-    erf = ViT.from_preset(preset, **common, gelu_approximate=False)
-    c = tanh.config
-    backbone = keras_hub.models.ViTBackbone(
-        image_shape=(image_size, image_size, 3), patch_size=c.patch_size[0], num_layers=c.num_layers,
-        num_heads=c.num_heads, hidden_dim=c.hidden_dim, mlp_dim=c.mlp_dim)
-    hub = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None)
+    tanh = _keras_model({**spec, "impl": "keras_vit"}, config)
+    erf = ViT.from_preset(preset, pretrained=False, image_size=image_size, num_classes=1000,
+                          num_layers=config["num_layers"], gelu_approximate=False)
+    hub = _keras_model({**spec, "impl": "keras_hub"}, config)
     keras.config.set_dtype_policy("float32")
     for model in (tanh, erf, hub):
         model.compile()
@@ -90,8 +86,6 @@ def main(argv=None):
 
     c = preset_config(args.model, image_size=args.image_size)
     tokens = c.grid_size[0] * c.grid_size[1] + c.num_prefix_tokens
-    from throughput import cpu_info  # beside this file
-
     info = cpu_info()
     print(f"machine: {info['model_name']} (family {info['family']}, model {info['model']}; {info['kind']}), "
           f"{os.cpu_count()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads")
@@ -105,7 +99,7 @@ def main(argv=None):
         rates = {"tanh": [], "erf": [], "hub": []}
         for _ in range(args.rounds):
             for name, model in (("tanh", tanh), ("erf", erf), ("hub", hub)):
-                rates[name].append(args.batch_size / best_seconds(lambda m=model: m.predict_on_batch(x), args.runs))
+                rates[name].append(best_rate(lambda m=model: m.predict_on_batch(x), args.batch_size, args.runs))
         best = {name: max(r) for name, r in rates.items()}
         print(f"{dtype}: predict_on_batch img/s, best of {args.rounds} rounds: keras_vit tanh GELU {best['tanh']:.1f}, "
               f"keras_vit erf GELU {best['erf']:.1f}, keras-hub {best['hub']:.1f}; /hub: tanh "

@@ -100,16 +100,15 @@ def _compiler_settings():
                     if not f.startswith("--tf_xla_persistent_cache_directory=")]
         os.environ["TF_XLA_FLAGS"] = " ".join([*tf_flags, f"--tf_xla_persistent_cache_directory={folder}"])
         return
-    # Read by JAX when it is imported (the workers and the processes they start).
-    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_folder("jax-tests")
-    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-    os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    settings = {"jax_compilation_cache_dir": _cache_folder("jax-tests"),
+                "jax_persistent_cache_min_compile_time_secs": 0, "jax_persistent_cache_min_entry_size_bytes": 0}
+    for name, value in settings.items():  # read by JAX when it is imported (workers, their subprocesses)
+        os.environ[name.upper()] = str(value)
     if "jax" in sys.modules:  # imported before this file (by a plugin): too late for the environment
         import jax
 
-        jax.config.update("jax_compilation_cache_dir", os.environ["JAX_COMPILATION_CACHE_DIR"])
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)
-        jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+        for name, value in settings.items():
+            jax.config.update(name, value)
 
 
 _compiler_settings()
