@@ -265,23 +265,36 @@ def digits(split, size):
 
 def fit_digits(x, y, **options):
     """The demo's model (`helpers.DIGITS_MODEL`, with `options`) trained for
-    10 epochs of Adam on `x`, `y` from seed 0."""
+    8 epochs of Adam on `x`, `y` from seed 0, the learning rate warmed up to
+    3e-3 over the first tenth of the steps and then cosine-decayed to 0.
+
+    The decay makes the end accuracy a property of the run rather than of
+    the epoch it stops at: at a constant 3e-3 for 10 epochs the held-out
+    accuracy moved by up to 5 points from one epoch to the next (0.947 at
+    epoch 7, 0.894 at epoch 10 on PyTorch); with the decay the last three
+    epochs stayed within 1.5 points, at 0.928-0.933 in float32 and
+    0.933-0.947 in mixed_bfloat16 on the three backends, in 8 epochs
+    instead of 10 (Intel Xeon, 2026-11-26)."""
     import keras
     from helpers import DIGITS_MODEL
 
     from keras_vit import ViT
 
+    epochs, batch_size = 8, 64
+    steps = epochs * -(-len(x) // batch_size)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        0.0, steps - steps // 10, warmup_target=3e-3, warmup_steps=steps // 10)
     keras.utils.set_random_seed(0)
     model = ViT(**DIGITS_MODEL, **options)
-    model.compile(optimizer=keras.optimizers.Adam(3e-3),
+    model.compile(optimizer=keras.optimizers.Adam(schedule),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x, y, batch_size=64, epochs=10, verbose=0)
+    model.fit(x, y, batch_size=batch_size, epochs=epochs, verbose=0)
     return model
 
 
 @pytest.fixture(scope="session")
 def trained_digits():
-    """The demo's model (`helpers.DIGITS_MODEL`) trained for 10 epochs on the
+    """The demo's model (`helpers.DIGITS_MODEL`) trained for 8 epochs on the
     digits' train split (`fit_digits`), with the train and held-out digits:
     one model for every test that needs a trained one (quantization, LoRA,
     bfloat16)."""
