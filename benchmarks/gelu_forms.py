@@ -26,7 +26,9 @@ os.environ["KERAS_BACKEND"] = "torch"
 
 from throughput import _keras_model  # noqa: E402  (beside this file: the benchmark's own builders)
 from throughput import _timed_runs  # noqa: E402
+from throughput import _version  # noqa: E402
 from throughput import cpu_info  # noqa: E402
+from throughput import machine_line  # noqa: E402
 
 
 def best_rate(step, per_call, runs):
@@ -86,9 +88,9 @@ def main(argv=None):
 
     c = preset_config(args.model, image_size=args.image_size)
     tokens = c.grid_size[0] * c.grid_size[1] + c.num_prefix_tokens
-    info = cpu_info()
-    print(f"machine: {info['model_name']} (family {info['family']}, model {info['model']}; {info['kind']}), "
-          f"{os.cpu_count()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads")
+    machine = {"cpu_info": cpu_info(), "cpu_cores": os.cpu_count(),
+               "versions": {d: _version(d) for d in ("torch", "keras", "keras-hub")}}
+    print(f"{machine_line(machine)}; {torch.get_num_threads()} torch threads")
     x = np.random.default_rng(0).standard_normal((args.batch_size, args.image_size, args.image_size, 3))
     x = x.astype("float32")
     for dtype in args.dtype.split(","):
