@@ -184,14 +184,22 @@ def _timed_runs(step, images_per_step, warmup, runs, steps):
     return statistics.median(rates), rates
 
 
-def _matmul():
+def _matmul(f32_accumulate=False):
     """``step(a, b)``: this backend's matmul (jitted on JAX), then one element
-    of the product read back, which waits for the device."""
+    of the product read back, which waits for the device. With
+    `f32_accumulate` (JAX only), bfloat16 operands give a float32 product
+    rounded back to bfloat16 (``preferred_element_type``): what keras_vit's
+    projections run on JAX's CPU, where XLA hands such products to YNNPACK's
+    bfloat16 kernels and bf16 -> bf16 ones to Eigen."""
     import keras
     from keras import ops
     if keras.backend.backend() == "jax":
         import jax
-        f = jax.jit(lambda x, y: x @ y)
+        import jax.numpy as jnp
+        if f32_accumulate:
+            f = jax.jit(lambda x, y: jnp.matmul(x, y, preferred_element_type=jnp.float32).astype(x.dtype))
+        else:
+            f = jax.jit(lambda x, y: x @ y)
     else:
         f = ops.matmul
 
@@ -211,11 +219,21 @@ def _child_matmul(spec):
     n, dtype = spec["n"], spec["dtype"]
     a = ops.cast(ops.convert_to_tensor(np.random.rand(n, n).astype("float32")), dtype)
     b = ops.cast(ops.convert_to_tensor(np.random.rand(n, n).astype("float32")), dtype)
-    matmul = _matmul()
-    rate, _ = _timed_runs(lambda: matmul(a, b), 1, spec["warmup"], spec["runs"], 1)
+    kernels = {}
+    for kernel, matmul in _matmul_kernels(backend, dtype).items():
+        rate, _ = _timed_runs(lambda: matmul(a, b), 1, spec["warmup"], spec["runs"], 1)
+        kernels[kernel] = 2 * n**3 * rate / 1e9
     device = _device(backend)
-    kernels = {"matmul": 2 * n**3 * rate / 1e9}
     return {"gflops": max(kernels.values()), "kernels": kernels, "device": device}
+
+
+def _matmul_kernels(backend, dtype):
+    """The matmuls timed for the peak: the backend's own, and on JAX in
+    bfloat16 also the float32-accumulating one (`_matmul`)."""
+    kernels = {"matmul": _matmul()}
+    if backend == "jax" and dtype == "bfloat16":
+        kernels["matmul_f32_accumulate"] = _matmul(f32_accumulate=True)
+    return kernels
 
 
 def gemm_ceiling(spec, config):
@@ -223,11 +241,13 @@ def gemm_ceiling(spec, config):
     alone, at the spec's dtype: the GFLOP/s of one step's products with
     nothing between them and their operands in cache from the call before,
     the most any implementation on this backend reaches at these shapes.
-    Each shape's fastest timed call counts. Measured in keras_vit's child
-    after its timed runs (the same process, threads and dtype)."""
+    Each shape's fastest timed call of any of `_matmul_kernels` counts.
+    Measured in keras_vit's child after its timed runs (the same process,
+    threads and dtype)."""
     import numpy as np
+    import keras
     from keras import ops
-    matmul = _matmul()
+    matmuls = list(_matmul_kernels(keras.backend.backend(), spec["dtype"]).values())
     gemms = model_gemms(config, spec["image_size"], spec["batch_size"], spec["mode"])
     rng = np.random.default_rng(0)
     seconds = 0.0
@@ -236,11 +256,12 @@ def gemm_ceiling(spec, config):
         x = ops.cast(ops.convert_to_tensor(rng.standard_normal((*lead, m, k), dtype=np.float32)), spec["dtype"])
         w = ops.cast(ops.convert_to_tensor(rng.standard_normal((*lead, k, n), dtype=np.float32)), spec["dtype"])
         times = []
-        for i in range(2 + max(spec["runs"], 3)):  # two untimed calls first
-            start = time.perf_counter()
-            matmul(x, w)
-            if i >= 2:
-                times.append(time.perf_counter() - start)
+        for matmul in matmuls:
+            for i in range(2 + max(spec["runs"], 3)):  # two untimed calls first
+                start = time.perf_counter()
+                matmul(x, w)
+                if i >= 2:
+                    times.append(time.perf_counter() - start)
         seconds += count * min(times)
     return gemm_flops(gemms) / seconds / 1e9
 
@@ -885,6 +906,7 @@ def main(argv=None):
     }
     if peaks.get("bfloat16"):
         machine["matmul_gflops_bf16_by_backend"] = peaks["bfloat16"]
+        machine["matmul_gflops_bf16_by_kernel"] = kernel_peaks["bfloat16"]
     doc = {"machine": machine, "results": results, "skipped": skipped,
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
                         "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,

@@ -106,6 +106,8 @@ vendor_id\t: {vendor}
     ("AuthenticAMD", 25, 1, "AMD EPYC 7B13", "avx2 fma", "AVX2", ["avx2", "fma"]),
     ("AuthenticAMD", 26, 2, "AMD EPYC 9B45", "avx2 fma avx512f avx512_vnni avx512_bf16 avx512_vp2intersect",
      "AVX-512 with avx512_bf16", ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"]),
+    ("AuthenticAMD", 25, 17, "AMD EPYC", "avx2 fma avx512f avx512_vnni avx512_bf16",  # Zen 4
+     "AVX-512 with avx512_bf16", ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"]),
     ("GenuineIntel", 6, 207, "Intel(R) Xeon(R) Processor", "avx2 fma avx512f avx512_vnni avx512_bf16 avx512_fp16",
      "AVX-512 with avx512_bf16", ["avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16"]),  # AMX not exposed
     ("GenuineIntel", 6, 167, "Intel(R) Xeon(R) Processor", "avx2 fma avx512f avx512_bf16 amx_bf16 amx_tile amx_int8",

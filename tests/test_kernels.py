@@ -169,6 +169,28 @@ def test_projection_runs_the_sequential_matmul_on_jax_cpu_only():
     assert spy.call_count == (1 if kernels.backend_platform() == ("jax", "cpu") else 0)
 
 
+def test_matmul_in_bfloat16_is_the_product_of_the_bfloat16_values():
+    # mixed_bfloat16's projections: the float64 product of the values bfloat16
+    # holds, rounded once to bfloat16, and so are both gradients. On JAX's CPU
+    # the product is asked for in float32 (XLA:CPU runs only bf16 x bf16 ->
+    # f32 on YNNPACK's bfloat16 kernels; bf16 -> bf16 on Eigen, slower).
+    x, kernel, w = rand(3, 7, 16), rand(16, 24, scale=0.3), rand(3, 7, 24)
+    as_bf16 = lambda v: keras.ops.cast(keras.ops.cast(v, "bfloat16"), "float32")  # noqa: E731
+    x16, k16 = (to_numpy(as_bf16(v)).astype("float64") for v in (x, kernel))
+    bf16 = lambda v: keras.ops.cast(v, "bfloat16")  # noqa: E731
+    y, dx = value_and_gradient(lambda v: kernels.matmul(bf16(v), bf16(kernel)), x, w)
+    _, dk = value_and_gradient(lambda k: kernels.matmul(bf16(x), bf16(k)), kernel, w)
+    assert to_numpy(kernels.matmul(bf16(x), bf16(kernel))).dtype == keras.ops.convert_to_numpy(bf16(x)).dtype
+    w16 = to_numpy(as_bf16(w)).astype("float64")  # the upstream gradient, cast like the product
+    for got, want in ((y, x16 @ k16), (dx, w16 @ k16.T), (dk, x16.reshape(-1, 16).T @ w16.reshape(-1, 24))):
+        np.testing.assert_allclose(got, want, rtol=2 ** -8, atol=2 ** -8 * np.abs(want).max())
+    if kernels.backend_platform() == ("jax", "cpu"):
+        import jax
+
+        program = str(jax.make_jaxpr(kernels.matmul)(bf16(x), bf16(kernel)))
+        assert "preferred_element_type=float32" in program, program
+
+
 # -- GELU ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])

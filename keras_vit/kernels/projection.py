@@ -103,6 +103,13 @@ def matmul(x, kernel):
     in sequence, ``dx = dy kernelᵀ`` first, then ``dkernel = xᵀ dy``
     (``jax.lax.optimization_barrier``): XLA:CPU otherwise runs the two
     independent GEMMs at once, on the same few cores. Autodiff's numbers.
+
+    There, bfloat16 operands (``mixed_bfloat16``) are multiplied with a
+    float32 result requested (``preferred_element_type``) and rounded to
+    bfloat16 after: XLA:CPU (jaxlib 0.10) hands bf16 × bf16 -> f32 products
+    to YNNPACK, which runs them on the CPU's bfloat16 dot-product units,
+    and a bf16 -> bf16 product to Eigen at float32's speed or below. The
+    sums are float32's either way; only their order differs.
     """
     if route("matmul") != "sequential_gradient":
         return ops.matmul(x, kernel)
@@ -114,18 +121,23 @@ def _jax_sequential_matmul():
     import jax
     import jax.numpy as jnp
 
+    def product(a, b):
+        if a.dtype == b.dtype == jnp.bfloat16:
+            return jnp.matmul(a, b, preferred_element_type=jnp.float32).astype(jnp.bfloat16)
+        return jnp.matmul(a, b)
+
     @jax.custom_vjp
     def sequential_matmul(x, kernel):
-        return jnp.matmul(x, kernel)
+        return product(x, kernel)
 
     def forward(x, kernel):
-        return jnp.matmul(x, kernel), (x, kernel)
+        return product(x, kernel), (x, kernel)
 
     def backward(saved, dy):
         x, kernel = saved
-        dx = jnp.matmul(dy, kernel.T)
+        dx = product(dy, kernel.T)
         dx, x = jax.lax.optimization_barrier((dx, x))  # dkernel's GEMM after dx's
-        dkernel = jnp.matmul(x.reshape(-1, kernel.shape[0]).T, dy.reshape(-1, kernel.shape[1]))
+        dkernel = product(x.reshape(-1, kernel.shape[0]).T, dy.reshape(-1, kernel.shape[1]))
         return dx, dkernel
 
     sequential_matmul.defvjp(forward, backward)
