@@ -7,7 +7,8 @@
 - `gelu`: on TensorFlow and JAX's CPU with its gradient written out from its
   input; on TensorFlow's CPU the forward and the gradient are each one XLA
   kernel.
-- `matmul`: on JAX's CPU the two products of its gradient run in sequence.
+- `matmul`: on JAX's CPU the two products of its gradient run in sequence,
+  and bfloat16 operands are multiplied with a float32 result, then rounded.
 
 What each gains, measured, is in docs/performance.md.
 """
