@@ -175,13 +175,12 @@ def test_matmul_in_bfloat16_is_the_product_of_the_bfloat16_values():
     # the product is asked for in float32 (XLA:CPU runs only bf16 x bf16 ->
     # f32 on YNNPACK's bfloat16 kernels; bf16 -> bf16 on Eigen, slower).
     x, kernel, w = rand(3, 7, 16), rand(16, 24, scale=0.3), rand(3, 7, 24)
-    as_bf16 = lambda v: keras.ops.cast(keras.ops.cast(v, "bfloat16"), "float32")  # noqa: E731
-    x16, k16 = (to_numpy(as_bf16(v)).astype("float64") for v in (x, kernel))
     bf16 = lambda v: keras.ops.cast(v, "bfloat16")  # noqa: E731
+    x16, k16, w16 = (to_numpy(keras.ops.cast(bf16(v), "float32")).astype("float64") for v in (x, kernel, w))
     y, dx = value_and_gradient(lambda v: kernels.matmul(bf16(v), bf16(kernel)), x, w)
     _, dk = value_and_gradient(lambda k: kernels.matmul(bf16(x), bf16(k)), kernel, w)
-    assert to_numpy(kernels.matmul(bf16(x), bf16(kernel))).dtype == keras.ops.convert_to_numpy(bf16(x)).dtype
-    w16 = to_numpy(as_bf16(w)).astype("float64")  # the upstream gradient, cast like the product
+    assert keras.backend.standardize_dtype(kernels.matmul(bf16(x), bf16(kernel)).dtype) == "bfloat16"
+    # w16: the upstream gradient, cast to bfloat16 like the product it multiplies
     for got, want in ((y, x16 @ k16), (dx, w16 @ k16.T), (dk, x16.reshape(-1, 16).T @ w16.reshape(-1, 24))):
         np.testing.assert_allclose(got, want, rtol=2 ** -8, atol=2 ** -8 * np.abs(want).max())
     if kernels.backend_platform() == ("jax", "cpu"):
