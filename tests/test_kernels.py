@@ -188,6 +188,22 @@ def test_matmul_in_bfloat16_is_the_product_of_the_bfloat16_values():
 
         program = str(jax.make_jaxpr(kernels.matmul)(bf16(x), bf16(kernel)))
         assert "preferred_element_type=float32" in program, program
+        # The gradient's products too, as XLA:CPU compiles them: each dot reads
+        # two bfloat16 operands laid out as it multiplies them (XLA:CPU runs a
+        # bf16 dot with a transposed operand in float32, on Eigen or YNNPACK's
+        # float32 kernels: 3-4x slower on an Intel Xeon with AMX).
+        gradient = jax.jit(lambda a, b, up: jax.vjp(kernels.matmul, a, b)[1](up))
+        compiled = gradient.lower(bf16(x), bf16(kernel), bf16(w)).compile().as_text()
+        dots, header = 0, ""
+        for line in compiled.splitlines():
+            if line.lstrip().startswith(("%", "ENTRY")) and line.rstrip().endswith("{"):
+                header = line  # the computation the next lines belong to, with its parameters
+            elif " dot(" in line:
+                dots += 1
+                parameters = header[header.index("(") + 1: header.index("->")]
+                assert "lhs_contracting_dims={1}, rhs_contracting_dims={0}" in line, line
+                assert "f32[" not in parameters and "bf16[" in parameters, header
+        assert dots == 2, compiled
 
 
 # -- GELU ----------------------------------------------------------------------
