@@ -13,7 +13,7 @@ docs/performance.md.
 | operation | where | fast path | reference |
 |---|---|---|---|
 | `dense` | JAX CPU | `matmul`: the kernel through `matmul` | `dense_reference`: ``layer(x)`` |
-| `matmul` | JAX CPU | `sequential_gradient`: the gradient's GEMMs in sequence; bfloat16 products with a float32 result, rounded, the gradient's transposed operands written out | ``ops.matmul`` |
+| `matmul` | JAX CPU | `sequential_gradient`: the gradient's GEMMs in sequence; bfloat16 products with a float32 result, rounded, their gradient's transposed operands written out | ``ops.matmul`` |
 | `gelu` | JAX CPU | `gradient_from_x`: the gradient written out | `gelu_reference`: ``ops.gelu`` |
 | `gelu` | TensorFlow CPU | `xla_gradient_from_x`: the same, each an XLA kernel | `gelu_reference` |
 | `layer_norm` | JAX CPU, TensorFlow CPU | `written_out_gradient` | `layer_norm_reference`: the Keras layer's ``call`` |

@@ -9,7 +9,7 @@
   kernel.
 - `matmul`: on JAX's CPU the two products of its gradient run in sequence,
   and bfloat16 operands are multiplied with a float32 result, then rounded,
-  the gradient's transposed operands written out transposed.
+  their gradient's transposed bfloat16 operands written out transposed.
 
 What each gains, measured, is in docs/performance.md.
 """
@@ -112,10 +112,10 @@ def matmul(x, kernel):
     to YNNPACK, which runs them on the CPU's bfloat16 dot-product units,
     and a bf16 -> bf16 product to Eigen at float32's speed or below. The
     sums are float32's either way; only their order differs. The gradient's
-    transposed operands (``kernelᵀ``, ``xᵀ``) are written out transposed
-    first, which YNNPACK's bfloat16 dots need (the two products of the
-    gradient of B/16's first MLP projection at batch 8, on an Intel Xeon
-    with AMX: 187-233 GFLOP/s read transposed, 776-792 written out).
+    transposed bfloat16 operands (``kernelᵀ``, ``xᵀ``) are written out
+    transposed first, which YNNPACK's bfloat16 dots need (the two products
+    of the gradient of B/16's first MLP projection at batch 8, on an Intel
+    Xeon with AMX: 187-233 GFLOP/s read transposed, 776-792 written out).
     """
     if route("matmul") != "sequential_gradient":
         return ops.matmul(x, kernel)
