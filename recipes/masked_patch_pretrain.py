@@ -5,7 +5,7 @@
 
 import sys
 
-from keras_vit.cli import main
+from keras_vit.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["masked-patch", *sys.argv[1:]]))
+    run(["masked-patch", *sys.argv[1:]])

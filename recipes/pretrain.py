@@ -5,7 +5,7 @@
 
 import sys
 
-from keras_vit.cli import main
+from keras_vit.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main(["pretrain", *sys.argv[1:]]))
+    run(["pretrain", *sys.argv[1:]])

@@ -38,6 +38,32 @@ def fails(argv, capsys, message):
     return err
 
 
+@pytest.mark.backend_independent
+def test_the_program_exits_with_the_commands_status_and_leaves_nothing_to_collect(capsys, tmp_path):
+    """`cli.run`, the entry point of `keras-vit` and the recipes: `main`'s
+    status as the exit status, and every live object frozen out of the
+    collector's reach, so that the interpreter's shutdown has none to scan."""
+    import gc
+
+    from keras_vit import cli
+
+    gc.unfreeze()  # conftest's freeze of the collected tests, so that run's own shows
+    try:
+        assert gc.get_freeze_count() == 0
+        with pytest.raises(SystemExit) as exit_info:
+            cli.run(["configs"])
+        assert exit_info.value.code == 0 and "digits" in capsys.readouterr().out
+        assert gc.get_freeze_count() > 0
+        gc.unfreeze()
+        with pytest.raises(SystemExit) as exit_info:  # an error's status too
+            cli.run(["pretrain", "--config", "no-such-config", "--workdir", str(tmp_path / "run")])
+        assert exit_info.value.code == 2 and "no-such-config" in capsys.readouterr().err
+        assert not (tmp_path / "run").exists()
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.freeze()
+
+
 def test_every_config_resolves_and_the_tables_hold():
     kinds = {name: config.kind for name, config in CONFIGS.items()}
     assert {"pretrain", "finetune", "masked_patch"} == set(kinds.values())
