@@ -184,10 +184,17 @@ def test_tpu_runs_the_mirrored_code_path_after_the_strategy(tmp_path, monkeypatc
     assert 0 <= results["test_accuracy"] <= 1
 
 
-JAX_SHARDING = """
+# One process split into 4 devices for every JAX check that needs them (a
+# process costs 10-25 s here, its imports and compilations): the command line's
+# data_parallel run, which splits the host, its model_parallel run on those
+# devices, and the model_parallel shardings of a model built after them.
+JAX_FOUR_DEVICES = """
 import json, sys
-from keras_vit import distribution
-topology = distribution.setup("model_parallel", host_devices=4, model_axis=2)
+from keras_vit import cli, distribution
+command, data_parallel, model_parallel = json.loads(sys.argv[1]), sys.argv[2], sys.argv[3]
+assert cli.main([*command, "--workdir", data_parallel, "--strategy", "data_parallel", "--host-devices", "4"]) == 0
+assert cli.main([*command, "--workdir", model_parallel, "--strategy", "model_parallel"]) == 0
+topology = distribution.setup("model_parallel", model_axis=2)
 config = dict(image_size=16, patch_size=4, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10)
 topology.shard_model(config)
 from keras_vit import ViT
@@ -197,19 +204,30 @@ print(json.dumps({v.path: [str(a) for a in v.value.sharding.spec] for v in model
 """
 
 
+@pytest.fixture(scope="module")
+def four_devices(tmp_path_factory):
+    """`JAX_FOUR_DEVICES` run once: the two strategies' work directories and
+    the shardings' specs, by variable path."""
+    root = tmp_path_factory.mktemp("four_devices")
+    workdirs = {strategy: root / strategy for strategy in ("data_parallel", "model_parallel")}
+    pretrain = command(root)[3:-2]  # `pretrain` and SHORT, without --workdir
+    out = run_ok([sys.executable, "-c", JAX_FOUR_DEVICES, json.dumps(pretrain),
+                  str(workdirs["data_parallel"]), str(workdirs["model_parallel"])])
+    return workdirs, json.loads(out.strip().splitlines()[-1])
+
+
 @pytest.mark.slow
 @only_on("jax", "keras.distribution")
 @pytest.mark.parametrize("strategy", ["data_parallel", "model_parallel"])
-def test_jax_strategies_over_four_devices_are_the_one_device_run(strategy, tmp_path, reference):
-    workdir = tmp_path / strategy
-    run_ok(command(workdir, "--strategy", strategy, "--host-devices", "4"))
-    assert_same_run(workdir, reference, f"{strategy} (4 devices)")
+def test_jax_strategies_over_four_devices_are_the_one_device_run(strategy, four_devices, reference):
+    workdirs, _ = four_devices
+    assert_same_run(workdirs[strategy], reference, f"{strategy} (4 devices)")
 
 
+@pytest.mark.slow
 @only_on("jax", "keras.distribution")
-def test_model_parallel_really_shards_heads_and_mlp(tmp_path):
-    out = run_ok([sys.executable, "-c", JAX_SHARDING])
-    specs = json.loads(out.strip().splitlines()[-1])
+def test_model_parallel_really_shards_heads_and_mlp(four_devices):
+    _, specs = four_devices
     block = "encoder_block_0"
     for name in ("query", "key", "value"):
         assert specs[f"{block}/attention/{name}/kernel"] == ["None", "model", "None"]
