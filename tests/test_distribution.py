@@ -210,8 +210,7 @@ def four_devices(tmp_path_factory):
     the shardings' specs, by variable path."""
     root = tmp_path_factory.mktemp("four_devices")
     workdirs = {strategy: root / strategy for strategy in ("data_parallel", "model_parallel")}
-    pretrain = command(root)[3:-2]  # `pretrain` and SHORT, without --workdir
-    out = run_ok([sys.executable, "-c", JAX_FOUR_DEVICES, json.dumps(pretrain),
+    out = run_ok([sys.executable, "-c", JAX_FOUR_DEVICES, json.dumps(["pretrain", *SHORT]),
                   str(workdirs["data_parallel"]), str(workdirs["model_parallel"])])
     return workdirs, json.loads(out.strip().splitlines()[-1])
 
