@@ -125,9 +125,9 @@ def value_and_gradient(f, x, w):
         y = f(x)
         g = jax.jit(jax.grad(lambda x: (f(x).astype("float32") * w).sum()))(x)
     else:
-        import torch
-        x = torch.tensor(x, requires_grad=True)
+        # On Keras's device (a GPU where torch has one), as the layers' weights.
+        x = keras.ops.convert_to_tensor(x).requires_grad_()
         y = f(x)
-        (y.float() * torch.tensor(w)).sum().backward()
+        (y.float() * keras.ops.convert_to_tensor(w)).sum().backward()
         g = x.grad
     return to_numpy(keras.ops.cast(y, "float32")).astype("float64"), to_numpy(keras.ops.cast(g, "float32")).astype("float64")
