@@ -2,6 +2,7 @@
 
 import keras
 import numpy as np
+import pytest
 
 
 def cpu_has_bfloat16_units():
@@ -36,6 +37,23 @@ TINY_FEATURES = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hid
                      num_classes=3)
 # The backbone test_masked_patch pre-trains (no head: the task adds its own).
 MASKED_PATCH_BACKBONE = dict(image_size=16, patch_size=4, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64)
+
+
+class LazyModule:
+    """A module imported at its first attribute read (``pytest.importorskip``:
+    missing, the test that reads it is skipped with `reason`). Test files
+    that compare with PyTorch and transformers name them at the top; with
+    this only the worker that runs those tests imports them, not every
+    worker that collects the file (10-12 s of each TensorFlow and JAX
+    worker's collection went to torch, sympy and transformers)."""
+
+    def __init__(self, name, reason=None):
+        self._name, self._reason = name, reason
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):  # introspection (pytest's __test__, mock's _mock_name) imports nothing
+            raise AttributeError(attr)
+        return getattr(pytest.importorskip(self._name, reason=self._reason), attr)
 
 
 def tiny_run_config(**overrides):

@@ -9,20 +9,26 @@ import json
 
 import numpy as np
 import pytest
+from helpers import LazyModule
 from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit.weights import CheckpointError
 
-torch = pytest.importorskip("torch", reason="transformers' models run on PyTorch")
-transformers = pytest.importorskip("transformers", reason="the family's reference models")
+torch = LazyModule("torch", reason="transformers' models run on PyTorch")
+transformers = LazyModule("transformers", reason="the family's reference models")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 SIZE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
 
 
+FAMILIES = ("deit", "dinov2", "dinov2_giant", "dinov2_registers", "clip", "clip_projection", "siglip")
+
+
 def families():
-    """name -> (model class, config, output read, timm architecture)."""
+    """name -> (model class, config, output read, timm architecture), for
+    each of `FAMILIES` (named apart so that collecting the file imports no
+    transformers)."""
     t = transformers
     return {
         "deit": (t.DeiTForImageClassificationWithTeacher,
@@ -54,7 +60,9 @@ def families():
 def make_family(name, folder):
     """A small random model of family `name`, saved under `folder`, and its
     output on images."""
-    model_class, config, output, architecture = families()[name]
+    table = families()
+    assert tuple(table) == FAMILIES, (tuple(table), FAMILIES)
+    model_class, config, output, architecture = table[name]
     torch.manual_seed(0)
     model = model_class(config)
     with torch.no_grad():  # every weight random, LayerNorms and LayerScale too
@@ -70,7 +78,7 @@ def make_family(name, folder):
     return name, path, images, expected, architecture, config
 
 
-@pytest.fixture(scope="module", params=list(families()))
+@pytest.fixture(scope="module", params=FAMILIES)
 def family(request, tmp_path_factory):
     return make_family(request.param, tmp_path_factory.mktemp(request.param))
 

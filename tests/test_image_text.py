@@ -12,6 +12,7 @@ import json
 import keras
 import numpy as np
 import pytest
+from helpers import LazyModule
 from helpers import to_numpy
 
 from keras_vit import ImageTextModel
@@ -23,8 +24,8 @@ from keras_vit.training import CLIPLoss
 from keras_vit.training import SigLIPLoss
 from keras_vit.weights import CheckpointError
 
-torch = pytest.importorskip("torch", reason="transformers' models run on PyTorch")
-transformers = pytest.importorskip("transformers", reason="the reference CLIP and SigLIP")
+torch = LazyModule("torch", reason="transformers' models run on PyTorch")
+transformers = LazyModule("transformers", reason="the reference CLIP and SigLIP")
 
 CONTEXT = 16  # the text towers' positions
 CORPUS = ["a photo of a cat", "a photo of a dog", "a photo of the digit three", "itap of a plane",
