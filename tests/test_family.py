@@ -22,49 +22,36 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 SIZE = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
 
 
-FAMILIES = ("deit", "dinov2", "dinov2_giant", "dinov2_registers", "clip", "clip_projection", "siglip")
-
-
-def families():
-    """name -> (model class, config, output read, timm architecture), for
-    each of `FAMILIES` (named apart so that collecting the file imports no
-    transformers)."""
-    t = transformers
-    return {
-        "deit": (t.DeiTForImageClassificationWithTeacher,
-                 t.DeiTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
-                              num_labels=5, layer_norm_eps=1e-6), "logits",
-                 "deit_tiny_distilled_patch16_224"),
-        "dinov2": (t.Dinov2Model, t.Dinov2Config(**SIZE, image_size=28, patch_size=7, mlp_ratio=2),
-                   "pooler_output", "vit_small_patch14_dinov2"),
-        "dinov2_giant": (t.Dinov2Model, t.Dinov2Config(**SIZE, image_size=28, patch_size=7,
-                                                       use_swiglu_ffn=True),
-                         "pooler_output", "vit_giant_patch14_dinov2"),
-        "dinov2_registers": (t.Dinov2WithRegistersModel,
-                             t.Dinov2WithRegistersConfig(**SIZE, image_size=28, patch_size=7,
-                                                         num_register_tokens=4, mlp_ratio=2),
-                             "pooler_output", "vit_small_patch14_reg4_dinov2"),
-        "clip": (t.CLIPVisionModel, t.CLIPVisionConfig(**SIZE, intermediate_size=64, image_size=32,
-                                                       patch_size=8),
-                 "pooler_output", "vit_base_patch16_clip_quickgelu_224"),
-        "clip_projection": (t.CLIPVisionModelWithProjection,
-                            t.CLIPVisionConfig(**SIZE, intermediate_size=64, image_size=32,
-                                               patch_size=8, projection_dim=12),
-                            "image_embeds", "vit_base_patch16_clip_quickgelu_224"),
-        "siglip": (t.SiglipVisionModel, t.SiglipVisionConfig(**SIZE, intermediate_size=64,
-                                                             image_size=32, patch_size=8),
-                   "pooler_output", "vit_base_patch16_siglip_224"),
-    }
+# name -> (transformers model class, its config class, the config's arguments beyond `SIZE`,
+# the output read, timm architecture): names, so that collecting the file imports no transformers.
+FAMILIES = {
+    "deit": ("DeiTForImageClassificationWithTeacher", "DeiTConfig",
+             dict(intermediate_size=64, image_size=32, patch_size=8, num_labels=5, layer_norm_eps=1e-6),
+             "logits", "deit_tiny_distilled_patch16_224"),
+    "dinov2": ("Dinov2Model", "Dinov2Config", dict(image_size=28, patch_size=7, mlp_ratio=2),
+               "pooler_output", "vit_small_patch14_dinov2"),
+    "dinov2_giant": ("Dinov2Model", "Dinov2Config", dict(image_size=28, patch_size=7, use_swiglu_ffn=True),
+                     "pooler_output", "vit_giant_patch14_dinov2"),
+    "dinov2_registers": ("Dinov2WithRegistersModel", "Dinov2WithRegistersConfig",
+                         dict(image_size=28, patch_size=7, num_register_tokens=4, mlp_ratio=2),
+                         "pooler_output", "vit_small_patch14_reg4_dinov2"),
+    "clip": ("CLIPVisionModel", "CLIPVisionConfig", dict(intermediate_size=64, image_size=32, patch_size=8),
+             "pooler_output", "vit_base_patch16_clip_quickgelu_224"),
+    "clip_projection": ("CLIPVisionModelWithProjection", "CLIPVisionConfig",
+                        dict(intermediate_size=64, image_size=32, patch_size=8, projection_dim=12),
+                        "image_embeds", "vit_base_patch16_clip_quickgelu_224"),
+    "siglip": ("SiglipVisionModel", "SiglipVisionConfig", dict(intermediate_size=64, image_size=32, patch_size=8),
+               "pooler_output", "vit_base_patch16_siglip_224"),
+}
 
 
 def make_family(name, folder):
     """A small random model of family `name`, saved under `folder`, and its
     output on images."""
-    table = families()
-    assert tuple(table) == FAMILIES, (tuple(table), FAMILIES)
-    model_class, config, output, architecture = table[name]
+    model_class, config_class, arguments, output, architecture = FAMILIES[name]
+    config = getattr(transformers, config_class)(**SIZE, **arguments)
     torch.manual_seed(0)
-    model = model_class(config)
+    model = getattr(transformers, model_class)(config)
     with torch.no_grad():  # every weight random, LayerNorms and LayerScale too
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.2)
@@ -78,7 +65,7 @@ def make_family(name, folder):
     return name, path, images, expected, architecture, config
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
+@pytest.fixture(scope="module", params=list(FAMILIES))
 def family(request, tmp_path_factory):
     return make_family(request.param, tmp_path_factory.mktemp(request.param))
 
