@@ -11,12 +11,16 @@ matrix products are fast (bfloat16 on a CPU with bfloat16 units).
 Printed, each a ratio of two numbers measured here one after the other:
 1. the GELU kernel alone on a B/16 MLP's hidden activations (batch x tokens,
    mlp_dim), tanh form against erf form, per dtype;
-2. ``predict_on_batch`` images/s of keras_vit (tanh GELU, the default), of
+2. per mode and dtype, images/s of keras_vit (tanh GELU, the default), of
    keras_vit with ``gelu_approximate=False`` and of keras-hub's ViT (same
-   architecture, random weights), per dtype: keras_vit / keras-hub for each form.
+   architecture, random weights): ``predict_on_batch`` for inference,
+   ``train_on_batch`` with the benchmark's optimizer (keras_vit's
+   `AdamWeightDecay`, fused on PyTorch) and cross-entropy for training;
+   keras_vit / keras-hub for each form. keras-hub computes the erf form, so
+   the erf row compares the same function.
 
     KERAS_BACKEND is set to torch here.
-    .venv/bin/python benchmarks/gelu_forms.py --dtype float32,bfloat16
+    .venv/bin/python benchmarks/gelu_forms.py --dtype float32,bfloat16 --modes inference,train
 """
 
 import argparse
@@ -25,6 +29,7 @@ import os
 os.environ["KERAS_BACKEND"] = "torch"
 
 from throughput import _keras_model  # noqa: E402  (beside this file: the benchmark's own builders)
+from throughput import _keras_optimizer  # noqa: E402
 from throughput import _timed_runs  # noqa: E402
 from throughput import _version  # noqa: E402
 from throughput import cpu_info  # noqa: E402
@@ -49,7 +54,7 @@ def gelu_kernels(rows, columns, dtype, runs):
 
 def models(preset, image_size, num_layers, dtype):
     """keras_vit with each GELU form and keras-hub's ViT of the same shape, under
-    `dtype`, built as `throughput.py`'s children build them."""
+    `dtype`, built as `throughput.py`'s children build them (not compiled)."""
     import keras
 
     from keras_vit import ViT
@@ -65,9 +70,20 @@ def models(preset, image_size, num_layers, dtype):
                           num_layers=config["num_layers"], gelu_approximate=False)
     hub = _keras_model({**spec, "impl": "keras_hub"}, config)
     keras.config.set_dtype_policy("float32")
-    for model in (tanh, erf, hub):
-        model.compile()
     return tanh, erf, hub
+
+
+def step_of(model, mode, x, y):
+    """`model` compiled for `mode` and its one step: ``predict_on_batch(x)``, or
+    ``train_on_batch(x, y)`` with `throughput.py`'s training optimizer and loss."""
+    import keras
+
+    if mode == "inference":
+        model.compile()
+        return lambda: model.predict_on_batch(x)
+    model.compile(optimizer=_keras_optimizer("keras_vit"),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    return lambda: model.train_on_batch(x, y)
 
 
 def main(argv=None):
@@ -76,10 +92,15 @@ def main(argv=None):
     p.add_argument("--image-size", type=int, default=224)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--dtype", default="float32,bfloat16", help="float32, bfloat16 (mixed) or both")
+    p.add_argument("--modes", default="inference,train", help="inference, train or both")
     p.add_argument("--runs", type=int, default=5, help="timed calls per measurement; the fastest counts")
-    p.add_argument("--rounds", type=int, default=2, help="the three models in turn, this many times")
+    p.add_argument("--rounds", type=int, default=2, help="the three models in turn, this many times, "
+                   "each round starting one model later")
     p.add_argument("--num-layers", type=int, default=None, help="cut every model to its first N blocks")
     args = p.parse_args(argv)
+    modes = args.modes.split(",")
+    for mode in set(modes) - {"inference", "train"}:
+        p.error(f"unknown mode {mode!r}; known: inference, train")
 
     import numpy as np
     import torch
@@ -91,21 +112,26 @@ def main(argv=None):
     machine = {"cpu_info": cpu_info(), "cpu_cores": os.cpu_count(),
                "versions": {d: _version(d) for d in ("torch", "keras", "keras-hub")}}
     print(f"{machine_line(machine)}; {torch.get_num_threads()} torch threads")
-    x = np.random.default_rng(0).standard_normal((args.batch_size, args.image_size, args.image_size, 3))
-    x = x.astype("float32")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((args.batch_size, args.image_size, args.image_size, 3)).astype("float32")
+    y = rng.integers(0, 1000, (args.batch_size,))
     for dtype in args.dtype.split(","):
         tanh_s, erf_s = gelu_kernels(args.batch_size * tokens, c.mlp_dim, dtype, args.runs)
         print(f"{dtype}: torch GELU on ({args.batch_size * tokens}, {c.mlp_dim}): tanh {tanh_s * 1e3:.3f} ms, "
               f"erf {erf_s * 1e3:.3f} ms, tanh / erf {tanh_s / erf_s:.2f}x")
-        tanh, erf, hub = models(args.model, args.image_size, args.num_layers, dtype)
-        rates = {"tanh": [], "erf": [], "hub": []}
-        for _ in range(args.rounds):
-            for name, model in (("tanh", tanh), ("erf", erf), ("hub", hub)):
-                rates[name].append(best_rate(lambda m=model: m.predict_on_batch(x), args.batch_size, args.runs))
-        best = {name: max(r) for name, r in rates.items()}
-        print(f"{dtype}: predict_on_batch img/s, best of {args.rounds} rounds: keras_vit tanh GELU {best['tanh']:.1f}, "
-              f"keras_vit erf GELU {best['erf']:.1f}, keras-hub {best['hub']:.1f}; /hub: tanh "
-              f"{best['tanh'] / best['hub']:.2f}x, erf {best['erf'] / best['hub']:.2f}x")
+        built = dict(zip(("tanh", "erf", "hub"), models(args.model, args.image_size, args.num_layers, dtype)))
+        for mode in modes:
+            steps = {name: step_of(model, mode, x, y) for name, model in built.items()}
+            rates = {name: [] for name in steps}
+            names = list(steps)
+            for r in range(args.rounds):  # the order rotated each round, so that drift hits all alike
+                for name in names[r % 3:] + names[:r % 3]:
+                    rates[name].append(best_rate(steps[name], args.batch_size, args.runs))
+            best = {name: max(r) for name, r in rates.items()}
+            call = "predict_on_batch" if mode == "inference" else "train_on_batch"
+            print(f"{dtype}: {call} img/s, best of {args.rounds} rounds: keras_vit tanh GELU {best['tanh']:.1f}, "
+                  f"keras_vit erf GELU {best['erf']:.1f}, keras-hub {best['hub']:.1f}; /hub: tanh "
+                  f"{best['tanh'] / best['hub']:.2f}x, erf {best['erf'] / best['hub']:.2f}x")
 
 
 if __name__ == "__main__":

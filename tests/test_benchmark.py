@@ -171,8 +171,9 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
 @pytest.mark.backend_independent  # the script runs PyTorch in its own process, whatever the pass
 def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
     """benchmarks/gelu_forms.py, cut to one block at 32 px: the machine line, then
-    per dtype the kernel times and the three models' rates, whose printed ratios
-    are the quotients of the printed numbers (to their rounding)."""
+    per dtype the kernel times and the three models' rates in inference and in
+    training, whose printed ratios are the quotients of the printed numbers (to
+    their rounding)."""
     import re
 
     script = os.path.join(ROOT, "benchmarks", "gelu_forms.py")
@@ -195,3 +196,10 @@ def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
     assert rates, lines[2]
     tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, rates.groups())
     assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)
+    training = re.fullmatch(rf"float32: train_on_batch img/s, best of 1 rounds: keras_vit tanh GELU {number}, "
+                            rf"keras_vit erf GELU {number}, keras-hub {number}; /hub: tanh {number}x, "
+                            rf"erf {number}x", lines[3])
+    assert training, lines[3:]
+    tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, training.groups())
+    assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)
+    assert len(lines) == 4, lines
