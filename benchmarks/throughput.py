@@ -554,6 +554,15 @@ def _version(dist):
 # The instruction sets that decide a CPU's matmul speed and its bfloat16 path.
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
              "amx_int8")
+# Process settings that change a run's speed without changing its code: threads, the
+# allocator (glibc's thresholds, a preloaded jemalloc or tcmalloc), oneDNN and XLA switches.
+# Those set for a run are recorded with its machine; the children inherit them.
+SPEED_ENVIRONMENT = (
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME", "OMP_WAIT_POLICY",
+    "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS",
+    "ONEDNN_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "LD_PRELOAD",
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX",
+)
 
 
 def cpu_info(text=None):
@@ -587,8 +596,16 @@ def cpu_info(text=None):
             "model": number("model"), "isa": isa, "kind": kind}
 
 
+def speed_environment(environ=None):
+    """``{name: value}`` of the `SPEED_ENVIRONMENT` variables set in `environ`
+    (default ``os.environ``)."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in SPEED_ENVIRONMENT if name in environ}
+
+
 def machine_line(machine):
-    """One line naming the machine of a run: CPU, its family and ISA, cores, packages."""
+    """One line naming the machine of a run: CPU, its family and ISA, cores, packages, and
+    the speed settings of its environment when any is set."""
     info = machine.get("cpu_info") or {}
     versions = machine.get("versions", {})
     packages = ", ".join(f"{name} {versions[name]}" for name in
@@ -597,7 +614,8 @@ def machine_line(machine):
     return (f"machine: {info.get('model_name', machine.get('cpu'))} (family {info.get('family')}, "
             f"model {info.get('model')}; {info.get('kind')}: {' '.join(info.get('isa', []))}), "
             f"{machine.get('cpu_cores')} cores" + (f", GPU {machine['gpu']}" if machine.get("gpu") else "")
-            + f"; {packages}")
+            + f"; {packages}"
+            + "".join(f"; {name}={value}" for name, value in machine.get("environment", {}).items()))
 
 
 def _gpu_name():
@@ -629,6 +647,10 @@ def validate(doc):
     need(isinstance(by_kernel, dict) and all(
         isinstance(k, dict) and all(isinstance(v, float) for v in k.values()) for k in by_kernel.values()),
         "machine.matmul_gflops_by_kernel {backend: {kernel: float}}")
+    environment = machine.get("environment", {})
+    need(isinstance(environment, dict) and set(environment) <= set(SPEED_ENVIRONMENT)
+         and all(isinstance(v, str) for v in environment.values()),
+         f"machine.environment {{name: str}}, names of {SPEED_ENVIRONMENT}")
     need(isinstance(doc.get("results"), list), "results list")
     for i, r in enumerate(doc["results"]):
         need(isinstance(r, dict), f"results[{i}] object")
@@ -899,6 +921,7 @@ def main(argv=None):
         "matmul_gflops_by_kernel": kernel_peaks["float32"],
         "matmul_size": n,
         "cpu": cpu_info()["model_name"], "cpu_info": cpu_info(), "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
+        "environment": speed_environment(),
         "device_by_backend": device,
         "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0],
         "python": platform.python_version(), "platform": platform.platform(),

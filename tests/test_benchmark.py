@@ -89,6 +89,19 @@ def test_schema_check_names_a_bad_kernel_peak():
         bench.validate({"machine": machine, "results": [good_result()]})
 
 
+@pytest.mark.backend_independent
+def test_schema_check_names_a_bad_environment():
+    bench = load_script()
+    machine = {"matmul_gflops": 100.0, "matmul_gflops_by_backend": {"torch": 100.0},
+               "environment": {"OMP_NUM_THREADS": "2", "MALLOC_TRIM_THRESHOLD_": "17179869184"}}
+    bench.validate({"machine": machine, "results": [good_result()]})
+    assert bench.speed_environment({"OMP_NUM_THREADS": "2", "HOME": "/root"}) == {"OMP_NUM_THREADS": "2"}
+    for bad in ({"HOME": "/root"}, {"OMP_NUM_THREADS": 2}):
+        machine["environment"] = bad
+        with pytest.raises(ValueError, match=r"machine.environment \{name: str\}"):
+            bench.validate({"machine": machine, "results": [good_result()]})
+
+
 CPUINFO = """processor\t: 0
 vendor_id\t: {vendor}
 cpu family\t: {family}
@@ -131,10 +144,14 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
             "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", "--rounds", "1",
             "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128", "--threads", "1",
             "--device", "cpu", "--num-layers", "2", "--json", str(out)]
-    run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    # glibc's two allocator thresholds (docs/deploy.md): recorded with the machine, since they change the speed
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="1073741824", MALLOC_TRIM_THRESHOLD_="17179869184")
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = json.loads(out.read_text())
     load_script().validate(doc)
+    speed = {name: env[name] for name in load_script().SPEED_ENVIRONMENT if name in env}
+    assert doc["machine"]["environment"] == speed and speed["MALLOC_TRIM_THRESHOLD_"] == "17179869184"
     assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
     assert doc["settings"]["optimizer"] == "keras_vit"  # training's AdamW, keras_vit's for every model
     # the peak is the best kernel measured: the backend's matmul
@@ -145,6 +162,7 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     assert doc["settings"]["num_layers"] == 2
     assert doc["machine"]["cpu_info"] == load_script().cpu_info()  # this machine's CPU, named
     assert load_script().machine_line(doc["machine"]) in run.stdout
+    assert "; MALLOC_MMAP_THRESHOLD_=1073741824; MALLOC_TRIM_THRESHOLD_=17179869184" in run.stdout
     two_blocks = count_params(preset_config("vit_ti16", image_size=32, num_layers=2))
     assert two_blocks == 5_680_552 - 10 * 444_864  # ViT-Ti/16 at 32 px less ten blocks of D 192
     for r in doc["results"]:
