@@ -555,13 +555,14 @@ def _version(dist):
 ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
              "amx_int8")
 # Process settings that change a run's speed without changing its code: threads, the
-# allocator (glibc's thresholds, a preloaded jemalloc or tcmalloc), oneDNN and XLA switches.
+# allocator (glibc's thresholds, a preloaded jemalloc or tcmalloc, PyTorch's huge-page
+# switch), oneDNN and XLA switches.
 # Those set for a run are recorded with its machine; the children inherit them.
 SPEED_ENVIRONMENT = (
     "OMP_NUM_THREADS", "MKL_NUM_THREADS", "KMP_AFFINITY", "KMP_BLOCKTIME", "OMP_WAIT_POLICY",
     "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "TF_ENABLE_ONEDNN_OPTS", "XLA_FLAGS",
     "ONEDNN_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "LD_PRELOAD",
-    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX",
+    "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "THP_MEM_ALLOC_ENABLE",
 )
 
 
