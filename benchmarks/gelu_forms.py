@@ -125,7 +125,7 @@ def main(argv=None):
             rates = {name: [] for name in steps}
             names = list(steps)
             for r in range(args.rounds):  # the order rotated each round, so that drift hits all alike
-                for name in names[r % 3:] + names[:r % 3]:
+                for name in names[r % len(names):] + names[:r % len(names)]:
                     rates[name].append(best_rate(steps[name], args.batch_size, args.runs))
             best = {name: max(r) for name, r in rates.items()}
             call = "predict_on_batch" if mode == "inference" else "train_on_batch"

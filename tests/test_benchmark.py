@@ -149,8 +149,9 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = json.loads(out.read_text())
-    load_script().validate(doc)
-    speed = {name: env[name] for name in load_script().SPEED_ENVIRONMENT if name in env}
+    bench = load_script()
+    bench.validate(doc)
+    speed = bench.speed_environment(env)
     assert doc["machine"]["environment"] == speed and speed["MALLOC_TRIM_THRESHOLD_"] == "17179869184"
     assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
     assert doc["settings"]["optimizer"] == "keras_vit"  # training's AdamW, keras_vit's for every model
@@ -160,8 +161,8 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     assert doc["machine"]["matmul_gflops_by_backend"][backend] == max(kernels.values())
     assert sorted(r["mode"] for r in doc["results"]) == ["inference", "train"]
     assert doc["settings"]["num_layers"] == 2
-    assert doc["machine"]["cpu_info"] == load_script().cpu_info()  # this machine's CPU, named
-    assert load_script().machine_line(doc["machine"]) in run.stdout
+    assert doc["machine"]["cpu_info"] == bench.cpu_info()  # this machine's CPU, named
+    assert bench.machine_line(doc["machine"]) in run.stdout
     assert "; MALLOC_MMAP_THRESHOLD_=1073741824; MALLOC_TRIM_THRESHOLD_=17179869184" in run.stdout
     two_blocks = count_params(preset_config("vit_ti16", image_size=32, num_layers=2))
     assert two_blocks == 5_680_552 - 10 * 444_864  # ViT-Ti/16 at 32 px less ten blocks of D 192
