@@ -17,10 +17,19 @@ Printed, each a ratio of two numbers measured here one after the other:
    ``train_on_batch`` with the benchmark's optimizer (keras_vit's
    `AdamWeightDecay`, fused on PyTorch) and cross-entropy for training;
    keras_vit / keras-hub for each form. keras-hub computes the erf form, so
-   the erf row compares the same function.
+   the erf row compares the same function;
+3. with ``--profile-steps N``, per mode and dtype, where each model's step
+   goes (``torch.profiler``, each op's own time, ms per step, the mean of N
+   steps profiled one model after another in a rotating order):
+   the matrix products (``mm``, ``bmm``, ``addmm``, ``baddbmm``), attention
+   (PyTorch's ``scaled_dot_product`` kernels), the GELU (forward and
+   gradient) and the rest; then keras-hub's step over its products and
+   attention, the most any model running those same kernels could gain on
+   it, and what a 1.1x target leaves for all the rest of a step.
 
     KERAS_BACKEND is set to torch here.
     .venv/bin/python benchmarks/gelu_forms.py --dtype float32,bfloat16 --modes inference,train
+    .venv/bin/python benchmarks/gelu_forms.py --model vit_s16 --dtype float32 --modes train --profile-steps 2
 """
 
 import argparse
@@ -50,6 +59,35 @@ def gelu_kernels(rows, columns, dtype, runs):
     gelu = torch.nn.functional.gelu
     return (1 / best_rate(lambda: gelu(x, approximate="tanh"), 1, runs),
             1 / best_rate(lambda: gelu(x, approximate="none"), 1, runs))
+
+
+CATEGORIES = ("GEMMs", "attention", "GELU", "rest")
+GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
+GELUS = ("aten::gelu", "aten::gelu_backward")
+
+
+def category(op):
+    """The `CATEGORIES` entry of a profiled ATen op's name."""
+    if op in GEMMS:
+        return "GEMMs"
+    if "scaled_dot_product" in op:
+        return "attention"
+    return "GELU" if op in GELUS else "rest"
+
+
+def profile(step, steps):
+    """ms per call of `step` by `CATEGORIES`: each op's own (self) CPU time
+    under ``torch.profiler`` over `steps` calls, summed per category."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    ms = dict.fromkeys(CATEGORIES, 0.0)
+    for op in prof.key_averages():
+        ms[category(op.key)] += op.self_cpu_time_total / 1e3 / steps
+    return ms
 
 
 def models(preset, image_size, num_layers, dtype):
@@ -97,6 +135,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=2, help="the three models in turn, this many times, "
                    "each round starting one model later")
     p.add_argument("--num-layers", type=int, default=None, help="cut every model to its first N blocks")
+    p.add_argument("--profile-steps", type=int, default=0, help="profile each model over this many steps "
+                   "after the timed rounds and print where its step goes (0: no profile)")
     args = p.parse_args(argv)
     modes = args.modes.split(",")
     for mode in set(modes) - {"inference", "train"}:
@@ -132,6 +172,30 @@ def main(argv=None):
             print(f"{dtype}: {call} img/s, best of {args.rounds} rounds: keras_vit tanh GELU {best['tanh']:.1f}, "
                   f"keras_vit erf GELU {best['erf']:.1f}, keras-hub {best['hub']:.1f}; /hub: tanh "
                   f"{best['tanh'] / best['hub']:.2f}x, erf {best['erf'] / best['hub']:.2f}x")
+            if args.profile_steps:
+                print_profiles(dtype, call, steps, args.profile_steps)
+
+
+def print_profiles(dtype, call, steps, n):
+    """`profile` of each model's step, one step each in turn `n` times, the
+    order rotated each time as the timed rounds are; then a line per model
+    (the mean) and keras-hub's bound."""
+    labels = {"tanh": "keras_vit tanh GELU", "erf": "keras_vit erf GELU", "hub": "keras-hub"}
+    names = list(steps)
+    ms = {name: dict.fromkeys(CATEGORIES, 0.0) for name in names}
+    for r in range(n):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for c, value in profile(steps[name], 1).items():
+                ms[name][c] += value / n
+    for name in names:
+        parts = ", ".join(f"{c} {ms[name][c]:.2f}" for c in CATEGORIES)
+        print(f"{dtype}: {call} profile of {labels[name]}, ms per step over {n}: {parts}, "
+              f"total {sum(ms[name].values()):.2f}")
+    hub = ms["hub"]
+    kernels, total = hub["GEMMs"] + hub["attention"], sum(hub.values())
+    print(f"{dtype}: {call}: keras-hub's step / its GEMMs and attention {total / kernels:.2f}x, the most a "
+          f"model with the same kernels gains on it; at 1.1x keras-hub all else gets "
+          f"{total / 1.1 - kernels:.2f} ms of a step (keras-hub's all else: {total - kernels:.2f})")
 
 
 if __name__ == "__main__":

@@ -192,12 +192,13 @@ def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
     """benchmarks/gelu_forms.py, cut to one block at 32 px: the machine line, then
     per dtype the kernel times and the three models' rates in inference and in
     training, whose printed ratios are the quotients of the printed numbers (to
-    their rounding)."""
+    their rounding); each mode's profiles split each model's step into parts
+    that add up to its total, and keras-hub's bound is computed from its parts."""
     import re
 
     script = os.path.join(ROOT, "benchmarks", "gelu_forms.py")
     run = subprocess.run([sys.executable, script, "--image-size", "32", "--batch-size", "2", "--num-layers", "1",
-                          "--runs", "2", "--rounds", "1", "--dtype", "float32"],
+                          "--runs", "2", "--rounds", "1", "--dtype", "float32", "--profile-steps", "1"],
                          capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     lines = run.stdout.splitlines()
@@ -209,16 +210,27 @@ def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
     tanh_ms, erf_ms, ratio = map(float, kernel.groups())
     half = 0.0005  # the printed milliseconds' rounding
     assert (tanh_ms - half) / (erf_ms + half) - 0.005 <= ratio <= (tanh_ms + half) / (erf_ms - half) + 0.005
-    rates = re.fullmatch(rf"float32: predict_on_batch img/s, best of 1 rounds: keras_vit tanh GELU {number}, "
-                         rf"keras_vit erf GELU {number}, keras-hub {number}; /hub: tanh {number}x, erf {number}x",
-                         lines[2])
-    assert rates, lines[2]
-    tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, rates.groups())
-    assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)
-    training = re.fullmatch(rf"float32: train_on_batch img/s, best of 1 rounds: keras_vit tanh GELU {number}, "
-                            rf"keras_vit erf GELU {number}, keras-hub {number}; /hub: tanh {number}x, "
-                            rf"erf {number}x", lines[3])
-    assert training, lines[3:]
-    tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, training.groups())
-    assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)
-    assert len(lines) == 4, lines
+    for first, call in ((2, "predict_on_batch"), (7, "train_on_batch")):
+        rates = re.fullmatch(rf"float32: {call} img/s, best of 1 rounds: keras_vit tanh GELU {number}, "
+                             rf"keras_vit erf GELU {number}, keras-hub {number}; /hub: tanh {number}x, "
+                             rf"erf {number}x", lines[first])
+        assert rates, lines[first:]
+        tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, rates.groups())
+        assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)
+        for line, label in zip(lines[first + 1:first + 4], ("keras_vit tanh GELU", "keras_vit erf GELU", "keras-hub")):
+            parts = re.fullmatch(rf"float32: {call} profile of {label}, ms per step over 1: GEMMs {number}, "
+                                 rf"attention {number}, GELU {number}, rest {number}, total {number}", line)
+            assert parts, line
+            gemms, attention, gelu, rest, total = map(float, parts.groups())
+            assert gemms > 0 and gelu > 0 and rest > 0, line  # every model multiplies and applies its GELU
+            assert gemms + attention + gelu + rest == pytest.approx(total, abs=0.025), line
+        bound = re.fullmatch(rf"float32: {call}: keras-hub's step / its GEMMs and attention {number}x, the most a "
+                             rf"model with the same kernels gains on it; at 1.1x keras-hub all else gets "
+                             rf"(-?[0-9.]+) ms of a step \(keras-hub's all else: {number}\)", lines[first + 4])
+        assert bound, lines[first + 4]
+        ratio, allowed, hub_rest = map(float, bound.groups())
+        kernels = gemms + attention  # keras-hub's, the last profile
+        assert ratio == pytest.approx(total / kernels, rel=0.05), (ratio, total, kernels)
+        assert allowed == pytest.approx(total / 1.1 - kernels, abs=0.05)
+        assert hub_rest == pytest.approx(gelu + rest, abs=0.025)
+    assert len(lines) == 12, lines
