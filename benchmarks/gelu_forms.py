@@ -75,19 +75,25 @@ def category(op):
     return "GELU" if op in GELUS else "rest"
 
 
-def profile(step, steps):
-    """ms per call of `step` by `CATEGORIES`: each op's own (self) CPU time
-    under ``torch.profiler`` over `steps` calls, summed per category."""
+def profile(step):
+    """ms of one call of `step` by `CATEGORIES`: each op's own (self) CPU
+    time under ``torch.profiler``, summed per category."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(steps):
-            step()
+        step()
     ms = dict.fromkeys(CATEGORIES, 0.0)
     for op in prof.key_averages():
-        ms[category(op.key)] += op.self_cpu_time_total / 1e3 / steps
+        ms[category(op.key)] += op.self_cpu_time_total / 1e3
     return ms
+
+
+def rotated(names, r):
+    """`names` from its `r`-th (modulo its length) on, then the ones before:
+    round `r`'s order, each round starting one model later, so that drift
+    hits all alike."""
+    return names[r % len(names):] + names[:r % len(names)]
 
 
 def models(preset, image_size, num_layers, dtype):
@@ -164,8 +170,8 @@ def main(argv=None):
             steps = {name: step_of(model, mode, x, y) for name, model in built.items()}
             rates = {name: [] for name in steps}
             names = list(steps)
-            for r in range(args.rounds):  # the order rotated each round, so that drift hits all alike
-                for name in names[r % len(names):] + names[:r % len(names)]:
+            for r in range(args.rounds):
+                for name in rotated(names, r):
                     rates[name].append(best_rate(steps[name], args.batch_size, args.runs))
             best = {name: max(r) for name, r in rates.items()}
             call = "predict_on_batch" if mode == "inference" else "train_on_batch"
@@ -184,8 +190,8 @@ def print_profiles(dtype, call, steps, n):
     names = list(steps)
     ms = {name: dict.fromkeys(CATEGORIES, 0.0) for name in names}
     for r in range(n):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            for c, value in profile(steps[name], 1).items():
+        for name in rotated(names, r):
+            for c, value in profile(steps[name]).items():
                 ms[name][c] += value / n
     for name in names:
         parts = ", ".join(f"{c} {ms[name][c]:.2f}" for c in CATEGORIES)
