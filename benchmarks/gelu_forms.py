@@ -43,6 +43,7 @@ from throughput import _timed_runs  # noqa: E402
 from throughput import _version  # noqa: E402
 from throughput import cpu_info  # noqa: E402
 from throughput import machine_line  # noqa: E402
+from throughput import rotated  # noqa: E402
 
 
 def best_rate(step, per_call, runs):
@@ -61,6 +62,7 @@ def gelu_kernels(rows, columns, dtype, runs):
             1 / best_rate(lambda: gelu(x, approximate="none"), 1, runs))
 
 
+LABELS = {"tanh": "keras_vit tanh GELU", "erf": "keras_vit erf GELU", "hub": "keras-hub"}
 CATEGORIES = ("GEMMs", "attention", "GELU", "rest")
 GEMMS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
 GELUS = ("aten::gelu", "aten::gelu_backward")
@@ -87,13 +89,6 @@ def profile(step):
     for op in prof.key_averages():
         ms[category(op.key)] += op.self_cpu_time_total / 1e3
     return ms
-
-
-def rotated(names, r):
-    """`names` from its `r`-th (modulo its length) on, then the ones before:
-    round `r`'s order, each round starting one model later, so that drift
-    hits all alike."""
-    return names[r % len(names):] + names[:r % len(names)]
 
 
 def models(preset, image_size, num_layers, dtype):
@@ -175,8 +170,8 @@ def main(argv=None):
                     rates[name].append(best_rate(steps[name], args.batch_size, args.runs))
             best = {name: max(r) for name, r in rates.items()}
             call = "predict_on_batch" if mode == "inference" else "train_on_batch"
-            print(f"{dtype}: {call} img/s, best of {args.rounds} rounds: keras_vit tanh GELU {best['tanh']:.1f}, "
-                  f"keras_vit erf GELU {best['erf']:.1f}, keras-hub {best['hub']:.1f}; /hub: tanh "
+            rated = ", ".join(f"{LABELS[name]} {best[name]:.1f}" for name in names)
+            print(f"{dtype}: {call} img/s, best of {args.rounds} rounds: {rated}; /hub: tanh "
                   f"{best['tanh'] / best['hub']:.2f}x, erf {best['erf'] / best['hub']:.2f}x")
             if args.profile_steps:
                 print_profiles(dtype, call, steps, args.profile_steps)
@@ -186,7 +181,6 @@ def print_profiles(dtype, call, steps, n):
     """`profile` of each model's step, one step each in turn `n` times, the
     order rotated each time as the timed rounds are; then a line per model
     (the mean) and keras-hub's bound."""
-    labels = {"tanh": "keras_vit tanh GELU", "erf": "keras_vit erf GELU", "hub": "keras-hub"}
     names = list(steps)
     ms = {name: dict.fromkeys(CATEGORIES, 0.0) for name in names}
     for r in range(n):
@@ -195,7 +189,7 @@ def print_profiles(dtype, call, steps, n):
                 ms[name][c] += value / n
     for name in names:
         parts = ", ".join(f"{c} {ms[name][c]:.2f}" for c in CATEGORIES)
-        print(f"{dtype}: {call} profile of {labels[name]}, ms per step over {n}: {parts}, "
+        print(f"{dtype}: {call} profile of {LABELS[name]}, ms per step over {n}: {parts}, "
               f"total {sum(ms[name].values()):.2f}")
     hub = ms["hub"]
     kernels, total = hub["GEMMs"] + hub["attention"], sum(hub.values())

@@ -597,6 +597,14 @@ def cpu_info(text=None):
             "model": number("model"), "isa": isa, "kind": kind}
 
 
+def rotated(items, r):
+    """Round `r`'s order of `items`: from its `r`-th (modulo its length) on,
+    then the ones before, so each round starts one later and drift between
+    rounds hits all alike."""
+    shift = r % len(items) if items else 0
+    return items[shift:] + items[:shift]
+
+
 def speed_environment(environ=None):
     """``{name: value}`` of the `SPEED_ENVIRONMENT` variables set in `environ`
     (default ``os.environ``)."""
@@ -827,8 +835,7 @@ def main(argv=None):
         if r:
             measure_peaks(r)
         for model, size, batch, mode, dt in configs:
-            shift = r % max(len(units), 1)
-            for backend, impl, variant in units[shift:] + units[:shift]:
+            for backend, impl, variant in rotated(units, r):
                 key = (impl, variant, backend, model, mode, size, batch, dt)
                 if dt not in backend_dtypes(backend) or (key in collected and collected[key] is None):
                     continue  # bfloat16 on a CPU backend, or skipped in an earlier round
