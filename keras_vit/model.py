@@ -372,9 +372,9 @@ class ViT(keras.Model):
         """Keras's ``quantize`` (``"int8"``, ``"int4"``, ``"float8"``, ...)
         with the garbage collector's objects frozen meanwhile. Keras 3.15
         runs a full ``gc.collect()`` for each kernel it replaces
-        (``Layer.__delattr__``); frozen, each scans only what quantizing
-        made (ViT-B/16 int8 on an Intel Xeon, 2 cores: 8.3 s to 0.5 s on
-        JAX, 14.1 s to 0.7 s on PyTorch). One collection at the end frees
+        (``Layer.__delattr__``), each over every object the process holds;
+        frozen, each scans only what quantizing made, a small fraction of
+        it (docs/deploy.md has the times). One collection at the end frees
         what the old kernels held. Objects a caller had frozen stay frozen."""
         frozen_before = gc.get_freeze_count()
         gc.freeze()
