@@ -3,10 +3,10 @@
 import gc as _gc
 
 # Importing Keras and its backend makes 250,000-500,000 objects and no garbage,
-# and the collector's full passes over them while they are made are wasted:
-# `import keras_vit` took 4.7-4.9 s with the collector on and 3.8-3.9 s without
-# on PyTorch, 3.9-4.9 s and 3.4-4.3 s on TensorFlow, 2.2-2.6 s and 2.1-2.2 s
-# on JAX (Intel Xeon, 2026-11-26). It is on again once the package is in.
+# so the collector's full passes over them while they are made free nothing
+# and only add to the import's time (most on PyTorch and TensorFlow, whose
+# imports make the most objects). It is off meanwhile, and on again once the
+# package is in.
 _collecting = _gc.isenabled()
 _gc.disable()
 try:

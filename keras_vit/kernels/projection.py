@@ -113,9 +113,9 @@ def matmul(x, kernel):
     and a bf16 -> bf16 product to Eigen at float32's speed or below. The
     sums are float32's either way; only their order differs. The gradient's
     transposed bfloat16 operands (``kernelᵀ``, ``xᵀ``) are written out
-    transposed first, which YNNPACK's bfloat16 dots need (the two products
-    of the gradient of B/16's first MLP projection at batch 8, on an Intel
-    Xeon with AMX: 187-233 GFLOP/s read transposed, 776-792 written out).
+    transposed first, which YNNPACK's bfloat16 dots need: read transposed,
+    XLA:CPU converts both operands to float32 and multiplies at float32's
+    speed (docs/performance.md has the rates).
     """
     if route("matmul") != "sequential_gradient":
         return ops.matmul(x, kernel)
