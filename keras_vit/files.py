@@ -109,19 +109,20 @@ def write_json(path, data, **dumps_kwargs):
     write_atomic(path, text + "\n")
 
 
-def read_json(path, what):
+def read_json(path, what, content=None, fix="Repair or remove the file."):
     """The JSON object in `path`; a file that is not a JSON object raises a
-    `ValueError` naming it and `what` it should be (e.g. "the run's
-    config")."""
+    `ValueError` naming it, `what` it should be (e.g. "the run's config")
+    and the `fix`. `content`: the file's bytes where they were read already
+    (a tokenizer's files travel as bytes); `path` then names them."""
     path = pathlib.Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8") if content is None
+                          else bytes(content).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); it should hold {what}. Repair or "
-                         "remove the file.") from None
+        raise ValueError(f"{path} is not valid JSON ({error}); it should hold {what}. {fix}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object; it should hold "
-                         f"{what}. Repair or remove the file.")
+                         f"{what}. {fix}")
     return data
 
 

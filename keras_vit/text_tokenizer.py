@@ -20,19 +20,30 @@ padded as the source's processor does (``padding="max_length"``,
   canonicalisation (big_vision's: lowercase, punctuation removed,
   whitespace collapsed), the text then ``</s>``, padded with ``</s>``
   (transformers' ``SiglipTokenizer``).
+
+A file that cannot be read (cut short, edited, of another format) raises a
+`ValueError` naming it, what is wrong in it and what to do.
 """
 
-import json
+import os
 import pathlib
 import re
 import string
+from collections.abc import Mapping
 
 import numpy as np
+
+from keras_vit.config import is_int
+from keras_vit.files import read_json
 
 KINDS = ("tokenizer.json", "bpe", "sentencepiece")
 _FILES = {"tokenizer.json": ("tokenizer.json",), "bpe": ("vocab.json", "merges.txt"),
           "sentencepiece": ("spiece.model",)}
 _CONFIG = "tokenizer_config.json"
+_SPECIAL_TOKENS = "special_tokens_map.json"
+# What to do about a tokenizer file that cannot be read
+_FIX = ("Save the tokenizer again beside the weights (`processor.save_pretrained(folder)`), or "
+        "download its files again.")
 # CLIP's pre-tokenizer split (transformers' CLIPTokenizer, after OpenAI's clip/simple_tokenizer.py)
 _CLIP_SPLIT = (r"""<\|startoftext\|>|<\|endoftext\|>|'s|'t|'re|'ve|'m|'ll|'d|[\p{L}]+|[\p{N}]"""
                r"""|[^\s\p{L}\p{N}]+""")
@@ -48,7 +59,8 @@ class TextTokenizer:
         context_length: int. The ids' length: the text tower's positions
             (CLIP 77, SigLIP 64).
 
-    Call: a string or a list of strings -> int32 ``(texts, context_length)``.
+    Call: a string or a non-empty list of strings -> int32 ``(texts,
+    context_length)``; anything else raises an error saying what to pass.
 
     Attributes: ``kind`` (``"tokenizer.json"``, ``"bpe"``,
     ``"sentencepiece"``), ``vocab_size`` (the ids are below it, added
@@ -75,24 +87,49 @@ class TextTokenizer:
     """
 
     def __init__(self, files, context_length):
-        self.files = {str(name): bytes(data) for name, data in dict(files).items()}
+        if not isinstance(files, Mapping):
+            raise TypeError(
+                f"TextTokenizer's files must be a dict of file name -> bytes, got "
+                f"{type(files).__name__}. Read a folder's files with "
+                "TextTokenizer.from_directory(folder, context_length).")
+        for name, data in files.items():
+            if not isinstance(data, (bytes, bytearray)):
+                raise TypeError(
+                    f"TextTokenizer's files hold each file's bytes; files[{name!r}] is "
+                    f"{type(data).__name__}. Give `path.read_bytes()`, or read the folder with "
+                    "TextTokenizer.from_directory(folder, context_length).")
+        if not is_int(context_length, 2):
+            raise ValueError(f"context_length must be an int >= 2 (the text tower's positions: "
+                             f"CLIP 77, SigLIP 64), got {context_length!r}.")
+        self.files = {str(name): bytes(data) for name, data in files.items()}
         self.context_length = int(context_length)
-        if self.context_length < 2:
-            raise ValueError(f"context_length must be at least 2, got {context_length!r}.")
         self.kind = next((kind for kind in KINDS if all(f in self.files for f in _FILES[kind])), None)
         if self.kind is None:
             raise ValueError(
                 f"No tokenizer among the files {sorted(self.files)}: keras_vit reads "
                 "tokenizer.json, vocab.json with merges.txt (CLIP), or spiece.model (SigLIP). "
                 "Save the source's tokenizer beside its weights (`processor.save_pretrained`).")
-        self.settings = json.loads(self.files[_CONFIG]) if _CONFIG in self.files else {}
+        self.settings = self._json(_CONFIG, "the tokenizer's settings") if _CONFIG in self.files else {}
         self._encode, self.vocab_size = getattr(self, "_make_" + self.kind.replace(".", "_"))()
 
     @classmethod
     def from_directory(cls, directory, context_length):
-        """The tokenizer of the files in `directory` (a Hugging Face folder)."""
+        """The tokenizer of the files in `directory` (a Hugging Face folder);
+        a missing folder raises a `FileNotFoundError`, a folder without
+        tokenizer files or with one that cannot be read a `ValueError`
+        naming the folder and the file."""
+        if not isinstance(directory, (str, os.PathLike)):
+            raise TypeError(f"TextTokenizer.from_directory takes a folder's path, got "
+                            f"{type(directory).__name__} {directory!r}.")
         directory = pathlib.Path(directory)
-        names = [n for kind in KINDS for n in _FILES[kind]] + [_CONFIG, "special_tokens_map.json"]
+        if not directory.exists():
+            raise FileNotFoundError(f"{directory}: no such folder. Give the folder that holds the "
+                                    "tokenizer files (tokenizer.json, vocab.json and merges.txt, "
+                                    "or spiece.model).")
+        if not directory.is_dir():
+            raise ValueError(f"{directory} is a file; TextTokenizer.from_directory reads a folder. "
+                             f"Give the folder that holds it, {directory.parent}.")
+        names = [n for kind in KINDS for n in _FILES[kind]] + [_CONFIG, _SPECIAL_TOKENS]
         files = {name: (directory / name).read_bytes() for name in names
                  if (directory / name).is_file()}
         try:
@@ -103,18 +140,27 @@ class TextTokenizer:
     def __call__(self, texts):
         if isinstance(texts, str):
             texts = [texts]
-        texts = list(texts)
-        if not all(isinstance(t, str) for t in texts):
-            raise ValueError("TextTokenizer takes a string or a list of strings, got "
-                             f"{[type(t).__name__ for t in texts][:4]}.")
+        if not isinstance(texts, (list, tuple)):
+            raise TypeError(f"texts must be a string or a list of strings such as "
+                            f"['a photo of a cat'], got {type(texts).__name__} {texts!r:.80}.")
         if not texts:
-            return np.zeros((0, self.context_length), np.int32)
+            raise ValueError(f"texts is an empty {type(texts).__name__}: there is nothing to "
+                             "tokenize. Pass at least one string.")
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise TypeError(f"texts[{i}] is {type(text).__name__} {text!r:.80}, not a string. "
+                                "Give every text as a string.")
         return np.asarray(self._encode(texts), np.int32).reshape(len(texts), self.context_length)
+
+    def _json(self, name, what):
+        """The JSON object in the file `name`; one that is not raises a
+        `ValueError` naming it (`keras_vit.files.read_json`)."""
+        return read_json(name, what, content=self.files[name], fix=_FIX)
 
     def _special(self, name, default):
         token = self.settings.get(name)
-        if token is None and "special_tokens_map.json" in self.files:
-            token = json.loads(self.files["special_tokens_map.json"]).get(name)
+        if token is None and _SPECIAL_TOKENS in self.files:
+            token = self._json(_SPECIAL_TOKENS, "the special tokens").get(name)
         token = default if token is None else token
         if token is None:
             return None
@@ -140,7 +186,11 @@ class TextTokenizer:
         from tokenizers import Tokenizer
         from tokenizers import normalizers
 
-        tokenizer = Tokenizer.from_str(self.files["tokenizer.json"].decode("utf-8"))
+        try:
+            tokenizer = Tokenizer.from_str(self.files["tokenizer.json"].decode("utf-8"))
+        except Exception as error:  # tokenizers raises a bare Exception; bytes: UnicodeDecodeError
+            raise ValueError(f"tokenizer.json is not a tokenizer that the `tokenizers` library "
+                             f"reads ({error}); the file may be cut short or edited. {_FIX}") from None
         cls = self.settings.get("tokenizer_class")
         if cls == "Siglip2Tokenizer":  # transformers adds SigLIP 2's lowercasing to the file's
             steps = [normalizers.Lowercase()]
@@ -159,14 +209,38 @@ class TextTokenizer:
         from tokenizers import processors
         from tokenizers.models import BPE
 
-        vocab = json.loads(self.files["vocab.json"])
-        merges = [tuple(line.split()) for line in self.files["merges.txt"].decode("utf-8").splitlines()
-                  if line.strip() and not line.startswith("#version")]
+        vocab = self._json("vocab.json", "CLIP's BPE vocabulary, token -> id")
+        token, id_ = next(((t, i) for t, i in vocab.items() if not is_int(i, 0)), (None, None))
+        if token is not None:
+            raise ValueError(f"vocab.json maps tokens to ids, and gives {token!r} the id {id_!r}, "
+                             f"not an int >= 0. {_FIX}")
+        try:
+            lines = self.files["merges.txt"].decode("utf-8").splitlines()
+        except UnicodeDecodeError as error:
+            raise ValueError(f"merges.txt is not UTF-8 text ({error}). {_FIX}") from None
+        merges = []
+        for number, line in enumerate(lines, 1):
+            if line.strip() and not line.startswith("#version"):
+                pair = tuple(line.split())
+                if len(pair) != 2:
+                    raise ValueError(f"merges.txt line {number} is {line!r:.80}, not a pair of "
+                                     f"tokens such as 'a b'; the file may be cut short or edited. "
+                                     f"{_FIX}")
+                merges.append(pair)
         bos = self._special("bos_token", "<|startoftext|>")
         eos = self._special("eos_token", "<|endoftext|>")
         unk = self._special("unk_token", "<|endoftext|>")
-        tokenizer = Tokenizer(BPE(vocab=vocab, merges=merges, continuing_subword_prefix="",
-                                  end_of_word_suffix="</w>", fuse_unk=False, unk_token=unk))
+        for role, token in (("bos_token", bos), ("eos_token", eos)):
+            if token not in vocab:
+                raise ValueError(f"vocab.json has no {token!r}, the {role}. Set {role} in "
+                                 f"tokenizer_config.json to one of its tokens. {_FIX}")
+        try:
+            model = BPE(vocab=vocab, merges=merges, continuing_subword_prefix="",
+                        end_of_word_suffix="</w>", fuse_unk=False, unk_token=unk)
+        except Exception as error:  # tokenizers raises a bare Exception
+            raise ValueError(f"vocab.json and merges.txt do not make one BPE ({error}): they may "
+                             f"come from different tokenizers. {_FIX}") from None
+        tokenizer = Tokenizer(model)
         tokenizer.normalizer = normalizers.Sequence(
             [normalizers.NFC(), normalizers.Replace(Regex(r"\s+"), " "), normalizers.Lowercase()])
         tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
@@ -179,9 +253,20 @@ class TextTokenizer:
     def _make_sentencepiece(self):
         import sentencepiece
 
-        model = sentencepiece.SentencePieceProcessor(model_proto=self.files["spiece.model"])
-        eos = model.piece_to_id(self._special("eos_token", "</s>"))
-        pad = model.piece_to_id(self._special("pad_token", "</s>"))
+        try:
+            model = sentencepiece.SentencePieceProcessor(model_proto=self.files["spiece.model"])
+        except RuntimeError:  # sentencepiece's error for bytes that do not parse
+            raise ValueError(f"spiece.model is not a SentencePiece model: sentencepiece cannot "
+                             f"parse it, and the file may be cut short or damaged. {_FIX}") from None
+
+        def piece_id(role):
+            piece = self._special(role, "</s>")
+            if model.piece_to_id(piece) == model.unk_id() and piece != model.id_to_piece(model.unk_id()):
+                raise ValueError(f"spiece.model has no piece {piece!r}, the {role}. Set {role} "
+                                 f"in tokenizer_config.json to one of its pieces. {_FIX}")
+            return model.piece_to_id(piece)
+
+        eos, pad = piece_id("eos_token"), piece_id("pad_token")
         lower = bool(self.settings.get("do_lower_case", True))
         punctuation = str.maketrans("", "", string.punctuation)
 
