@@ -18,11 +18,14 @@ import math
 import pathlib
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit import layers as vit_layers
 from keras_vit import variants
+from keras_vit.config import _is_number
 from keras_vit.config import is_int
+from keras_vit.inputs import symbolic
 from keras_vit.model import ViT
 from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.weights import CheckpointError
@@ -58,7 +61,10 @@ class TextTransformer(keras.Model):
         layer_norm_epsilon: float.
         mlp_activation: ``"gelu"`` or ``"quick_gelu"`` (OpenAI's CLIP).
         gelu_approximate: bool. tanh GELU (SigLIP's ``gelu_pytorch_tanh``).
-        dtype: a dtype policy.
+        dtype: a dtype policy, or a ``DTypePolicyMap`` by layer path (as `ViT`'s).
+
+    Each argument is checked as `keras_vit.ViT` checks its own: a wrong
+    kind or value raises a `ValueError` naming it.
 
     Input shape: int ``(batch, context_length)``.
     Output shape: ``(batch, projection_dim)`` (``hidden_dim`` without a projection).
@@ -77,6 +83,17 @@ class TextTransformer(keras.Model):
                                     ("projection_dim", projection_dim, 0)):
             if not is_int(value, lowest):
                 raise ValueError(f"TextTransformer's `{name}` must be an int >= {lowest}, got {value!r}.")
+        for name, value in (("projection_bias", projection_bias), ("causal", causal),
+                            ("gelu_approximate", gelu_approximate)):
+            if not isinstance(value, bool):
+                raise ValueError(f"TextTransformer's `{name}` must be True or False, got {value!r}.")
+        if eos_token_id is not None and not (is_int(eos_token_id, 0) and eos_token_id < vocab_size):
+            raise ValueError(f"TextTransformer's `eos_token_id` must be a token id, an int from 0 "
+                             f"to vocab_size - 1 = {vocab_size - 1}, got {eos_token_id!r}. Give "
+                             "the tokenizer's end-of-text id.")
+        if not _is_number(layer_norm_epsilon) or layer_norm_epsilon <= 0:
+            raise ValueError(f"TextTransformer's `layer_norm_epsilon` must be a number > 0, got "
+                             f"{layer_norm_epsilon!r}.")
         if mlp_activation not in ("gelu", "quick_gelu"):
             raise ValueError(f"TextTransformer's mlp_activation must be 'gelu' or 'quick_gelu', "
                              f"got {mlp_activation!r}.")
@@ -89,6 +106,7 @@ class TextTransformer(keras.Model):
             layer_norm_epsilon=float(layer_norm_epsilon), mlp_activation=mlp_activation,
             gelu_approximate=bool(gelu_approximate))
         c = self.text_config
+        dtype, policy_map = variants.split_policy_map(dtype)
         token_ids = keras.Input(shape=(c["context_length"],), dtype="int32", name="token_ids")
         x = vit_layers.TextEmbedding(c["vocab_size"], c["context_length"], c["hidden_dim"],
                                      dtype=dtype, name="embedding")(token_ids)
@@ -107,15 +125,61 @@ class TextTransformer(keras.Model):
         kwargs.setdefault("name", "text_transformer")
         super().__init__(token_ids, x, dtype=dtype, **kwargs)
         self.dtype_policy = self.get_layer("embedding").dtype_policy
+        variants.apply_policy_map(self, policy_map)
         self.context_length = c["context_length"]
+
+    def compute_output_spec(self, token_ids, training=None, mask=None):
+        """The output's ``KerasTensor`` for ids given as arrays, tensors or
+        ``KerasTensor``s (`keras_vit.inputs.symbolic`)."""
+        return super().compute_output_spec(symbolic(token_ids), training, mask)
 
     def get_config(self):
         return {"name": self.name, "trainable": self.trainable,
-                "dtype": keras.dtype_policies.serialize(self.dtype_policy), **self.text_config}
+                "dtype": variants.dtype_policy_config(self), **self.text_config}
 
     @classmethod
     def from_config(cls, config):
         return cls(**variants.with_policy(config))
+
+
+def _values_now(x):
+    """`x`'s values as a NumPy array where they are known as the code runs
+    (a NumPy array, an eager tensor); None for a symbolic or traced tensor
+    (`keras.Input`, inside ``tf.function``, ``jax.jit`` or
+    ``torch.compile``), whose values come later."""
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, keras.KerasTensor):
+        return None
+    backend = keras.backend.backend()
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        known = not tf.is_symbolic_tensor(x)
+    elif backend == "jax":
+        import jax
+
+        known = not isinstance(x, jax.core.Tracer)
+    else:
+        import torch
+
+        known = not torch.compiler.is_compiling()
+    return ops.convert_to_numpy(x) if known else None
+
+
+def _check_tokenizer(tokenizer, text_model):
+    """Raises an error unless `tokenizer` is None or a `TextTokenizer`
+    making ids of `text_model`'s length."""
+    if tokenizer is None:
+        return
+    if not isinstance(tokenizer, TextTokenizer):
+        raise TypeError(f"ImageTextModel's tokenizer must be a keras_vit.TextTokenizer or None, "
+                        f"got {type(tokenizer).__name__}. Make one with "
+                        "TextTokenizer.from_directory(folder, context_length).")
+    if tokenizer.context_length != text_model.context_length:
+        raise ValueError(f"The tokenizer makes ids of length {tokenizer.context_length}, and the "
+                         f"text tower reads {text_model.context_length}. Make the tokenizer with "
+                         f"context_length={text_model.context_length}.")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -131,13 +195,18 @@ class ImageTextModel(keras.Model):
             ``log(1 / 0.07)``, SigLIP ``log(10)``).
         logit_bias: float or None. The initial bias of the logits (SigLIP
             -10); None: no bias (CLIP).
-        tokenizer: a `keras_vit.TextTokenizer` or None (`tokenize`).
+        tokenizer: a `keras_vit.TextTokenizer` or None (`tokenize`), making
+            ids of the text tower's ``context_length``.
 
     Call: ``{"images": (B, H, W, C), "token_ids": (B', T)}`` ->
     ``logits_per_image`` ``(B, B')``, the batch's image-text logits that
     `keras_vit.training.losses.CLIPLoss` and ``SigLIPLoss`` read. `fit` on
     such batches without labels pairs image ``i`` with text ``i``
     (`compute_loss`).
+
+    The arguments of the constructor and of each method are checked first,
+    as `keras_vit.ViT` checks its own: an error names what was given, what
+    is expected and what to do.
 
     Example:
         A two-tower model built here (read one with `from_checkpoint`: a
@@ -168,7 +237,10 @@ class ImageTextModel(keras.Model):
 
     def __init__(self, image_model, text_model, logit_scale=math.log(1 / 0.07), logit_bias=None,
                  tokenizer=None, **kwargs):
-        if not isinstance(image_model, ViT) or image_model.num_classes:
+        if not isinstance(image_model, ViT):
+            raise TypeError("ImageTextModel's image_model must be a keras_vit.ViT without a head "
+                            f"(num_classes=0), got {type(image_model).__name__}.")
+        if image_model.num_classes:
             raise ValueError("ImageTextModel's image_model must be a keras_vit.ViT without a "
                              f"head (num_classes=0), got {image_model!r}. Make one with "
                              "`vit.with_config(num_classes=0)`.")
@@ -177,13 +249,20 @@ class ImageTextModel(keras.Model):
                              "(pooling='none'); an image embedding is one vector per image. Use "
                              "pooling 'token', 'gap' or 'map'.")
         if not isinstance(text_model, TextTransformer):
-            raise ValueError(f"ImageTextModel's text_model must be a keras_vit.TextTransformer, "
-                             f"got {text_model!r}.")
+            raise TypeError(f"ImageTextModel's text_model must be a keras_vit.TextTransformer, "
+                            f"got {type(text_model).__name__}.")
         image_dim, text_dim = image_model.output.shape[-1], text_model.output.shape[-1]
         if image_dim != text_dim:
             raise ValueError(f"The towers embed in different sizes: images in {image_dim}, texts "
                              f"in {text_dim}. Give the image tower projection_dim={text_dim} or "
                              f"the text tower projection_dim={image_dim}.")
+        if not (_is_number(logit_scale) and math.isfinite(logit_scale)):
+            raise ValueError(f"ImageTextModel's logit_scale (the log of the logits' scale) must be "
+                             f"a finite number, got {logit_scale!r}.")
+        if logit_bias is not None and not (_is_number(logit_bias) and math.isfinite(logit_bias)):
+            raise ValueError(f"ImageTextModel's logit_bias must be a finite number or None (no "
+                             f"bias, CLIP), got {logit_bias!r}.")
+        _check_tokenizer(tokenizer, text_model)
         kwargs.setdefault("name", "image_text_model")
         super().__init__(**kwargs)
         self.image_model = image_model
@@ -202,8 +281,9 @@ class ImageTextModel(keras.Model):
     # -- the embeddings --------------------------------------------------------
 
     def tokenize(self, texts):
-        """`texts` (a string or a list of them) as int32 token ids
-        ``(texts, context_length)``, as the source's processor makes them."""
+        """`texts` (a string or a non-empty list of them) as int32 token ids
+        ``(texts, context_length)``, as the source's processor makes them
+        (`keras_vit.TextTokenizer`, which checks them)."""
         if self.tokenizer is None:
             raise ValueError(
                 "This model has no tokenizer. Read the model from a folder with its tokenizer "
@@ -212,22 +292,72 @@ class ImageTextModel(keras.Model):
         return self.tokenizer(texts)
 
     def encode_images(self, images, training=False):
-        """``image_embeds``: the image tower's output, L2-normalised, ``(B, E)``."""
+        """``image_embeds``: the image tower's output, L2-normalised, ``(B, E)``;
+        the image tower checks the images (`keras_vit.ViT`)."""
         return ops.normalize(ops.cast(self.image_model(images, training=training), "float32"),
                              axis=-1, epsilon=1e-12)
 
     def encode_text(self, token_ids, training=False):
-        """``text_embeds``: the text tower's output, L2-normalised, ``(B, E)``."""
-        shape = tuple(token_ids.shape)
-        if len(shape) != 2 or shape[1] not in (None, self.text_model.context_length):
-            raise ValueError(
-                f"token_ids must be (texts, {self.text_model.context_length}), got {shape}. "
-                "Make them with `model.tokenize(texts)`.")
+        """``text_embeds``: the text tower's output, L2-normalised, ``(B, E)``.
+        `token_ids` must be integer ids ``(texts, context_length)``, each in
+        ``[0, vocab_size)`` (checked where their values are known: arrays,
+        eager tensors)."""
+        token_ids = self._checked_token_ids(token_ids, values=True)
+        return self._text_embeds(token_ids, training)
+
+    def _text_embeds(self, token_ids, training):
         return ops.normalize(ops.cast(self.text_model(token_ids, training=training), "float32"),
                              axis=-1, epsilon=1e-12)
 
+    def _checked_token_ids(self, token_ids, values=False):
+        """`token_ids` (an array, a tensor, or nested lists of ints) when
+        they are integer ids of shape ``(texts, context_length)`` and, with
+        `values`, each in ``[0, vocab_size)`` where their values are known
+        (`_values_now`); anything else raises an error saying what to pass."""
+        context, vocab = self.text_model.context_length, self.text_model.text_config["vocab_size"]
+        make = "Make them with `model.tokenize(texts)`."
+        if isinstance(token_ids, str) or (isinstance(token_ids, (list, tuple)) and any(
+                isinstance(text, str) for text in token_ids)):
+            raise TypeError(f"token_ids must be token ids, not texts; got {token_ids!r:.80}. "
+                            "Tokenize the texts first: `model.encode_text(model.tokenize(texts))`.")
+        if isinstance(token_ids, (list, tuple)):
+            token_ids = np.asarray(token_ids)
+        if not hasattr(token_ids, "shape") or not hasattr(token_ids, "dtype"):
+            raise TypeError(f"token_ids must be an array of int ids (texts, {context}), got "
+                            f"{type(token_ids).__name__} {token_ids!r:.80}. {make}")
+        shape = tuple(token_ids.shape)
+        if len(shape) != 2 or shape[1] not in (None, context):
+            raise ValueError(f"token_ids must be (texts, {context}), got {shape}. {make}")
+        dtype = keras.backend.standardize_dtype(token_ids.dtype)
+        if "int" not in dtype:
+            raise ValueError(f"token_ids must be integer ids, got {dtype} values (shape {shape}). "
+                             f"{make}")
+        known = _values_now(token_ids) if values else None
+        if known is not None:
+            outside = np.argwhere((known < 0) | (known >= vocab))
+            if len(outside):
+                row, position = outside[0]
+                raise ValueError(
+                    f"token_ids[{row}, {position}] is {known[row, position]}, outside the text "
+                    f"tower's vocabulary: ids go from 0 to {vocab - 1} (vocab_size {vocab}), "
+                    f"and {len(outside)} of the {known.size} are outside it. Make them with the "
+                    "tower's own tokenizer (`model.tokenize(texts)`).")
+        return token_ids
+
     def logits(self, image_embeds, text_embeds):
-        """``exp(logit_scale) · image_embeds text_embedsᵀ (+ logit_bias)``: ``(B, B')``."""
+        """``exp(logit_scale) · image_embeds text_embedsᵀ (+ logit_bias)``: ``(B, B')``;
+        the embeddings must be ``(batch, E)`` each, as `encode_images` and
+        `encode_text` give them."""
+        width = self.text_model.output.shape[-1]
+        for name, embeds, make in (("image_embeds", image_embeds, "model.encode_images(images)"),
+                                   ("text_embeds", text_embeds, "model.encode_text(token_ids)")):
+            shape = getattr(embeds, "shape", None)
+            if shape is None:
+                raise TypeError(f"{name} must be an array of embeddings (batch, {width}), got "
+                                f"{type(embeds).__name__}. Make them with {make}.")
+            if len(shape) != 2 or shape[1] not in (None, width):
+                raise ValueError(f"{name} must be embeddings of shape (batch, {width}), got shape "
+                                 f"{tuple(shape)}. Make them with {make}.")
         logits = ops.matmul(image_embeds, ops.transpose(text_embeds)) * ops.exp(
             ops.cast(self.logit_scale, "float32"))
         if self.logit_bias is not None:
@@ -239,11 +369,18 @@ class ImageTextModel(keras.Model):
         return self.logits(self.encode_images(images), self.encode_text(token_ids))
 
     def call(self, inputs, training=None):
+        # the ids' shape and dtype checked; their values are traced here (fit, predict)
+        token_ids = self._checked_token_ids(inputs["token_ids"])
         return self.logits(self.encode_images(inputs["images"], training),
-                           self.encode_text(inputs["token_ids"], training))
+                           self._text_embeds(token_ids, training))
 
     def compute_output_shape(self, input_shape):
         return (input_shape["images"][0], input_shape["token_ids"][0])
+
+    def compute_output_spec(self, inputs, training=None):
+        """The logits' ``KerasTensor`` for a dict of arrays, tensors or
+        ``KerasTensor``s (`keras_vit.inputs.symbolic`)."""
+        return super().compute_output_spec(symbolic(inputs), training)
 
     # -- training --------------------------------------------------------------
 

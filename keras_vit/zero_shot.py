@@ -12,6 +12,7 @@ predict`` work on it as on any ViT.
 import keras
 import numpy as np
 
+from keras_vit.config import is_int
 from keras_vit.image_text import ImageTextModel
 from keras_vit.model import ViT
 from keras_vit.weights import assign_weights
@@ -55,33 +56,75 @@ TEMPLATES = {"imagenet": IMAGENET_TEMPLATES, "simple": SIMPLE_TEMPLATES}
 
 def prompt_templates(templates):
     """`templates` as a tuple of format strings: ``"imagenet"`` (the CLIP
-    paper's 80), ``"simple"`` (open_clip's 7), or a list of strings with
-    one ``{}`` each, where the class name goes."""
+    paper's 80), ``"simple"`` (open_clip's 7), or a non-empty list of
+    strings with one ``{}`` each, where the class name goes; anything else
+    raises an error saying what to pass."""
     if isinstance(templates, str):
         if templates not in TEMPLATES:
             raise ValueError(f"Unknown templates {templates!r}: use {sorted(TEMPLATES)} or a list "
                              "of format strings such as ['a photo of a {}.'].")
         return TEMPLATES[templates]
-    templates = tuple(templates)
+    if not isinstance(templates, (list, tuple)):
+        raise TypeError(f"templates must be 'imagenet', 'simple' or a list of format strings such "
+                        f"as ['a photo of a {{}}.'], got {type(templates).__name__} {templates!r:.80}.")
+    if not templates:
+        raise ValueError("templates is empty: give at least one format string such as "
+                         "'a photo of a {}.', or 'imagenet' or 'simple'.")
     bad = [t for t in templates if not isinstance(t, str) or t.count("{}") != 1]
-    if not templates or bad:
+    if bad:
         raise ValueError(f"Each template must be a string with one '{{}}' for the class name, "
-                         f"such as 'a photo of a {{}}.'; got {bad[:3] if bad else 'none'}.")
-    return templates
+                         f"such as 'a photo of a {{}}.'; got {bad[:3]}.")
+    return tuple(templates)
+
+
+def check_class_names(class_names):
+    """`class_names` as a list of distinct, non-empty strings, in the
+    classes' order; anything else raises a `TypeError` or `ValueError`
+    naming the problem and what to pass."""
+    if isinstance(class_names, str):
+        raise TypeError(f"class_names must be a list of names such as [{class_names!r}], got the "
+                        f"string {class_names!r:.80}, which would make one class of each of its "
+                        "characters.")
+    if not isinstance(class_names, (list, tuple)):
+        raise TypeError(f"class_names must be a list of names, in the classes' order, such as "
+                        f"['cat', 'dog'], got {type(class_names).__name__} {class_names!r:.80}.")
+    if not class_names:
+        raise ValueError("class_names is empty: give at least one class name.")
+    first = {}
+    for i, name in enumerate(class_names):
+        if not isinstance(name, str):
+            raise TypeError(f"class_names[{i}] is {type(name).__name__} {name!r:.80}, not a string: "
+                            "the names go into the prompts. Give each class's name as a string.")
+        if not name.strip():
+            raise ValueError(f"class_names[{i}] is {name!r}, an empty name: the prompts would not "
+                             "say which class they are about. Give each class a name.")
+        if name in first:
+            raise ValueError(f"class_names has {name!r} twice (at {first[name]} and {i}): the two "
+                             "classes would get one set of weights. Give each class once, by a "
+                             "name of its own.")
+        first[name] = i
+    return list(class_names)
 
 
 def class_embeddings(model, class_names, templates="imagenet", batch_size=256):
     """The classes' zero-shot weights: each class's prompts embedded by the
     text tower (``predict`` in batches of `batch_size`: the 80 ImageNet
     prompts of 1000 classes are 80,000 texts), normalised, averaged, and
-    normalised again (open_clip's ``build_zero_shot_classifier``).
+    normalised again (open_clip's ``build_zero_shot_classifier``). The
+    arguments are checked first: `model` an `ImageTextModel`,
+    `class_names` (`check_class_names`), `templates` (`prompt_templates`),
+    `batch_size` a positive int.
 
     Returns: float32 ``(E, classes)``.
     """
+    if not isinstance(model, ImageTextModel):
+        raise TypeError(f"Zero-shot classification takes a keras_vit.ImageTextModel (CLIP, SigLIP), "
+                        f"got {type(model).__name__}. Read one with "
+                        "ImageTextModel.from_checkpoint(folder).")
+    class_names = check_class_names(class_names)
     templates = prompt_templates(templates)
-    class_names = [str(name) for name in class_names]
-    if not class_names:
-        raise ValueError("class_names is empty: give at least one class name.")
+    if not is_int(batch_size, 1):
+        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}.")
     prompts = [template.format(name) for name in class_names for template in templates]
     embeds = keras.ops.convert_to_numpy(model.text_model.predict(
         model.tokenize(prompts), batch_size=batch_size, verbose=0)).astype(np.float64)
@@ -95,7 +138,8 @@ def zero_shot_classifier(model, class_names, templates="imagenet", name=None):
 
     Args:
         model: a `keras_vit.ImageTextModel` (CLIP, SigLIP).
-        class_names: the classes' names, put into the prompts.
+        class_names: the classes' names, a list of distinct strings put
+            into the prompts (`check_class_names`).
         templates: ``"imagenet"`` (the 80 prompts of the CLIP paper),
             ``"simple"`` (open_clip's 7) or a list of format strings.
         name: the classifier's name (default: the model's, ``_zero_shot``).
@@ -107,14 +151,17 @@ def zero_shot_classifier(model, class_names, templates="imagenet", name=None):
         logits ``(batch, classes)`` equal to
         ``model.logits(model.encode_images(x), class_embeddings(...).T)``, and
         ``class_names`` set.
+
+    Raises:
+        TypeError, ValueError: an argument of the wrong kind or value, named
+            with what to pass, before any text is embedded.
     """
-    if not isinstance(model, ImageTextModel):
-        raise ValueError(f"zero_shot_classifier takes a keras_vit.ImageTextModel, got "
-                         f"{type(model).__name__}.")
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a string or None, got {type(name).__name__} {name!r:.80}.")
     weights = class_embeddings(model, class_names, templates)
     tower = model.image_model
     config = tower.config.replace(num_classes=weights.shape[1], normalize_features=True,
-                                  class_names=[str(c) for c in class_names], head_bias_init=0.0)
+                                  class_names=list(class_names), head_bias_init=0.0)
     classifier = ViT(config, dtype=tower.dtype_policy, name=name or f"{model.name}_zero_shot")
     state = {variable.path: keras.ops.convert_to_numpy(variable) for variable in tower.weights}
     scale = float(np.exp(keras.ops.convert_to_numpy(model.logit_scale)))
