@@ -11,6 +11,10 @@ attention kernels have keras_vit's ``(D, heads, head_dim)`` layout (DINOv3's
 ``(D, D)``, reshaped), so every tensor maps by name, unchanged but for the
 position table's batch axis (and DINOv2's register rows).
 docs/checkpoints.md, "keras-hub presets".
+
+A preset that cannot be read (a file missing, cut short or edited, a
+setting missing from its config) raises a `CheckpointError` naming the
+file, what is wrong in it and what to do.
 """
 
 import pathlib
@@ -21,11 +25,21 @@ from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import require
 from keras_vit.weights.checkpoint import split_swiglu
 from keras_vit.weights.checkpoint import square_grid
 
 BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone", "DINOV3Backbone")
 CLASSIFIERS = ("ViTImageClassifier", "DeiTImageClassifier")
+# What to do about a preset whose files cannot be read
+_SAVE_AGAIN = ("Copy or download the whole preset folder again, or save it again with keras-hub's "
+               "`save_to_preset`.")
+# The settings each backbone's reader needs from config.json's "config"
+_SHARED = ("image_shape", "patch_size", "num_layers", "num_heads")
+_SETTINGS = {"ViTBackbone": _SHARED + ("hidden_dim", "mlp_dim"),
+             "DeiTBackbone": _SHARED + ("hidden_dim", "intermediate_dim"),
+             "DINOV2Backbone": _SHARED,
+             "DINOV3Backbone": _SHARED + ("hidden_dim", "intermediate_dim")}
 
 # Where each backbone keeps its tensors in model.weights.h5: the embedding
 # layer, the encoder, its blocks (``<block>``, ``<block>_1``, ...), and per
@@ -100,10 +114,16 @@ class _H5Reader:
             if isinstance(item, h5py.Dataset) and not name.startswith("optimizer/"):
                 self.arrays[name] = np.asarray(item)
 
-        if not pathlib.Path(path).exists():
-            raise CheckpointError(f"{source}: no {pathlib.Path(path).name} in the folder.")
-        with h5py.File(path, "r") as file:
-            file.visititems(keep)
+        path = pathlib.Path(path)
+        if not path.is_file():
+            raise CheckpointError(f"{source}: no {path.name} in the folder, which holds the "
+                                  f"weights. {_SAVE_AGAIN}")
+        try:
+            with h5py.File(path, "r") as file:
+                file.visititems(keep)
+        except OSError as error:
+            raise CheckpointError(f"{source}: {path.name} is not a readable HDF5 weights file "
+                                  f"({error}); it may be cut short or damaged. {_SAVE_AGAIN}") from None
 
     def has(self, key):
         return key in self.arrays
@@ -125,17 +145,26 @@ def read_keras_hub(path):
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
     keras-hub need not be installed. The image converter's scale and offset
     (``image_converter.json``) are recorded as the model's ``pixel_scale``
-    and ``pixel_offset``."""
+    and ``pixel_offset``. A folder or file that cannot be read raises a
+    `CheckpointError` naming it and what to do."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
-    spec = read_json(folder / "config.json")
-    name = spec.get("class_name")
+    if not folder.is_dir():
+        raise CheckpointError(f"{source}: no such folder. A keras-hub preset is a folder "
+                              "(config.json, model.weights.h5, ...), as `save_to_preset` writes it.")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise CheckpointError(f"{source}: no config.json in the folder, which describes the "
+                              f"backbone. {_SAVE_AGAIN}")
+    spec = read_json(config, ("class_name", "config"))
+    name = spec["class_name"]
     if name not in BACKBONES:
         raise CheckpointError(
             f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
             f"{', '.join(BACKBONES)} presets.")
+    hub = require(spec["config"], _SETTINGS[name], f"{config}'s \"config\"")
     read = {"DINOV2Backbone": _read_dinov2, "DINOV3Backbone": _read_dinov3}.get(name, _read_vit)
-    checkpoint = read(folder, source, spec["config"], name)
+    checkpoint = read(folder, source, hub, name)
     _read_converter(folder, checkpoint.config)
     return checkpoint
 
@@ -288,11 +317,11 @@ def _read_dinov3(folder, source, hub, name):
 def _read_classifier(folder, source, config, state):
     """A ``ViTImageClassifier``'s pooling, pre-logits and head (task.json,
     task.weights.h5), and its image converter's scaling."""
-    task = read_json(folder / "task.json")
-    if task.get("class_name") not in CLASSIFIERS:
-        raise CheckpointError(f"{source}: its task is keras-hub's {task.get('class_name')}; "
+    task = read_json(folder / "task.json", ("class_name", "config"))
+    if task["class_name"] not in CLASSIFIERS:
+        raise CheckpointError(f"{source}: its task is keras-hub's {task['class_name']}; "
                               f"keras_vit reads {', '.join(CLASSIFIERS)}.")
-    options = task["config"]
+    options = require(task["config"], ("num_classes",), f"{folder / 'task.json'}'s \"config\"")
     if options.get("activation") not in (None, "linear"):
         raise CheckpointError(
             f"{source}: the classifier applies activation={options['activation']!r} to its "
