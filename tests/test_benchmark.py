@@ -102,6 +102,159 @@ def test_schema_check_names_a_bad_environment():
             bench.validate({"machine": machine, "results": [good_result()]})
 
 
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+DATED = r"(\d{4}-\d{2}-\d{2})-[a-z0-9-]+\.json"  # benchmarks/results/<date>-<machine>.json, the kept history
+SUMMARY_BENCHMARKS = ("throughput.py", "gelu_forms.py", "input_pipeline.py")
+SUMMARY_NUMBERS = ("images_per_s", "vs_keras_hub", "fraction_of_peak", "executed_fraction_of_peak",
+                   "fraction_of_backend_peak", "fraction_of_gemm_ceiling", "gemm_ceiling_fraction_of_peak",
+                   "first_call_s", "peak_memory_mb", "peak_memory_gb")
+SUMMARY_LISTS = ("images_per_s_by_round", "images_per_s_runs_range", "first_call_s_by_round")
+CPU_KINDS = ("AVX2", "AVX-512", "AVX-512 with avx512_bf16", "AVX-512 with AMX", "other")
+
+
+def dated_results():
+    import re
+
+    names = os.listdir(RESULTS) if os.path.isdir(RESULTS) else []
+    return sorted(name for name in names if re.fullmatch(DATED, name))
+
+
+def check_summary(doc, name, bench):
+    """The summary form of benchmarks/README.md: a run's rows as its prose
+    gave them, the fields a row has and no others required. Raises
+    AssertionError naming the file and what is wrong."""
+    import math
+    import re
+
+    def number(value, what, positive=False):
+        assert isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and (value > 0 if positive else value >= 0), f"{name}: {what} = {value!r}"
+
+    assert doc.get("form") == "summary" and re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(doc.get("date"))), name
+    assert name.startswith(doc["date"] + "-"), f"{name}: the name starts with the date, {doc['date']}"
+    machine = doc.get("machine")
+    assert isinstance(machine, dict) and isinstance(machine.get("name"), str), f"{name}: machine.name"
+    assert machine.get("cpu_cores") is None or isinstance(machine["cpu_cores"], int), f"{name}: machine.cpu_cores"
+    assert machine.get("gpu") is None or isinstance(machine["gpu"], str), f"{name}: machine.gpu"
+    assert machine.get("gpu") or "cpu_info" in machine, f"{name}: a CPU's record names it (machine.cpu_info)"
+    if "cpu_info" in machine:
+        info = machine["cpu_info"]
+        assert info.get("kind") in CPU_KINDS and isinstance(info.get("vendor"), str), f"{name}: machine.cpu_info"
+        assert all(isinstance(info.get(key, 0), int) for key in ("family", "model")), f"{name}: machine.cpu_info"
+        assert all(isinstance(flag, str) for flag in machine.get("cpu_flags", [])), f"{name}: machine.cpu_flags"
+    versions = machine.get("versions")
+    assert isinstance(versions, dict) and versions and all(
+        isinstance(v, str) for v in versions.values()), f"{name}: machine.versions {{dist: str}}"
+    assert isinstance(doc.get("runs"), list) and doc["runs"], f"{name}: runs"
+    for i, run in enumerate(doc["runs"]):
+        where = f"{name}: runs[{i}]"
+        assert run.get("benchmark") in SUMMARY_BENCHMARKS, f"{where}.benchmark"
+        assert run.get("command") is None or isinstance(run["command"], str), f"{where}.command"
+        for key, peaks in run.items():  # matmul_gflops, ..._by_round, ..._by_kernel: {dtype: {name: number(s)}}
+            if key.startswith("matmul_"):
+                stack = [peaks]
+                while stack:
+                    value = stack.pop()
+                    if isinstance(value, dict):
+                        stack.extend(value.values())
+                    else:
+                        for v in value if isinstance(value, list) else [value]:
+                            number(v, f"runs[{i}].{key}", positive=True)
+        assert isinstance(run.get("results"), list) and run["results"], f"{where}.results"
+        for j, row in enumerate(run["results"]):
+            at = f"{where}.results[{j}]"
+            if run["benchmark"] == "input_pipeline.py":
+                assert isinstance(row.get("pipeline"), str) and isinstance(row.get("hosts"), int), at
+                number(row.get("images_per_s"), f"{at}.images_per_s", positive=True)
+                continue
+            assert row.get("impl") in bench.IMPLS, f"{at}.impl {row.get('impl')!r}"
+            assert row.get("backend") in ("tensorflow", "jax", "torch"), f"{at}.backend {row.get('backend')!r}"
+            assert row.get("mode") in ("inference", "train") and row.get("dtype") in ("float32", "bfloat16"), at
+            assert isinstance(row.get("model"), str), f"{at}.model"
+            assert (row.get("variant") in bench.HF_VARIANTS) if row["impl"] == "hf" else "variant" not in row, \
+                f"{at}.variant (hf only)"
+            assert row.get("gelu", "tanh") in ("tanh", "erf") and ("gelu" not in row or row["impl"] == "keras_vit"), \
+                f"{at}.gelu (keras_vit only)"
+            assert all(isinstance(row.get(key, 1), int) for key in ("image_size", "batch_size")), at
+            assert any(key in row for key in SUMMARY_NUMBERS + SUMMARY_LISTS), f"{at}: no measurement"
+            for key in SUMMARY_NUMBERS:
+                if key in row:
+                    number(row[key], f"{at}.{key}", positive=key in ("images_per_s", "vs_keras_hub"))
+            for key in SUMMARY_LISTS:
+                for v in row.get(key, []):
+                    number(v, f"{at}.{key}", positive=True)
+            if "images_per_s" in row and "images_per_s_runs_range" in row:  # the median lies in its runs' range
+                low, high = row["images_per_s_runs_range"]
+                assert low <= row["images_per_s"] <= high, f"{at}: {row['images_per_s']} outside {low}-{high}"
+            if "images_per_s" in row and "images_per_s_by_round" in row:  # the median over rounds, as printed
+                rounds = sorted(row["images_per_s_by_round"])
+                middle = (rounds[(len(rounds) - 1) // 2] + rounds[len(rounds) // 2]) / 2
+                assert abs(middle - row["images_per_s"]) <= 0.051, f"{at}: median of {rounds} is not {row['images_per_s']}"
+        # keras_vit / keras-hub, where the record gives both rates: the ratio it states, to their rounding
+        key = ("backend", "model", "mode", "dtype", "image_size", "batch_size")
+        hub = {tuple(r.get(k) for k in key): r["images_per_s"] for r in run["results"]
+               if r.get("impl") == "keras_hub" and "images_per_s" in r}
+        for row in run["results"]:
+            theirs = hub.get(tuple(row.get(k) for k in key))
+            if row.get("impl") == "keras_vit" and "vs_keras_hub" in row and "images_per_s" in row and theirs:
+                ours, ratio = row["images_per_s"], row["vs_keras_hub"]
+                slack = ratio * (0.05 / ours + 0.05 / theirs) + 0.006  # both rates rounded to 0.1
+                assert abs(ours / theirs - ratio) <= slack, f"{where}: {ours} / {theirs} is not {ratio}"
+
+
+@pytest.mark.backend_independent
+def test_the_dated_results_follow_their_schema():
+    """Every dated file of benchmarks/results/ (the measurements' history):
+    throughput.py's own --json output, checked by its `validate`, or the
+    summary form benchmarks/README.md describes."""
+    names = dated_results()
+    assert names, "benchmarks/results/ keeps the dated measurements"
+    bench = load_script()
+    kinds = set()
+    for name in names:
+        with open(os.path.join(RESULTS, name)) as file:
+            doc = json.load(file)
+        if doc.get("form") == "summary":
+            check_summary(doc, name, bench)
+        else:
+            bench.validate(doc)
+        kinds.add(name[len("2026-01-01-"):-len(".json")])
+    # the CPU kinds docs/performance.md has tables for, and the GPU
+    assert {"xeon-amx", "xeon-no-amx", "epyc-zen3", "epyc-zen4", "epyc-zen5", "h100"} <= kinds, kinds
+
+
+@pytest.mark.backend_independent
+def test_the_summary_check_names_what_is_wrong():
+    """The control: a summary with a misread rate, or a row without a
+    measurement, fails, naming the file."""
+    bench = load_script()
+    row = dict(impl="keras_vit", backend="jax", model="vit_b16", mode="inference", dtype="float32",
+               images_per_s=6.3, vs_keras_hub=1.33)
+    hub = dict(row, impl="keras_hub", images_per_s=4.8)
+    del hub["vs_keras_hub"]
+    doc = {"form": "summary", "date": "2026-11-26",
+           "machine": {"name": "a CPU", "cpu_info": {"vendor": "GenuineIntel", "family": 6, "model": 207,
+                                                      "kind": "AVX-512 with AMX"},
+                       "cpu_cores": 2, "gpu": None, "versions": {"jax": "0.10.2"}},
+           "runs": [{"benchmark": "throughput.py", "command": "...", "results": [row, hub]}]}
+    check_summary(doc, "2026-11-26-xeon-amx.json", bench)
+    with pytest.raises(AssertionError, match="2026-11-26-x.json: runs\\[0\\]: 6.3 / 4.0 is not 1.33"):
+        check_summary(copy_with(doc, images_per_s=4.0, impl="keras_hub"), "2026-11-26-x.json", bench)
+    with pytest.raises(AssertionError, match="no measurement"):
+        check_summary(copy_with(doc, images_per_s=None, impl="keras_hub"), "2026-11-26-x.json", bench)
+    with pytest.raises(AssertionError, match="starts with the date"):
+        check_summary(doc, "2026-11-27-xeon-amx.json", bench)
+
+
+def copy_with(doc, impl, **changes):
+    """`doc` with the first row of `impl` changed (a None value removes the field)."""
+    doc = json.loads(json.dumps(doc))
+    row = next(r for r in doc["runs"][0]["results"] if r["impl"] == impl)
+    for key, value in changes.items():
+        row.pop(key) if value is None else row.__setitem__(key, value)
+    return doc
+
+
 CPUINFO = """processor\t: 0
 vendor_id\t: {vendor}
 cpu family\t: {family}
