@@ -60,3 +60,18 @@ def check_images(model, images):
             f"(shape {shape}). Resize the images, or make a model for this "
             f"size with `model.with_image_size({tuple(spatial)})`."
         )
+
+
+def symbolic(inputs):
+    """`inputs` (a structure of arrays, tensors or ``KerasTensor``s) with
+    every array and tensor replaced by a ``keras.KerasTensor`` of its shape
+    and dtype. Keras's ``compute_output_spec`` reads the shapes of backend
+    tensors and ``KerasTensor``s only: given a NumPy array, it hands a
+    layer's ``compute_output_shape`` None. A model's ``compute_output_spec``
+    passes its inputs through this first, so it takes either."""
+    def spec(x):
+        if isinstance(x, keras.KerasTensor) or not hasattr(x, "shape"):
+            return x
+        return keras.KerasTensor(tuple(x.shape), dtype=keras.backend.standardize_dtype(x.dtype))
+
+    return keras.tree.map_structure(spec, inputs)

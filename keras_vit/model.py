@@ -12,7 +12,6 @@ The architecture is a `keras_vit.ViTConfig`; the input checks are in
 """
 
 import dataclasses
-import gc
 
 import keras
 
@@ -227,7 +226,10 @@ class ViT(keras.Model):
     Args:
         config: a `keras_vit.ViTConfig`, or None for one of the keyword
             arguments; keyword arguments given with a config replace its fields.
-        dtype: a dtype policy such as ``"mixed_bfloat16"``.
+        dtype: a dtype policy such as ``"mixed_bfloat16"``, or a
+            ``keras.dtype_policies.DTypePolicyMap`` of policies by layer path
+            (quantized ones such as ``"int8_from_float32"``: a quantized
+            model whose weights are then loaded), as keras-hub's backbones take.
         **kwargs: `keras_vit.ViTConfig` fields (``image_size``,
             ``patch_size``, ``num_layers``, ...), and Keras's ``name`` and
             ``trainable``.
@@ -251,6 +253,7 @@ class ViT(keras.Model):
 
     def __init__(self, config=None, dtype=None, **kwargs):
         config = model_config("ViT", config, kwargs)
+        dtype, policy_map = variants.split_policy_map(dtype)
         parts = build_layers(config, dtype)
         images = keras.Input(shape=config.input_shape, name="images")
         kwargs.setdefault("name", "vit")
@@ -266,6 +269,7 @@ class ViT(keras.Model):
         # Functional models drop `dtype`: the layers' policy is the model's (this
         # is also what makes `compile` add loss scaling under mixed_float16).
         self.dtype_policy = parts.patch_embedding.dtype_policy
+        variants.apply_policy_map(self, policy_map)
 
     def call(self, images, training=None, mask=None, class_only=None):
         """The functional graph's computation, eagerly or traced.
@@ -285,6 +289,11 @@ class ViT(keras.Model):
                 f"this model pools with {self.config.pooling!r}, which reads every token. "
                 "Leave class_only at None.")
         return forward(self.parts, images, training, class_only=class_only)
+
+    def compute_output_spec(self, images, training=None, mask=None):
+        """The output's ``KerasTensor`` for images given as arrays, tensors
+        or ``KerasTensor``s (`keras_vit.inputs.symbolic`)."""
+        return super().compute_output_spec(inputs.symbolic(images), training, mask)
 
     def intermediates(self, images, training=False):
         """Every stage of the model on `images`, run eagerly, in a dict:
@@ -370,20 +379,10 @@ class ViT(keras.Model):
 
     def quantize(self, mode, **kwargs):
         """Keras's ``quantize`` (``"int8"``, ``"int4"``, ``"float8"``, ...)
-        with the garbage collector's objects frozen meanwhile. Keras 3.15
-        runs a full ``gc.collect()`` for each kernel it replaces
-        (``Layer.__delattr__``), each over every object the process holds;
-        frozen, each scans only what quantizing made, a small fraction of
-        it (docs/deploy.md has the times). One collection at the end frees
-        what the old kernels held. Objects a caller had frozen stay frozen."""
-        frozen_before = gc.get_freeze_count()
-        gc.freeze()
-        try:
+        with the garbage collector held back meanwhile
+        (`keras_vit.variants.collections_deferred`)."""
+        with variants.collections_deferred():
             super().quantize(mode, **kwargs)
-        finally:
-            if not frozen_before:
-                gc.unfreeze()
-        gc.collect()
 
     def enable_lora(self, rank, target=variants.PROJECTION_NAMES, lora_alpha=None):
         """`keras_vit.variants.enable_lora`: Keras's ``enable_lora(rank)`` on

@@ -2,6 +2,9 @@
 size, any argument), its LoRA adaptation and merge, and the projections
 that Keras quantizes and adapts."""
 
+import contextlib
+import gc
+
 import keras
 
 from keras_vit import layers as vit_layers
@@ -148,6 +151,55 @@ def with_policy(config):
     if isinstance(config.get("dtype"), dict):
         config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
     return config
+
+
+@contextlib.contextmanager
+def collections_deferred():
+    """Quantizing with the garbage collector's objects frozen. Keras 3.15
+    runs a full ``gc.collect()`` for each kernel it replaces
+    (``Layer.__delattr__``), each over every object the process holds;
+    frozen, each scans only what quantizing made, a small fraction of it
+    (docs/deploy.md has the times). One collection at the end frees what the
+    old kernels held. Objects a caller had frozen stay frozen."""
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
+    gc.collect()
+
+
+def split_policy_map(dtype):
+    """A model's `dtype` as (the policy its layers are built with, the
+    ``DTypePolicyMap`` for `apply_policy_map` afterwards, or None)."""
+    if isinstance(dtype, keras.dtype_policies.DTypePolicyMap):
+        return dtype.default_policy, dtype
+    return dtype, None
+
+
+def apply_policy_map(model, policy_map):
+    """Gives each projection of `model` (`projections`) the policy that
+    `policy_map` (a ``keras.dtype_policies.DTypePolicyMap``) holds for its
+    path: a quantized policy quantizes it, ready for its weights. None: nothing.
+
+    The layers keep policies of their own instead of sharing the map:
+    Keras 3.15's ``Dense`` and ``EinsumDense`` read the map's default where
+    they save an int8 or int4 kernel, so a model whose layers share a map
+    cannot be saved."""
+    if policy_map is None:
+        return
+    found = projections(model)
+    unknown = sorted(set(policy_map.keys()) - set(found))
+    if unknown:
+        raise ValueError(
+            f"The DTypePolicyMap names layers that {model.name} does not have or cannot "
+            f"quantize: {unknown[:4]}. Its projections are {sorted(found)[:6]}... "
+            "(`keras_vit.variants.projections(model)` lists them all).")
+    with collections_deferred():
+        for path in policy_map.keys():
+            found[path].dtype_policy = policy_map[path]
 
 
 def dtype_policy_config(model):

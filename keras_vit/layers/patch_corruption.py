@@ -62,7 +62,7 @@ class PatchCorruption(keras.layers.Layer):
             initializer or keras.initializers.RandomNormal(stddev=0.02)
         )
 
-    def build(self, patches_shape):
+    def build(self, patches_shape, corruption_shape=None, replacement_shape=None):
         hidden_dim = tuple(patches_shape)[-1]
         self.mask_embedding = self.add_weight(
             shape=(hidden_dim,), initializer=self.initializer, name="mask_embedding"

@@ -180,7 +180,10 @@ class ResNetStem(keras.layers.Layer):
                 "root alone.")
         self.width_factor = width_factor
         self.data_format = standardize_data_format(data_format)
-        fmt, policy = self.data_format, self.dtype_policy
+        # channels_first images are transposed in `call`, as in PatchEmbedding:
+        # TensorFlow has no NCHW convolution on a CPU, and the kernels and
+        # GroupNorm scales are the same in both layouts.
+        fmt, policy = "channels_last", self.dtype_policy
         width = resnet_width(width_factor)
         self.conv_root = _conv(width, 7, 2, fmt, policy, "conv_root")
         self.gn_root = _norm(fmt, policy, "gn_root")
@@ -204,8 +207,14 @@ class ResNetStem(keras.layers.Layer):
         """int: the total stride, ``4 * 2 ** (len(block_units) - 1)`` (4 for the root alone)."""
         return resnet_stride(self.block_units)
 
+    def _to_channels_last(self, shape):
+        shape = tuple(shape)
+        if self.data_format == "channels_first":
+            return (shape[0], *shape[2:], shape[1])
+        return shape
+
     def build(self, input_shape):
-        shape = tuple(input_shape)
+        shape = self._to_channels_last(input_shape)
         self.conv_root.build(shape)
         shape = self.conv_root.compute_output_shape(shape)
         self.gn_root.build(shape)
@@ -215,18 +224,24 @@ class ResNetStem(keras.layers.Layer):
             shape = unit.compute_output_shape(shape)
 
     def call(self, x):
+        if self.data_format == "channels_first":
+            x = ops.transpose(x, (0, 2, 3, 1))
         x = self.pool(ops.relu(self.gn_root(self.conv_root(x))))
         for unit in self.units:
             x = unit(x)
+        if self.data_format == "channels_first":
+            x = ops.transpose(x, (0, 3, 1, 2))
         return x
 
     def compute_output_shape(self, input_shape):
         shape = self.pool.compute_output_shape(
-            self.conv_root.compute_output_shape(tuple(input_shape))
+            self.conv_root.compute_output_shape(self._to_channels_last(input_shape))
         )
         for unit in self.units:
             shape = unit.compute_output_shape(shape)
-        return shape
+        if self.data_format == "channels_first":
+            return (shape[0], shape[3], shape[1], shape[2])
+        return tuple(shape)
 
     def get_config(self):
         config = super().get_config()

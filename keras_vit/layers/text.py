@@ -78,6 +78,10 @@ class TextPooling(keras.layers.Layer):
         self.mode = mode
         self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
 
+    def build(self, tokens_shape, token_ids_shape=None):
+        """No weights; the shapes are named after `call`'s arguments, as
+        Keras's layers of several inputs name them."""
+
     def call(self, tokens, token_ids):
         if self.mode == "last":
             return tokens[:, -1]
