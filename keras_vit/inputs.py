@@ -24,6 +24,11 @@ def check_images(model, images):
     ``dtype``: an array, a tensor, a ``TensorSpec``) is a float batch of the
     model's size, channels and data format. Without a shape, or with an
     unknown rank, nothing is checked."""
+    if images is None:
+        raise TypeError(
+            f"{model.name} takes a batch of images, an array of shape (batch, "
+            f"{', '.join(map(str, model.config.input_shape))}), got None. Read image files with "
+            "`keras_vit.data.read_images`.")
     shape = getattr(images, "shape", None)
     if shape is None or getattr(shape, "rank", 0) is None:
         return

@@ -174,6 +174,9 @@ COMPUTATION_CASES = [
      r"image_embeds must be an array of embeddings \(batch, 8\), got list"),
     ("images-of-another-size", lambda m: m.encode_images(np.zeros((1, 32, 32, 3), "float32")),
      ValueError, r"was built for 16x16 images, got 32x32"),
+    ("images-none", lambda m: m.encode_images(None), TypeError,
+     r"takes a batch of images, an array of shape \(batch, 16, 16, 3\), got None. Read image "
+     r"files with `keras_vit.data.read_images`"),
 ]
 
 
@@ -363,7 +366,7 @@ PRESET_CASES = [
      r"keras-hub preset .*backbone: no config.json in the folder, which describes the backbone. "
      "Copy or download the whole preset folder again"),
     ("config-without-class-name", "backbone", "config.json", json_without("class_name"),
-     read_keras_hub, r"config.json lacks 'class_name', which the model needs"),
+     read_keras_hub, r"config.json lacks 'class_name', which the model needs\. .*save or download it again"),
     ("config-without-image-shape", "backbone", "config.json",
      json_without("config", "image_shape"), ViT.from_checkpoint,
      r"config.json's \"config\" lacks 'image_shape', which the model needs"),

@@ -118,7 +118,9 @@ def require(config, keys, where):
     """
     missing = [key for key in keys if key not in config]
     if missing:
-        raise CheckpointError(f"{where} lacks {', '.join(map(repr, missing))}, which the model needs.")
+        raise CheckpointError(
+            f"{where} lacks {', '.join(map(repr, missing))}, which the model needs. The file may "
+            "be from another version of its library or edited by hand: save or download it again.")
     return config
 
 
