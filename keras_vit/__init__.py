@@ -1,30 +1,90 @@
 """keras_vit: the Vision Transformer of Dosovitskiy et al. (ICLR 2021) for Keras 3."""
 
 import gc as _gc
+import importlib as _importlib
+import sys as _sys
+import types as _types
+import typing as _typing
 
-# Importing Keras and its backend makes 250,000-500,000 objects and no garbage,
-# so the collector's full passes over them while they are made free nothing
-# and only add to the import's time (most on PyTorch and TensorFlow, whose
-# imports make the most objects). It is off meanwhile, and on again once the
-# package is in.
-_collecting = _gc.isenabled()
-_gc.disable()
-try:
+__version__ = "0.1.0"
+
+# The public names: the modules `keras_vit.kernels` and `keras_vit.layers`,
+# and each name of `_NAMES` from its module. They import Keras and its
+# backend, so the package imports them when they are first used
+# (`__getattr__`: each module by itself, the other names all together), not
+# with itself: modules that need no Keras (`keras_vit.cli`'s parser, for
+# ``keras-vit --help``) import none. Keras's `load_model` finds the package's
+# classes once one of these names, or the module that defines the class, has
+# been imported.
+_MODULES = ("kernels", "layers")
+_NAMES = {
+    "ImageTextModel": "keras_vit.image_text",
+    "TextTokenizer": "keras_vit.text_tokenizer",
+    "TextTransformer": "keras_vit.image_text",
+    "ViT": "keras_vit.model",
+    "ViTConfig": "keras_vit.config",
+    "presets": "keras_vit.presets",
+    "pretrained": "keras_vit.weights.pretrained",
+    "zero_shot_classifier": "keras_vit.zero_shot",
+}
+
+__all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
+           "layers", "presets", "pretrained", "zero_shot_classifier", "__version__"]
+
+if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, type checkers)
     from keras_vit import kernels
     from keras_vit import layers
     from keras_vit.config import ViTConfig
     from keras_vit.image_text import ImageTextModel
     from keras_vit.image_text import TextTransformer
     from keras_vit.model import ViT
-    from keras_vit.text_tokenizer import TextTokenizer
     from keras_vit.presets import presets
+    from keras_vit.text_tokenizer import TextTokenizer
     from keras_vit.weights.pretrained import pretrained
     from keras_vit.zero_shot import zero_shot_classifier
-finally:
-    if _collecting:
-        _gc.enable()
 
-__version__ = "0.1.0"
 
-__all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
-           "layers", "presets", "pretrained", "zero_shot_classifier", "__version__"]
+def _load():
+    """Imports the public names into the package."""
+    # Importing Keras and its backend makes 250,000-500,000 objects and no
+    # garbage, so the collector's full passes over them while they are made
+    # free nothing and only add to the import's time (most on PyTorch and
+    # TensorFlow, whose imports make the most objects). It is off meanwhile,
+    # and on again once the names are in.
+    collecting = _gc.isenabled()
+    _gc.disable()
+    try:
+        names = {name: getattr(_importlib.import_module(module), name)
+                 for name, module in _NAMES.items()}
+    finally:
+        if collecting:
+            _gc.enable()
+    globals().update(names)
+
+
+def __getattr__(name):
+    if name in _MODULES:  # the import binds it on the package
+        return _importlib.import_module(f"{__name__}.{name}")
+    if name in _NAMES:
+        _load()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted({*globals(), *__all__})
+
+
+class _Package(_types.ModuleType):
+    """The package's module: a submodule whose name is also a public function
+    (`keras_vit.presets`, the module) is not bound over that function when
+    it is imported, as the import system binds each submodule on its
+    package."""
+
+    def __setattr__(self, name, value):
+        if name in _NAMES and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+_sys.modules[__name__].__class__ = _Package

@@ -1,4 +1,4 @@
-"""The ``keras-vit`` command line.
+"""The keras-vit command line.
 
     keras-vit presets                               the model variants (Table 1)
     keras-vit pretrained vit_b16                    released weights that load by name
@@ -16,22 +16,25 @@
     keras-vit zero-shot hf://openai/clip-vit-base-patch32 photo.jpg --labels cat,dog,car
 
 Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
+
+Parsing the command line starts no backend: the parser is built from
+`keras_vit.arguments`, the flags that need the package's modules (the
+recipes' `keras_vit.training.configs.FLAGS`, `convert`'s formats) are added
+when their command is parsed, and each command imports what it runs. So
+``keras-vit --help`` and most commands' ``--help`` print without importing
+Keras.
 """
 
 import argparse
+import functools
 import gc
 import pathlib
 import sys
 
-from keras_vit import files
-from keras_vit.deploy import EXPORT_SUFFIXES
-from keras_vit.model import ViT
-from keras_vit.training.configs import DTYPES
-from keras_vit.training.configs import FLAGS
-from keras_vit.training.configs import SCALE_OUT
-from keras_vit.training.configs import int_at_least
-from keras_vit.weights import WRITE_FORMATS
-from keras_vit.weights import check_output
+from keras_vit.arguments import DTYPES
+from keras_vit.arguments import int_at_least
+from keras_vit.arguments import parse_shots
+from keras_vit.startup import quiet_start
 
 MODEL_HELP = ("a .keras model; a checkpoint file or folder; a URL (hf://owner/repo, https://, "
               "gs://); or a released name (keras-vit pretrained)")
@@ -55,8 +58,11 @@ def add_recipe_flags(parser, default_config):
     """The flags every recipe shares: one per row of
     `keras_vit.training.configs.FLAGS` (each overrides the named config's
     field), and the flags of the run's placement."""
+    from keras_vit.training.configs import FLAGS
+    from keras_vit.training.configs import SCALE_OUT
+
     parser.add_argument("--config", default=default_config,
-                        help=f"a named config (`keras-vit configs` lists them); default {default_config}")
+                        help=f"a named config (keras-vit configs lists them); default {default_config}")
     parser.add_argument("--workdir", required=True,
                         help="the run's directory: config.json, checkpoints/, tensorboard/, "
                         "log.csv, model.keras, results.json. The same command again resumes.")
@@ -85,6 +91,8 @@ def add_recipe_flags(parser, default_config):
 
 
 def _overrides(args):
+    from keras_vit.training.configs import FLAGS
+
     return {field: getattr(args, field) for field in FLAGS}
 
 
@@ -110,6 +118,9 @@ def _run_recipe(args):
 
 
 def _load_model(path, image_size=None, num_classes=None, dtype=None):
+    from keras_vit import ViT
+    from keras_vit import files
+
     if str(path).endswith(".keras"):
         if not pathlib.Path(path).exists():
             raise FileNotFoundError(f"No model at {path}.")
@@ -133,6 +144,8 @@ def at_dtype(model, dtype):
     """`model` (a ViT) computing under the dtype policy `dtype` (``--dtype``:
     ``mixed_bfloat16`` computes in bfloat16 with float32 weights); the same
     model when `dtype` is None or its own."""
+    from keras_vit import ViT
+
     if dtype is None or model.dtype_policy.name == dtype:
         return model
     if not isinstance(model, ViT):
@@ -142,6 +155,8 @@ def at_dtype(model, dtype):
 
 def _classifier(model, path):
     """`model` if it is a ViT with a per-image classification head."""
+    from keras_vit import ViT
+
     if not isinstance(model, ViT) or not model.num_classes or model.pooling == "none":
         raise ValueError(
             f"{path} has no per-image classification head ({type(model).__name__}, output "
@@ -240,6 +255,7 @@ def _zero_shot(args):
 
 
 def _explain(args):
+    from keras_vit import files
     from keras_vit.data import read_images
     from keras_vit.explain import write_report
 
@@ -254,6 +270,7 @@ def _explain(args):
 
 
 def _evaluate(args):
+    from keras_vit import ViT
     from keras_vit import data as vit_data
     from keras_vit.training import evaluation
     from keras_vit.training.run import pixel_scaling
@@ -290,6 +307,10 @@ def _evaluate(args):
 
 
 def _convert(args):
+    from keras_vit import ViT
+    from keras_vit import files
+    from keras_vit.weights import check_output
+
     # the output checked before the input is read (and perhaps downloaded)
     if args.format == "keras":
         files.output_file(args.output, "output", (".keras",))
@@ -320,6 +341,9 @@ EXPORT_FORMATS = {  # format -> the backends Keras exports it from (docs/deploy.
 def _export(args):
     import keras
 
+    from keras_vit import files
+    from keras_vit.deploy import EXPORT_SUFFIXES
+
     backend = keras.backend.backend()
     if backend not in EXPORT_FORMATS[args.format]:
         raise ValueError(
@@ -338,9 +362,43 @@ def _export(args):
     return 0
 
 
+def _import_package():
+    """Imports the package's names, and with them Keras and its backend, as
+    `keras_vit` does: with the cyclic collector off, which makes the import
+    faster."""
+    from keras_vit import ViT  # noqa: F401
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with every error as one first line, ``keras-vit CMD: error:
-    ...`` (exit status 2), as the commands' own errors are."""
+    ...`` (exit status 2), as the commands' own errors are.
+
+    A command whose flags need the package's modules is added with
+    ``flags=``, a function that adds them: they are added when the command
+    is parsed or its help printed (`add_flags`), so that the other commands'
+    ``--help`` imports none of those modules.
+    """
+
+    def __init__(self, *args, flags=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._flags = flags
+
+    def add_flags(self):
+        """Adds the flags given as ``flags=``, once; returns the parser."""
+        if self._flags is not None:
+            flags, self._flags = self._flags, None
+            _import_package()
+            flags(self)
+        return self
+
+    def parse_known_args(self, args=None, namespace=None):
+        return super(_Parser, self.add_flags()).parse_known_args(args, namespace)
+
+    def format_usage(self):
+        return super(_Parser, self.add_flags()).format_usage()
+
+    def format_help(self):
+        return super(_Parser, self.add_flags()).format_help()
 
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message}\nRun `{self.prog} --help` for its flags.\n")
@@ -360,12 +418,27 @@ def _classify_flags(sub):
     _dtype_flag(sub)
 
 
+def _convert_flags(sub):
+    from keras_vit.weights import WRITE_FORMATS
+
+    sub.add_argument("checkpoint")
+    sub.add_argument("output", help="path ending in .keras; with --format: a .npz file, a new "
+                     "directory, or (timm) a .safetensors file")
+    sub.add_argument("--format", choices=("keras", *WRITE_FORMATS), default="keras",
+                     help="what to write (default keras)")
+    sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings")
+    sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")
+
+
 def build_parser():
-    """The ``argparse`` parser of the ``keras-vit`` command and its subcommands."""
+    """The ``argparse`` parser of the ``keras-vit`` command and its
+    subcommands. Its help is plain text, and building it imports no backend:
+    the recipes' and `convert`'s flags are added when their command is
+    parsed or its help printed (or by the command's parser's `add_flags`)."""
     parser = _Parser(
         prog="keras-vit", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run `keras-vit COMMAND --help` for each command's flags. "
+        epilog="Run keras-vit COMMAND --help for each command's flags. "
         "Backend: KERAS_BACKEND=tensorflow|jax|torch.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -374,14 +447,13 @@ def build_parser():
     sub = commands.add_parser(
         "pretrained", help="list the released checkpoints that load by name",
         description="Released weights that ViT.from_preset(name) and ViT.from_checkpoint(name) "
-        "download, cache and load; `predict`, `evaluate`, `explain` and `convert` take the names too.")
+        "download, cache and load; predict, evaluate, explain and convert take the names too.")
     sub.add_argument("architecture", nargs="?", help="only this preset, e.g. vit_b16 or ViT-B/16")
     commands.add_parser("configs", help="list the named training configs (Tables 3 and 4)")
 
     for command, (_, default, description) in RECIPES.items():
-        sub = commands.add_parser(command, help=description.split(" (")[0],
-                                  description=description)
-        add_recipe_flags(sub, default)
+        commands.add_parser(command, help=description.split(" (")[0], description=description,
+                            flags=functools.partial(add_recipe_flags, default_config=default))
 
     sub = commands.add_parser("predict", help="classify image files",
                               description="Print the top-k classes of each image file. The "
@@ -411,7 +483,7 @@ def build_parser():
     sub.add_argument("--train-split", default="train", help="where few-shot examples come from")
     sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
-    sub.add_argument("--few-shot", type=FLAGS["few_shot"].parse, metavar="K,K", help="e.g. 1,5,10,25")
+    sub.add_argument("--few-shot", type=parse_shots, metavar="K,K", help="e.g. 1,5,10,25")
     _dtype_flag(sub)
 
     sub = commands.add_parser(
@@ -427,19 +499,13 @@ def build_parser():
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
     _dtype_flag(sub)
 
-    sub = commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
-                              "vit_jax .npz, Hugging Face or timm files",
-                              description="Read any checkpoint ViT.from_checkpoint reads (or a "
-                              ".keras ViT) and write it as a .keras model (default) or, with "
-                              "--format, as a vit_jax .npz, a Hugging Face ViT directory or a "
-                              "timm .safetensors / hub directory (ViT.save_checkpoint).")
-    sub.add_argument("checkpoint")
-    sub.add_argument("output", help="path ending in .keras; with --format: a .npz file, a new "
-                     "directory, or (timm) a .safetensors file")
-    sub.add_argument("--format", choices=("keras", *WRITE_FORMATS), default="keras",
-                     help="what to write (default keras)")
-    sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings")
-    sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")
+    commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
+                        "vit_jax .npz, Hugging Face or timm files",
+                        description="Read any checkpoint ViT.from_checkpoint reads (or a "
+                        ".keras ViT) and write it as a .keras model (default) or, with "
+                        "--format, as a vit_jax .npz, a Hugging Face ViT directory or a "
+                        "timm .safetensors / hub directory (ViT.save_checkpoint).",
+                        flags=_convert_flags)
 
     sub = commands.add_parser(
         "export", help="a model as an inference artifact (ONNX, SavedModel, LiteRT, ...)",
@@ -473,6 +539,7 @@ def main(argv=None):
     """
     parser = build_parser()
     args = parser.parse_args(argv)
+    _import_package()  # every command runs Keras
     try:
         return HANDLERS[args.command](args)
     except (ValueError, RuntimeError, OSError) as error:  # what was given, and what to do
@@ -492,16 +559,19 @@ def run(argv=None):
     with its status (the ``keras-vit`` entry point, ``python -m
     keras_vit.cli`` and the scripts in ``recipes/``).
 
+    The program starts quietly (`keras_vit.startup.quiet_start`: without
+    TensorFlow's start-up lines, unless TF_CPP_MIN_LOG_LEVEL asks for them).
     Before the interpreter shuts down, the objects still alive (Keras's, the
     backend's, TensorFlow's) are moved out of the cyclic collector's reach
-    (`gc.freeze`): shutting down collects them otherwise, which took 1.3-2.1 s
-    of every command, doing nothing but free memory that the process gives
-    back anyway (Intel Xeon, 2026-11-26). `main` leaves the collector alone,
-    for callers that go on.
+    (`gc.freeze`): shutting down collects them otherwise, which takes seconds
+    of every command and does nothing but free memory that the process gives
+    back anyway. `main` leaves the environment and the collector alone, for
+    callers that go on.
 
     Args:
         argv: list of str or None. As for `main`.
     """
+    quiet_start()
     try:
         status = main(argv)
     finally:

@@ -1,4 +1,4 @@
-"""The main job, `make demo`: train a ViT the paper's way on embedded data.
+"""The main job, make demo: train a ViT the paper's way on embedded data.
 
 1. Pre-trains a small ViT from scratch on scikit-learn's digits (the `digits`
    config: Adam with lr-multiplied weight decay, linear warm-up, cosine decay,
@@ -23,6 +23,11 @@ import json
 import pathlib
 import shutil
 import time
+
+from keras_vit.startup import quiet_start
+
+if __name__ == "__main__":  # the program, not a test that loads this file
+    quiet_start()  # before Keras imports its backend
 
 import keras
 import numpy as np

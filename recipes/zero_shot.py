@@ -23,6 +23,11 @@ import math
 import pathlib
 import time
 
+from keras_vit.startup import quiet_start
+
+if __name__ == "__main__":  # the program, not a test that loads this file
+    quiet_start()  # before Keras imports its backend
+
 import keras
 import numpy as np
 
@@ -129,7 +134,7 @@ def locked_image_tuning(model, tokenizer, images, token_ids, test_images, test_l
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--output", default="zero_shot_output", help="where the models are written")
     parser.add_argument("--epochs", default=20, type=int, help="epochs of two-tower training")
     parser.add_argument("--lit-epochs", default=10, type=int,

@@ -4,6 +4,11 @@ with a clear error before training starts."""
 
 import dataclasses
 import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
 
 import keras
 import numpy as np
@@ -20,6 +25,7 @@ from keras_vit.training import RunConfig
 from keras_vit.training import resolve_config
 
 FAST = run_flags(**TINY_RUN)
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def run(argv, capsys):
@@ -39,7 +45,8 @@ def fails(argv, capsys, message):
 
 
 @pytest.mark.backend_independent
-def test_the_program_exits_with_the_commands_status_and_leaves_nothing_to_collect(capsys, tmp_path):
+def test_the_program_exits_with_the_commands_status_and_leaves_nothing_to_collect(
+        capsys, tmp_path, monkeypatch):
     """`cli.run`, the entry point of `keras-vit` and the recipes: `main`'s
     status as the exit status, and every live object frozen out of the
     collector's reach, so that the interpreter's shutdown has none to scan."""
@@ -47,6 +54,7 @@ def test_the_program_exits_with_the_commands_status_and_leaves_nothing_to_collec
 
     from keras_vit import cli
 
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")  # run's quiet start: nothing for this process
     gc.unfreeze()  # conftest's freeze of the collected tests, so that run's own shows
     try:
         assert gc.get_freeze_count() == 0
@@ -108,7 +116,7 @@ def test_the_command_line_and_its_docs_are_the_run_configs_flags(capsys):
     from keras_vit.training.configs import FLAGS
 
     assert set(FLAGS) <= set(FIELDS)
-    recipe = build_parser()._subparsers._group_actions[0].choices["pretrain"]
+    recipe = build_parser()._subparsers._group_actions[0].choices["pretrain"].add_flags()
     actions = {action.dest: action for action in recipe._actions}
     for field, flag in FLAGS.items():
         action = actions[field]
@@ -136,6 +144,88 @@ def test_the_command_line_and_its_docs_are_the_run_configs_flags(capsys):
         options, keys = re.findall(r"`(--[a-z-]+)", row[0]), re.findall(r"`([a-z_]+)`", row[1])
         documented |= set(zip(options, keys))
     assert documented == {(flag.option, field) for field, flag in FLAGS.items()}
+
+
+# `python ARGS` (``-m keras_vit.cli ...`` or a script's path and its
+# arguments), printing at its exit which of Keras and the backends it imported.
+PROGRAM = textwrap.dedent("""
+    import runpy, sys
+    args, code = sys.argv[1:], 0
+    try:
+        if args[0] == "-m":
+            sys.argv = args[1:]
+            runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+        else:
+            sys.argv = args
+            runpy.run_path(args[0], run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code
+    print("imported:", [m for m in ("keras", "tensorflow", "jax", "torch") if m in sys.modules])
+    sys.exit(code)
+""")
+START_UP_LINES = ("oneDNN", "This TensorFlow binary", "absl::InitializeLog")
+
+
+def _program(args, backend, **env):
+    """`PROGRAM` run on `args` in the user's environment without
+    TF_CPP_MIN_LOG_LEVEL, with KERAS_BACKEND `backend` (None: unset, Keras's
+    default) and `env`: its exit status and its stdout and stderr, together."""
+    env = {**{k: v for k, v in os.environ.items() if k not in ("KERAS_BACKEND", "TF_CPP_MIN_LOG_LEVEL")},
+           **({"KERAS_BACKEND": backend} if backend else {}), **env}
+    result = subprocess.run([sys.executable, "-c", PROGRAM, *args], env=env, cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("backend", [None, "tensorflow"])
+def test_help_is_plain_text_from_a_process_without_a_backend(backend):
+    """`keras-vit --help` and a command's: plain text (no reST or Markdown
+    quotes), printed by a process that imports neither Keras nor a backend,
+    and so without their start-up lines."""
+    for argv in (["--help"], ["predict", "--help"], ["export", "--help"]):
+        status, out = _program(["-m", "keras_vit.cli", *argv], backend)
+        assert status == 0, out
+        assert out.startswith(f"usage: keras-vit {argv[0] if len(argv) > 1 else '[-h] COMMAND'}"), out
+        assert out.rstrip().endswith("imported: []"), out
+        assert "`" not in out and not [line for line in START_UP_LINES if line in out], out
+
+
+@pytest.mark.backend_independent
+def test_a_recipe_starts_without_tensorflows_start_up_lines():
+    """A recipe's --help imports TensorFlow (its flags are `RunConfig`'s) and
+    prints none of its start-up lines, not even oneDNN's, which TensorFlow
+    logs whatever TF_CPP_MIN_LOG_LEVEL says: TF_ENABLE_ONEDNN_OPTS=1 here
+    has TensorFlow log it on any CPU (the package leaves it as it is)."""
+    status, out = _program([str(ROOT / "recipes" / "pretrain.py"), "--help"], "tensorflow",
+                           TF_ENABLE_ONEDNN_OPTS="1")
+    assert status == 0, out
+    assert out.startswith("usage: keras-vit pretrain") and "--accum-steps" in out, out
+    assert "'tensorflow'" in out.splitlines()[-1], out
+    assert not [line for line in START_UP_LINES if line in out], out
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("level,quiet", [(None, "1 True"), ("0", "0 False"), ("2", "2 True")])
+def test_a_quiet_start_keeps_the_users_log_level(level, quiet):
+    """`quiet_start`: TF_CPP_MIN_LOG_LEVEL 1 unless the user set it, and
+    TensorFlow's import filtered by it unless it is 0 (every line)."""
+    from keras_vit.startup import _shown
+
+    code = ("import os, sys; from keras_vit.startup import quiet_start, _QuietTensorFlowImport; "
+            "quiet_start(); print(os.environ['TF_CPP_MIN_LOG_LEVEL'], "
+            "any(isinstance(f, _QuietTensorFlowImport) for f in sys.meta_path))")
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    if level is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = level
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.stdout.strip() == quiet, result.stdout + result.stderr
+    info = b"I0000 00:00:1795792946.278196   10142 port.cc:153] oneDNN custom operations are on.\n"
+    warning = b"W1127 15:19:14.123456   10142 cuda_executor.cc:1] a warning\n"
+    preamble = b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
+    assert [[_shown(line, level) for level in range(4)] for line in (info, preamble, warning, b"text\n")] == [
+        [True, False, False, False], [True, False, False, False], [True, True, False, False], [True] * 4]
 
 
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):

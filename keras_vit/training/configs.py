@@ -19,6 +19,10 @@ import types
 from collections.abc import Callable
 from collections.abc import Mapping
 
+from keras_vit.arguments import DTYPES
+from keras_vit.arguments import int_at_least
+from keras_vit.arguments import parse_ints
+from keras_vit.arguments import parse_shots
 from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.config import is_int
 from keras_vit.distribution import ALL_STRATEGIES
@@ -45,45 +49,15 @@ RECIPE_MODEL_KEYS = {
     "drop_path_rate": "--drop-path-rate", "representation_size": "the config's representation_size",
     "head_bias_init": "--head-bias-init",
 }
-DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 DECAY_TYPES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 
 
 # -- the command line's flags, as data -----------------------------------------
-
-def _ints(text):
-    try:
-        return [int(part) for part in text.split(",") if part]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
-
-
-def int_at_least(minimum, words):
-    """An argparse type: an int >= `minimum`, `words` naming it in errors."""
-
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if not is_int(value, minimum):
-            raise argparse.ArgumentTypeError(f"expected {words}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _shots(text):
-    """``1,5,10`` -> [1, 5, 10]; empty for none."""
-    values = _ints(text)
-    if values and min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive shots per class such as 1,5,10, got {text!r}")
-    return values
-
+# (DTYPES and the argparse types keras-vit's own flags share: keras_vit.arguments)
 
 def _randaugment(text):
-    values = _ints(text)
+    values = parse_ints(text)
     if len(values) != 2:
         raise argparse.ArgumentTypeError(f"expected NUM_OPS,MAGNITUDE such as 2,10, got {text!r}")
     return values
@@ -286,7 +260,7 @@ class RunConfig:
                                      group=SCALE_OUT)
     checkpoint_every: int = _flag(1000, "updates between checkpoints", int, check=_positive_int)
     keep_checkpoints: int = _flag(3, "newest checkpoints kept (default 3)", int, check=_positive_int)
-    few_shot: tuple = _flag([], "also report few-shot linear accuracy for these shots", _shots,
+    few_shot: tuple = _flag([], "also report few-shot linear accuracy for these shots", parse_shots,
                             check=_shots_per_class, metavar="K,K")
     epochs: float | None = None
 
