@@ -53,13 +53,10 @@ def _cache_folder(name):
 
 # XLA:CPU settings for the JAX and TensorFlow passes that compile small
 # programs faster: LLVM's cheapest optimization level, and XLA's elemental
-# emitters for fusions instead of its MLIR fusion emitters. A three-op eager
-# JAX program took 91 ms to compile by default, 68 ms with the first, 36 ms
-# with both; tests/test_training.py on JAX with an empty cache 23.6 s, 15.0 s
-# with both; the JAX pass 317 s, 228 s. On TensorFlow a one-block training run
-# (`train`, 4 steps) took 5.0 s, 3.9 s with both; tests/test_failures.py and
-# tests/test_recipes.py 63.4 s, 46.7 s (Intel Xeon, 2026-11-25, jax 0.10.2,
-# tensorflow 2.21.0). Results may differ in float32's last bits (another
+# emitters for fusions instead of its MLIR fusion emitters: together they
+# more than halve the compile time of a small eager JAX program and cut the
+# JAX pass by about a quarter (docs/getting_started.md#tests has the suite's
+# times). Results may differ in float32's last bits (another
 # instruction order), which every test's tolerance holds but one: XLA's tanh
 # at the cheapest level leaves TensorFlow's own by more than the 5e-6 that
 # test_kernels.py holds XLA's GELU gradient to (and on JAX saturates past -1),
@@ -189,9 +186,8 @@ def pytest_collection_modifyitems(config, items):
 # (`make test-durations` rewrites them). xdist's `--dist loadscope` keeps a
 # file on one worker and, with `--no-loadscope-reorder`, hands the files out
 # in collection order: longest first, two workers finish within seconds of
-# each other (on the Intel Xeon, 2026-11-25, the torch pass's workers ended
-# 27 s apart in the default order, by number of tests, which put the
-# cross-backend file, 3 tests and 23 s, last).
+# each other (the default order, by number of tests, put the cross-backend
+# file, 3 long tests, last, and the workers ended far apart).
 DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
 UNMEASURED_SECONDS_PER_TEST = 0.5  # a file not in DURATIONS yet
 
@@ -283,7 +279,7 @@ def fit_digits(x, y, **options):
     epoch 7, 0.894 at epoch 10 on PyTorch); with the decay the last three
     epochs stayed within 1.5 points, at 0.928-0.933 in float32 and
     0.933-0.947 in mixed_bfloat16 on the three backends, in 8 epochs
-    instead of 10 (Intel Xeon, 2026-11-26)."""
+    instead of 10."""
     import keras
     from helpers import DIGITS_MODEL
 
