@@ -1,8 +1,10 @@
 """What the command line's flags share, in a module that imports no Keras:
-the dtype policies and the argparse types that turn a flag's text into its
-value. `keras_vit.training.configs` builds the recipes' flags (`FLAGS`)
-with them and `keras_vit.cli` its commands' own flags, whose ``--help``
-then prints without starting a backend.
+the values they offer (dtype policies, scale-out strategies, checkpoint
+formats), the argparse types that turn a flag's text into its value, and
+the check of a strategy against the backend. `keras_vit.training.configs`
+builds the recipes' flags (`FLAGS`) with them and `keras_vit.cli` its
+commands' own flags, whose ``--help`` then prints without starting a
+backend.
 """
 
 import argparse
@@ -10,6 +12,50 @@ import argparse
 # The dtype policies a run computes in (the recipes' ``--dtype``, and that of
 # predict, zero-shot, evaluate and explain).
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+
+# The scale-out strategies of each Keras backend (the recipes' ``--strategy``;
+# `keras_vit.distribution.setup` sets them up), and all of them.
+STRATEGIES = {
+    "tensorflow": ("none", "tpu", "mirrored", "multi_worker"),
+    "jax": ("none", "data_parallel", "model_parallel"),
+    "torch": ("none",),
+}
+ALL_STRATEGIES = ("none", "tpu", "mirrored", "multi_worker", "data_parallel", "model_parallel")
+
+# The checkpoint formats a ViT is written to besides .keras (convert's
+# ``--format``, `keras_vit.weights.save_checkpoint`).
+WRITE_FORMATS = ("npz", "huggingface", "timm", "keras_hub")
+
+
+class DistributionError(ValueError):
+    """A strategy that cannot be set up here; raised before any training."""
+
+
+def check_strategy(strategy, backend=None):
+    """Raises `DistributionError` if `backend` (the Keras backend by
+    default) has no `strategy`, naming the backends that do. Every backend
+    has ``none``, which is checked without importing Keras."""
+    if strategy not in ALL_STRATEGIES:
+        raise DistributionError(f"--strategy {strategy!r}: unknown; choose one of {', '.join(ALL_STRATEGIES)}.")
+    if strategy == "none":
+        return
+    if not backend:
+        import keras
+
+        backend = keras.backend.backend()
+    offered_here = STRATEGIES.get(backend, ("none",))
+    if strategy in offered_here:
+        return
+    offered = [b for b, names in STRATEGIES.items() if strategy in names]
+    if backend == "torch":
+        raise DistributionError(
+            f"--strategy {strategy}: the torch backend trains on one device (--strategy none). "
+            f"{strategy} is offered by KERAS_BACKEND={' or '.join(offered)}."
+        )
+    raise DistributionError(
+        f"--strategy {strategy} is not available on the {backend} backend, which offers "
+        f"{', '.join(offered_here)}; {strategy} needs KERAS_BACKEND={' or '.join(offered)}."
+    )
 
 
 def parse_ints(text):

@@ -18,11 +18,10 @@
 Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
 
 Parsing the command line starts no backend: the parser is built from
-`keras_vit.arguments`, the flags that need the package's modules (the
-recipes' `keras_vit.training.configs.FLAGS`, `convert`'s formats) are added
-when their command is parsed, and each command imports what it runs. So
-``keras-vit --help`` and most commands' ``--help`` print without importing
-Keras.
+`keras_vit.arguments`, the recipes' flags (`keras_vit.training.configs.FLAGS`,
+which imports no Keras either) are added when their command is parsed, and
+each command imports what it runs. So ``keras-vit --help`` and every
+command's ``--help`` print without importing Keras.
 """
 
 import argparse
@@ -32,6 +31,7 @@ import pathlib
 import sys
 
 from keras_vit.arguments import DTYPES
+from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import parse_shots
 from keras_vit.startup import quiet_start
@@ -387,7 +387,6 @@ class _Parser(argparse.ArgumentParser):
         """Adds the flags given as ``flags=``, once; returns the parser."""
         if self._flags is not None:
             flags, self._flags = self._flags, None
-            _import_package()
             flags(self)
         return self
 
@@ -419,8 +418,6 @@ def _classify_flags(sub):
 
 
 def _convert_flags(sub):
-    from keras_vit.weights import WRITE_FORMATS
-
     sub.add_argument("checkpoint")
     sub.add_argument("output", help="path ending in .keras; with --format: a .npz file, a new "
                      "directory, or (timm) a .safetensors file")
@@ -433,8 +430,8 @@ def _convert_flags(sub):
 def build_parser():
     """The ``argparse`` parser of the ``keras-vit`` command and its
     subcommands. Its help is plain text, and building it imports no backend:
-    the recipes' and `convert`'s flags are added when their command is
-    parsed or its help printed (or by the command's parser's `add_flags`)."""
+    the recipes' flags are added when their command is parsed or its help
+    printed (or by the command's parser's `add_flags`)."""
     parser = _Parser(
         prog="keras-vit", description=__doc__.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -499,13 +496,13 @@ def build_parser():
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
     _dtype_flag(sub)
 
-    commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
-                        "vit_jax .npz, Hugging Face or timm files",
-                        description="Read any checkpoint ViT.from_checkpoint reads (or a "
-                        ".keras ViT) and write it as a .keras model (default) or, with "
-                        "--format, as a vit_jax .npz, a Hugging Face ViT directory or a "
-                        "timm .safetensors / hub directory (ViT.save_checkpoint).",
-                        flags=_convert_flags)
+    sub = commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
+                              "vit_jax .npz, Hugging Face or timm files",
+                              description="Read any checkpoint ViT.from_checkpoint reads (or a "
+                              ".keras ViT) and write it as a .keras model (default) or, with "
+                              "--format, as a vit_jax .npz, a Hugging Face ViT directory or a "
+                              "timm .safetensors / hub directory (ViT.save_checkpoint).")
+    _convert_flags(sub)
 
     sub = commands.add_parser(
         "export", help="a model as an inference artifact (ONNX, SavedModel, LiteRT, ...)",

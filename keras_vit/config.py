@@ -5,8 +5,6 @@ import dataclasses
 import math
 import numbers
 
-import keras
-
 POOLINGS = ("token", "gap", "map", "none")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
@@ -424,6 +422,8 @@ def pair(value, name):
 
 def standardize_data_format(value):
     """`value`, or Keras's image data format when None, checked."""
+    import keras  # here alone: the training configs import this module without Keras
+
     value = value or keras.config.image_data_format()
     if value not in ("channels_last", "channels_first"):
         raise ValueError(

@@ -24,17 +24,13 @@ import os
 import keras
 import numpy as np
 
-STRATEGIES = {
-    "tensorflow": ("none", "tpu", "mirrored", "multi_worker"),
-    "jax": ("none", "data_parallel", "model_parallel"),
-    "torch": ("none",),
-}
-ALL_STRATEGIES = ("none", "tpu", "mirrored", "multi_worker", "data_parallel", "model_parallel")
+# Defined without Keras, for the recipes' flags (`keras_vit.training.configs`).
+from keras_vit.arguments import ALL_STRATEGIES
+from keras_vit.arguments import STRATEGIES
+from keras_vit.arguments import DistributionError
+from keras_vit.arguments import check_strategy
+
 BATCH_AXIS, MODEL_AXIS = "batch", "model"
-
-
-class DistributionError(ValueError):
-    """A strategy that cannot be set up here; raised before any training."""
 
 
 @dataclasses.dataclass
@@ -126,26 +122,6 @@ class Topology:
 
         options = tf.distribute.InputOptions(experimental_fetch_to_device=True)
         return self.tf_strategy.distribute_datasets_from_function(pipeline, options)
-
-
-def check_strategy(strategy, backend=None):
-    """Raises `DistributionError` if `backend` (the Keras backend by
-    default) has no `strategy`, naming the backends that do."""
-    backend = backend or keras.backend.backend()
-    if strategy not in ALL_STRATEGIES:
-        raise DistributionError(f"--strategy {strategy!r}: unknown; choose one of {', '.join(ALL_STRATEGIES)}.")
-    if strategy in STRATEGIES.get(backend, ("none",)):
-        return
-    offered = [b for b, names in STRATEGIES.items() if strategy in names]
-    if backend == "torch":
-        raise DistributionError(
-            f"--strategy {strategy}: the torch backend trains on one device (--strategy none). "
-            f"{strategy} is offered by KERAS_BACKEND={' or '.join(offered)}."
-        )
-    raise DistributionError(
-        f"--strategy {strategy} is not available on the {backend} backend, which offers "
-        f"{', '.join(STRATEGIES[backend])}; {strategy} needs KERAS_BACKEND={' or '.join(offered)}."
-    )
 
 
 def setup(strategy="none", *, tpu=None, coordinator=None, num_processes=None, process_id=None,

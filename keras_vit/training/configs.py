@@ -19,15 +19,15 @@ import types
 from collections.abc import Callable
 from collections.abc import Mapping
 
+from keras_vit.arguments import ALL_STRATEGIES
 from keras_vit.arguments import DTYPES
+from keras_vit.arguments import check_strategy
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_shots
 from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.config import is_int
-from keras_vit.distribution import ALL_STRATEGIES
-from keras_vit.distribution import check_strategy
-from keras_vit.presets import preset_config
+from keras_vit.presets import PRESETS
 
 # Training-set sizes used to turn the paper's epochs into steps.
 DATASET_SIZES = {
@@ -391,7 +391,7 @@ def _pretrain(dataset, model, epochs, base_lr, decay_type, weight_decay, dropout
         image_size=224, batch_size=4096, steps=steps, warmup_steps=10_000, base_lr=base_lr,
         decay_type=decay_type, weight_decay=weight_decay, dropout_rate=dropout,
         grad_norm_clip=1.0, loss=loss,
-        representation_size=preset_config(model).hidden_dim,  # the pre-training MLP head
+        representation_size=PRESETS[model]["config"]["hidden_dim"],  # the pre-training MLP head
         head_bias_init=-10.0 if multi_label else 0.0, preprocess="inception",
         eval_split=eval_split, epochs=epochs,
     )

@@ -3,6 +3,7 @@
 import os
 import pathlib
 
+from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.assign import assign_weights
 from keras_vit.weights.assign import transfer_weights
@@ -13,7 +14,6 @@ from keras_vit.weights.download import is_url
 from keras_vit.weights.formats import read_checkpoint
 from keras_vit.weights.pretrained import get_pretrained
 from keras_vit.weights.pretrained import imagenet1k_class_names
-from keras_vit.weights.writers import WRITE_FORMATS
 from keras_vit.weights.writers import check_output
 from keras_vit.weights.writers import save_checkpoint
 
