@@ -177,32 +177,51 @@ def _program(args, backend, **env):
     return result.returncode, result.stdout + result.stderr
 
 
+# Each help's command line (after ``python``, in the repository's root) and
+# the start of its usage line.
+HELPS = [(["-m", "keras_vit.cli", "--help"], "keras-vit [-h] COMMAND"),
+         *[(["-m", "keras_vit.cli", command, "--help"], f"keras-vit {command}") for command in
+           ("predict", "export", "pretrain", "finetune", "masked-patch", "convert")],
+         (["recipes/pretrain.py", "--help"], "keras-vit pretrain")]
+
+
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("backend", [None, "tensorflow"])
-def test_help_is_plain_text_from_a_process_without_a_backend(backend):
-    """`keras-vit --help` and a command's: plain text (no reST or Markdown
-    quotes), printed by a process that imports neither Keras nor a backend,
-    and so without their start-up lines."""
-    for argv in (["--help"], ["predict", "--help"], ["export", "--help"]):
-        status, out = _program(["-m", "keras_vit.cli", *argv], backend)
-        assert status == 0, out
-        assert out.startswith(f"usage: keras-vit {argv[0] if len(argv) > 1 else '[-h] COMMAND'}"), out
-        assert out.rstrip().endswith("imported: []"), out
-        assert "`" not in out and not [line for line in START_UP_LINES if line in out], out
+@pytest.mark.parametrize("args,usage", HELPS, ids=[" ".join(args[-2:]) for args, _ in HELPS])
+def test_help_is_plain_text_from_a_process_without_a_backend(args, usage, backend):
+    """`keras-vit --help` and each command's, the recipes' (their flags are
+    `RunConfig`'s) and convert's (the formats it writes) too: plain text (no
+    reST or Markdown quotes), printed by a process that imports neither
+    Keras nor a backend, and so without their start-up lines."""
+    status, out = _program(args, backend)
+    assert status == 0, out
+    assert out.startswith(f"usage: {usage}"), out
+    assert out.rstrip().endswith("imported: []"), out
+    assert "`" not in out and not [line for line in START_UP_LINES if line in out], out
 
 
 @pytest.mark.backend_independent
-def test_a_recipe_starts_without_tensorflows_start_up_lines():
-    """A recipe's --help imports TensorFlow (its flags are `RunConfig`'s) and
+def test_a_recipe_starts_without_tensorflows_start_up_lines(tmp_path):
+    """A recipe that starts TensorFlow (here to refuse an unknown config)
     prints none of its start-up lines, not even oneDNN's, which TensorFlow
     logs whatever TF_CPP_MIN_LOG_LEVEL says: TF_ENABLE_ONEDNN_OPTS=1 here
     has TensorFlow log it on any CPU (the package leaves it as it is)."""
-    status, out = _program([str(ROOT / "recipes" / "pretrain.py"), "--help"], "tensorflow",
-                           TF_ENABLE_ONEDNN_OPTS="1")
-    assert status == 0, out
-    assert out.startswith("usage: keras-vit pretrain") and "--accum-steps" in out, out
-    assert "'tensorflow'" in out.splitlines()[-1], out
+    status, out = _program([str(ROOT / "recipes" / "pretrain.py"), "--config", "no-such-config",
+                            "--workdir", str(tmp_path / "run")], "tensorflow", TF_ENABLE_ONEDNN_OPTS="1")
+    assert status == 2, out
+    assert out.startswith("imported: ") and "'tensorflow'" in out.splitlines()[0], out
+    assert "keras-vit pretrain: error: Unknown config 'no-such-config'" in out, out
     assert not [line for line in START_UP_LINES if line in out], out
+
+
+@pytest.mark.backend_independent
+def test_convert_offers_the_formats_the_writers_write():
+    """convert's ``--format`` choices (`keras_vit.arguments.WRITE_FORMATS`, for
+    a help without Keras) are those `keras_vit.weights.save_checkpoint` writes."""
+    from keras_vit.arguments import WRITE_FORMATS
+    from keras_vit.weights import writers
+
+    assert WRITE_FORMATS == writers.WRITE_FORMATS
 
 
 @pytest.mark.backend_independent
