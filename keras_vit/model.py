@@ -12,6 +12,7 @@ The architecture is a `keras_vit.ViTConfig`; the input checks are in
 """
 
 import dataclasses
+import numbers
 
 import keras
 
@@ -32,6 +33,71 @@ from keras_vit.weights.pretrained import default_pretrained
 def block_names(num_layers):
     """``encoder_block_0`` ... ``encoder_block_{L-1}``."""
     return [f"encoder_block_{i}" for i in range(num_layers)]
+
+
+def default_feature_layers(num_layers):
+    """The blocks `ViT.feature_model` reads by default: DINOv3's four evenly
+    spaced blocks ending at the last (``FOUR_EVEN_INTERVALS`` of DINOv3's
+    dense evaluations, Siméoni et al., 2025).
+
+    Block ``k * L // 4 - 1`` for ``k = 1..4`` of ``L`` blocks: 2, 5, 8, 11
+    of 12; 9, 19, 29, 39 of 40; 0, 1, 2, 3 of 4. Of 24 blocks 4, 11, 17, 23,
+    the ViT-L blocks of the DINOv3 paper, which DINOv3's code writes out in
+    place of the even 5, 11, 17, 23. Fewer than 4 blocks: every block.
+
+    Args:
+        num_layers: int, the model's blocks ``L``.
+
+    Returns:
+        A tuple of block indices, ascending.
+
+    Example:
+        >>> default_feature_layers(12), default_feature_layers(24), default_feature_layers(2)
+        ((2, 5, 8, 11), (4, 11, 17, 23), (0, 1))
+    """
+    if num_layers < 4:
+        return tuple(range(num_layers))
+    if num_layers == 24:
+        return (4, 11, 17, 23)
+    return tuple(k * num_layers // 4 - 1 for k in range(1, 5))
+
+
+def feature_layers(layers, num_layers):
+    """The block indices `ViT.feature_model` reads for its `layers` argument,
+    ascending and each once.
+
+    None: `default_feature_layers`. An int ``n``: the last ``n`` blocks, as
+    timm's ``forward_intermediates(indices=n)`` and DINO's
+    ``get_intermediate_layers(x, n)``. A sequence: those indices, negative
+    ones counting from the end.
+    """
+    if layers is None:
+        return default_feature_layers(num_layers)
+    if isinstance(layers, numbers.Integral) and not isinstance(layers, bool):
+        if not 1 <= layers <= num_layers:
+            raise ValueError(
+                f"layers={layers} asks for the last {layers} blocks of a model of {num_layers}: "
+                f"give a number from 1 to {num_layers}, or block indices as a list.")
+        return tuple(range(num_layers - int(layers), num_layers))
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise TypeError(
+            f"layers must be None, an int (the last n blocks) or a list of block indices; got "
+            f"{layers!r}. Give for instance layers=4 or layers=[2, 5, 8, 11].")
+    indices = list(layers)
+    if not indices:
+        raise ValueError(
+            "layers=[] asks for no block: give at least one block index, or leave layers at "
+            "None for DINOv3's four blocks.")
+    for index in indices:
+        if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+            raise TypeError(
+                f"layers holds {index!r}, which is not a block index: give ints from "
+                f"{-num_layers} to {num_layers - 1} (negative ones count from the end).")
+        if not -num_layers <= index < num_layers:
+            raise ValueError(
+                f"layers holds block {index}, but the model has {num_layers} blocks: give indices "
+                f"from 0 to {num_layers - 1}, or from -{num_layers} to -1 counting from the end.")
+    return tuple(sorted({int(index) % num_layers for index in indices}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -305,6 +371,81 @@ class ViT(keras.Model):
         record = {}
         forward(self.parts, images, training, record)
         return record
+
+    def feature_model(self, layers=None, norm=True, prefix_tokens=False):
+        """A functional model from this model's images to the dense features
+        of some of its blocks: each block's patch tokens as a map over the
+        patch grid, as DINO's ``get_intermediate_layers(x, n, reshape=True,
+        norm=...)`` (DINOv2, DINOv3) and timm's ``forward_intermediates``
+        give them.
+
+        The model is built from this model's functional graph (the output of
+        ``encoder_block_{i}``, the whole sequence), so it shares this
+        model's layers and weights (quantization and LoRA on this model
+        carry over) and runs the blocks up to the last one asked for, no
+        further. Its only layers of its own are a `TokenMap` per block read
+        (``encoder_block_{i}_map``). It trains, saves to ``.keras``
+        (reloading with ``keras.saving.load_model``) and exports as a
+        Keras model: inside `keras_vit.kernels.keras_layers_only` with an
+        ``input_signature`` whose batch is None, as `export` does, and on
+        PyTorch to ONNX with `keras_vit.deploy.torch_onnx`.
+
+        Args:
+            layers: which blocks. None: DINOv3's four evenly spaced blocks
+                ending at the last (`default_feature_layers`: 2, 5, 8, 11 of
+                12; 4, 11, 17, 23 of 24). An int ``n``: the last ``n``
+                blocks, as timm and DINO read an int. A list of block
+                indices, negative ones counting from the end.
+            norm: apply the final LayerNorm of Eq. 4 (``encoder_norm``, its
+                weights shared) to each block's tokens, as DINO's
+                ``norm=True``. A model whose final LayerNorm normalizes the
+                pooled features instead (``fc_norm=True``) has no such
+                LayerNorm: it takes ``norm=False`` only, and says so.
+            prefix_tokens: also give each block's prefix tokens ([class],
+                distillation token, registers, in the sequence's order).
+
+        Returns:
+            A ``keras.Model`` whose output is a dict: ``"encoder_block_{i}"``
+            ``(batch, grid_h, grid_w, hidden_dim)`` (``(batch, hidden_dim,
+            grid_h, grid_w)`` channels first) for each block ``i`` read, and
+            with `prefix_tokens` ``"encoder_block_{i}_prefix"``
+            ``(batch, num_prefix_tokens, hidden_dim)``.
+
+        Example:
+            ```python
+            import numpy as np
+            from keras_vit import ViT
+
+            model = ViT(image_size=32, patch_size=8, num_layers=4, num_heads=2, hidden_dim=16,
+                        mlp_dim=32, num_classes=0, num_registers=4)
+            features = model.feature_model(prefix_tokens=True)
+            out = features(np.zeros((2, 32, 32, 3), "float32"))
+            print(sorted(out))   # -> ['encoder_block_0', 'encoder_block_0_prefix', ...]
+            print(tuple(out["encoder_block_3"].shape), tuple(out["encoder_block_3_prefix"].shape))
+            # -> (2, 4, 4, 16) (2, 5, 16)
+            ```
+        """
+        indices = feature_layers(layers, self.config.num_layers)
+        if norm and self.parts.encoder_norm is None:
+            raise ValueError(
+                "norm=True applies the encoder's final LayerNorm (encoder_norm) to the tokens, but "
+                "this model has none: its final LayerNorm (fc_norm) normalizes the pooled "
+                "features. Pass norm=False for the blocks' outputs as they are (what timm's "
+                "forward_intermediates gives for such a model).")
+        outputs = {}
+        for i in indices:
+            block = self.parts.blocks[i]
+            tokens = block.output  # node 0: this model's graph
+            if norm:
+                tokens = self.parts.encoder_norm(tokens)
+            token_map = vit_layers.TokenMap(
+                self.num_prefix_tokens, self.grid_size, self.config.data_format,
+                return_prefix=prefix_tokens, dtype=self.compute_dtype, name=f"{block.name}_map")
+            if prefix_tokens:
+                outputs[block.name], outputs[f"{block.name}_prefix"] = token_map(tokens)
+            else:
+                outputs[block.name] = token_map(tokens)
+        return keras.Model(self.inputs[0], outputs, name=f"{self.name}_features")
 
     # -- construction ---------------------------------------------------------
 

@@ -18,6 +18,7 @@ from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.resnet import StandardizedConv2D
 from keras_vit.layers.text import TextEmbedding
 from keras_vit.layers.text import TextPooling
+from keras_vit.layers.token_map import TokenMap
 from keras_vit.layers.token_pooling import TokenPooling
 from keras_vit.layers.transformer_encoder import TransformerEncoder
 
@@ -37,6 +38,7 @@ __all__ = [
     "StandardizedConv2D",
     "TextEmbedding",
     "TextPooling",
+    "TokenMap",
     "TokenPooling",
     "TransformerEncoder",
     "resample_position_embeddings",

@@ -1,0 +1,286 @@
+"""Dense features: `ViT.feature_model`, the patch tokens of chosen blocks as
+maps over the patch grid (DINO's ``get_intermediate_layers``, timm's
+``forward_intermediates``), read against transformers' hidden states, and
+through Keras's features: ``fit`` with the backbone frozen, ``.keras``,
+quantization, LoRA and ONNX on every backend."""
+
+import keras
+import numpy as np
+import pytest
+from helpers import LazyModule
+from helpers import save_and_reload
+from helpers import to_numpy
+from test_family import SIZE
+from test_family import make_family
+
+from keras_vit import ViT
+from keras_vit import deploy
+from keras_vit import kernels
+from keras_vit.model import default_feature_layers
+from keras_vit.model import feature_layers
+
+torch = LazyModule("torch", reason="transformers' models run on PyTorch")
+transformers = LazyModule("transformers", reason="the reference models")
+
+BACKEND = keras.backend.backend()
+
+# -- shared fixtures -----------------------------------------------------------------
+
+# DINOv3's options at test size: RoPE, four registers, LayerScale, a key without bias; the
+# tanh GELU, as TensorFlow's ONNX route writes the erf one as an op onnxruntime lacks (Erfc).
+TINY = dict(image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=16, mlp_dim=32,
+            num_classes=0, position_embedding="rope", key_bias=False, num_registers=4,
+            layer_scale_init=1.0, layer_norm_epsilon=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A 3-block DINOv3-like ViT (32 px, a 4 x 4 grid, hidden 16), every
+    weight random, and 4 images."""
+    keras.utils.set_random_seed(0)
+    model = ViT(**TINY)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.2, variable.shape).astype("float32"))
+    images = rng.uniform(-1, 1, (4, 32, 32, 3)).astype("float32")
+    return model, images
+
+
+def maps_of(tokens, num_prefix_tokens, grid_size):
+    """``(batch, tokens, D)`` -> the patch tokens as ``(batch, h, w, D)``."""
+    tokens = np.asarray(tokens)
+    return tokens[:, num_prefix_tokens:].reshape(len(tokens), *grid_size, tokens.shape[-1])
+
+
+def run_onnx(path, images):
+    """The ONNX file's outputs on `images`, in the order Keras flattens the
+    output dict (by key)."""
+    import onnxruntime
+
+    runner = onnxruntime.InferenceSession(path)
+    return runner.run(None, {runner.get_inputs()[0].name: images})
+
+
+# -- the feature model -----------------------------------------------------------------
+
+def dinov3_source(folder):
+    """A small random DINOv3ViTModel saved under `folder`, and the model."""
+    config = transformers.DINOv3ViTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
+                                          num_register_tokens=4)
+    torch.manual_seed(0)
+    source = transformers.DINOv3ViTModel(config)
+    with torch.no_grad():
+        for parameter in source.parameters():
+            parameter.normal_(0.0, 0.2)
+    source.eval().save_pretrained(folder / "hf")
+    return folder / "hf", source, source.norm
+
+
+def dinov2_registers_source(folder):
+    """The suite's small random Dinov2WithRegistersModel (`make_family`)."""
+    _, path, _, _, _, _ = make_family("dinov2_registers", folder)
+    source = transformers.Dinov2WithRegistersModel.from_pretrained(path).eval()
+    return path, source, source.layernorm
+
+
+@pytest.fixture(scope="module", params=["dinov2_registers", "dinov3"])
+def source(request, tmp_path_factory):
+    """(keras_vit's model read from the file, transformers' model, its final LayerNorm)."""
+    make = {"dinov2_registers": dinov2_registers_source, "dinov3": dinov3_source}[request.param]
+    path, model, layernorm = make(tmp_path_factory.mktemp(request.param))
+    return ViT.from_checkpoint(path), model, layernorm
+
+
+def test_feature_maps_are_transformers_hidden_states(source):
+    """Block i's map is transformers' ``hidden_states[i + 1]`` without its
+    [class] and register rows, laid out on the grid; ``norm=True`` is that
+    after the final LayerNorm; the prefix is those rows, in that order."""
+    model, reference, layernorm = source
+    size = model.image_size[0]
+    images = np.random.default_rng(1).normal(size=(2, size, size, 3)).astype("float32")
+    with torch.no_grad():
+        hidden = reference(torch.from_numpy(images.transpose(0, 3, 1, 2)),
+                           output_hidden_states=True).hidden_states
+        normed = [layernorm(h).numpy() for h in hidden]
+    prefix = model.num_prefix_tokens
+    assert prefix == 5  # [class] and four registers
+    for norm in (False, True):
+        features = model.feature_model(norm=norm, prefix_tokens=True)
+        out = {key: to_numpy(value) for key, value in features(images).items()}
+        assert sorted(out) == ["encoder_block_0", "encoder_block_0_prefix", "encoder_block_1",
+                               "encoder_block_1_prefix"]
+        for i in range(2):
+            want = (normed if norm else [h.numpy() for h in hidden])[i + 1]
+            np.testing.assert_allclose(out[f"encoder_block_{i}"],
+                                       maps_of(want, prefix, model.grid_size), rtol=0, atol=1e-4)
+            np.testing.assert_allclose(out[f"encoder_block_{i}_prefix"], want[:, :prefix], rtol=0,
+                                       atol=1e-4)
+
+
+def test_every_family_gives_its_blocks_tokens():
+    """DeiT (distillation token), CLIP (LayerNorm before the encoder),
+    SigLIP (no prefix, MAP pooling) and a hybrid (the grid of its ResNet
+    stem): each map and prefix is the sequence `ViT.intermediates` records,
+    the last block's with ``norm=True`` its ``encoded`` (LN(z_L))."""
+    size = dict(image_size=32, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32)
+    families = {
+        "deit": dict(patch_size=8, distillation=True, num_classes=3),
+        "clip": dict(patch_size=8, norm_pre=True, patch_bias=False, mlp_activation="quick_gelu",
+                     num_classes=0),
+        "siglip": dict(patch_size=8, pooling="map", num_classes=0),
+        "hybrid": dict(patch_size=1, resnet_block_units=(1, 1), num_classes=0),
+    }
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    for name, options in families.items():
+        model = ViT(**size, **options)
+        prefix, grid = model.num_prefix_tokens, model.grid_size
+        assert (prefix, grid) == {"deit": (2, (4, 4)), "clip": (1, (4, 4)), "siglip": (0, (4, 4)),
+                                  "hybrid": (1, (4, 4))}[name], name
+        record = {key: to_numpy(value) for key, value in model.intermediates(images).items()}
+        raw = model.feature_model(layers=[0], norm=False, prefix_tokens=True)(images)
+        np.testing.assert_allclose(to_numpy(raw["encoder_block_0"]),
+                                   maps_of(record["encoder_block_0"], prefix, grid), atol=1e-5,
+                                   err_msg=name)
+        np.testing.assert_allclose(to_numpy(raw["encoder_block_0_prefix"]),
+                                   record["encoder_block_0"][:, :prefix], atol=1e-5, err_msg=name)
+        normed = model.feature_model(layers=1)(images)
+        assert list(normed) == ["encoder_block_1"], name
+        np.testing.assert_allclose(to_numpy(normed["encoder_block_1"]),
+                                   maps_of(record["encoded"], prefix, grid), atol=1e-5, err_msg=name)
+
+
+def test_channels_first_maps_and_the_blocks_a_feature_model_runs(tiny):
+    """A channels-first model gives the channels-last maps transposed; a
+    feature model holds the blocks up to the last one asked for, no later
+    one, and the ViT's layers themselves."""
+    model, images = tiny
+    features = model.feature_model(layers=[0, -2])
+    names = [layer.name for layer in features.layers]
+    assert [n for n in names if n.startswith("encoder_block_")] == [
+        "encoder_block_0", "encoder_block_1", "encoder_block_0_map", "encoder_block_1_map"]
+    assert features.get_layer("encoder_block_1") is model.get_layer("encoder_block_1")
+    assert features.get_layer("encoder_norm") is model.get_layer("encoder_norm")
+    assert sorted(model.feature_model(layers=2).output) == ["encoder_block_1", "encoder_block_2"]
+
+    first = model.with_config(data_format="channels_first")
+    got = first.feature_model(layers=[0, -2], prefix_tokens=True)(images.transpose(0, 3, 1, 2))
+    want = model.feature_model(layers=[0, -2], prefix_tokens=True)(images)
+    assert tuple(got["encoder_block_1"].shape) == (4, 16, 4, 4)
+    for key, value in want.items():
+        value = to_numpy(value)
+        if not key.endswith("_prefix"):
+            value = value.transpose(0, 3, 1, 2)
+        np.testing.assert_allclose(to_numpy(got[key]), value, atol=1e-5, err_msg=key)
+
+
+def test_a_head_trains_on_frozen_features_which_save_and_export(tiny, tmp_path):
+    """A 1x1 convolution and global pooling trained by ``fit`` on the
+    frozen feature model: the backbone's weights stay, the head's move. The
+    feature model reloads from ``.keras`` (safe mode) and runs in
+    onnxruntime with its numbers."""
+    model, images = tiny
+    features = model.feature_model()
+    want = {key: to_numpy(value) for key, value in features(images).items()}
+    backbone = [to_numpy(w) for w in model.weights]
+
+    features.trainable = False
+    inputs = keras.Input(model.config.input_shape)
+    maps = features(inputs)["encoder_block_2"]
+    logits = keras.layers.GlobalAveragePooling2D()(keras.layers.Conv2D(3, 1, name="probe")(maps))
+    classifier = keras.Model(inputs, logits)
+    probe = [to_numpy(w) for w in classifier.get_layer("probe").weights]
+    classifier.compile(optimizer=keras.optimizers.Adam(1e-2),
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    classifier.fit(images, np.arange(4) % 3, batch_size=4, epochs=2, verbose=0)
+    model.trainable = True  # the ViT's layers, which the feature model shares
+    for before, after in zip(backbone, model.weights):
+        np.testing.assert_array_equal(to_numpy(after), before, err_msg=after.path)
+    for before, after in zip(probe, classifier.get_layer("probe").weights):
+        assert np.abs(to_numpy(after) - before).max() > 1e-4, after.path
+
+    reloaded = save_and_reload(model.feature_model(), tmp_path)
+    got = reloaded(images)
+    for key in want:
+        np.testing.assert_allclose(to_numpy(got[key]), want[key], rtol=0, atol=1e-6)
+
+    path = str(tmp_path / "features.onnx")
+    signature = [keras.InputSpec(shape=(None, *model.config.input_shape), dtype="float32",
+                                 name="images")]
+    with kernels.keras_layers_only():
+        if BACKEND == "torch":  # Keras's TorchScript route cannot trace LayerNorm (keras_vit.deploy)
+            deploy.torch_onnx(features, path, signature)
+        else:
+            features.export(path, format="onnx", verbose=False, input_signature=signature)
+    for got, key in zip(run_onnx(path, images[:3]), sorted(want)):
+        np.testing.assert_allclose(got, want[key][:3], rtol=1e-4, atol=1e-4, err_msg=key)
+
+
+def test_quantizing_and_lora_on_the_vit_carry_over(tiny):
+    """The feature model runs the ViT's layers: int8 quantization of the ViT
+    moves its features a little, LoRA on it gives the feature model the
+    adapters as trainable weights."""
+    model, images = tiny
+    copy = ViT.from_config(model.get_config())
+    copy.set_weights(model.get_weights())
+    features = copy.feature_model(layers=1)
+    full = to_numpy(features(images)["encoder_block_2"])
+    copy.quantize("int8")
+    quantized = to_numpy(features(images)["encoder_block_2"])
+    error = np.abs(quantized - full).max() / (full.max() - full.min())
+    assert 0 < error < 0.05, error
+
+    adapted = ViT.from_config(model.get_config())
+    adapted.enable_lora(2, target="query")
+    lora = [w.path for w in adapted.feature_model(layers=[0]).trainable_weights if "lora" in w.path]
+    assert lora == ["encoder_block_0/attention/query/lora_kernel_a",
+                    "encoder_block_0/attention/query/lora_kernel_b"]
+
+
+# -- which blocks, and wrong arguments -------------------------------------------------
+
+@pytest.mark.backend_independent
+def test_the_default_blocks_are_dinov3s_and_an_int_takes_the_last_blocks_as_timm():
+    # DINOv3's FOUR_EVEN_INTERVALS: ViT-S/B, ViT-L (the paper's), ViT-H+, ViT-7B
+    assert default_feature_layers(12) == (2, 5, 8, 11)
+    assert default_feature_layers(24) == (4, 11, 17, 23)
+    assert default_feature_layers(32) == (7, 15, 23, 31)
+    assert default_feature_layers(40) == (9, 19, 29, 39)
+    assert [default_feature_layers(n) for n in (1, 2, 3, 4, 6)] == [
+        (0,), (0, 1), (0, 1, 2), (0, 1, 2, 3), (0, 2, 3, 5)]
+    for n in range(1, 41):  # four blocks (or every one), ascending, the last among them
+        layers = default_feature_layers(n)
+        assert len(layers) == min(n, 4) and list(layers) == sorted(set(layers)) and layers[-1] == n - 1
+        assert feature_layers(None, n) == layers
+    for num_layers in (2, 12):  # timm's feature_take_indices: an int n is the last n blocks
+        for n in range(1, num_layers + 1):
+            assert feature_layers(n, num_layers) == tuple(num_layers - n + i for i in range(n))
+    assert feature_layers([-1, 0, 11, 5], 12) == (0, 5, 11)
+    assert feature_layers(np.array([1, -2]), 12) == (1, 10)
+
+
+@pytest.mark.backend_independent
+def test_wrong_blocks_and_norm_without_encoder_norm_name_the_fix():
+    for layers, error, message in (
+            (12, ValueError, r"layers=12 asks for the last 12 blocks of a model of 3: give a "
+                             r"number from 1 to 3"),
+            (0, ValueError, r"layers=0 .* give a number from 1 to 3"),
+            ([], ValueError, r"layers=\[\] asks for no block: give at least one block index"),
+            ([0, 3], ValueError, r"layers holds block 3, but the model has 3 blocks: give indices "
+                                 r"from 0 to 2, or from -3 to -1"),
+            ([-4], ValueError, r"layers holds block -4"),
+            ([1.0], TypeError, r"layers holds 1.0, which is not a block index: give ints from -3 "
+                               r"to 2"),
+            ([True], TypeError, r"layers holds True"),
+            (2.5, TypeError, r"layers must be None, an int .* or a list of block indices; got 2.5"),
+            ("2", TypeError, r"got '2'"),
+    ):
+        with pytest.raises(error, match=message):
+            feature_layers(layers, 3)
+    model = ViT(image_size=16, patch_size=8, num_layers=2, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3, pooling="gap", fc_norm=True)
+    with pytest.raises(ValueError, match=r"this model has none: its final LayerNorm \(fc_norm\) "
+                                         r"normalizes the pooled features. Pass norm=False"):
+        model.feature_model()
+    with pytest.raises(ValueError, match="layers holds block 2"):
+        model.feature_model(layers=[2], norm=False)
+    assert sorted(model.feature_model(norm=False).output) == ["encoder_block_0", "encoder_block_1"]
