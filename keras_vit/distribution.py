@@ -30,6 +30,9 @@ from keras_vit.arguments import STRATEGIES
 from keras_vit.arguments import DistributionError
 from keras_vit.arguments import check_strategy
 
+__all__ = ["ALL_STRATEGIES", "BATCH_AXIS", "DistributionError", "MODEL_AXIS", "STRATEGIES",
+           "Topology", "check_strategy", "layout_map", "setup", "to_numpy"]
+
 BATCH_AXIS, MODEL_AXIS = "batch", "model"
 
 
