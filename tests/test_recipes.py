@@ -215,16 +215,6 @@ def test_a_recipe_starts_without_tensorflows_start_up_lines(tmp_path):
 
 
 @pytest.mark.backend_independent
-def test_convert_offers_the_formats_the_writers_write():
-    """convert's ``--format`` choices (`keras_vit.arguments.WRITE_FORMATS`, for
-    a help without Keras) are those `keras_vit.weights.save_checkpoint` writes."""
-    from keras_vit.arguments import WRITE_FORMATS
-    from keras_vit.weights import writers
-
-    assert WRITE_FORMATS == writers.WRITE_FORMATS
-
-
-@pytest.mark.backend_independent
 @pytest.mark.parametrize("level,quiet", [(None, "1 True"), ("0", "0 False"), ("2", "2 True")])
 def test_a_quiet_start_keeps_the_users_log_level(level, quiet):
     """`quiet_start`: TF_CPP_MIN_LOG_LEVEL 1 unless the user set it, and

@@ -17,6 +17,7 @@ import shutil
 import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
+from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.weights.checkpoint import mean_and_std
 from keras_vit.weights.checkpoint import split_swiglu
 from keras_vit.weights.torch_layout import TorchWriter
@@ -24,7 +25,6 @@ from keras_vit.weights.torch_layout import conv_to_torch
 from keras_vit.weights.torch_layout import heads_in_to_torch
 from keras_vit.weights.torch_layout import heads_out_to_torch
 
-WRITE_FORMATS = ("npz", "huggingface", "timm", "keras_hub")
 
 
 def model_state(model):
