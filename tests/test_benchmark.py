@@ -369,7 +369,10 @@ def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
                              rf"erf {number}x", lines[first])
         assert rates, lines[first:]
         tanh, erf, hub, tanh_vs_hub, erf_vs_hub = map(float, rates.groups())
-        assert tanh_vs_hub == pytest.approx(tanh / hub, abs=0.01) and erf_vs_hub == pytest.approx(erf / hub, abs=0.01)
+        # the rates are printed to 0.1 (each within 0.05 of its value), the ratios to 0.01
+        for printed, rate in ((tanh_vs_hub, tanh), (erf_vs_hub, erf)):
+            assert (rate - 0.05) / (hub + 0.05) - 0.005 <= printed <= (rate + 0.05) / (hub - 0.05) + 0.005, \
+                (printed, rate, hub)
         for line, label in zip(lines[first + 1:first + 4], ("keras_vit tanh GELU", "keras_vit erf GELU", "keras-hub")):
             parts = re.fullmatch(rf"float32: {call} profile of {label}, ms per step over 1: GEMMs {number}, "
                                  rf"attention {number}, GELU {number}, rest {number}, total {number}", line)
