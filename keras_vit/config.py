@@ -139,11 +139,11 @@ class ViTConfig:
             _check_int(name, getattr(self, name), lowest)
         if self.representation_size is not None:
             _check_int("representation_size", self.representation_size, 1)
-        if not _is_number(self.layer_norm_epsilon) or self.layer_norm_epsilon <= 0:
+        if not is_number(self.layer_norm_epsilon) or self.layer_norm_epsilon <= 0:
             raise ValueError(f"`layer_norm_epsilon` must be a number > 0, got {self.layer_norm_epsilon!r}.")
         for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
             rate = getattr(self, name)
-            if not _is_number(rate) or not 0 <= rate < 1:
+            if not is_number(rate) or not 0 <= rate < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
         if self.pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {self.pooling!r}; use one of {POOLINGS}.")
@@ -188,7 +188,7 @@ class ViTConfig:
                 f"Unknown position_embedding {self.position_embedding!r}; use one of "
                 f"{POSITION_EMBEDDINGS}."
             )
-        if not _is_number(self.rope_theta) or self.rope_theta <= 0:
+        if not is_number(self.rope_theta) or self.rope_theta <= 0:
             raise ValueError(f"`rope_theta` must be a number > 0, got {self.rope_theta!r}.")
         put("rope_theta", float(self.rope_theta))
         if self.rope_theta != 100.0 and self.position_embedding != "rope":
@@ -439,19 +439,20 @@ def _as_tuple(value):
 def _per_channel(name, value, channels):
     """`value` as a float, or a tuple of `channels` floats (a list, as JSON
     gives it back, becomes a tuple)."""
-    if _is_number(value):
+    if is_number(value):
         return float(value)
     try:
         values = tuple(value)
     except TypeError:
         values = None
-    if values is None or len(values) != channels or not all(_is_number(v) for v in values):
+    if values is None or len(values) != channels or not all(is_number(v) for v in values):
         raise ValueError(f"`{name}` must be a number or {channels} numbers (one per channel), "
                          f"got {value!r}.")
     return tuple(float(v) for v in values)
 
 
-def _is_number(value):
+def is_number(value):
+    """Whether `value` is a real number (an int or float; a bool is not)."""
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

@@ -23,7 +23,7 @@ from keras import ops
 
 from keras_vit import layers as vit_layers
 from keras_vit import variants
-from keras_vit.config import _is_number
+from keras_vit.config import is_number
 from keras_vit.config import is_int
 from keras_vit.inputs import symbolic
 from keras_vit.model import ViT
@@ -91,7 +91,7 @@ class TextTransformer(keras.Model):
             raise ValueError(f"TextTransformer's `eos_token_id` must be a token id, an int from 0 "
                              f"to vocab_size - 1 = {vocab_size - 1}, got {eos_token_id!r}. Give "
                              "the tokenizer's end-of-text id.")
-        if not _is_number(layer_norm_epsilon) or layer_norm_epsilon <= 0:
+        if not is_number(layer_norm_epsilon) or layer_norm_epsilon <= 0:
             raise ValueError(f"TextTransformer's `layer_norm_epsilon` must be a number > 0, got "
                              f"{layer_norm_epsilon!r}.")
         if mlp_activation not in ("gelu", "quick_gelu"):
@@ -256,10 +256,10 @@ class ImageTextModel(keras.Model):
             raise ValueError(f"The towers embed in different sizes: images in {image_dim}, texts "
                              f"in {text_dim}. Give the image tower projection_dim={text_dim} or "
                              f"the text tower projection_dim={image_dim}.")
-        if not (_is_number(logit_scale) and math.isfinite(logit_scale)):
+        if not (is_number(logit_scale) and math.isfinite(logit_scale)):
             raise ValueError(f"ImageTextModel's logit_scale (the log of the logits' scale) must be "
                              f"a finite number, got {logit_scale!r}.")
-        if logit_bias is not None and not (_is_number(logit_bias) and math.isfinite(logit_bias)):
+        if logit_bias is not None and not (is_number(logit_bias) and math.isfinite(logit_bias)):
             raise ValueError(f"ImageTextModel's logit_bias must be a finite number or None (no "
                              f"bias, CLIP), got {logit_bias!r}.")
         _check_tokenizer(tokenizer, text_model)

@@ -4,11 +4,11 @@ few-shot linear evaluation, and the paper's recipes as named configs."""
 
 import typing
 
-from keras_vit import _import_lazily
+from keras_vit.lazy import import_lazily
 
 # The public names, each from its module. All but `keras_vit.training.configs`
 # import Keras, so the package imports them when one of them is first used
-# (`keras_vit._import_lazily`), not with itself: the recipes' flags
+# (`keras_vit.lazy.import_lazily`), not with itself: the recipes' flags
 # (`keras_vit.training.configs.FLAGS`, for ``keras-vit pretrain --help``)
 # import no Keras.
 _NAMES = {
@@ -97,4 +97,4 @@ if typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, t
     from keras_vit.training.run import train
     from keras_vit.training.schedules import learning_rate_schedule
 
-_import_lazily(__name__, _NAMES)
+import_lazily(__name__, _NAMES)
