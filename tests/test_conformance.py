@@ -206,6 +206,8 @@ LAYER_CASES = {
     "RotaryPositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1),
                                 _rand(2, 5, 2, 8), None, (2, 5, 2, 8)),
     "TokenPooling": (dict(mode="gap", num_prefix_tokens=1), _rand(2, 5, 8), None, (2, 8)),
+    "LinearSegmentationHead": (dict(num_classes=3, image_size=(8, 12)), _rand(2, 2, 3, 8), None,
+                               (2, 8, 12, 3)),
     "TokenMap": (dict(num_prefix_tokens=1, grid_size=(2, 2), data_format="channels_first"),
                  _rand(2, 5, 8), None, (2, 8, 2, 2)),
     "TransformerEncoder": (dict(num_heads=2, mlp_dim=16), _rand(2, 5, 8), None, (2, 5, 8)),

@@ -16,6 +16,7 @@ from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
 from keras_vit.layers.rotary_embedding import rope_angles
 from keras_vit.layers.resnet import ResNetStem
 from keras_vit.layers.resnet import StandardizedConv2D
+from keras_vit.layers.segmentation_head import LinearSegmentationHead
 from keras_vit.layers.text import TextEmbedding
 from keras_vit.layers.text import TextPooling
 from keras_vit.layers.token_map import TokenMap
@@ -27,6 +28,7 @@ __all__ = [
     "ClassToken",
     "DropPath",
     "LayerNormalization",
+    "LinearSegmentationHead",
     "MlpBlock",
     "MultiHeadAttentionPooling",
     "MultiHeadDotProductAttention",
