@@ -23,16 +23,19 @@ _NAMES = {
     "ViTConfig": "keras_vit.config",
     "presets": "keras_vit.presets",
     "pretrained": "keras_vit.weights.pretrained",
+    "segmentation_probe": "keras_vit.dense",
     "zero_shot_classifier": "keras_vit.zero_shot",
 }
 
 __all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
-           "layers", "presets", "pretrained", "zero_shot_classifier", "__version__"]
+           "layers", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
+           "__version__"]
 
 if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, type checkers)
     from keras_vit import kernels
     from keras_vit import layers
     from keras_vit.config import ViTConfig
+    from keras_vit.dense import segmentation_probe
     from keras_vit.image_text import ImageTextModel
     from keras_vit.image_text import TextTransformer
     from keras_vit.model import ViT

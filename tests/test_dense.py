@@ -16,6 +16,11 @@ from test_family import make_family
 from keras_vit import ViT
 from keras_vit import deploy
 from keras_vit import kernels
+from keras_vit import segmentation_probe
+from keras_vit.data import digit_segmentation
+from keras_vit.dense import SegmentationMeanIoU
+from keras_vit.dense import segment_digits
+from keras_vit.layers import LinearSegmentationHead
 from keras_vit.model import default_feature_layers
 from keras_vit.model import feature_layers
 
@@ -284,3 +289,179 @@ def test_wrong_blocks_and_norm_without_encoder_norm_name_the_fix():
     with pytest.raises(ValueError, match="layers holds block 2"):
         model.feature_model(layers=[2], norm=False)
     assert sorted(model.feature_model(norm=False).output) == ["encoder_block_0", "encoder_block_1"]
+
+
+# == The linear segmentation probe ====================================================
+# `keras_vit.segmentation_probe` (DINOv3's linear head, `LinearSegmentationHead`, on the
+# feature model), `keras_vit.data.digit_segmentation` and `keras-vit segment`.
+
+def test_the_probe_trains_its_head_alone_and_reloads_in_either_layout(tmp_path):
+    """``fit`` on a frozen backbone moves the head's weights (BatchNorm's
+    moving statistics too) and none of the ViT's; the logits are per pixel,
+    channels last whatever the model's layout, the same from a
+    channels-first twin with the same weights; the probe reloads from
+    ``.keras`` (safe mode) with its numbers."""
+    keras.utils.set_random_seed(0)
+    model = ViT(**TINY)
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (8, 32, 32, 3)).astype("float32")
+    masks = rng.integers(0, 3, (8, 32, 32)).astype("int32")
+    probe = segmentation_probe(model, num_classes=3)
+    head = probe.get_layer("segmentation_head")
+    assert [w.path for w in probe.trainable_weights] == [
+        "segmentation_head/batch_norm/gamma", "segmentation_head/batch_norm/beta",
+        "segmentation_head/classifier/kernel", "segmentation_head/classifier/bias"]
+    backbone = [to_numpy(w) for w in model.weights]
+    before = [to_numpy(w) for w in head.weights]
+    history = probe.fit(images, masks, batch_size=4, epochs=2, verbose=0)
+    assert sorted(history.history) == ["loss", "mean_iou"]
+    for value, variable in zip(backbone, model.weights):
+        np.testing.assert_array_equal(to_numpy(variable), value, err_msg=variable.path)
+    for value, variable in zip(before, head.weights):
+        assert np.abs(to_numpy(variable) - value).max() > 1e-5, variable.path
+
+    logits = to_numpy(probe.predict(images, verbose=0))
+    assert logits.shape == (8, 32, 32, 3)
+    reloaded = save_and_reload(probe, tmp_path)
+    np.testing.assert_allclose(to_numpy(reloaded.predict(images, verbose=0)), logits, rtol=0,
+                               atol=1e-5)
+    reloaded.get_layer("vit_features").trainable = False  # Keras restores its weights trainable
+    assert len(reloaded.trainable_weights) == 4
+    first = segmentation_probe(model.with_config(data_format="channels_first"), num_classes=3)
+    first.set_weights(probe.get_weights())
+    np.testing.assert_allclose(to_numpy(first.predict(images.transpose(0, 3, 1, 2), verbose=0)),
+                               logits, rtol=0, atol=1e-5)
+
+
+def test_the_mean_iou_counts_as_keras_mean_iou():
+    """`SegmentationMeanIoU` (a matmul of one-hot labels) has the confusion
+    matrix and result of Keras's ``MeanIoU`` (a scatter), with labels out of
+    range, an ignored class and sample weights."""
+    rng = np.random.default_rng(0)
+    labels = rng.integers(-1, 6, (3, 8, 8))
+    logits = rng.normal(size=(3, 8, 8, 5)).astype("float32")
+    weights = rng.uniform(0, 3, (3, 8, 8)).astype("float32")
+    for options in (dict(), dict(ignore_class=2), dict(dtype="float32")):
+        ours = SegmentationMeanIoU(5, sparse_y_true=True, sparse_y_pred=False, **options)
+        keras_own = keras.metrics.MeanIoU(5, sparse_y_true=True, sparse_y_pred=False, **options)
+        for metric in (ours, keras_own):
+            metric.update_state(labels, logits)
+            metric.update_state(labels, logits, sample_weight=weights)
+        np.testing.assert_allclose(to_numpy(ours.total_cm), to_numpy(keras_own.total_cm), rtol=1e-6)
+        assert abs(float(ours.result()) - float(keras_own.result())) < 1e-6, options
+
+
+def test_the_probe_learns_to_segment_held_out_digits(trained_digits, tmp_path):
+    """The probe of the suite's trained digits model (at 32 px: its 16-pixel
+    digits, four to a canvas's cell grid, are the size it learned) reaches a
+    held-out mean IoU that the background-only baseline cannot: with all 11
+    classes in the masks, that baseline's is at most 1/11."""
+    model = trained_digits[0].with_image_size(32)
+    results, paths = segment_digits(model, tmp_path, epochs=3, train_canvases=300,
+                                    test_canvases=60, batch_size=32, verbose=0)
+    assert all(iou is not None for iou in results["class_iou"].values()), results
+    assert results["baseline_mean_iou"] <= 1 / 11, results
+    assert results["mean_iou"] > 0.15, results
+    assert paths["picture"].stat().st_size > 0
+
+
+@pytest.mark.backend_independent
+def test_digit_canvases_label_exactly_the_digit_pixels():
+    """Every pixel whose brightness reaches the ink threshold is its digit's
+    (d + 1), every other one the background's (0); the same seed gives the
+    same canvases."""
+    images, masks = digit_segmentation("test", num_canvases=20, canvas_size=32, seed=3)
+    assert images.shape == (20, 32, 32, 3) and images.dtype == np.float32
+    assert masks.shape == (20, 32, 32) and masks.dtype == np.int32
+    pixels = np.round((images + 1.0) * 127.5).astype(int)
+    np.testing.assert_array_equal(masks > 0, pixels[..., 0] >= 96)
+    assert masks.max() <= 10 and len(np.unique(masks)) == 11
+    again, same = digit_segmentation("test", num_canvases=20, canvas_size=32, seed=3)
+    np.testing.assert_array_equal(again, images)
+    np.testing.assert_array_equal(same, masks)
+    assert not np.array_equal(digit_segmentation("test", num_canvases=20, seed=4)[1], masks)
+
+
+@pytest.mark.backend_independent
+def test_held_out_canvases_hold_held_out_digits_only(monkeypatch):
+    """Each digit replaced by a square whose brightness says its class and
+    split (a dark border, below the ink threshold, around it): canvases of
+    the test split show only test digits, each labelled with its class, and
+    those of the train split only training digits; smaller digits sit at
+    random offsets in their cells."""
+    from keras_vit.data import sources
+
+    def squares(count, brightness):
+        images = np.full((count, 32, 32, 3), 40, np.uint8)  # the border: background
+        labels = np.arange(count) % 10
+        images[:, 2:-2, 2:-2] = (brightness + 10 * labels)[:, None, None, None]
+        return images, labels.astype("int64")
+
+    monkeypatch.setattr(sources, "_digits_arrays",
+                        lambda: {"train": squares(50, 100), "test": squares(20, 105)})
+    for split, brightness in (("train", 100), ("test", 105)):
+        images, masks = digit_segmentation(split, num_canvases=8, canvas_size=32, seed=1)
+        pixels = np.round((images[..., 0] + 1.0) * 127.5).astype(int)
+        inked = pixels[masks > 0]
+        assert set(np.unique(inked)) <= set(brightness + 10 * np.arange(10)), (split, np.unique(inked))
+        np.testing.assert_array_equal(masks[masks > 0], (pixels[masks > 0] - brightness) // 10 + 1)
+        assert np.count_nonzero(masks, axis=(1, 2)).min() >= 3 * 12 * 12  # three digits each
+    _, masks = digit_segmentation("test", num_canvases=30, canvas_size=32, digit_size=12, seed=1)
+    tops = {int(np.argmax(mask.any(axis=1))) for mask in masks}
+    assert len(tops) > 2, tops  # the first inked row varies: the offsets are random
+
+
+@pytest.mark.backend_independent
+def test_wrong_probe_and_canvas_arguments_name_the_fix():
+    for call, message in (
+            (lambda: LinearSegmentationHead(0, 32), r"`num_classes` must be a positive int .* got 0"),
+            (lambda: LinearSegmentationHead(3, 32, dropout=1.0), r"`dropout` must be a rate in "
+                                                                 r"\[0, 1\), got 1.0"),
+            (lambda: LinearSegmentationHead(3, 32)(np.zeros((2, 4, 8), "float32")),
+             r"takes feature maps of rank 4, .* got shapes \[\(2, 4, 8\)\]. Pass the maps of "
+             r"`ViT.feature_model`"),
+            (lambda: digit_segmentation(digits_per_canvas=3, canvas_size=32, digit_size=20),
+             r"3 digits on a 32-pixel canvas take a grid of 2x2 cells of 16 pixels, so a digit's "
+             r"`digit_size` must be an int in \[1, 16\], got 20"),
+            (lambda: digit_segmentation(num_canvases=0), r"`num_canvases` must be an int >= 1, got 0"),
+            (lambda: digit_segmentation(ink_threshold=0), r"`ink_threshold` must be an int in "
+                                                          r"\[1, 255\]"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
+@pytest.mark.backend_independent
+def test_the_segment_recipe_writes_its_results_and_picture(tmp_path, monkeypatch, capsys):
+    """``recipes/segment.py`` (``keras-vit segment``) on a one-block ViT read
+    from ``.keras``: results.json with the mean IoU, its baseline and each
+    class's IoU, and segmentation.png; a --workdir that is a file is refused
+    before the model is read."""
+    import json
+    import pathlib
+    import runpy
+
+    model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=0)
+    model.save(tmp_path / "tiny.keras")
+    script = str(pathlib.Path(__file__).resolve().parents[1] / "recipes" / "segment.py")
+
+    def recipe(*flags):
+        monkeypatch.setattr("sys.argv", [script, "--init", str(tmp_path / "tiny.keras"), *flags])
+        with pytest.raises(SystemExit) as exit_info:
+            runpy.run_path(script, run_name="__main__")
+        return exit_info.value.code, capsys.readouterr()
+
+    code, out = recipe("--workdir", str(tmp_path / "run"), "--epochs", "1", "--train-canvases",
+                       "8", "--test-canvases", "4", "--batch-size", "8", "--verbose", "0")
+    assert code == 0, out
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert {"mean_iou", "baseline_mean_iou", "class_iou", "pixel_accuracy", "blocks"} <= set(results)
+    assert results["blocks"] == [0] and len(results["class_iou"]) == 11
+    picture = tmp_path / "run" / "segmentation.png"
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out.out.splitlines()[-2:] == [f"results: {tmp_path / 'run' / 'results.json'}",
+                                         f"picture: {picture}"]
+    (tmp_path / "file").write_text("")
+    code, out = recipe("--workdir", str(tmp_path / "file"))
+    assert code == 2 and "keras-vit segment: error: --workdir" in out.err and "is a file" in out.err

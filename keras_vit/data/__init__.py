@@ -1,6 +1,7 @@
 """Input pipelines for training and evaluating ViT with `model.fit` on any
 Keras backend: image sources (the embedded digits, TFDS, image folders),
-the paper's preprocessing, Keras core augmentations, exact determinism.
+the paper's preprocessing, Keras core augmentations, exact determinism; and
+canvases of the embedded digits for semantic segmentation.
 """
 
 from keras_vit.data.pipeline import concatenate_shards
@@ -8,6 +9,8 @@ from keras_vit.data.pipeline import input_pipeline
 from keras_vit.data.preprocessing import DecodeError
 from keras_vit.data.preprocessing import op_message
 from keras_vit.data.preprocessing import read_images
+from keras_vit.data.segmentation import SEGMENTATION_CLASSES
+from keras_vit.data.segmentation import digit_segmentation
 from keras_vit.data.sources import DATASETS
 from keras_vit.data.sources import Source
 from keras_vit.data.sources import load_source
@@ -16,8 +19,10 @@ from keras_vit.data.sources import unreadable_files
 __all__ = [
     "DATASETS",
     "DecodeError",
+    "SEGMENTATION_CLASSES",
     "Source",
     "concatenate_shards",
+    "digit_segmentation",
     "input_pipeline",
     "load_source",
     "op_message",
