@@ -221,7 +221,13 @@ def output_matches(shown, printed):
 
 def run_example(code, where, namespace):
     """Runs `code` in `namespace`; fails naming `where` if it raises, or if
-    it shows a result (``# ->``) other than what it prints."""
+    it shows a result (``# ->``) other than what it prints. Keras's names
+    start afresh (``clear_session``), as in the new process a reader runs the
+    example in: a layer the example names by default is ``transformer_encoder``
+    whatever the tests before it made."""
+    import keras
+
+    keras.backend.clear_session()
     printed = io.StringIO()
     failure = None
     try:
