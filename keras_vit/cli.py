@@ -323,7 +323,8 @@ def _segment(args):
         model, args.workdir, layers=args.layers or None, norm=not args.no_norm,
         freeze=not args.train_backbone, epochs=args.epochs, train_canvases=args.train_canvases,
         test_canvases=args.test_canvases, batch_size=args.batch_size,
-        learning_rate=args.learning_rate, seed=args.seed, verbose=args.verbose)
+        learning_rate=args.learning_rate, digits_per_canvas=args.digits_per_canvas, seed=args.seed,
+        verbose=args.verbose)
     print(f"held-out mean IoU: {results['mean_iou']:.3f} (background-only baseline "
           f"{results['baseline_mean_iou']:.3f}); pixel accuracy {results['pixel_accuracy']:.3f} "
           f"(baseline {results['baseline_pixel_accuracy']:.3f}); blocks {results['blocks']}, "
@@ -565,6 +566,8 @@ def build_parser():
                      help="canvases of the 1437 training digits")
     sub.add_argument("--test-canvases", type=_positive_int, default=500,
                      help="canvases of the 360 held-out digits")
+    sub.add_argument("--digits-per-canvas", type=_positive_int, default=3,
+                     help="digits on each canvas, each in a cell of its own")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="canvases per update")
     sub.add_argument("--learning-rate", type=float, default=3e-2,
                      help="the peak learning rate of AdamW (warm-up, cosine decay)")
