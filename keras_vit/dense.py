@@ -182,7 +182,9 @@ def segment_digits(model, workdir, layers=None, norm=True, freeze=True, epochs=6
     Args:
         model: a `keras_vit.ViT` of square images.
         workdir: the folder written into (created if missing).
-        layers, norm, freeze: as `segmentation_probe` takes them.
+        layers: the blocks read, as `segmentation_probe` takes them.
+        norm: bool. The final LayerNorm on each block's tokens.
+        freeze: bool. Only the head trains.
         epochs: int. Passes over the training canvases.
         train_canvases: int. Canvases of the 1437 training digits.
         test_canvases: int. Canvases of the 360 held-out digits.
@@ -261,7 +263,9 @@ def plot_segmentation(images, masks, predictions, class_names, pixel_scale=1 / 1
         masks: int ``(n, H, W)``.
         predictions: int ``(n, H, W)``.
         class_names: the classes' names, class 0 (drawn black) first.
-        pixel_scale, pixel_offset: how the images were scaled from [0, 255].
+        pixel_scale: float or one per channel. How the images were scaled
+            from pixels in [0, 255].
+        pixel_offset: float or one per channel. See `pixel_scale`.
     """
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
