@@ -94,8 +94,10 @@ def segmentation_probe(model, num_classes, layers=None, norm=True, freeze=True, 
 
     A probe reloaded with ``keras.saving.load_model`` gives the same logits,
     but Keras 3.15 restores the weights inside a frozen nested model as
-    trainable: freeze the backbone again before training it further
-    (``probe.get_layer("vit_features").trainable = False``).
+    trainable: freeze the backbone again before training it further, with
+    ``features = probe.get_layer("vit_features")``, ``features.trainable =
+    True`` and then ``features.trainable = False`` (on TensorFlow, setting
+    ``trainable`` to the value it has already does nothing).
 
     Example:
         ```python

@@ -325,6 +325,17 @@ def test_the_probe_trains_its_head_alone_and_reloads_in_either_layout(tmp_path):
     reloaded = save_and_reload(probe, tmp_path)
     np.testing.assert_allclose(to_numpy(reloaded.predict(images, verbose=0)), logits, rtol=0,
                                atol=1e-5)
+    # Keras restores the weights trainable; the docstring's way to freeze them again
+    features = reloaded.get_layer("vit_features")
+    features.trainable = True
+    features.trainable = False
+    assert len(reloaded.trainable_weights) == 4
+    # Keras restores the frozen feature model's weights trainable; on TensorFlow setting
+    # `trainable` to the value it has is a no-op (AutoTrackable), hence True first.
+    features = reloaded.get_layer("vit_features")
+    features.trainable = True
+    features.trainable = False
+    assert len(reloaded.trainable_weights) == 4
     first = segmentation_probe(model.with_config(data_format="channels_first"), num_classes=3)
     first.set_weights(probe.get_weights())
     np.testing.assert_allclose(to_numpy(first.predict(images.transpose(0, 3, 1, 2), verbose=0)),
