@@ -10,7 +10,7 @@ import pytest
 from helpers import LazyModule
 from helpers import save_and_reload
 from helpers import to_numpy
-from test_family import SIZE
+from test_family import dinov3_source as family_dinov3_source
 from test_family import make_family
 
 from keras_vit import ViT
@@ -70,14 +70,7 @@ def run_onnx(path, images):
 
 def dinov3_source(folder):
     """A small random DINOv3ViTModel saved under `folder`, and the model."""
-    config = transformers.DINOv3ViTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
-                                          num_register_tokens=4)
-    torch.manual_seed(0)
-    source = transformers.DINOv3ViTModel(config)
-    with torch.no_grad():
-        for parameter in source.parameters():
-            parameter.normal_(0.0, 0.2)
-    source.eval().save_pretrained(folder / "hf")
+    source = family_dinov3_source(folder / "hf")
     return folder / "hf", source, source.norm
 
 

@@ -90,21 +90,27 @@ def test_a_deit_without_its_distillation_head_reads(tmp_path, model_class):
     np.testing.assert_allclose(to_numpy(model(images)), expected, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("gated", [False, True], ids=["dinov3", "dinov3-gated"])
-def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
-    # rotary position embeddings (no table), four registers, LayerScale, the
-    # key without bias; the gated one (SwiGLU, as the largest) with a key
-    # bias and no MLP biases. RoPE needs no resampling: 48 px reads as it is.
-    config = transformers.DINOv3ViTConfig(
-        **SIZE, intermediate_size=64, image_size=32, patch_size=8, num_register_tokens=4,
-        use_gated_mlp=gated, hidden_act="silu" if gated else "gelu", key_bias=gated,
-        mlp_bias=not gated)
+def dinov3_source(folder, **options):
+    """A small random transformers DINOv3ViTModel (RoPE, four registers;
+    `options` change its config), saved under `folder`."""
+    config = transformers.DINOv3ViTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
+                                          num_register_tokens=4, **options)
     torch.manual_seed(0)
     source = transformers.DINOv3ViTModel(config)
     with torch.no_grad():
         for parameter in source.parameters():
             parameter.normal_(0.0, 0.2)
-    source.eval().save_pretrained(tmp_path / "hf")
+    source.eval().save_pretrained(folder)
+    return source
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["dinov3", "dinov3-gated"])
+def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
+    # rotary position embeddings (no table), four registers, LayerScale, the
+    # key without bias; the gated one (SwiGLU, as the largest) with a key
+    # bias and no MLP biases. RoPE needs no resampling: 48 px reads as it is.
+    source = dinov3_source(tmp_path / "hf", use_gated_mlp=gated, hidden_act="silu" if gated else "gelu",
+                           key_bias=gated, mlp_bias=not gated)
     model = ViT.from_checkpoint(tmp_path / "hf")
     assert (model.position_embedding, model.num_registers, model.key_bias, model.mlp_bias) == (
         "rope", 4, gated, not gated)
@@ -131,7 +137,7 @@ def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
     for change, message in ((dict(query_bias=False), "query_bias=False, value_bias=True"),
                             (dict(hidden_act="gelu_pytorch_tanh"),
                              f"hidden_act 'gelu_pytorch_tanh' with use_gated_mlp={gated}")):
-        (out / "config.json").write_text(json.dumps({**config.to_dict(), **change}))
+        (out / "config.json").write_text(json.dumps({**source.config.to_dict(), **change}))
         with pytest.raises(CheckpointError, match=message):
             ViT.from_checkpoint(out)
     with pytest.raises(ValueError, match="DINOv3ViTModel gives features"):
