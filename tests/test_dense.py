@@ -36,6 +36,7 @@ BACKEND = keras.backend.backend()
 TINY = dict(image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=16, mlp_dim=32,
             num_classes=0, position_embedding="rope", key_bias=False, num_registers=4,
             layer_scale_init=1.0, layer_norm_epsilon=1e-5)
+TINY_INPUT = (32, 32, 3)
 
 
 @pytest.fixture(scope="module")
@@ -57,11 +58,18 @@ def maps_of(tokens, num_prefix_tokens, grid_size):
     return tokens[:, num_prefix_tokens:].reshape(len(tokens), *grid_size, tokens.shape[-1])
 
 
-def run_onnx(path, images):
-    """The ONNX file's outputs on `images`, in the order Keras flattens the
+def onnx_outputs(model, input_shape, images, path):
+    """`model` exported to the ONNX file `path` from this backend, run by
+    onnxruntime on `images`: its outputs in the order Keras flattens an
     output dict (by key)."""
     import onnxruntime
 
+    signature = [keras.InputSpec(shape=(None, *input_shape), dtype="float32", name="images")]
+    with kernels.keras_layers_only():
+        if BACKEND == "torch":  # Keras's TorchScript route cannot trace LayerNorm (keras_vit.deploy)
+            deploy.torch_onnx(model, path, signature)
+        else:
+            model.export(path, format="onnx", verbose=False, input_signature=signature)
     runner = onnxruntime.InferenceSession(path)
     return runner.run(None, {runner.get_inputs()[0].name: images})
 
@@ -201,15 +209,9 @@ def test_a_head_trains_on_frozen_features_which_save_and_export(tiny, tmp_path):
     for key in want:
         np.testing.assert_allclose(to_numpy(got[key]), want[key], rtol=0, atol=1e-6)
 
-    path = str(tmp_path / "features.onnx")
-    signature = [keras.InputSpec(shape=(None, *model.config.input_shape), dtype="float32",
-                                 name="images")]
-    with kernels.keras_layers_only():
-        if BACKEND == "torch":  # Keras's TorchScript route cannot trace LayerNorm (keras_vit.deploy)
-            deploy.torch_onnx(features, path, signature)
-        else:
-            features.export(path, format="onnx", verbose=False, input_signature=signature)
-    for got, key in zip(run_onnx(path, images[:3]), sorted(want)):
+    exported = onnx_outputs(features, model.config.input_shape, images[:3],
+                            str(tmp_path / "features.onnx"))
+    for got, key in zip(exported, sorted(want)):
         np.testing.assert_allclose(got, want[key][:3], rtol=1e-4, atol=1e-4, err_msg=key)
 
 
@@ -288,12 +290,12 @@ def test_wrong_blocks_and_norm_without_encoder_norm_name_the_fix():
 # `keras_vit.segmentation_probe` (DINOv3's linear head, `LinearSegmentationHead`, on the
 # feature model), `keras_vit.data.digit_segmentation` and `keras-vit segment`.
 
-def test_the_probe_trains_its_head_alone_and_reloads_in_either_layout(tmp_path):
+def test_the_probe_trains_its_head_alone_reloads_and_exports(tmp_path):
     """``fit`` on a frozen backbone moves the head's weights (BatchNorm's
     moving statistics too) and none of the ViT's; the logits are per pixel,
     channels last whatever the model's layout, the same from a
     channels-first twin with the same weights; the probe reloads from
-    ``.keras`` (safe mode) with its numbers."""
+    ``.keras`` (safe mode) and runs in onnxruntime with its numbers."""
     keras.utils.set_random_seed(0)
     model = ViT(**TINY)
     rng = np.random.default_rng(0)
@@ -318,21 +320,32 @@ def test_the_probe_trains_its_head_alone_and_reloads_in_either_layout(tmp_path):
     reloaded = save_and_reload(probe, tmp_path)
     np.testing.assert_allclose(to_numpy(reloaded.predict(images, verbose=0)), logits, rtol=0,
                                atol=1e-5)
-    # Keras restores the weights trainable; the docstring's way to freeze them again
-    features = reloaded.get_layer("vit_features")
-    features.trainable = True
-    features.trainable = False
-    assert len(reloaded.trainable_weights) == 4
     # Keras restores the frozen feature model's weights trainable; on TensorFlow setting
     # `trainable` to the value it has is a no-op (AutoTrackable), hence True first.
     features = reloaded.get_layer("vit_features")
     features.trainable = True
     features.trainable = False
     assert len(reloaded.trainable_weights) == 4
+    [exported] = onnx_outputs(probe, TINY_INPUT, images[:3], str(tmp_path / "probe.onnx"))
+    np.testing.assert_allclose(exported, logits[:3], rtol=1e-4, atol=1e-4)
     first = segmentation_probe(model.with_config(data_format="channels_first"), num_classes=3)
     first.set_weights(probe.get_weights())
     np.testing.assert_allclose(to_numpy(first.predict(images.transpose(0, 3, 1, 2), verbose=0)),
                                logits, rtol=0, atol=1e-5)
+
+
+def test_the_heads_upsampling_is_keras_bilinear_resize():
+    """The head's per-axis interpolation matrices give
+    ``keras.ops.image.resize`` (bilinear, no antialias) of its 1x1
+    convolution's logits, up and down, square and not."""
+    maps = np.random.default_rng(0).normal(size=(2, 4, 3, 8)).astype("float32")
+    for image_size in [(32, 32), (8, 12), (5, 7), (2, 2)]:
+        head = LinearSegmentationHead(3, image_size)
+        got = to_numpy(head(maps))
+        logits = head.classifier(head.batch_norm(maps))
+        want = keras.ops.image.resize(logits, image_size, interpolation="bilinear",
+                                      antialias=False)
+        np.testing.assert_allclose(got, to_numpy(want), rtol=0, atol=1e-5, err_msg=image_size)
 
 
 def test_the_mean_iou_counts_as_keras_mean_iou():

@@ -1,6 +1,7 @@
 """DINOv3's linear segmentation head: per-pixel classes from patch feature maps."""
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit.config import is_int
@@ -21,7 +22,10 @@ class LinearSegmentationHead(keras.layers.Layer):
         logits = Conv1x1(BatchNorm(SpatialDropout(concat(maps))))
 
     and the logits are upsampled bilinearly (half-pixel centres, as
-    PyTorch's ``align_corners=False``) from the patch grid to `image_size`,
+    PyTorch's ``align_corners=False``; ``keras.ops.image.resize``'s
+    numbers, written as one product with an interpolation matrix per axis,
+    `bilinear_matrix`, which every ONNX exporter traces with a dynamic
+    batch) from the patch grid to `image_size`,
     so that the loss and the metrics compare them with every pixel's label.
     A linear map of each patch's features: only the features decide the
     classes, which is what a probe measures.
@@ -147,7 +151,9 @@ class LinearSegmentationHead(keras.layers.Layer):
         x = self.dropout(x, training=training)
         x = self.batch_norm(x, training=training)
         x = self.classifier(x)
-        x = ops.image.resize(x, self.image_size, interpolation="bilinear", antialias=False)
+        rows, columns = (ops.convert_to_tensor(bilinear_matrix(size, length), x.dtype)
+                         for size, length in zip(self.image_size, grid))
+        x = ops.einsum("bHwc,Ww->bHWc", ops.einsum("Hh,bhwc->bHwc", rows, x), columns)
         if self.data_format == "channels_first":
             x = ops.transpose(x, (0, 3, 1, 2))
         return x
@@ -171,3 +177,19 @@ class LinearSegmentationHead(keras.layers.Layer):
             bias_initializer=keras.initializers.serialize(self.bias_initializer),
         )
         return config
+
+
+def bilinear_matrix(size, length):
+    """The ``(size, length)`` matrix of bilinear interpolation from `length`
+    samples to `size`: half-pixel centres, clamped at the edges, no
+    antialiasing; row i weights the two samples nearest to
+    ``(i + 0.5) * length / size - 0.5``, so that ``matrix @ x`` is
+    ``keras.ops.image.resize(x, ..., interpolation="bilinear",
+    antialias=False)`` along that axis."""
+    centres = np.clip((np.arange(size) + 0.5) * length / size - 0.5, 0, length - 1)
+    low = np.floor(centres).astype(int)
+    high = np.minimum(low + 1, length - 1)
+    matrix = np.zeros((size, length), "float32")
+    np.add.at(matrix, (np.arange(size), low), 1 - (centres - low))
+    np.add.at(matrix, (np.arange(size), high), centres - low)
+    return matrix
