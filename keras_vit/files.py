@@ -66,6 +66,13 @@ def output_file(path, flag, suffixes=None):
     return path
 
 
+def weights_folder(path):
+    """The folder of a checkpoint given as the folder or as the
+    ``.safetensors`` file in it (a Hugging Face ``model.safetensors``)."""
+    path = pathlib.Path(path)
+    return path.parent if path.suffix == ".safetensors" else path
+
+
 def finite_or_null(value):
     """`value` (a JSON-able tree of dicts, lists and numbers) with every NaN
     and infinity replaced by None."""

@@ -53,19 +53,6 @@ def check_dinov3(source, biases, gated, activation):
             "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
 
 
-def split_swiglu(state, num_layers):
-    """Every block's SwiGLU ``mlp/fc1`` (``[gate; up]``, kernel and bias) in
-    `state` split into ``mlp/gate`` and ``mlp/up``: the two layers of
-    DINOv3's gated MLP, as its writers store them."""
-    for i in range(num_layers):
-        for part, axis in (("kernel", 1), ("bias", 0)):
-            key = f"encoder_block_{i}/mlp/fc1/{part}"
-            if key in state:
-                gate, up = np.split(state.pop(key), 2, axis)
-                state[f"encoder_block_{i}/mlp/gate/{part}"] = gate
-                state[f"encoder_block_{i}/mlp/up/{part}"] = up
-
-
 @dataclasses.dataclass
 class Checkpoint:
     """A checkpoint translated to keras_vit's names and layouts.
@@ -89,6 +76,43 @@ class Checkpoint:
     grid_size: tuple = None
     num_patches: int = None
     resample_method: str = "bilinear"
+
+
+def load_safetensors(path):
+    """Every tensor of a ``.safetensors`` file, as float32 NumPy arrays."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(path)).items()}
+    except TypeError:  # "data type 'bfloat16' not understood" by NumPy
+        return _load_with_ml_dtypes(path)
+    except (SafetensorError, OSError, ValueError) as error:
+        raise CheckpointError(
+            f"{path} could not be read as safetensors ({error}). The file may be "
+            "truncated: download or save it again."
+        ) from error
+
+
+def _load_with_ml_dtypes(path):
+    """bfloat16 tensors: NumPy has no such dtype, ml_dtypes does."""
+    import struct
+
+    import ml_dtypes
+
+    dtypes = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64}
+    with open(path, "rb") as file:
+        (size,) = struct.unpack("<Q", file.read(8))
+        header = json.loads(file.read(size))
+        data = file.read()
+    arrays = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        start, end = info["data_offsets"]
+        array = np.frombuffer(data[start:end], dtype=dtypes[info["dtype"]])
+        arrays[name] = array.reshape(info["shape"]).astype(np.float32)
+    return arrays
 
 
 def read_json(path, required=()):
@@ -122,6 +146,21 @@ def require(config, keys, where):
             f"{where} lacks {', '.join(map(repr, missing))}, which the model needs. The file may "
             "be from another version of its library or edited by hand: save or download it again.")
     return config
+
+
+def config_view(config):
+    """A reader's `config` (`ViT` arguments) as a `ViTConfig`, for the
+    predicates of its format's rows; an image size the file does not give
+    is one patch (it decides no row)."""
+    from keras_vit.config import ViTConfig
+    from keras_vit.config import resnet_stride
+
+    if "image_size" in config:
+        return ViTConfig.from_dict(config)
+    units = config.get("resnet_block_units")
+    stride = 1 if units is None else resnet_stride(units)
+    patch = np.broadcast_to(config.get("patch_size", 16), (2,))
+    return ViTConfig.from_dict({**config, "image_size": tuple(int(p) * stride for p in patch)})
 
 
 def square_grid(num_patches):

@@ -3,18 +3,20 @@
 import dataclasses
 import pathlib
 import re
+import types
 
 import numpy as np
 
+from keras_vit.files import weights_folder
+from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import check_dinov3
+from keras_vit.weights.checkpoint import config_view
+from keras_vit.weights.checkpoint import load_safetensors
 from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import require
-from keras_vit.weights.torch_layout import TorchReader
-from keras_vit.weights.torch_layout import conv
-from keras_vit.weights.torch_layout import load_safetensors
 
 # HF activation names -> keras_vit's.
 _ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approximate",
@@ -46,67 +48,77 @@ def read_huggingface(directory, tensors=None):
     tower) model; a model type or key it does not know is refused by name.
     `tensors`: its ``model.safetensors``, when already read
     (`read_image_text`)."""
-    directory = pathlib.Path(directory)
-    if directory.suffix == ".safetensors":  # its model.safetensors: the folder
-        directory = directory.parent
+    directory = weights_folder(directory)
     source = f"Hugging Face checkpoint {directory}"
+    hf = _image_config(directory)
+    model_type = hf["model_type"]
+    tensors = load_weights(directory) if tensors is None else tensors
+    for prefix in _PREFIXES[model_type]:
+        if any(k.startswith(prefix) for k in tensors):
+            tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
+    tensors = {k: v for k, v in tensors.items() if not k.startswith(_OTHER_TOWER)}
+    config = _shared_config(hf, model_type)
+    family, read_config = _FAMILIES[model_type]
+    read_config(tensors, hf, config, source)
+    names = class_names(hf.get("id2label"), config.get("num_classes", 0))
+    if names:
+        config["class_names"] = names
+    config.update(processor_scaling(directory, config["num_channels"]))
+    c = config_view(config)
+    state = r.move(rows(c, family), tensors, c, source)
+    grid = tuple(s // p for s, p in zip(c.image_size, c.patch_size))
+    if c.position_embedding == "rope":  # no table: any grid as it is
+        return Checkpoint(config, state, source, grid, grid[0] * grid[1])
+    patches = state["position_embedding/embeddings"].shape[1] - c.num_prefix_tokens
+    if grid[0] * grid[1] != patches:
+        raise CheckpointError(
+            f"{source}: config.json says {c.image_size[0]}x{c.image_size[1]} images "
+            f"({grid[0]}x{grid[1]} patches) but the position embeddings hold {patches} patches."
+        )
+    method = "dinov2" if family == "dinov2" else "bilinear"
+    return Checkpoint(config, state, source, grid, patches, resample_method=method)
+
+
+def _image_config(directory):
+    """``config.json`` of an image model (a two-tower model's image tower),
+    its model type known and its sizes there."""
     hf = read_json(directory / "config.json")
     model_type = hf.get("model_type")
     if model_type in ("clip", "siglip"):  # a two-tower model: its image tower
         hf = {**hf.get("vision_config", {}), "model_type": f"{model_type}_vision_model",
               "architectures": hf.get("architectures", [])}
         model_type = hf["model_type"]
-    if model_type not in _READERS:
+    if model_type not in _FAMILIES:
         raise CheckpointError(
             f"{directory}/config.json has model_type {model_type!r}; keras_vit reads Hugging Face "
-            f"{', '.join(map(repr, _READERS))} checkpoints (the ViT family) and 'clip', 'siglip'."
+            f"{', '.join(map(repr, _FAMILIES))} checkpoints (the ViT family) and 'clip', 'siglip'."
         )
     require(hf, ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size"),
             directory / "config.json")
     act = hf.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS and model_type != "dinov3_vit":  # which checks its own
         raise CheckpointError(
-            f"{source}: hidden_act {act!r} is not supported; keras_vit has {sorted(_ACTIVATIONS)}."
-        )
-    tensors = load_weights(directory) if tensors is None else tensors
-    for prefix in _PREFIXES[model_type]:
-        if any(k.startswith(prefix) for k in tensors):
-            tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
-    reader = TorchReader(tensors, source)
-    size = hf.get("image_size", 224)
-    size = (size, size) if isinstance(size, int) else tuple(size)
-    # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
-    size = tuple(s - s % int(hf["patch_size"]) for s in size)
-    config = dict(
-        hidden_dim=int(hf["hidden_size"]),
-        num_layers=int(hf["num_hidden_layers"]),
-        num_heads=int(hf["num_attention_heads"]),
-        patch_size=int(hf["patch_size"]),
+            f"Hugging Face checkpoint {directory}: hidden_act {act!r} is not supported; keras_vit "
+            f"has {sorted(_ACTIVATIONS)}.")
+    return hf
+
+
+def _shared_config(hf, model_type):
+    """The `ViT` arguments every Hugging Face image model's config.json gives."""
+    size = np.broadcast_to(hf.get("image_size", 224), (2,))
+    patch = int(hf["patch_size"])
+    act = hf.get("hidden_act", "gelu")
+    return dict(
+        hidden_dim=int(hf["hidden_size"]), num_layers=int(hf["num_hidden_layers"]),
+        num_heads=int(hf["num_attention_heads"]), patch_size=patch,
         num_channels=int(hf.get("num_channels", 3)),
-        image_size=size,
+        # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
+        image_size=tuple(int(s) - int(s) % patch for s in size),
         layer_norm_epsilon=float(hf.get("layer_norm_eps", _EPSILON[model_type])),
         gelu_approximate=_ACTIVATIONS.get(act) == "gelu_approximate",
         mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
-        qkv_bias=bool(hf.get("qkv_bias", True)),
-        pooling="token",
+        qkv_bias=bool(hf.get("qkv_bias", True)), pooling="token",
     )
-    grid = tuple(s // config["patch_size"] for s in config["image_size"])
-    _READERS[model_type](reader, hf, config)
-    names = class_names(hf.get("id2label"), config.get("num_classes", 0))
-    if names:
-        config["class_names"] = names
-    reader.finish()
-    config.update(processor_scaling(directory, config["num_channels"]))
-    if config.get("position_embedding") == "rope":  # no table: any grid as it is
-        return Checkpoint(config, reader.state, source, grid, grid[0] * grid[1])
-    patches = reader.state["position_embedding/embeddings"].shape[1] - _prefix_tokens(config)
-    if grid[0] * grid[1] != patches:
-        raise CheckpointError(
-            f"{source}: config.json says {config['image_size'][0]}x{config['image_size'][1]} images "
-            f"({grid[0]}x{grid[1]} patches) but the position embeddings hold {patches} patches."
-        )
-    method = "dinov2" if model_type.startswith("dinov2") else "bilinear"
-    return Checkpoint(config, reader.state, source, grid, patches, resample_method=method)
 
 
 def load_weights(directory):
@@ -137,197 +149,195 @@ def processor_scaling(directory, channels):
     return pixel_scaling(0.0, 1.0, channels, rescale)
 
 
-def _intermediate_size(reader, hf):
-    return int(require(hf, ("intermediate_size",), f"{reader.source}: config.json")["intermediate_size"])
+def _intermediate_size(hf, source):
+    return int(require(hf, ("intermediate_size",), f"{source}: config.json")["intermediate_size"])
 
 
-def _prefix_tokens(config):
-    return (int(config["pooling"] == "token") + int(config.get("distillation", False))
-            + config.get("num_registers", 0))
-
-
-def _blocks(reader, config, names):
-    """The encoder blocks, `names` giving each part's key under a block:
-    norm1, q, k, v, out, norm2, fc1, fc2 (and the LayerScales)."""
-    for i in range(config["num_layers"]):
-        key, target = names["block"].format(i), f"encoder_block_{i}"
-        reader.layer_norm(key + names["norm1"], target + "/norm1")
-        qkv = []
-        for name in names["qkv"]:
-            base = key + name
-            qkv.append((reader.pop(base + ".weight"),
-                        reader.pop(base + ".bias") if reader.has(base + ".bias") else None))
-        reader.attention(qkv, key + names["out"], target + "/attention", config["num_heads"])
-        reader.layer_norm(key + names["norm2"], target + "/norm2")
-        reader.linear(key + names["fc1"], target + "/mlp/fc1")
-        reader.linear(key + names["fc2"], target + "/mlp/fc2")
-        for j in (1, 2):
-            scale = f"{key}layer_scale{j}.lambda1"
-            if reader.has(scale):
-                reader.put(f"{target}/layer_scale_{j}", reader.pop(scale))
-
-
-_VIT_BLOCK = dict(block="encoder.layer.{}.", norm1="layernorm_before",
-                  qkv=[f"attention.attention.{n}" for n in ("query", "key", "value")],
-                  out="attention.output.dense", norm2="layernorm_after",
-                  fc1="intermediate.dense", fc2="output.dense")
-
-
-def _read_vit(reader, hf, config):
-    """ViT and DeiT: ``embeddings``, ``encoder.layer.{i}``, ``layernorm``,
-    then ViT's ``pooler`` (the pre-logits layer) and ``classifier`` (also
-    DeiT's without its distillation head), or the distilled DeiT's
-    ``cls_classifier`` and ``distillation_classifier`` (averaged)."""
-    config["mlp_dim"] = _intermediate_size(reader, hf)
-    embed = "embeddings."
-    reader.put("patch_embedding/projection/kernel",
-               conv(reader.pop(embed + "patch_embeddings.projection.weight")))
-    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
-    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
+def _vit_config(tensors, hf, config, source):
+    """ViT and DeiT: ViT's ``pooler`` (the pre-logits layer) and
+    ``classifier`` (also DeiT's without its distillation head), or the
+    distilled DeiT's ``cls_classifier`` and ``distillation_classifier``
+    (averaged)."""
+    config["mlp_dim"] = _intermediate_size(hf, source)
     if hf["model_type"] == "deit":
-        reader.put("distillation_token/tokens", reader.pop(embed + "distillation_token"))
         config["distillation"] = True
-        if not reader.has("distillation_classifier.weight"):  # DeiTForImageClassification, DeiTModel
+        if "distillation_classifier.weight" not in tensors:  # DeiTForImageClassification, DeiTModel
             config["distillation_head"] = False  # the [class] token's head alone
-    reader.put("position_embedding/embeddings", reader.pop(embed + "position_embeddings"))
-    _blocks(reader, config, _VIT_BLOCK)
-    reader.layer_norm("layernorm", "encoder_norm")
-    if config.get("distillation") and config.get("distillation_head", True):
-        reader.linear("cls_classifier", "head")
-        reader.linear("distillation_classifier", "head_dist")
-        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
+    if config.get("distillation_head", True) and config.get("distillation"):
+        config["num_classes"] = int(tensors["cls_classifier.weight"].shape[0])
         return
-    if reader.has("pooler.dense.weight") and hf.get("pooler_act", "tanh") != "tanh":
-        raise CheckpointError(f"{reader.source}: pooler_act {hf['pooler_act']!r} is not tanh.")
-    reader.read_top("pooler.dense", "classifier", config)
+    if "pooler.dense.weight" in tensors:
+        if hf.get("pooler_act", "tanh") != "tanh":
+            raise CheckpointError(f"{source}: pooler_act {hf['pooler_act']!r} is not tanh.")
+        config["representation_size"] = int(tensors["pooler.dense.weight"].shape[0])
+    config["num_classes"] = int(tensors["classifier.weight"].shape[0]) if "classifier.weight" in tensors else 0
 
 
-def _read_dinov2(reader, hf, config):
+def _dinov2_config(tensors, hf, config, source):
     """DINOv2 (with registers): LayerScale in every block, SwiGLU for the
-    giant; the registers take no position embedding (a zero row here), and
-    the features are the normalised [class] token (``pooler_output``)."""
-    embed = "embeddings."
-    reader.put("patch_embedding/projection/kernel",
-               conv(reader.pop(embed + "patch_embeddings.projection.weight")))
-    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.projection.bias"))
-    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
-    if reader.has(embed + "mask_token"):
-        reader.pop(embed + "mask_token")  # the masked-image pre-training's; unused on images
-    posemb = reader.pop(embed + "position_embeddings")
-    if reader.has(embed + "register_tokens"):
-        registers = reader.pop(embed + "register_tokens")
-        reader.put("registers/tokens", registers)
-        config["num_registers"] = int(registers.shape[1])
-        posemb = np.concatenate([posemb[:, :1], np.zeros_like(posemb[:, :1]).repeat(
-            registers.shape[1], axis=1), posemb[:, 1:]], axis=1)
-    reader.put("position_embedding/embeddings", posemb)
+    giant; the features are the normalised [class] token (``pooler_output``)."""
     swiglu = bool(hf.get("use_swiglu_ffn", False))
-    names = dict(block="encoder.layer.{}.", norm1="norm1",
-                 qkv=[f"attention.attention.{n}" for n in ("query", "key", "value")],
-                 out="attention.output.dense", norm2="norm2",
-                 fc1="mlp.weights_in" if swiglu else "mlp.fc1",
-                 fc2="mlp.weights_out" if swiglu else "mlp.fc2")
-    config["layer_scale_init"] = float(hf.get("layerscale_value", 1.0))
-    config["mlp_activation"] = "swiglu" if swiglu else config["mlp_activation"]
-    _blocks(reader, config, names)
-    config["mlp_dim"] = int(reader.state["encoder_block_0/mlp/fc2/kernel"].shape[0])
-    reader.layer_norm("layernorm", "encoder_norm")
-    config["num_classes"] = 0  # Dinov2Model: features; its classifier reads cls and mean patches
+    fc2 = "encoder.layer.0.mlp." + ("weights_out" if swiglu else "fc2") + ".weight"
+    r.require_keys(tensors, (fc2,), source)
+    config.update(layer_scale_init=float(hf.get("layerscale_value", 1.0)), num_classes=0,
+                  mlp_dim=int(tensors[fc2].shape[1]),
+                  mlp_activation="swiglu" if swiglu else config["mlp_activation"])
+    if "embeddings.register_tokens" in tensors:
+        config["num_registers"] = int(tensors["embeddings.register_tokens"].shape[1])
 
 
-def _read_dinov3(reader, hf, config):
+def _dinov3_config(tensors, hf, config, source):
     """DINOv3: rotary position embeddings (no table), registers, LayerScale,
     a key projection without bias, a gated MLP (SwiGLU) in the largest; the
     features are the normalised [class] token (``pooler_output``)."""
     gated = bool(hf.get("use_gated_mlp", False))
-    check_dinov3(reader.source, {name: bool(hf.get(name, True))
-                                 for name in ("query_bias", "value_bias", "proj_bias")},
+    check_dinov3(source, {name: bool(hf.get(name, True))
+                          for name in ("query_bias", "value_bias", "proj_bias")},
                  ("use_gated_mlp", gated), ("hidden_act", hf.get("hidden_act", "gelu")))
     qv_bias = bool(hf.get("query_bias", True))
-    embed = "embeddings."
-    reader.put("patch_embedding/projection/kernel",
-               conv(reader.pop(embed + "patch_embeddings.weight")))
-    reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embeddings.bias"))
-    reader.put("class_token/tokens", reader.pop(embed + "cls_token"))
-    reader.pop(embed + "mask_token")  # the masked-image pre-training's; unused on images
-    registers = int(hf.get("num_register_tokens", 0))
-    if registers:
-        reader.put("registers/tokens", reader.pop(embed + "register_tokens"))
-    elif reader.has(embed + "register_tokens"):
-        reader.pop(embed + "register_tokens")  # an empty (1, 0, D) parameter
-    if gated:  # fc1 = [gate; up]: silu(gate) * up (keras_vit's SwiGLU)
-        for i in range(config["num_layers"]):
-            key = f"layer.{i}.mlp."
-            for part in ("weight", "bias"):
-                if reader.has(f"{key}gate_proj.{part}"):
-                    reader.tensors[f"{key}fc1.{part}"] = np.concatenate(
-                        [reader.pop(f"{key}gate_proj.{part}"), reader.pop(f"{key}up_proj.{part}")])
-    names = dict(block="layer.{}.", norm1="norm1",
-                 qkv=[f"attention.{n}_proj" for n in "qkv"], out="attention.o_proj", norm2="norm2",
-                 fc1="mlp.fc1" if gated else "mlp.up_proj", fc2="mlp.down_proj")
-    _blocks(reader, config, names)
-    reader.layer_norm("norm", "encoder_norm")
+    r.require_keys(tensors, ("layer.0.mlp.down_proj.weight",), source)
     config.update(
         position_embedding="rope", rope_theta=float(hf.get("rope_theta", 100.0)),
         qkv_bias=qv_bias, key_bias=bool(hf.get("key_bias", False)) or not qv_bias,
-        mlp_bias=bool(hf.get("mlp_bias", True)),
-        num_registers=registers, layer_scale_init=float(hf.get("layerscale_value", 1.0)),
+        mlp_bias=bool(hf.get("mlp_bias", True)), num_registers=int(hf.get("num_register_tokens", 0)),
+        layer_scale_init=float(hf.get("layerscale_value", 1.0)),
         mlp_activation="swiglu" if gated else "gelu", gelu_approximate=False,
-        mlp_dim=int(reader.state["encoder_block_0/mlp/fc2/kernel"].shape[0]), num_classes=0)
+        mlp_dim=int(tensors["layer.0.mlp.down_proj.weight"].shape[1]), num_classes=0)
 
 
-_CLIP_BLOCK = dict(block="encoder.layers.{}.", norm1="layer_norm1",
-                   qkv=[f"self_attn.{n}_proj" for n in "qkv"], out="self_attn.out_proj",
-                   norm2="layer_norm2", fc1="mlp.fc1", fc2="mlp.fc2")
-
-
-def _read_clip(reader, hf, config):
+def _clip_config(tensors, hf, config, source):
     """CLIP's and SigLIP's image towers: CLIP's class embedding, LayerNorm
     before the encoder (``pre_layrnorm``), patch embedding without bias and
     projection without bias (the head, bias zero); SigLIP's MAP head."""
-    config["mlp_dim"] = _intermediate_size(reader, hf)
-    embed = "embeddings."
-    reader.put("patch_embedding/projection/kernel", conv(reader.pop(embed + "patch_embedding.weight")))
-    if reader.has(embed + "patch_embedding.bias"):
-        reader.put("patch_embedding/projection/bias", reader.pop(embed + "patch_embedding.bias"))
-    else:
-        config["patch_bias"] = False
-    posemb = reader.pop(embed + "position_embedding.weight")[None]
-    reader.put("position_embedding/embeddings", posemb)
+    config["mlp_dim"] = _intermediate_size(hf, source)
+    config["patch_bias"] = "embeddings.patch_embedding.bias" in tensors
     if hf["model_type"] == "clip_vision_model":
-        reader.put("class_token/tokens", reader.pop(embed + "class_embedding").reshape(1, 1, -1))
-        reader.layer_norm("pre_layrnorm", "norm_pre")
         config["norm_pre"] = True
-    _blocks(reader, config, _CLIP_BLOCK)
-    reader.layer_norm("post_layernorm", "encoder_norm")
     config["num_classes"] = 0
-    if reader.has("visual_projection.weight"):  # CLIPVisionModelWithProjection: image_embeds
-        reader.linear("visual_projection", "head")
-        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
-        reader.put("head/bias", np.zeros(config["num_classes"], np.float32))
+    if "visual_projection.weight" in tensors:  # CLIPVisionModelWithProjection: image_embeds
+        config["num_classes"] = int(tensors["visual_projection.weight"].shape[0])
     if hf["model_type"] == "siglip_vision_model":
-        if not reader.has("head.probe"):
-            raise CheckpointError(f"{reader.source}: a SigLIP tower without its attention-pooling "
+        if "head.probe" not in tensors:
+            raise CheckpointError(f"{source}: a SigLIP tower without its attention-pooling "
                                   "head (vision_use_head=False); keras_vit reads it with the head.")
         config["pooling"] = "map"
-        reader.put("pooling/probe", reader.pop("head.probe"))
-        weight = np.split(reader.pop("head.attention.in_proj_weight"), 3)
-        bias = np.split(reader.pop("head.attention.in_proj_bias"), 3)
-        reader.attention(list(zip(weight, bias)), "head.attention.out_proj", "pooling/attention",
-                         config["num_heads"])
-        reader.layer_norm("head.layernorm", "pooling/norm")
-        reader.linear("head.mlp.fc1", "pooling/mlp/fc1")
-        reader.linear("head.mlp.fc2", "pooling/mlp/fc2")
-    for key in [k for k in reader.tensors if k.startswith(_OTHER_TOWER)]:
-        reader.pop(key)  # a two-tower file: the text tower is not the image model
+
+
+_QKV = ("query", "key", "value")
+
+
+def _block(theirs, norms, qkv, out, mlp, style=r.TORCH, layer_scale=False, qkv_bias=None,
+           key_bias=None, mlp_bias=None, fc1=None):
+    """A block's rows: `theirs` the block's prefix (with ``{i}``), its two
+    LayerNorms `norms`, projections `qkv` and `out`, MLP layers `mlp`, its
+    LayerScales where `layer_scale`; bias predicates (None: optional) and
+    `fc1`, rows that replace the first MLP layer's (a gated MLP's halves)."""
+    ours = "encoder_block_{i}/"
+    rows = [*r.norm(ours + "norm1", theirs + norms[0], style),
+            *r.attention(ours + "attention", theirs, (*qkv, out), style, (r.HEADS_IN, r.HEADS_OUT),
+                         (r.HEADS_BIAS, r.SAME), qkv_bias=qkv_bias, key_bias=key_bias),
+            *r.norm(ours + "norm2", theirs + norms[1], style)]
+    rows += fc1 or r.dense(ours + "mlp/fc1", theirs + mlp[0], style, r.LINEAR, has_bias=mlp_bias)
+    rows += r.dense(ours + "mlp/fc2", theirs + mlp[1], style, r.LINEAR, has_bias=mlp_bias)
+    if layer_scale:
+        rows += [r.row(f"{ours}layer_scale_{j}", f"{theirs}layer_scale{j}.lambda1") for j in (1, 2)]
+    return rows
+
+
+def _patch(theirs, has_bias=r.always):
+    return r.dense("patch_embedding/projection", "embeddings." + theirs, r.TORCH, r.CONV,
+                   has_bias=has_bias)
+
+
+_VIT_BLOCK = _block("encoder.layer.{i}.", ("layernorm_before", "layernorm_after"),
+                    [f"attention.attention.{n}" for n in _QKV], "attention.output.dense",
+                    ("intermediate.dense", "output.dense"), qkv_bias=lambda c: c.qkv_bias,
+                    key_bias=lambda c: c.qkv_bias and c.key_bias)
+_DINOV2 = [f"attention.attention.{n}" for n in _QKV], "attention.output.dense"
+_DINOV3 = [f"attention.{n}_proj" for n in "qkv"], "attention.o_proj"
+_SWIGLU = lambda c: c.mlp_activation == "swiglu"  # noqa: E731
+_DISTILLED = lambda c: c.distills_by_head  # noqa: E731
+_GATED_FC1 = [
+    r.row("encoder_block_{i}/mlp/fc1/kernel", ("layer.{i}.mlp.gate_proj.weight", "layer.{i}.mlp.up_proj.weight"),
+          r.halves(r.LINEAR, -1)),
+    r.row("encoder_block_{i}/mlp/fc1/bias", ("layer.{i}.mlp.gate_proj.bias", "layer.{i}.mlp.up_proj.bias"),
+          r.halves(r.SAME, 0), when=lambda c: c.mlp_bias),
+]
+_CLIP_BLOCK = _block("encoder.layers.{i}.", ("layer_norm1", "layer_norm2"),
+                     [f"self_attn.{n}_proj" for n in "qkv"], "self_attn.out_proj", ("mlp.fc1", "mlp.fc2"))
+# CLIP's visual_projection: the head, its bias zero
+_NO_BIAS = (lambda c, w: (w.T, np.zeros(w.shape[0], np.float32)), lambda c, k, b: (k.T,))
+_MAP = lambda c: c.pooling == "map"  # noqa: E731
+_SIGLIP_HEAD = [
+    r.row("pooling/probe", "head.probe", when=_MAP),
+    r.row([f"pooling/attention/{n}/kernel" for n in _QKV], "head.attention.in_proj_weight",
+          r.fused(3, r.HEADS_IN), when=_MAP),
+    r.row([f"pooling/attention/{n}/bias" for n in _QKV], "head.attention.in_proj_bias",
+          r.fused(3, r.HEADS_BIAS), when=_MAP),
+    *r.dense("pooling/attention/out", "head.attention.out_proj", r.TORCH, r.HEADS_OUT, when=_MAP),
+    *r.norm("pooling/norm", "head.layernorm", r.TORCH, when=_MAP),
+    *r.dense("pooling/mlp/fc1", "head.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense("pooling/mlp/fc2", "head.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
+]
+
+# Each family's rows: (embeddings, one block, the top) of a ViTConfig
+FAMILY_ROWS = {
+    "vit": lambda c: (
+        [*_patch("patch_embeddings.projection"), r.row("class_token/tokens", "embeddings.cls_token"),
+         r.row("distillation_token/tokens", "embeddings.distillation_token", when=lambda c: c.distillation),
+         r.row("position_embedding/embeddings", "embeddings.position_embeddings")],
+        _VIT_BLOCK,
+        [*r.norm("encoder_norm", "layernorm", r.TORCH),
+         *r.dense("pre_logits", "pooler.dense", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
+         *r.dense("head", "classifier", r.TORCH, r.LINEAR,
+                  when=lambda c: c.num_classes and not c.distills_by_head),
+         *r.dense("head", "cls_classifier", r.TORCH, r.LINEAR, when=_DISTILLED),
+         *r.dense("head_dist", "distillation_classifier", r.TORCH, r.LINEAR, when=_DISTILLED)]),
+    "dinov2": lambda c: (
+        [*_patch("patch_embeddings.projection"), r.row("class_token/tokens", "embeddings.cls_token"),
+         r.row((), "?embeddings.mask_token", r.MASK_TOKEN),
+         r.row("registers/tokens", "embeddings.register_tokens", when=lambda c: c.num_registers),
+         r.row("position_embedding/embeddings", "embeddings.position_embeddings", r.REGISTER_ROWS)],
+        _block("encoder.layer.{i}.", ("norm1", "norm2"), *_DINOV2,
+               ("mlp.weights_in", "mlp.weights_out") if _SWIGLU(c) else ("mlp.fc1", "mlp.fc2"),
+               layer_scale=True),
+        r.norm("encoder_norm", "layernorm", r.TORCH)),
+    "dinov3": lambda c: (
+        [*_patch("patch_embeddings"), r.row("class_token/tokens", "embeddings.cls_token"),
+         r.row((), "embeddings.mask_token", r.MASK_TOKEN),
+         r.row("registers/tokens", "embeddings.register_tokens", when=lambda c: c.num_registers),
+         r.row((), "?embeddings.register_tokens", r.DROP, when=lambda c: not c.num_registers)],
+        _block("layer.{i}.", ("norm1", "norm2"), *_DINOV3, ("mlp.up_proj", "mlp.down_proj"),
+               layer_scale=True, qkv_bias=lambda c: c.qkv_bias, key_bias=lambda c: c.qkv_bias and c.key_bias,
+               mlp_bias=lambda c: c.mlp_bias, fc1=_GATED_FC1 if _SWIGLU(c) else None),
+        r.norm("encoder_norm", "norm", r.TORCH)),
+    "clip": lambda c: (
+        [*_patch("patch_embedding", has_bias=lambda c: c.patch_bias),
+         r.row("position_embedding/embeddings", "embeddings.position_embedding.weight", r.TOKENS),
+         r.row("class_token/tokens", "embeddings.class_embedding", r.TOKENS, when=lambda c: c.uses_class_token),
+         *r.norm("norm_pre", "pre_layrnorm", r.TORCH, when=lambda c: c.norm_pre)],
+        _CLIP_BLOCK,
+        [*r.norm("encoder_norm", "post_layernorm", r.TORCH),
+         r.row(("head/kernel", "head/bias"), "visual_projection.weight", _NO_BIAS,
+               when=lambda c: c.num_classes),
+         *_SIGLIP_HEAD]),
+}
+
+
+def rows(c, family):
+    """The map of a `ViTConfig` `c`'s model as Hugging Face's `family`
+    (``"vit"``: ViT and DeiT; ``"dinov2"``, ``"dinov3"``, ``"clip"``: CLIP and SigLIP)."""
+    embed, block, top = FAMILY_ROWS[family](c)
+    return [*embed, *r.blocks(block, c.num_layers), *top]
 
 
 _OTHER_TOWER = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 
-_READERS = {"vit": _read_vit, "deit": _read_vit, "dinov2": _read_dinov2,
-            "dinov2_with_registers": _read_dinov2, "dinov3_vit": _read_dinov3,
-            "clip_vision_model": _read_clip,
-            "siglip_vision_model": _read_clip}
+# model_type -> (family, its config reader)
+_FAMILIES = {"vit": ("vit", _vit_config), "deit": ("vit", _vit_config),
+             "dinov2": ("dinov2", _dinov2_config), "dinov2_with_registers": ("dinov2", _dinov2_config),
+             "dinov3_vit": ("dinov3", _dinov3_config), "clip_vision_model": ("clip", _clip_config),
+             "siglip_vision_model": ("clip", _clip_config)}
 _PREFIXES = {"vit": ("vit.",), "deit": ("deit.",), "dinov2": ("dinov2.",),
              "dinov2_with_registers": ("dinov2_with_registers.",), "dinov3_vit": ("model.",),
              "clip_vision_model": ("vision_model.",), "siglip_vision_model": ("vision_model.",)}
@@ -420,7 +430,6 @@ def read_huggingface_text(directory, tensors=None):
                if k.startswith(("text_model.", "text_projection.", "logit_"))}
     tensors = {k[len("text_model."):] if k.startswith("text_model.") else k: v
                for k, v in tensors.items()}
-    reader = TorchReader(tensors, source)
     config = dict(
         vocab_size=int(text["vocab_size"]), context_length=int(text["max_position_embeddings"]),
         hidden_dim=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
@@ -428,21 +437,27 @@ def read_huggingface_text(directory, tensors=None):
         layer_norm_epsilon=float(text["layer_norm_eps"]),
         mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
         gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate")
-    reader.put("embedding/token_embedding", reader.pop("embeddings.token_embedding.weight"))
-    reader.put("embedding/position_embedding", reader.pop("embeddings.position_embedding.weight"))
-    _blocks(reader, config, _CLIP_BLOCK)
-    reader.layer_norm("final_layer_norm", "final_norm")
     if model_type == "clip":  # causal; the end-of-text token; a projection without bias
         eos = int(text["eos_token_id"])
         config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos,
                       projection_bias=False)
-        reader.linear("text_projection", "projection")
     else:  # full attention; the last token; the head, with bias
         config.update(causal=False, pooling="last", projection_bias=True)
-        reader.linear("head", "projection")
-    config["projection_dim"] = int(reader.state["projection/kernel"].shape[1])
-    scale = float(np.asarray(reader.pop("logit_scale")).reshape(-1)[0])
-    bias = (float(np.asarray(reader.pop("logit_bias")).reshape(-1)[0])
-            if model_type == "siglip" else None)
-    reader.finish()
-    return TextCheckpoint(config, reader.state, scale, bias, source, model_type)
+    logits = ("logit_scale", "logit_bias") if model_type == "siglip" else ("logit_scale",)
+    r.require_keys(tensors, logits, source)
+    scale, bias = (float(np.asarray(tensors.pop(key)).reshape(-1)[0]) if key in logits else None
+                   for key in ("logit_scale", "logit_bias"))
+    state = r.move(text_rows(config), tensors, types.SimpleNamespace(**config), source)
+    config["projection_dim"] = int(state["projection/kernel"].shape[1])
+    return TextCheckpoint(config, state, scale, bias, source, model_type)
+
+
+def text_rows(config):
+    """The map of a two-tower model's text tower (`keras_vit.TextTransformer`'s
+    arguments `config`): CLIP's ``text_projection`` (no bias), SigLIP's ``head``."""
+    projection = "head" if config["projection_bias"] else "text_projection"
+    return [r.row("embedding/token_embedding", "embeddings.token_embedding.weight"),
+            r.row("embedding/position_embedding", "embeddings.position_embedding.weight"),
+            *r.blocks(_CLIP_BLOCK, config["num_layers"]),
+            *r.norm("final_norm", "final_layer_norm", r.TORCH),
+            *r.dense("projection", projection, r.TORCH, r.LINEAR, has_bias=None)]

@@ -2,9 +2,10 @@
 
 Flax keeps kernels as ``(in, out)`` (dense), HWIO (conv) and
 ``(D, heads, d_head)`` / ``(heads, d_head, D)`` (attention), which are the
-Keras layouts too, so the conversion is a renaming. Block submodules are
-found by kind and order (``LayerNorm_0`` / ``_2``, ``MlpBlock_3`` / ``_0``
-...), which covers both numberings of the original files and big_vision's.
+Keras layouts too, so the conversion is a renaming (`rows`). Old layouts
+are made the vit_jax one in one place (`_canonical`): the ``opt/target/``
+and ``params/`` prefixes, big_vision's ``scan`` and its block numbering
+(``LayerNorm_0`` / ``_1``, ``MlpBlock_0``: found by kind and order).
 """
 
 import re
@@ -13,11 +14,94 @@ import zipfile
 import numpy as np
 
 from keras_vit.config import resnet_stride
+from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import square_grid
 
 _PREFIXES = ("opt/target/", "params/")
+_BLOCK = "Transformer/encoderblock_{i}/"
+# vit_jax's block submodules (the 2020 code's numbering), in the order the
+# reader finds them by kind: (kind, count, vit_jax's names)
+_SUBMODULES = (("LayerNorm", 2, ("LayerNorm_0", "LayerNorm_2")),
+               ("MultiHeadDotProductAttention", 1, ("MultiHeadDotProductAttention_1",)),
+               ("MlpBlock", 1, ("MlpBlock_3",)))
+_QKVO = ("query", "key", "value", "out")
+
+
+def _mlp(ours, theirs, when=r.always, has_bias=None):
+    return [*r.dense(ours + "/fc1", theirs + "Dense_0", r.FLAX, when=when, has_bias=has_bias),
+            *r.dense(ours + "/fc2", theirs + "Dense_1", r.FLAX, when=when, has_bias=has_bias)]
+
+
+def _attention(ours, theirs, when=r.always):
+    return r.attention(ours, theirs, _QKVO, r.FLAX, when=when, qkv_bias=None,
+                       key_bias=None, out_bias=None)
+
+
+def _norm(ours, theirs, when=r.always):
+    return r.norm(ours, theirs, r.FLAX, r.FLAT, when)
+
+
+# One block (biases where the file or model has them: qkv_bias, mlp_bias).
+BLOCK_ROWS = [
+    *_norm("encoder_block_{i}/norm1", _BLOCK + "LayerNorm_0"),
+    *_attention("encoder_block_{i}/attention", _BLOCK + "MultiHeadDotProductAttention_1/"),
+    *_norm("encoder_block_{i}/norm2", _BLOCK + "LayerNorm_2"),
+    *_mlp("encoder_block_{i}/mlp", _BLOCK + "MlpBlock_3/"),
+]
+# The hybrid's ResNet unit u of stage s; a unit that changes the shape projects.
+_UNIT, _OURS_UNIT = "block{s}/unit{u}/", "resnet/block{s}_unit{u}/"
+UNIT_ROWS = [
+    *(r.row(f"{opt}{_OURS_UNIT}{conv}/kernel", f"{opt}{_UNIT}{conv}/kernel")
+      for conv, opt in (("conv1", ""), ("conv2", ""), ("conv3", ""), ("conv_proj", "?"))),
+    *(row for gn in ("gn1", "gn2", "gn3") for row in _norm(_OURS_UNIT + gn, _UNIT + gn)),
+    *(r.row(f"?{_OURS_UNIT}gn_proj/{ours}", f"?{_UNIT}gn_proj/{theirs}", r.FLAT)
+      for ours, theirs in (("gamma", "scale"), ("beta", "bias"))),
+]
+_CLS = (lambda c: c.uses_class_token)
+_LEARNED = (lambda c: c.position_embedding == "learned")
+_MAP = (lambda c: c.pooling == "map")
+# big_vision adds E_pos before prepending [class]: a zero row for the class
+# token is the same model in the paper's form (`fix_old_checkpoints`).
+CLASS_FIRST = (lambda c, cls, pe: (cls.reshape(1, 1, -1), np.concatenate([np.zeros_like(pe[:, :1]), pe], 1)),
+               lambda c, cls, pe: (cls + pe[:, :1], pe[:, 1:]))
+TOP_ROWS = [
+    *_norm("encoder_norm", "Transformer/encoder_norm"),
+    *r.dense("pre_logits", "pre_logits", r.FLAX, when=lambda c: c.representation_size, has_bias=None),
+    *r.dense("head", "head", r.FLAX, when=lambda c: c.num_classes, has_bias=None),
+]
+MAP_ROWS = [  # big_vision's MAP head
+    r.row("pooling/probe", "MAPHead_0/probe", when=_MAP),
+    *_attention("pooling/attention", "MAPHead_0/MultiHeadDotProductAttention_0/", _MAP),
+    *_norm("pooling/norm", "MAPHead_0/LayerNorm_0", _MAP),
+    *_mlp("pooling/mlp", "MAPHead_0/MlpBlock_0/", _MAP),
+]
+
+
+def rows(c, big_vision):
+    """The map of a `ViTConfig` `c`'s model: vit_jax's layout, or with
+    `big_vision` its top-level position embeddings (and MAP head)."""
+    if big_vision:
+        embed = [r.row(("class_token/tokens", "position_embedding/embeddings"), ("cls", "pos_embedding"),
+                       CLASS_FIRST, when=lambda c: _CLS(c) and _LEARNED(c)),
+                 r.row("class_token/tokens", "cls", r.TOKENS, when=lambda c: _CLS(c) and not _LEARNED(c)),
+                 r.row("position_embedding/embeddings", "pos_embedding",
+                       when=lambda c: _LEARNED(c) and not _CLS(c))]
+    else:
+        embed = [r.row("class_token/tokens", "cls", r.TOKENS, when=_CLS),
+                 r.row("position_embedding/embeddings", "Transformer/posembed_input/pos_embedding",
+                       when=_LEARNED)]
+    resnet = []
+    if c.resnet_block_units is not None:
+        resnet = [r.row("resnet/conv_root/kernel", "conv_root/kernel"),
+                  *r.norm("resnet/gn_root", "gn_root", r.FLAX, r.FLAT),
+                  *(row.at(s=s, u=u) for s, units in enumerate(c.resnet_block_units, 1)
+                    for u in range(1, units + 1) for row in UNIT_ROWS)]
+    patch = r.dense("patch_embedding/projection", "embedding", r.FLAX)
+    body = r.blocks(BLOCK_ROWS, c.num_layers)
+    return [*resnet, *patch, *embed, *body, *(MAP_ROWS if big_vision else []), *TOP_ROWS]
 
 
 def load_npz(path):
@@ -33,192 +117,91 @@ def load_npz(path):
         ) from error
 
 
-def _strip_prefix(arrays):
-    for prefix in _PREFIXES:
-        if arrays and all(key.startswith(prefix) for key in arrays):
-            return {key[len(prefix):]: value for key, value in arrays.items()}
-    return arrays
+def _canonical(arrays, source):
+    """`arrays` (their prefix removed) in vit_jax's layout: one entry per block, vit_jax's
+    block numbering (submodules found by kind and order)."""
+    scan = "Transformer/encoderblock/"  # big_vision's scan=True: one block with a depth axis
+    for key in [k for k in arrays if k.startswith(scan)]:
+        for i, value in enumerate(arrays.pop(key)):
+            arrays[f"Transformer/encoderblock_{i}/{key[len(scan):]}"] = value
+    out = {}
+    for i in range(_num_blocks(arrays)):
+        prefix = _BLOCK.format(i=i)
+        names = {}
+        for kind, count, ours in _SUBMODULES:
+            pattern = re.compile(re.escape(prefix) + kind + r"_(\d+)/")
+            found = sorted({int(m.group(1)) for k in arrays if (m := pattern.match(k))})
+            if len(found) != count:
+                raise CheckpointError(f"{source}: expected {count} '{kind}' under '{prefix}', found "
+                                      f"{[f'{prefix}{kind}_{n}' for n in found]}.")
+            names.update({f"{prefix}{kind}_{n}/": f"{prefix}{name}/" for n, name in zip(found, ours)})
+        for key in [k for k in arrays if k.startswith(prefix)]:
+            head = next((n for n in names if key.startswith(n)), None)
+            out[key if head is None else names[head] + key[len(head):]] = arrays.pop(key)
+    return {**arrays, **out}
 
 
-def _unscan(arrays):
-    """big_vision's ``scan=True`` layout: one block with a depth axis."""
-    scanned = {k: v for k, v in arrays.items() if k.startswith("Transformer/encoderblock/")}
-    if not scanned:
-        return arrays
-    arrays = {k: v for k, v in arrays.items() if k not in scanned}
-    depth = next(iter(scanned.values())).shape[0]
-    for key, value in scanned.items():
-        rest = key[len("Transformer/encoderblock/"):]
-        for i in range(depth):
-            arrays[f"Transformer/encoderblock_{i}/{rest}"] = value[i]
-    return arrays
+def _num_blocks(arrays):
+    n = 0
+    while any(k.startswith(_BLOCK.format(i=n)) for k in arrays):
+        n += 1
+    return n
 
 
-class _Reader:
-    """Takes arrays out of a flat dict, so unused ones can be reported."""
-
-    def __init__(self, arrays, source):
-        self.arrays, self.source, self.state = dict(arrays), source, {}
-
-    def has(self, key):
-        return key in self.arrays
-
-    def take(self, key, target, shape=None):
-        if key not in self.arrays:
-            raise CheckpointError(f"{self.source}: expected key '{key}' is missing.")
-        value = self.arrays.pop(key)
-        self.state[target] = value if shape is None else value.reshape(shape)
-        return value
-
-    def submodules(self, prefix, kind):
-        pattern = re.compile(re.escape(prefix) + kind + r"_(\d+)/")
-        found = {int(m.group(1)) for k in self.arrays if (m := pattern.match(k))}
-        return [f"{prefix}{kind}_{i}/" for i in sorted(found)]
-
-    def layer_norm(self, prefix, target):
-        self.take(prefix + "scale", target + "/gamma", (-1,))
-        self.take(prefix + "bias", target + "/beta", (-1,))
-
-    def dense(self, prefix, target):
-        self.take(prefix + "kernel", target + "/kernel")
-        if self.has(prefix + "bias"):
-            self.take(prefix + "bias", target + "/bias")
-
-    def attention(self, prefix, target):
-        for name in ("query", "key", "value", "out"):
-            self.dense(f"{prefix}{name}/", f"{target}/{name}")
-
-    def mlp(self, prefix, target):
-        self.dense(prefix + "Dense_0/", target + "/fc1")
-        self.dense(prefix + "Dense_1/", target + "/fc2")
-
-
-def _one(reader, prefix, kind, expected):
-    found = reader.submodules(prefix, kind)
-    if len(found) != expected:
-        raise CheckpointError(
-            f"{reader.source}: expected {expected} '{kind}' under '{prefix}', found "
-            f"{[f.rstrip('/') for f in found]}."
-        )
-    return found
-
-
-def _read_resnet(reader):
-    """The hybrid's ``conv_root``, ``gn_root`` and ``block{s}/unit{u}``."""
-    reader.take("conv_root/kernel", "resnet/conv_root/kernel")
-    reader.layer_norm("gn_root/", "resnet/gn_root")
-    block_units = []
-    stage = 1
-    while any(k.startswith(f"block{stage}/") for k in reader.arrays):
-        unit = 1
-        while reader.has(f"block{stage}/unit{unit}/conv1/kernel"):
-            prefix, target = f"block{stage}/unit{unit}/", f"resnet/block{stage}_unit{unit}"
-            for name in ("conv1", "conv2", "conv3", "conv_proj"):
-                if reader.has(f"{prefix}{name}/kernel"):
-                    reader.take(f"{prefix}{name}/kernel", f"{target}/{name}/kernel")
-            for name in ("gn1", "gn2", "gn3", "gn_proj"):
-                if reader.has(f"{prefix}{name}/scale"):
-                    reader.layer_norm(f"{prefix}{name}/", f"{target}/{name}")
-            unit += 1
-        block_units.append(unit - 1)
-        stage += 1
-    root_channels = reader.state["resnet/conv_root/kernel"].shape[-1]
-    width_factor = root_channels / 64  # vit_jax: int(64 * width_factor) channels
-    return tuple(block_units), int(width_factor) if width_factor.is_integer() else width_factor
+def _read_config(arrays, source):
+    """The model's `ViT` arguments, from the arrays' names and shapes."""
+    config = dict(gelu_approximate=True, layer_norm_epsilon=1e-6)
+    kernel = arrays["embedding/kernel"]
+    if "conv_root/kernel" in arrays:
+        units, stage = [], 1
+        while any(k.startswith(f"block{stage}/") for k in arrays):
+            units.append(sum(1 for k in arrays if re.fullmatch(f"block{stage}/unit\\d+/conv1/kernel", k)))
+            stage += 1
+        width = arrays["conv_root/kernel"].shape[-1] / 64  # vit_jax: int(64 * width_factor) channels
+        config.update(resnet_block_units=tuple(units), num_channels=arrays["conv_root/kernel"].shape[2],
+                      resnet_width_factor=int(width) if width.is_integer() else width)
+    config.setdefault("num_channels", kernel.shape[2])
+    config.update(patch_size=tuple(int(s) for s in kernel.shape[:2]), hidden_dim=kernel.shape[-1])
+    config["num_layers"] = _num_blocks(arrays)
+    if not config["num_layers"]:
+        raise CheckpointError(f"{source}: no 'Transformer/encoderblock_*' found.")
+    block = _BLOCK.format(i=0)
+    attention, mlp = block + "MultiHeadDotProductAttention_1/", block + "MlpBlock_3/"
+    config.update(num_heads=int(arrays[attention + "query/kernel"].shape[1]),
+                  qkv_bias=attention + "query/bias" in arrays, mlp_bias=mlp + "Dense_0/bias" in arrays,
+                  mlp_dim=int(arrays[mlp + "Dense_0/kernel"].shape[1]))
+    config["pooling"] = ("map" if "MAPHead_0/probe" in arrays else "token" if "cls" in arrays
+                         else "gap")
+    if "pos_embedding" not in arrays and "Transformer/posembed_input/pos_embedding" not in arrays:
+        config["position_embedding"] = "sincos2d"
+    if "pre_logits/kernel" in arrays:
+        config["representation_size"] = int(arrays["pre_logits/kernel"].shape[1])
+    config["num_classes"] = int(arrays["head/kernel"].shape[1]) if "head/kernel" in arrays else 0
+    return config
 
 
 def read_npz(path):
     """Reads a vit_jax / AugReg or big_vision ``.npz`` into a :class:`Checkpoint`."""
     arrays = load_npz(path)
-    raw = _strip_prefix(arrays)
-    big_vision = "pos_embedding" in raw or any(
-        k.startswith(("MAPHead_", "Transformer/encoderblock/")) for k in raw
-    )
-    raw = _unscan(raw)
+    for prefix in _PREFIXES:
+        if arrays and all(key.startswith(prefix) for key in arrays):
+            arrays = {key[len(prefix):]: value for key, value in arrays.items()}
+    big_vision = "pos_embedding" in arrays or any(
+        k.startswith(("MAPHead_", "Transformer/encoderblock/")) for k in arrays)
     source = f"{'big_vision' if big_vision else 'vit_jax'} checkpoint {path}"
-    if "embedding/kernel" not in raw:
+    if "embedding/kernel" not in arrays:
         raise CheckpointError(
             f"{path} is an .npz file but not a ViT checkpoint: it has no "
-            f"'embedding/kernel' (keys start with {sorted(raw)[:5]})."
+            f"'embedding/kernel' (keys start with {sorted(arrays)[:5]})."
         )
-    reader = _Reader(raw, source)
-    config = dict(gelu_approximate=True, layer_norm_epsilon=1e-6)
-
-    stride = 1
-    if reader.has("conv_root/kernel"):
-        block_units, width = _read_resnet(reader)
-        config.update(resnet_block_units=block_units, resnet_width_factor=width)
-        config["num_channels"] = reader.state["resnet/conv_root/kernel"].shape[2]
-        stride = resnet_stride(block_units)
-    kernel = reader.take("embedding/kernel", "patch_embedding/projection/kernel")
-    reader.take("embedding/bias", "patch_embedding/projection/bias")
-    config.setdefault("num_channels", kernel.shape[2])
-    hidden_dim = kernel.shape[-1]
-    config.update(patch_size=tuple(int(s) for s in kernel.shape[:2]), hidden_dim=hidden_dim)
-
-    has_cls = reader.has("cls")
-    if has_cls:
-        reader.take("cls", "class_token/tokens", (1, 1, hidden_dim))
-
-    blocks = []
-    while any(k.startswith(f"Transformer/encoderblock_{len(blocks)}/") for k in reader.arrays):
-        blocks.append(f"Transformer/encoderblock_{len(blocks)}/")
-    if not blocks:
-        raise CheckpointError(f"{source}: no 'Transformer/encoderblock_*' found.")
-    for i, prefix in enumerate(blocks):
-        target = f"encoder_block_{i}"
-        norm1, norm2 = _one(reader, prefix, "LayerNorm", 2)
-        (attention,) = _one(reader, prefix, "MultiHeadDotProductAttention", 1)
-        (mlp,) = _one(reader, prefix, "MlpBlock", 1)
-        if i == 0:
-            query = reader.arrays[attention + "query/kernel"]
-            config["num_heads"] = int(query.shape[1])
-            config["qkv_bias"] = reader.has(attention + "query/bias")
-            config["mlp_bias"] = reader.has(mlp + "Dense_0/bias")
-            config["mlp_dim"] = int(reader.arrays[mlp + "Dense_0/kernel"].shape[1])
-        reader.layer_norm(norm1, f"{target}/norm1")
-        reader.attention(attention, f"{target}/attention")
-        reader.layer_norm(norm2, f"{target}/norm2")
-        reader.mlp(mlp, f"{target}/mlp")
-    config["num_layers"] = len(blocks)
-    reader.layer_norm("Transformer/encoder_norm/", "encoder_norm")
-
-    if reader.has("MAPHead_0/probe"):
-        config["pooling"] = "map"
-        reader.take("MAPHead_0/probe", "pooling/probe")
-        reader.attention("MAPHead_0/MultiHeadDotProductAttention_0/", "pooling/attention")
-        reader.layer_norm("MAPHead_0/LayerNorm_0/", "pooling/norm")
-        reader.mlp("MAPHead_0/MlpBlock_0/", "pooling/mlp")
-    else:
-        config["pooling"] = "token" if has_cls else "gap"
-
+    arrays = _canonical(arrays, source)
+    config = _read_config(arrays, source)
+    c = config_view(config)
+    state = r.move(rows(c, big_vision), arrays, c, source)
     grid = num_patches = None
-    posemb_key = "pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"
-    if reader.has(posemb_key):
-        posemb = reader.take(posemb_key, "position_embedding/embeddings")
-        if big_vision and has_cls:
-            # big_vision adds E_pos before prepending [class]: a zero row for
-            # the class token is the same model in the paper's form.
-            posemb = np.concatenate([np.zeros_like(posemb[:, :1]), posemb], axis=1)
-            reader.state["position_embedding/embeddings"] = posemb
-        num_patches = posemb.shape[1] - int(has_cls)
+    if "position_embedding/embeddings" in state:
+        num_patches = state["position_embedding/embeddings"].shape[1] - int(c.uses_class_token)
         grid = square_grid(num_patches)
         if grid:
-            config["image_size"] = tuple(g * p * stride for g, p in zip(grid, config["patch_size"]))
-    else:
-        config["position_embedding"] = "sincos2d"
-
-    if reader.has("pre_logits/kernel"):
-        reader.dense("pre_logits/", "pre_logits")
-        config["representation_size"] = int(reader.state["pre_logits/kernel"].shape[1])
-    if reader.has("head/kernel"):
-        reader.dense("head/", "head")
-        config["num_classes"] = int(reader.state["head/kernel"].shape[1])
-    else:
-        config["num_classes"] = 0
-    if reader.arrays:
-        raise CheckpointError(
-            f"{source} has keys keras_vit does not know, so it would load only "
-            f"part of the model: {sorted(reader.arrays)[:12]}"
-        )
-    return Checkpoint(config, reader.state, source, grid, num_patches)
+            config["image_size"] = tuple(g * p * c.stem_stride for g, p in zip(grid, c.patch_size))
+    return Checkpoint(config, state, source, grid, num_patches)

@@ -5,14 +5,14 @@ import re
 
 import numpy as np
 
+from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.checkpoint import config_view
+from keras_vit.weights.checkpoint import load_safetensors
 from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
-from keras_vit.weights.torch_layout import TorchReader
-from keras_vit.weights.torch_layout import conv
-from keras_vit.weights.torch_layout import load_safetensors
 
 # timm state dicts do not store the head count. A timm hub config.json names
 # the architecture: its size word (``vit_base_...``, ``deit3_small_...``)
@@ -43,14 +43,6 @@ _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 # say so), its `*_clip_quickgelu_*` ones the weights' own.
 _QUICKGELU_TAGS = ("openai", "metaclip_400m", "metaclip_2pt5b", "metaclip2_worldwide", "dfn2b",
                    "dfn5b")
-
-
-def _split(reader, key, parts):
-    """A fused ``Linear`` (qkv or kv) -> `parts` (weight, bias-or-None) pairs."""
-    weight = reader.pop(key + ".weight")
-    bias = reader.pop(key + ".bias") if reader.has(key + ".bias") else None
-    biases = np.split(bias, parts) if bias is not None else [None] * parts
-    return list(zip(np.split(weight, parts, axis=0), biases))
 
 
 def _architecture_size(architecture):
@@ -110,6 +102,124 @@ def _numerics(meta, model_args, source):
     return ("quick_gelu" if act == "quick_gelu" else "gelu"), act == "gelu_tanh", epsilon
 
 
+_B = "blocks.{i}."
+_QKV = ("query", "key", "value")
+BLOCK_ROWS = [
+    *r.norm("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
+    r.row([f"encoder_block_{{i}}/attention/{n}/kernel" for n in _QKV], _B + "attn.qkv.weight",
+          r.fused(3, r.HEADS_IN)),
+    r.row([f"encoder_block_{{i}}/attention/{n}/bias" for n in _QKV], _B + "attn.qkv.bias",
+          r.fused(3, r.HEADS_BIAS), when=lambda c: c.qkv_bias),
+    *r.dense("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT),
+    *r.norm("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH, when=lambda c: c.qk_norm),
+    *r.norm("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH, when=lambda c: c.qk_norm),
+    *r.norm("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
+    *r.dense("encoder_block_{i}/mlp/fc1", _B + "mlp.fc1", r.TORCH, r.LINEAR, has_bias=None),
+    *r.dense("encoder_block_{i}/mlp/fc2", _B + "mlp.fc2", r.TORCH, r.LINEAR, has_bias=None),
+    *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", f"{_B}ls{j}.gamma",
+            when=lambda c: c.layer_scale_init is not None) for j in (1, 2)),
+]
+_MAP = (lambda c: c.pooling == "map")
+EMBED_ROWS = [
+    *r.dense("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
+             has_bias=lambda c: c.patch_bias),
+    r.row("class_token/tokens", "cls_token", when=lambda c: c.uses_class_token),
+    r.row("distillation_token/tokens", "dist_token", when=lambda c: c.distillation),
+    r.row("registers/tokens", "reg_token", when=lambda c: c.num_registers),
+    r.row("position_embedding/embeddings", "pos_embed"),
+    *r.norm("norm_pre", "norm_pre", r.TORCH, when=lambda c: c.norm_pre),
+]
+TOP_ROWS = [
+    *r.norm("encoder_norm", "norm", r.TORCH, when=lambda c: not c.fc_norm),
+    *r.norm("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
+    r.row("pooling/probe", "attn_pool.latent", when=_MAP),
+    *r.dense("pooling/attention/query", "attn_pool.q", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _MAP),
+    r.row(("pooling/attention/key/kernel", "pooling/attention/value/kernel"), "attn_pool.kv.weight",
+          r.fused(2, r.HEADS_IN), when=_MAP),
+    r.row(("pooling/attention/key/bias", "pooling/attention/value/bias"), "attn_pool.kv.bias",
+          r.fused(2, r.HEADS_BIAS), when=_MAP),
+    *r.dense("pooling/attention/out", "attn_pool.proj", r.TORCH, r.HEADS_OUT, when=_MAP),
+    *r.norm("pooling/norm", "attn_pool.norm", r.TORCH, when=_MAP),
+    *r.dense("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense("pre_logits", "pre_logits.fc", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
+    *r.dense("head", "head", r.TORCH, r.LINEAR, when=lambda c: c.num_classes),
+    *r.dense("head_dist", "head_dist", r.TORCH, r.LINEAR, when=lambda c: c.distills_by_head),
+]
+
+
+def rows(c):
+    """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a `ViTConfig` `c`'s model."""
+    return [*EMBED_ROWS, *r.blocks(BLOCK_ROWS, c.num_layers), *TOP_ROWS]
+
+
+_PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
+
+
+def _pad_position_embeddings(tensors, no_embed_class):
+    """timm's ``no_embed_class`` table (the patches' rows alone) with zero
+    rows for the prefix tokens, which add none: the table keras_vit keeps.
+
+    Returns:
+        the number of patch rows.
+    """
+    prefix = sum(tensors[k].shape[1] for k in _PREFIX_TOKENS if k in tensors)
+    posemb = tensors["pos_embed"]
+    rows_ = posemb.shape[1]
+    if no_embed_class is None:  # told by the shape: a table of the patches alone is square
+        no_embed_class = rows_ <= prefix or (square_grid(rows_ - prefix) is None
+                                             and square_grid(rows_) is not None)
+    if no_embed_class and prefix:
+        tensors["pos_embed"] = np.concatenate(
+            [np.zeros((1, prefix, posemb.shape[-1]), posemb.dtype), posemb], 1)
+    return tensors["pos_embed"].shape[1] - prefix
+
+
+def _read_config(tensors, meta, num_heads, source):
+    """The model's `ViT` arguments, from the hub config `meta` and the tensors' names and shapes."""
+    model_args = meta.get("model_args") or {}
+    kernel = tensors["patch_embed.proj.weight"]
+    hidden_dim = kernel.shape[0]
+    activation, approximate, epsilon = _numerics(meta, model_args, source)
+    fc1, fc2 = tensors["blocks.0.mlp.fc1.weight"], tensors["blocks.0.mlp.fc2.weight"]
+    num_layers = 0
+    while f"blocks.{num_layers}.norm1.weight" in tensors:
+        num_layers += 1
+    config = dict(
+        hidden_dim=hidden_dim, num_heads=_heads(meta, hidden_dim, num_heads, source),
+        patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1], layer_norm_epsilon=epsilon,
+        gelu_approximate=approximate, num_layers=num_layers, mlp_dim=fc2.shape[1],
+        # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]
+        mlp_activation="swiglu" if fc1.shape[0] == 2 * fc2.shape[1] else activation,
+        qkv_bias="blocks.0.attn.qkv.bias" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
+        patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
+        fc_norm="fc_norm.weight" in tensors, distillation="dist_token" in tensors,
+        num_registers=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
+        num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
+    )
+    if "blocks.0.ls1.gamma" in tensors:
+        config["layer_scale_init"] = model_args.get("init_values", 1e-5)
+    if "pre_logits.fc.weight" in tensors:
+        config["representation_size"] = tensors["pre_logits.fc.weight"].shape[0]
+    config["pooling"] = "map" if "attn_pool.latent" in tensors else "token" if "cls_token" in tensors else "gap"
+    if "cls_token" in tensors and config["pooling"] != "map":
+        pool = meta.get("global_pool", model_args.get("global_pool", "token"))
+        if pool not in ("token", "", "avg"):
+            raise CheckpointError(
+                f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
+                "reads 'token', 'avg' (the patch tokens' mean) and 'map'.")
+        config["pooling"] = "gap" if pool == "avg" else "token"
+    if "cls_token" in tensors and config["pooling"] != "token":
+        config["class_token"] = True  # beside the pooling, which does not read it
+    pretrained_cfg = meta.get("pretrained_cfg") or {}
+    if "mean" in pretrained_cfg and "std" in pretrained_cfg:  # timm's normalisation of [0, 1] pixels
+        config.update(pixel_scaling(pretrained_cfg["mean"], pretrained_cfg["std"], config["num_channels"]))
+    names = meta.get("label_names")
+    if names and len(names) == config["num_classes"]:
+        config["class_names"] = [str(n) for n in names]
+    return config
+
+
 def read_timm(path, num_heads=None):
     """Reads a timm ViT ``.safetensors`` file (or a timm hub directory with
     ``config.json``, which gives the head count, numerics and class names):
@@ -124,115 +234,17 @@ def read_timm(path, num_heads=None):
         path = path / "model.safetensors"
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)
-    reader = TorchReader(tensors, source)
-    kernel = conv(reader.pop("patch_embed.proj.weight"))
-    reader.put("patch_embedding/projection/kernel", kernel)
-    hidden_dim = kernel.shape[-1]
-    num_heads = _heads(meta, hidden_dim, num_heads, source)
-    model_args = meta.get("model_args") or {}
-    activation, approximate, epsilon = _numerics(meta, model_args, source)
-    config = dict(
-        hidden_dim=hidden_dim, num_heads=num_heads, patch_size=tuple(kernel.shape[:2]),
-        num_channels=kernel.shape[2], layer_norm_epsilon=epsilon, gelu_approximate=approximate,
-        mlp_activation=activation,
-    )
-    if reader.has("patch_embed.proj.bias"):
-        reader.put("patch_embedding/projection/bias", reader.pop("patch_embed.proj.bias"))
-    else:
-        config["patch_bias"] = False  # timm's pre_norm (CLIP)
-    prefix = 0
-    for key, target in (("cls_token", "class_token"), ("dist_token", "distillation_token"),
-                        ("reg_token", "registers")):
-        if reader.has(key):
-            tokens = reader.pop(key)
-            reader.put(target + "/tokens", tokens)
-            prefix += tokens.shape[1]
-    if "distillation_token/tokens" in reader.state:
-        config["distillation"] = True
-    if "registers/tokens" in reader.state:
-        config["num_registers"] = reader.state["registers/tokens"].shape[1]
-    posemb = reader.pop("pos_embed")
-    no_embed_class = model_args.get("no_embed_class")
-    if no_embed_class is None:  # told by the shape: a table of the patches alone is square
-        rows = posemb.shape[1]
-        no_embed_class = rows <= prefix or (square_grid(rows - prefix) is None
-                                            and square_grid(rows) is not None)
-    patches = posemb.shape[1] - prefix
-    if no_embed_class and prefix:
-        # no_embed_class: E_pos covers the patches only; prefix rows add zero.
-        posemb = np.concatenate([np.zeros((1, prefix, hidden_dim), posemb.dtype), posemb], 1)
-        patches = posemb.shape[1] - prefix
-    reader.put("position_embedding/embeddings", posemb)
+    r.require_keys(tensors, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight",
+                             "blocks.0.mlp.fc2.weight"), source)
+    patches = _pad_position_embeddings(tensors, (meta.get("model_args") or {}).get("no_embed_class"))
+    config = _read_config(tensors, meta, num_heads, source)
     grid = square_grid(patches)
-    if "img_size" in model_args:  # the hub config's size, for any grid
-        size = model_args["img_size"]
-        size = (size, size) if isinstance(size, int) else tuple(size)
-        grid = tuple(s // p for s, p in zip(size, config["patch_size"]))
+    if "img_size" in (meta.get("model_args") or {}):  # the hub config's size, for any grid
+        size = np.broadcast_to(meta["model_args"]["img_size"], (2,))
+        grid = tuple(int(s) // p for s, p in zip(size, config["patch_size"]))
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
-    if reader.has("norm_pre.weight"):
-        reader.layer_norm("norm_pre", "norm_pre")
-        config["norm_pre"] = True
-
-    num_layers = 0
-    while reader.has(f"blocks.{num_layers}.norm1.weight"):
-        key, target = f"blocks.{num_layers}.", f"encoder_block_{num_layers}"
-        reader.layer_norm(key + "norm1", target + "/norm1")
-        qkv = _split(reader, key + "attn.qkv", 3)
-        if num_layers == 0:
-            config["qkv_bias"] = qkv[0][1] is not None
-        reader.attention(qkv, key + "attn.proj", target + "/attention", num_heads)
-        if reader.has(key + "attn.q_norm.weight"):
-            reader.layer_norm(key + "attn.q_norm", target + "/attention/query_norm")
-            reader.layer_norm(key + "attn.k_norm", target + "/attention/key_norm")
-            config["qk_norm"] = True
-        reader.layer_norm(key + "norm2", target + "/norm2")
-        reader.linear(key + "mlp.fc1", target + "/mlp/fc1")
-        reader.linear(key + "mlp.fc2", target + "/mlp/fc2")
-        for i in (1, 2):
-            if reader.has(f"{key}ls{i}.gamma"):
-                reader.put(f"{target}/layer_scale_{i}", reader.pop(f"{key}ls{i}.gamma"))
-                config["layer_scale_init"] = model_args.get("init_values", 1e-5)
-        num_layers += 1
-    fc1, fc2 = reader.state["encoder_block_0/mlp/fc1/kernel"], reader.state["encoder_block_0/mlp/fc2/kernel"]
-    if fc1.shape[1] == 2 * fc2.shape[0]:  # timm's SwiGLUPacked (DINOv2 giant): [gate; value]
-        config["mlp_activation"] = "swiglu"
-    config.update(num_layers=num_layers, mlp_dim=fc2.shape[0])
-    if reader.has("fc_norm.weight"):
-        reader.layer_norm("fc_norm", "fc_norm")
-        config["fc_norm"] = True
-    else:
-        reader.layer_norm("norm", "encoder_norm")
-    if reader.has("attn_pool.latent"):
-        config["pooling"] = "map"
-        reader.put("pooling/probe", reader.pop("attn_pool.latent"))
-        query = (reader.pop("attn_pool.q.weight"), reader.pop("attn_pool.q.bias"))
-        kv = _split(reader, "attn_pool.kv", 2)
-        reader.attention([query, *kv], "attn_pool.proj", "pooling/attention", num_heads)
-        reader.layer_norm("attn_pool.norm", "pooling/norm")
-        reader.linear("attn_pool.mlp.fc1", "pooling/mlp/fc1")
-        reader.linear("attn_pool.mlp.fc2", "pooling/mlp/fc2")
-    elif "class_token/tokens" in reader.state:
-        pool = meta.get("global_pool", model_args.get("global_pool", "token"))
-        if pool not in ("token", "", "avg"):
-            raise CheckpointError(
-                f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
-                "reads 'token', 'avg' (the patch tokens' mean) and 'map'.")
-        config["pooling"] = "gap" if pool == "avg" else "token"
-    else:
-        config["pooling"] = "gap"
-    if "class_token/tokens" in reader.state and config["pooling"] != "token":
-        config["class_token"] = True  # beside the pooling, which does not read it
-    reader.read_top("pre_logits.fc", "head", config)
-    if reader.has("head_dist.weight"):
-        reader.linear("head_dist", "head_dist")
-    pretrained_cfg = meta.get("pretrained_cfg") or {}
-    if "mean" in pretrained_cfg and "std" in pretrained_cfg:  # timm's normalisation of [0, 1] pixels
-        config.update(pixel_scaling(pretrained_cfg["mean"], pretrained_cfg["std"],
-                                    config["num_channels"]))
-    names = meta.get("label_names")
-    if names and len(names) == config.get("num_classes"):
-        config["class_names"] = [str(n) for n in names]
-    reader.finish()
+    c = config_view(config)
+    state = r.move(rows(c), tensors, c, source)
     method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
-    return Checkpoint(config, reader.state, source, grid, patches, resample_method=method)
+    return Checkpoint(config, state, source, grid, patches, resample_method=method)

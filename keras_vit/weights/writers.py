@@ -19,11 +19,10 @@ import numpy as np
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.weights.checkpoint import mean_and_std
-from keras_vit.weights.checkpoint import split_swiglu
-from keras_vit.weights.torch_layout import TorchWriter
-from keras_vit.weights.torch_layout import conv_to_torch
-from keras_vit.weights.torch_layout import heads_in_to_torch
-from keras_vit.weights.torch_layout import heads_out_to_torch
+from keras_vit.weights.huggingface import rows as huggingface_rows
+from keras_vit.weights.npz import rows as npz_rows
+from keras_vit.weights.rows import write_rows
+from keras_vit.weights.timm import rows as timm_rows
 
 
 
@@ -162,62 +161,7 @@ def _write_npz(model, path):
          "Use pooling 'token', 'gap' or 'map'."),
         *_family_options(model, "vit_jax", allow=("mlp_bias",)),
     ])
-    state = model_state(model)
-    out = {}
-
-    def norm(source, target):
-        out[target + "/scale"] = state.pop(source + "/gamma")
-        out[target + "/bias"] = state.pop(source + "/beta")
-
-    def dense(source, target):
-        out[target + "/kernel"] = state.pop(source + "/kernel")
-        if source + "/bias" in state:
-            out[target + "/bias"] = state.pop(source + "/bias")
-
-    def attention(source, target):
-        for name in ("query", "key", "value", "out"):
-            dense(f"{source}/{name}", f"{target}/{name}")
-
-    if c.resnet_block_units is not None:
-        out["conv_root/kernel"] = state.pop("resnet/conv_root/kernel")
-        norm("resnet/gn_root", "gn_root")
-        for key in [k for k in state if k.startswith("resnet/block")]:
-            stage_unit, name, kind = key.split("/")[1:]
-            stage, unit = stage_unit[len("block"):].split("_unit")
-            target = f"block{stage}/unit{unit}/{name}"
-            if kind == "kernel":
-                out[target + "/kernel"] = state.pop(key)
-            else:
-                out[target + ("/scale" if kind == "gamma" else "/bias")] = state.pop(key)
-    dense("patch_embedding/projection", "embedding")
-    big_vision = c.pooling == "map"  # the MAP head exists in big_vision's layout only
-    posemb = state.pop("position_embedding/embeddings", None)
-    if "class_token/tokens" in state:
-        cls = state.pop("class_token/tokens")
-        if big_vision and posemb is not None:  # big_vision adds E_pos before the [class] token
-            cls, posemb = cls + posemb[:, :1], posemb[:, 1:]
-        out["cls"] = cls
-    if posemb is not None:
-        out["pos_embedding" if big_vision else "Transformer/posembed_input/pos_embedding"] = posemb
-    for i in range(c.num_layers):
-        source, target = f"encoder_block_{i}", f"Transformer/encoderblock_{i}"
-        norm(source + "/norm1", target + "/LayerNorm_0")
-        attention(source + "/attention", target + "/MultiHeadDotProductAttention_1")
-        norm(source + "/norm2", target + "/LayerNorm_2")
-        dense(source + "/mlp/fc1", target + "/MlpBlock_3/Dense_0")
-        dense(source + "/mlp/fc2", target + "/MlpBlock_3/Dense_1")
-    norm("encoder_norm", "Transformer/encoder_norm")
-    if big_vision:
-        out["MAPHead_0/probe"] = state.pop("pooling/probe")
-        attention("pooling/attention", "MAPHead_0/MultiHeadDotProductAttention_0")
-        norm("pooling/norm", "MAPHead_0/LayerNorm_0")
-        dense("pooling/mlp/fc1", "MAPHead_0/MlpBlock_0/Dense_0")
-        dense("pooling/mlp/fc2", "MAPHead_0/MlpBlock_0/Dense_1")
-    for name in ("pre_logits", "head"):
-        if name + "/kernel" in state:
-            dense(name, name)
-    if state:
-        raise CheckpointError(f"{model.name}: the npz writer has no key for {sorted(state)[:8]}.")
+    out = write_rows(npz_rows(c, c.pooling == "map"), model_state(model), c, model.name, "npz")
     with open(path, "wb") as file:
         np.savez(file, **out)
 
@@ -294,28 +238,10 @@ def _write_huggingface(model, path):
         (c.mlp_activation == "swiglu", "mlp_activation='swiglu', which Hugging Face's ViT does "
          "not have", "Write it with format='timm', which has it."),
     ])
-    writer = TorchWriter(model_state(model), model.name)
-    writer.put("embeddings.cls_token", "class_token/tokens")
-    writer.put("embeddings.position_embeddings", "position_embedding/embeddings")
-    writer.linear("patch_embedding/projection", "embeddings.patch_embeddings.projection",
-                  conv_to_torch)
-    for i in range(c.num_layers):
-        source, key = f"encoder_block_{i}", f"encoder.layer.{i}."
-        writer.layer_norm(source + "/norm1", key + "layernorm_before")
-        for name in ("query", "key", "value"):
-            writer.linear(f"{source}/attention/{name}", f"{key}attention.attention.{name}",
-                          heads_in_to_torch)
-        writer.linear(source + "/attention/out", key + "attention.output.dense", heads_out_to_torch)
-        writer.layer_norm(source + "/norm2", key + "layernorm_after")
-        writer.linear(source + "/mlp/fc1", key + "intermediate.dense")
-        writer.linear(source + "/mlp/fc2", key + "output.dense")
-    writer.layer_norm("encoder_norm", "layernorm")
-    if c.representation_size:
-        writer.linear("pre_logits", "pooler.dense")
+    tensors = write_rows(huggingface_rows(c, "vit"), model_state(model), c, model.name, "Hugging Face")
     if c.num_classes:  # ViTForImageClassification: the ViTModel under "vit.", its classifier
-        writer.tensors = {"vit." + key: value for key, value in writer.tensors.items()}
-        writer.linear("head", "classifier")
-    writer.finish("Hugging Face")
+        tensors = {key if key.startswith("classifier.") else "vit." + key: value
+                   for key, value in tensors.items()}
     names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
     config = {
         "architectures": ["ViTForImageClassification" if c.num_classes else "ViTModel"],
@@ -339,7 +265,7 @@ def _write_huggingface(model, path):
     }
     if c.representation_size:
         config.update(pooler_output_size=c.representation_size, pooler_act="tanh")
-    _write_folder(path, writer.tensors, config, {"preprocessor_config.json": _image_processor(c)})
+    _write_folder(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
 
 
 def _write_huggingface_dinov3(model, path):
@@ -362,32 +288,7 @@ def _write_huggingface_dinov3(model, path):
         *_family_options(model, "Hugging Face's DINOv3ViTModel", allow=(
             "num_registers", "layer_scale_init", "mlp_activation", "mlp_bias", "rope", "key_bias")),
     ])
-    state = model_state(model)
-    if gated:
-        split_swiglu(state, c.num_layers)
-    writer = TorchWriter(state, model.name)
-    writer.put("embeddings.cls_token", "class_token/tokens")
-    writer.tensors["embeddings.mask_token"] = np.zeros((1, 1, c.hidden_dim), np.float32)  # unused
-    if c.num_registers:
-        writer.put("embeddings.register_tokens", "registers/tokens")
-    writer.linear("patch_embedding/projection", "embeddings.patch_embeddings", conv_to_torch)
-    for i in range(c.num_layers):
-        source, key = f"encoder_block_{i}", f"layer.{i}."
-        writer.layer_norm(source + "/norm1", key + "norm1")
-        for name, theirs in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
-            writer.linear(f"{source}/attention/{name}", f"{key}attention.{theirs}", heads_in_to_torch)
-        writer.linear(source + "/attention/out", key + "attention.o_proj", heads_out_to_torch)
-        writer.put(key + "layer_scale1.lambda1", source + "/layer_scale_1")
-        writer.layer_norm(source + "/norm2", key + "norm2")
-        if gated:  # fc1 = [gate; up], split by split_swiglu above
-            writer.linear(source + "/mlp/gate", key + "mlp.gate_proj")
-            writer.linear(source + "/mlp/up", key + "mlp.up_proj")
-        else:
-            writer.linear(source + "/mlp/fc1", key + "mlp.up_proj")
-        writer.linear(source + "/mlp/fc2", key + "mlp.down_proj")
-        writer.put(key + "layer_scale2.lambda1", source + "/layer_scale_2")
-    writer.layer_norm("encoder_norm", "norm")
-    writer.finish("Hugging Face")
+    tensors = write_rows(huggingface_rows(c, "dinov3"), model_state(model), c, model.name, "Hugging Face")
     config = {
         "architectures": ["DINOv3ViTModel"], "model_type": "dinov3_vit",
         "hidden_size": c.hidden_dim, "num_hidden_layers": c.num_layers,
@@ -399,7 +300,7 @@ def _write_huggingface_dinov3(model, path):
         "proj_bias": True, "mlp_bias": c.mlp_bias, "layerscale_value": c.layer_scale_init,
         "num_register_tokens": c.num_registers,
     }
-    _write_folder(path, writer.tensors, config, {"preprocessor_config.json": _image_processor(c)})
+    _write_folder(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
 
 
 def _image_processor(c):
@@ -450,44 +351,9 @@ def _write_timm(model, path):
          f"timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
          f"{gated * c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."),
     ])
-    writer = TorchWriter(model_state(model), model.name)
-    writer.linear("patch_embedding/projection", "patch_embed.proj", conv_to_torch)
-    for name, key in (("class_token", "cls_token"), ("distillation_token", "dist_token"),
-                      ("registers", "reg_token")):
-        if writer.has(name + "/tokens"):
-            writer.put(key, name + "/tokens")
-    writer.put("pos_embed", "position_embedding/embeddings")
-    if c.norm_pre:
-        writer.layer_norm("norm_pre", "norm_pre")
-    for i in range(c.num_layers):
-        source, key = f"encoder_block_{i}", f"blocks.{i}."
-        writer.layer_norm(source + "/norm1", key + "norm1")
-        writer.fused(source + "/attention", ("query", "key", "value"), key + "attn.qkv")
-        writer.linear(source + "/attention/out", key + "attn.proj", heads_out_to_torch)
-        if c.qk_norm:
-            writer.layer_norm(source + "/attention/query_norm", key + "attn.q_norm")
-            writer.layer_norm(source + "/attention/key_norm", key + "attn.k_norm")
-        writer.layer_norm(source + "/norm2", key + "norm2")
-        writer.linear(source + "/mlp/fc1", key + "mlp.fc1")
-        writer.linear(source + "/mlp/fc2", key + "mlp.fc2")
-        for j in (1, 2):
-            if writer.has(f"{source}/layer_scale_{j}"):
-                writer.put(f"{key}ls{j}.gamma", f"{source}/layer_scale_{j}")
-    writer.layer_norm("fc_norm" if c.fc_norm else "encoder_norm", "fc_norm" if c.fc_norm else "norm")
-    if c.pooling == "map":
-        writer.put("attn_pool.latent", "pooling/probe")
-        writer.linear("pooling/attention/query", "attn_pool.q", heads_in_to_torch)
-        writer.fused("pooling/attention", ("key", "value"), "attn_pool.kv")
-        writer.linear("pooling/attention/out", "attn_pool.proj", heads_out_to_torch)
-        writer.layer_norm("pooling/norm", "attn_pool.norm")
-        writer.linear("pooling/mlp/fc1", "attn_pool.mlp.fc1")
-        writer.linear("pooling/mlp/fc2", "attn_pool.mlp.fc2")
-    for name in ("head", "head_dist"):
-        if writer.has(name + "/kernel"):
-            writer.linear(name, name)
-    writer.finish("timm")
+    tensors = write_rows(timm_rows(c), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
-        _save_safetensors(writer.tensors, path)
+        _save_safetensors(tensors, path)
         return
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
@@ -525,15 +391,20 @@ def _write_timm(model, path):
     }
     if c.class_names:
         config["label_names"] = list(c.class_names)
-    _write_folder(path, writer.tensors, config)
+    _write_folder(path, tensors, config)
 
 
 # -- keras-hub presets ---------------------------------------------------------
 
 def _write_keras_hub(model, path):
-    from keras_vit.weights.keras_hub import is_dinov2
-    from keras_vit.weights.keras_hub import is_dinov3
+    from keras_vit.weights.keras_hub import family_of
     from keras_vit.weights.keras_hub import write_keras_hub
+
+    def is_dinov2(c):
+        return family_of(c) == "DINOV2"
+
+    def is_dinov3(c):
+        return family_of(c) == "DINOV3"
 
     c = model.config
     state = model_state(model)
