@@ -134,7 +134,8 @@ def test_plain_projection_reads_the_contraction_and_refuses_what_keras_must_comp
 @pytest.mark.parametrize("kind", list(PROJECTIONS))
 def test_dense_calls_a_quantized_or_lora_layer_itself(kind, mode):
     # Whatever Keras computes in the layer's call (quantized kernels and their
-    # scales, float8 scaling, LoRA) is what dense gives: exactly layer(x).
+    # scales, float8 scaling, LoRA) is what dense gives: exactly layer(x),
+    # or for int8 on a backend's int8 kernels what test_int8_dense_* checks.
     layer, x = projection_layer(kind)
     float_y = reference(layer, x, None)
     if mode == "lora":
@@ -143,13 +144,118 @@ def test_dense_calls_a_quantized_or_lora_layer_itself(kind, mode):
     else:
         layer.quantize(mode)
     got = to_numpy(kernels.dense(layer, x, activation="gelu"))
-    want = to_numpy(kernels.gelu(layer(x), approximate=False))
+    if mode == "int8":
+        path = kernels.route("int8_dense", layer=layer, x=keras.ops.convert_to_tensor(x))
+        want = to_numpy(kernels.gelu(kernels.int8_dense(layer, x, path), approximate=False))
+    else:
+        want = to_numpy(kernels.gelu(layer(x), approximate=False))
     np.testing.assert_array_equal(got, want)
     if mode == "lora":
         assert np.abs(to_numpy(layer(x)) - float_y).max() > 1e-2  # the adapter counts
     else:
         tol = {"int8": 0.05, "float8": 0.1, "int4": 0.3}[mode]
         assert np.abs(to_numpy(layer(x)) - float_y).max() < tol * np.abs(float_y).max()
+
+
+def int8_layer(kind):
+    """A projection of kind `kind` quantized to int8 by Keras, its float64
+    dequantized kernel ``(fan_in, fan_out)`` and bias, and an input (3, 7, *in)
+    whose tokens span four decades of scale (Keras quantizes each on its own)."""
+    layer, x = projection_layer(kind)
+    x = x * np.logspace(-2, 2, 7, dtype="float32").reshape(1, 7, *[1] * (x.ndim - 2))
+    layer.quantize("int8")
+    scale = to_numpy(layer.kernel_scale).astype("float64").reshape(-1)
+    kernel = to_numpy(layer.kernel).astype("float64").reshape(-1, scale.size) / scale
+    return layer, x, kernel, to_numpy(layer.bias).astype("float64").reshape(-1)
+
+
+def int8_rounding_bound(x, kernel, steps):
+    """The largest error of ``x · kernel`` when each token of `x` is rounded
+    to `steps` steps of its ``max|x|`` (a half step each way, and as much
+    again for a shifted zero point: 2 / steps), plus float32's sums."""
+    x2 = np.abs(x.astype("float64").reshape(-1, kernel.shape[0]))
+    return (2 / steps) * x2.max(-1, keepdims=True) * np.abs(kernel).sum(0) + 1e-5 * (x2 @ np.abs(kernel) + 1)
+
+
+# The rounding of the input that each path gives: Keras's (and XLA's) 127
+# steps each way (254), PyTorch's dynamic int8 linear 127 over the range.
+INT8_STEPS = {"reference": 254, "xla_int8": 254, "dynamic_int8": 127}
+
+
+@pytest.mark.parametrize("kind", list(PROJECTIONS))
+def test_int8_dense_is_keras_int8_call_to_the_inputs_rounding(kind):
+    layer, x, kernel, bias = int8_layer(kind)
+    keras_y = to_numpy(layer(x))
+    np.testing.assert_allclose(to_numpy(kernels.int8_dense_reference(layer, x)), keras_y, rtol=1e-6, atol=1e-6)
+    path = kernels.route("int8_dense", layer=layer, x=keras.ops.convert_to_tensor(x))
+    assert path == {"tensorflow": "xla_int8", "torch": "dynamic_int8", "jax": routes.REFERENCE}[BACKEND]
+    got = to_numpy(kernels.dense(layer, x))
+    assert got.shape == keras_y.shape
+    exact = x.astype("float64").reshape(-1, kernel.shape[0]) @ kernel + bias  # the int8 kernel, x unrounded
+    for y, steps in ((keras_y, INT8_STEPS["reference"]), (got, INT8_STEPS[path])):
+        error = np.abs(y.reshape(exact.shape) - exact)
+        bound = int8_rounding_bound(x, kernel, steps)
+        assert (error <= bound).all(), (steps, (error / bound).max())
+    if path != "dynamic_int8":  # XLA's int8 dot: Keras's integers, its scales
+        np.testing.assert_allclose(got, keras_y, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("kind", list(PROJECTIONS))
+def test_int8_dense_gradient_is_keras_int8_gradient(kind):
+    # Under autodiff PyTorch's route hands over to Keras's call; XLA's route
+    # has Keras's gradient written out (through kernel / kernel_scale).
+    layer, x, _, _ = int8_layer(kind)
+    w = rand(*to_numpy(layer(x)).shape)
+    y, dx = value_and_gradient(lambda v: kernels.dense(layer, v), x, w)
+    want_y, want = value_and_gradient(lambda v: layer(v), x, w)
+    np.testing.assert_allclose(y, want_y, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(dx, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's packed int8 kernel")
+def test_int8_kernel_is_packed_once_and_again_after_its_variables_change():
+    from keras_vit.kernels import quantized
+
+    layer, x, _, _ = int8_layer("qkv")
+    other, third = int8_layer("qkv")[0], int8_layer("qkv")[0]
+    first = quantized._packed_kernel(layer)
+    kernels.dense(layer, x)
+    assert quantized._packed_kernel(layer) is first
+    for variable in (layer.kernel, layer.kernel_scale):  # each assign packs again
+        variable.assign(to_numpy(getattr(other, variable.name)))
+        assert quantized._packed_kernel(layer) is not first
+        first = quantized._packed_kernel(layer)
+    layer.bias.assign(to_numpy(other.bias))
+    np.testing.assert_array_equal(to_numpy(kernels.dense(layer, x)), to_numpy(kernels.dense(other, x)))
+    layer.set_weights(third.get_weights())  # as load_weights
+    want = to_numpy(kernels.int8_dense_reference(third, x))
+    got = to_numpy(kernels.dense(layer, x))
+    assert np.abs(got - want).max() < 0.03 * np.abs(want).max()
+
+
+def int8_model():
+    """A small ViT, every weight random (the head's too), and images."""
+    model = ViT(image_size=16, patch_size=4, hidden_dim=32, num_layers=2, num_heads=4, mlp_dim=64,
+                num_classes=10, gelu_approximate=False)
+    rng = np.random.default_rng(0)
+    for variable in model.weights:
+        variable.assign(rng.normal(0.0, 0.3, variable.shape).astype("float32"))
+    return model, rng.uniform(-1, 1, (16, 16, 16, 3)).astype("float32")
+
+
+def test_int8_model_logits_are_keras_int8_logits():
+    model, x = int8_model()
+    full = to_numpy(model.predict_on_batch(x))
+    model.quantize("int8")
+    fast = to_numpy(model.predict_on_batch(x))
+    with kernels.keras_layers_only():  # Keras's own int8 call in every projection
+        plain = to_numpy(model(x))
+    spread = full.max() - full.min()
+    print(f"int8 logit error / range: fast {np.abs(fast - full).max() / spread:.4f}, "
+          f"Keras {np.abs(plain - full).max() / spread:.4f}")
+    assert np.abs(fast - plain).max() < 0.03 * spread
+    np.testing.assert_array_equal(fast.argmax(-1), plain.argmax(-1))
+    np.testing.assert_array_equal(fast.argmax(-1), full.argmax(-1))
 
 
 def test_dense_errors_name_the_problem():
@@ -388,12 +494,25 @@ def test_route_names_each_condition_here():
     # What only the Keras layer computes.
     dense.quantize("int8")
     assert kernels.route("dense", layer=dense) == routes.REFERENCE
+    x_tensor = keras.ops.convert_to_tensor(x)
+    assert kernels.route("int8_dense", layer=dense, x=x_tensor) == expected("int8_dense")
+    assert kernels.route("int8_dense", layer=norm, x=x_tensor) == routes.REFERENCE
+    for mode in ("int4", "float8", "lora"):
+        layer = keras.layers.Dense(4)
+        layer.build((2, 8))
+        layer.enable_lora(2) if mode == "lora" else layer.quantize(mode)
+        assert kernels.int8_projection(layer) is None, mode
+        assert kernels.route("int8_dense", layer=layer, x=x_tensor) == routes.REFERENCE, mode
+    if backend == "torch":  # autograd through PyTorch's int8 linear: Keras's call
+        watched = keras.ops.convert_to_tensor(x).requires_grad_()
+        assert kernels.route("int8_dense", layer=dense, x=watched) == routes.REFERENCE
     assert kernels.route("layer_norm", layer=keras.layers.LayerNormalization(center=False), x=x) == routes.REFERENCE
     assert kernels.route("layer_norm", layer=keras.layers.LayerNormalization(axis=0), x=x) == routes.REFERENCE
     # Export tracing: every operation its reference.
     with kernels.keras_layers_only():
         for operation in ("matmul", "gelu"):
             assert kernels.route(operation) == routes.REFERENCE
+        assert kernels.route("int8_dense", layer=dense, x=x_tensor) == routes.REFERENCE
         assert kernels.route("layer_norm", layer=norm, x=x) == routes.REFERENCE
         assert kernels.route("attention", query=q, key=q, weights=True) == routes.REFERENCE
     with pytest.raises(ValueError, match="unknown operation 'softmax'; one of"):

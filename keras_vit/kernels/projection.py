@@ -2,8 +2,10 @@
 ``keras.ops`` reference.
 
 - `dense`: a Keras ``Dense`` or ``EinsumDense`` layer, then GELU. On JAX's
-  CPU a plain float kernel is multiplied through `matmul`; everywhere else,
-  and for a quantized, float8 or LoRA layer, the layer itself is called.
+  CPU a plain float kernel is multiplied through `matmul`; an int8 kernel
+  on TensorFlow's CPU and PyTorch's through `int8_dense` (XLA's int8 dot,
+  PyTorch's dynamic int8 linear); everywhere else, and for an int4, float8
+  or LoRA layer, the layer itself is called.
 - `gelu`: on TensorFlow and JAX's CPU with its gradient written out from its
   input; on TensorFlow's CPU the forward and the gradient are each one XLA
   kernel.
@@ -20,7 +22,9 @@ import math
 from keras import ops
 
 from keras_vit.kernels._platform import upstream_gradient
+from keras_vit.kernels.quantized import int8_dense
 from keras_vit.kernels.routes import REFERENCE
+from keras_vit.kernels.routes import int8_projection
 from keras_vit.kernels.routes import plain_projection
 from keras_vit.kernels.routes import route
 
@@ -43,7 +47,10 @@ def dense(layer, x, activation=None):
     The same numbers as `dense_reference` to float rounding. The layer is
     called (so whatever Keras does in its ``call`` applies: quantized kernels
     and their scales, float8, LoRA) unless `plain_projection` holds and JAX
-    runs on a CPU, where its kernel goes through `matmul`.
+    runs on a CPU, where its kernel goes through `matmul`, or
+    `int8_projection` holds on TensorFlow's CPU or PyTorch's (outside
+    autograd), where `int8_dense` computes Keras's int8 ``call`` on the
+    backend's int8 kernels (on PyTorch to 7-bit rounding of the input).
 
     Example:
         ```python
@@ -63,10 +70,16 @@ def dense(layer, x, activation=None):
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
-    if route("dense", layer=layer) == "matmul":
+    path = route("dense", layer=layer)
+    if path == REFERENCE and int8_projection(layer) is not None:
+        x = ops.convert_to_tensor(x)
+        path = route("int8_dense", layer=layer, x=x)
+    if path == "matmul":
         y = _projection(layer, x, plain_projection(layer))
-    else:
+    elif path == REFERENCE:
         y = layer(x)
+    else:
+        y = int8_dense(layer, x, path)
     if activation is None:
         return y
     return gelu(y, approximate=activation == "gelu_approximate")

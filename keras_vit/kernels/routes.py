@@ -19,6 +19,7 @@ from keras_vit.kernels._platform import fast_paths_enabled
 # Anything not listed runs the operation's Keras reference.
 FAST_PATHS = {
     "dense": {("jax", "cpu"): "matmul"},
+    "int8_dense": {("tensorflow", "cpu"): "xla_int8", ("torch", None): "dynamic_int8"},  # PyTorch: CPU tensors
     "matmul": {("jax", "cpu"): "sequential_gradient"},
     "gelu": {("jax", "cpu"): "gradient_from_x", ("tensorflow", "cpu"): "xla_gradient_from_x"},
     "layer_norm": {("jax", "cpu"): "written_out_gradient", ("tensorflow", "cpu"): "written_out_gradient"},
@@ -72,24 +73,31 @@ def route(operation, *, layer=None, x=None, query=None, key=None, training=None,
     2. ``attention`` whose weights are asked for (`weights`) or dropped out
        (`dropout`, while `training`): `WEIGHTS`, on every backend.
     3. The backend and platform have no fast path for the operation:
-       `REFERENCE` (PyTorch's layers stop here, before the layer is read).
+       `REFERENCE` (PyTorch's layers stop here, before the layer is read;
+       JAX's ``int8_dense`` too: Keras's int8 call is XLA's int8 dot there).
     4. What the Keras layer itself must compute: a ``dense`` whose layer is
        quantized (int8, int4, float8), LoRA-enabled, has an activation or an
-       equation other than a plain contraction (`plain_projection`);
-       a ``layer_norm`` not over the last axis, without centre and scale, or
-       RMS-scaled: `REFERENCE`.
+       equation other than a plain contraction (`plain_projection`); an
+       ``int8_dense`` whose layer is not such a contraction quantized to
+       int8 by Keras's defaults (`int8_projection`); a ``layer_norm`` not
+       over the last axis, without centre and scale, or RMS-scaled:
+       `REFERENCE`.
     5. What the fast path needs: JAX's padded cuDNN attention a 16-bit
        `query` with an odd number of query or `key` tokens; TensorFlow's
        ``ResourceApply*`` kernels no distribution strategy, dense
        `gradients` and resource `variables`; PyTorch's fused update dense
-       `gradients` and `variables` of one device and dtype. Otherwise
-       `REFERENCE`.
+       `gradients` and `variables` of one device and dtype; PyTorch's
+       dynamic int8 linear a CPU tensor `x` whose gradient is not asked for
+       (no autograd through it), one of the engines that run it
+       (``torch.backends.quantized.engine`` ``x86``, ``fbgemm`` or
+       ``onednn``), and no ``torch.compile`` or ``torch.export`` tracing.
+       Otherwise `REFERENCE`.
     6. ``attention`` on JAX's CPU outside training: ``"per_image"``.
 
     Args:
         operation: a key of `FAST_PATHS`.
-        layer: the Keras layer of ``dense`` and ``layer_norm``.
-        x: the input of ``layer_norm``.
+        layer: the Keras layer of ``dense``, ``int8_dense`` and ``layer_norm``.
+        x: the input of ``layer_norm`` and ``int8_dense`` (a tensor).
         query, key: the attention's inputs, ``(batch, T, heads, head_dim)``.
         training: bool or None.
         weights, dropout: bool. Attention weights returned; attention
@@ -110,6 +118,8 @@ def route(operation, *, layer=None, x=None, query=None, key=None, training=None,
         return REFERENCE
     if operation == "dense" and plain_projection(layer) is None:
         return REFERENCE
+    if operation == "int8_dense" and int8_projection(layer) is None:
+        return REFERENCE
     if operation == "layer_norm" and not _plain_layer_norm(layer, x):
         return REFERENCE
     if path == "padded_cudnn" and not _odd_length_16_bits(query, key):
@@ -117,6 +127,8 @@ def route(operation, *, layer=None, x=None, query=None, key=None, training=None,
     if path == "resource_apply" and not _tensorflow_update(gradients, variables):
         return REFERENCE
     if path == "fused" and not _torch_update(gradients, variables):
+        return REFERENCE
+    if path == "dynamic_int8" and not _torch_int8_inference(x):
         return REFERENCE
     if path == "heads_first" and backend_platform() == ("jax", "cpu") and not training:
         return "per_image"
@@ -128,9 +140,34 @@ def plain_projection(layer):
     ``EinsumDense`` without activation contracts with the leading axes of its
     kernel (1 for ``Dense``); None for any other layer, which only its own
     ``call`` computes as Keras would."""
+    if getattr(layer, "quantization_mode", None) is not None:
+        return None
+    return _contraction(layer)
+
+
+def int8_projection(layer):
+    """`plain_projection`'s count for a ``Dense`` or ``EinsumDense`` that
+    Keras quantized to int8 (``quantize("int8")`` or an ``int8_from_*``
+    policy) with its default input quantizer: the input quantized per
+    token, ``AbsMaxQuantizer`` to ``[-127, 127]`` over the contracted axes;
+    None for any other layer (float, int4, float8, LoRA-enabled, weight-only
+    or another quantizer, an activation)."""
+    if getattr(layer, "quantization_mode", None) != "int8":
+        return None
+    quantizer = getattr(layer, "inputs_quantizer", None)
+    if type(quantizer) is not keras.quantizers.AbsMaxQuantizer:
+        return None
+    config = quantizer.get_config()
+    if tuple(config["value_range"]) != (-127, 127) or config["output_dtype"] != "int8":
+        return None
+    return _contraction(layer)
+
+
+def _contraction(layer):
+    """`plain_projection`'s count, whatever the layer's kernel dtype."""
     if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
         return None
-    if layer.quantization_mode is not None or getattr(layer, "lora_enabled", False):
+    if getattr(layer, "lora_enabled", False):
         return None
     if layer.activation is not keras.activations.linear:
         return None
@@ -173,3 +210,14 @@ def _torch_update(gradients, variables):
     return all(not g.is_sparse for g in gradients) and len(
         {(v.value.device, v.value.dtype) for v in variables}
     ) == 1
+
+
+def _torch_int8_inference(x):
+    import torch
+
+    return (
+        x.device.type == "cpu"
+        and not (torch.is_grad_enabled() and x.requires_grad)
+        and torch.backends.quantized.engine in ("x86", "fbgemm", "onednn")
+        and not torch.compiler.is_compiling()
+    )
