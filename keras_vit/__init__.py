@@ -21,6 +21,7 @@ _NAMES = {
     "TextTransformer": "keras_vit.image_text",
     "ViT": "keras_vit.model",
     "ViTConfig": "keras_vit.config",
+    "load_model": "keras_vit.loading",
     "presets": "keras_vit.presets",
     "pretrained": "keras_vit.weights.pretrained",
     "segmentation_probe": "keras_vit.dense",
@@ -28,7 +29,7 @@ _NAMES = {
 }
 
 __all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
-           "layers", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
+           "layers", "load_model", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
            "__version__"]
 
 if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, type checkers)
@@ -38,6 +39,7 @@ if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, 
     from keras_vit.dense import segmentation_probe
     from keras_vit.image_text import ImageTextModel
     from keras_vit.image_text import TextTransformer
+    from keras_vit.loading import load_model
     from keras_vit.model import ViT
     from keras_vit.presets import presets
     from keras_vit.text_tokenizer import TextTokenizer

@@ -120,26 +120,10 @@ def _run_recipe(args):
 
 
 def _load_model(path, image_size=None, num_classes=None, dtype=None):
-    from keras_vit import ViT
-    from keras_vit import files
+    """`keras_vit.load_model` (imported when a command runs, not for ``--help``)."""
+    from keras_vit.loading import load_model
 
-    if str(path).endswith(".keras"):
-        if not pathlib.Path(path).exists():
-            raise FileNotFoundError(f"No model at {path}.")
-        model = files.load_keras_model(path, "")
-        if not isinstance(model, ViT):
-            if image_size or num_classes is not None:
-                raise ValueError(f"{path} holds a {type(model).__name__}, not a ViT: it "
-                                 "cannot be resized or given a new head here.")
-            return model
-        if image_size and model.image_size != (image_size, image_size):
-            model = model.with_image_size(image_size)
-        if num_classes is not None and num_classes != model.num_classes:
-            # a new, zero-initialised head
-            model = model.with_config(skip=("head",), num_classes=num_classes, class_names=None)
-        return at_dtype(model, dtype)
-    return ViT.from_checkpoint(path, image_size=image_size, num_classes=num_classes,
-                               **({"dtype": dtype} if dtype else {}))
+    return load_model(path, image_size, num_classes, dtype=dtype)
 
 
 def at_dtype(model, dtype):
@@ -239,13 +223,7 @@ def _zero_shot(args):
     labels = [label.strip() for label in args.labels.split(",") if label.strip()]
     if not labels:
         raise ValueError("--labels is empty: give the class names, comma-separated (--labels cat,dog).")
-    if str(args.model).endswith(".keras"):
-        model = _load_model(args.model)
-        if not isinstance(model, ImageTextModel):
-            raise ValueError(f"{args.model} holds a {type(model).__name__}, not an ImageTextModel "
-                             "(CLIP, SigLIP): zero-shot classification needs a text tower.")
-    else:
-        model = ImageTextModel.from_checkpoint(args.model)
+    model = ImageTextModel.from_checkpoint(args.model)  # a .keras file of one too
     classifier = at_dtype(zero_shot_classifier(model, labels, args.templates), args.dtype)
     images = read_images(args.images, model=classifier)
     logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,

@@ -404,38 +404,14 @@ class ImageTextModel(keras.Model):
     @classmethod
     def from_checkpoint(cls, path, image_size=None, resample_method=None, **overrides):
         """A two-tower model from a Hugging Face ``CLIPModel`` or
-        ``SiglipModel`` folder (SigLIP 2's fixed-resolution files too: they
-        are ``siglip`` folders), by path or ``hf://``, with the tokenizer
-        files beside the weights. Another `image_size` resamples the image
+        ``SiglipModel`` folder (`read_image_text_model`), by path, URL or
+        ``hf://``, or from a ``.keras`` file of one
+        (`keras_vit.load_model`). Another `image_size` resamples the image
         tower's position embeddings (`keras_vit.ViT.from_checkpoint`);
         `overrides` go to the image tower (``dtype``, ``dropout_rate``)."""
-        directory, _ = locate(path)
-        directory = pathlib.Path(directory)
-        if directory.name == "model.safetensors":
-            directory = directory.parent
-        if not (directory / "config.json").is_file():
-            what = f"a {directory.suffix} file" if directory.is_file() else "a folder without config.json"
-            raise CheckpointError(
-                f"{path} is {what}, which holds an image tower at most; ImageTextModel reads a "
-                "Hugging Face CLIPModel or SiglipModel folder (config.json, model.safetensors and "
-                "the tokenizer files). Read an image tower with keras_vit.ViT.from_checkpoint.")
-        checkpoint, text = read_image_text(directory)  # a one-tower folder refused by name
-        config, state = checkpoint.config, checkpoint.state
-        if config.get("num_classes"):  # CLIP's visual_projection: the tower's projection
-            config["projection_dim"], config["num_classes"] = config.pop("num_classes"), 0
-            state["projection/kernel"] = state.pop("head/kernel")
-            state.pop("head/bias")
-        image_model = build_model(ViT, checkpoint, image_size, None, resample_method,
-                                  **overrides)
-        dtype = overrides.get("dtype")
-        text_model = TextTransformer(**text.config, dtype=dtype)
-        assign_weights(text_model, text.state, text.source)
-        try:
-            tokenizer = TextTokenizer.from_directory(directory, text.config["context_length"])
-        except ValueError as error:
-            raise ValueError(f"{error} (ImageTextModel reads the tokenizer with the weights.)") from None
-        return cls(image_model, text_model, logit_scale=text.logit_scale,
-                   logit_bias=text.logit_bias, tokenizer=tokenizer, name=text.name)
+        from keras_vit.loading import load_model
+
+        return load_model(path, image_size, None, resample_method, model_class=cls, **overrides)
 
     def save_assets(self, dir_path):
         """The tokenizer's files, into the ``.keras`` archive's assets."""
@@ -460,3 +436,39 @@ class ImageTextModel(keras.Model):
         for name in ("image_model", "text_model"):
             config[name] = keras.saving.deserialize_keras_object(config[name])
         return cls(**config)
+
+
+def read_image_text_model(path, image_size=None, resample_method=None, **overrides):
+    """The `ImageTextModel` of a Hugging Face ``CLIPModel`` or
+    ``SiglipModel`` folder (SigLIP 2's fixed-resolution files too: they
+    are ``siglip`` folders), by path or ``hf://``, with the tokenizer
+    files beside the weights. Another `image_size` resamples the image
+    tower's position embeddings (`keras_vit.ViT.from_checkpoint`);
+    `overrides` go to the image tower (``dtype``, ``dropout_rate``)."""
+    directory, _ = locate(path)
+    directory = pathlib.Path(directory)
+    if directory.name == "model.safetensors":
+        directory = directory.parent
+    if not (directory / "config.json").is_file():
+        what = f"a {directory.suffix} file" if directory.is_file() else "a folder without config.json"
+        raise CheckpointError(
+            f"{path} is {what}, which holds an image tower at most; ImageTextModel reads a "
+            "Hugging Face CLIPModel or SiglipModel folder (config.json, model.safetensors and "
+            "the tokenizer files). Read an image tower with keras_vit.ViT.from_checkpoint.")
+    checkpoint, text = read_image_text(directory)  # a one-tower folder refused by name
+    config, state = checkpoint.config, checkpoint.state
+    if config.get("num_classes"):  # CLIP's visual_projection: the tower's projection
+        config["projection_dim"], config["num_classes"] = config.pop("num_classes"), 0
+        state["projection/kernel"] = state.pop("head/kernel")
+        state.pop("head/bias")
+    image_model = build_model(ViT, checkpoint, image_size, None, resample_method,
+                              **overrides)
+    dtype = overrides.get("dtype")
+    text_model = TextTransformer(**text.config, dtype=dtype)
+    assign_weights(text_model, text.state, text.source)
+    try:
+        tokenizer = TextTokenizer.from_directory(directory, text.config["context_length"])
+    except ValueError as error:
+        raise ValueError(f"{error} (ImageTextModel reads the tokenizer with the weights.)") from None
+    return ImageTextModel(image_model, text_model, logit_scale=text.logit_scale,
+                          logit_bias=text.logit_bias, tokenizer=tokenizer, name=text.name)

@@ -44,6 +44,7 @@ import keras
 from keras_vit import files
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
+from keras_vit.loading import load_model
 from keras_vit.model import ViT
 from keras_vit.presets import preset_config
 from keras_vit.training import evaluation
@@ -93,36 +94,29 @@ def model_config(config, num_classes, class_names=None):
 
 
 def load_init(path, config, num_classes, class_names=None):
-    """The fine-tuning model from `--init`: a `.keras` file (a ViT or a
-    masked-patch model) or any checkpoint `ViT.from_checkpoint` reads (a
-    file, a URL or a released name), at the config's resolution with a new
-    zero-initialised head of `num_classes` and no pre-logits layer (as
-    vit_jax fine-tunes)."""
+    """The fine-tuning model from `--init`: anything `keras_vit.load_model`
+    reads (a ``.keras`` ViT, a checkpoint file, a URL, a released name), or
+    a ``.keras`` masked-patch model, at the config's resolution with a new
+    zero-initialised head of `num_classes` (when the source's differs) and
+    no pre-logits layer (as vit_jax fine-tunes)."""
     overrides = dict(dropout_rate=config.dropout_rate, drop_path_rate=config.drop_path_rate,
                      dtype=config.dtype, class_names=class_names)
-    if str(path).endswith(".keras"):
-        try:
-            source = files.load_keras_model(path, "--init")
-        except (OSError, ValueError) as error:
-            raise RunError(str(error)) from error
+    try:
+        source = files.load_keras_model(path, "--init") if str(path).endswith(".keras") else path
         if isinstance(source, masked_patch.MaskedPatchPredictor):
             return masked_patch.masked_patch_to_vit(
-                source, num_classes, image_size=config.image_size, **overrides
-            )
-        if not isinstance(source, ViT):
+                source, num_classes, image_size=config.image_size, **overrides)
+        if isinstance(source, keras.Model) and not isinstance(source, ViT):
             raise RunError(
                 f"--init {path}: a {type(source).__name__}, not a keras_vit ViT or "
-                "MaskedPatchPredictor; fine-tuning starts from one of those."
-            )
-        return source.with_config(
-            skip=("head", "pre_logits"), image_size=config.image_size, num_classes=num_classes,
-            representation_size=None, name="vit", **overrides,
-        )
-    try:
-        return ViT.from_checkpoint(path, image_size=config.image_size,
-                                   num_classes=num_classes, representation_size=None, **overrides)
-    except CheckpointError as error:
-        raise RunError(f"--init {path}: {error}") from error
+                "MaskedPatchPredictor; fine-tuning starts from one of those.")
+        return load_model(source, config.image_size, num_classes, flag="--init",
+                          representation_size=None, name="vit", **overrides)
+    except RunError:
+        raise
+    except (OSError, ValueError) as error:
+        raise RunError(f"--init {path}: {error}" if isinstance(error, CheckpointError)
+                       else str(error)) from error
 
 
 def build_model(config, source):

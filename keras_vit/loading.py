@@ -1,0 +1,138 @@
+"""One way to load a model from anything a user names: `load_model`.
+
+The command line (``keras-vit predict MODEL``, ``--init``, ``--checkpoint``),
+training's ``--init``, `keras_vit.ViT.from_checkpoint` and
+`keras_vit.ImageTextModel.from_checkpoint` all load through it, so a name
+that one of them takes, the others take, with the same resizing, the same
+new head and the same errors.
+"""
+
+import pathlib
+
+import keras
+
+from keras_vit import files
+from keras_vit.config import pair
+
+
+def load_model(source, image_size=None, num_classes=None, resample_method=None,
+               model_class=None, flag="", **overrides):
+    """The model that `source` names, with its weights.
+
+    Args:
+        source: a keras_vit model already loaded (returned changed as
+            asked), or a str or path, one of
+            - a ``.keras`` file: any keras_vit model saved by Keras
+              (`ViT`, `ImageTextModel`, ``MaskedPatchPredictor``, a
+              segmentation probe);
+            - a checkpoint file or folder, by path, URL or ``hf://``: a
+              vit_jax / big_vision ``.npz``, a Hugging Face folder, a timm
+              ``.safetensors`` file or hub folder (docs/checkpoints.md);
+            - a released name (``"vit_b16.augreg_in21k_ft_in1k_224"``,
+              `keras_vit.pretrained`), downloaded once into the cache;
+            - a preset (``"vit_b16"``, ``"ViT-B/16"``): its recommended
+              released checkpoint (`keras_vit.weights.pretrained.default_pretrained`).
+        image_size: int or (int, int), or None for the source's own. Another
+            size resamples the learned position embeddings (Sec. 3.2).
+        num_classes: int or None. A number of classes other than the
+            source's gives a new zero-initialised head (DeiT's distillation
+            head goes with it; 0: no head); None or the same keeps the head.
+        resample_method: ``"bilinear"`` (vit_jax), ``"bicubic"`` (timm),
+            ``"dinov2"``, or None for the source's own (bilinear for a
+            ``.keras`` model).
+        model_class: `keras_vit.ViT` (the default for a checkpoint: its
+            image tower, for a two-tower folder) or
+            `keras_vit.ImageTextModel` (both towers and the tokenizer); a
+            ``.keras`` file holding another class is refused, naming it.
+            None takes what a ``.keras`` file holds.
+        flag: the command-line flag that named `source` (``"--init"``), for
+            the error messages.
+        **overrides: other `ViT` arguments: ``dtype`` (a policy name such
+            as ``"mixed_bfloat16"``; None: the source's own), ``dropout_rate``, ``class_names``,
+            ``representation_size=None`` (drops the pre-logits layer, as
+            vit_jax fine-tunes), ...
+
+    Returns:
+        The model; a ``.keras`` source that needs no change is returned as
+        loaded.
+
+    Raises:
+        FileNotFoundError, ValueError, `keras_vit.weights.CheckpointError`:
+        the message names the source, what it holds and the fix.
+    """
+    from keras_vit.image_text import ImageTextModel
+    from keras_vit.image_text import read_image_text_model
+    from keras_vit.model import ViT
+
+    if overrides.get("dtype") is None:  # the source's own
+        overrides.pop("dtype", None)
+    if str(source).endswith(".keras") and not pathlib.Path(source).expanduser().exists():
+        raise FileNotFoundError(f"{flag} {source}: no such file." if flag else f"No model at {source}.")
+    if isinstance(source, keras.Model) or str(source).endswith(".keras"):
+        model = source if isinstance(source, keras.Model) else files.load_keras_model(source, flag)
+        if model_class is not None and not isinstance(model, model_class):
+            raise ValueError(f"{_named(source, flag)} holds {_a(type(model).__name__)}, not "
+                             f"{_a(model_class.__name__)}.")
+        if isinstance(model, ViT):
+            return _changed(model, image_size, num_classes, resample_method, overrides)
+        changes = {**overrides, "image_size": image_size, "num_classes": num_classes}
+        asked = sorted(k for k, v in changes.items() if v is not None)
+        if asked:
+            raise ValueError(f"{_named(source, flag)} holds {_a(type(model).__name__)}, not a ViT: "
+                             f"{', '.join(asked)} cannot be changed here.")
+        return model
+    source = _recommended_checkpoint(source)
+    if model_class is ImageTextModel:
+        if num_classes is not None:
+            raise ValueError("An ImageTextModel has no classification head: drop `num_classes` "
+                             "(zero-shot classes come from keras_vit.zero_shot_classifier).")
+        return read_image_text_model(source, image_size, resample_method, **overrides)
+    from keras_vit.weights import load_checkpoint
+
+    return load_checkpoint(model_class or ViT, source, image_size, num_classes, resample_method,
+                           **overrides)
+
+
+def _named(source, flag):
+    if isinstance(source, keras.Model):
+        return f"The model {source.name}"
+    return f"{flag} {source}" if flag else str(source)
+
+
+def _a(name):
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+
+
+def _recommended_checkpoint(source):
+    """A preset's name (``"vit_b16"``) as its recommended released
+    checkpoint's; anything else as it is."""
+    from keras_vit.presets import preset_name
+    from keras_vit.weights.pretrained import PRETRAINED
+    from keras_vit.weights.pretrained import default_pretrained
+
+    name = str(source)
+    if name in PRETRAINED or pathlib.Path(name).expanduser().exists() or "/" in name:
+        return source
+    try:
+        return default_pretrained(preset_name(name)).name
+    except ValueError:  # not a preset: the checkpoint reader names what it is not
+        return source
+
+
+def _changed(model, image_size, num_classes, resample_method, overrides):
+    """`model` (a ViT) with what the caller asks changed, its weights copied;
+    `model` itself when nothing changes."""
+    config = model.get_config()
+    changes = {key: value for key, value in overrides.items()
+               if key not in config or (model.dtype_policy.name if key == "dtype" else config[key]) != value}
+    skip = []
+    if image_size is not None and pair(image_size, "image_size") != tuple(model.image_size):
+        changes["image_size"] = image_size
+    if num_classes is not None and num_classes != model.num_classes:
+        changes.update(num_classes=num_classes, class_names=overrides.get("class_names"))
+        skip += ["head", "head_dist"]  # a new, zero-initialised head
+    if "representation_size" in changes:
+        skip.append("pre_logits")
+    if not changes:
+        return model
+    return model.with_config(skip=tuple(skip), method=resample_method or "bilinear", **changes)
