@@ -541,11 +541,25 @@ class ViT(keras.Model):
         return variants.merge_lora(self)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
-               **kwargs):
+               quantize=None, calibration_images=None, **kwargs):
         """Keras's ``export``, traced with Keras's layers alone
         (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
         every format Keras offers (docs/deploy.md); PyTorch's ONNX and
-        program through `keras_vit.deploy`."""
+        program through `keras_vit.deploy`.
+
+        ``quantize="int8"`` (``format="onnx"`` or ``"openvino"``) writes the
+        model quantized with onnxruntime's tools for a fast CPU inference
+        (`keras_vit.quantized_export`): the projections' weights in int8,
+        their inputs quantized dynamically, or, given
+        ``calibration_images`` (float (N, H, W, C) as the model takes them,
+        a few hundred; OpenVINO needs them), with scales measured on them.
+        """
+        if quantize is not None or calibration_images is not None:
+            from keras_vit import quantized_export
+
+            images = quantized_export.check_request(self, format, quantize, calibration_images)
+            return quantized_export.export_int8(self, filepath, format, images, verbose=bool(verbose),
+                                                input_signature=input_signature, **kwargs)
         if format in deploy.EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
             files.output_file(filepath, "export path", deploy.EXPORT_SUFFIXES[format])
         if input_signature is None:
