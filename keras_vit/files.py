@@ -15,6 +15,8 @@ import json
 import math
 import os
 import pathlib
+import shutil
+import tempfile
 import zipfile
 
 import keras
@@ -42,27 +44,34 @@ def output_folder(path, flag):
     return path
 
 
-def output_file(path, flag, suffixes=None):
+def output_file(path, flag, suffixes=None, new=None):
     """`path` as a file keras_vit may write: its folder exists and is
     writable, it is not a folder, and it ends in one of `suffixes` (e.g.
-    ``(".keras",)``) when given. Creates nothing.
+    ``(".keras",)``) when given. `new`: ``"file"``, a path that must not
+    exist; ``"folder"``, a folder to make, which may exist empty. Creates
+    nothing.
 
     Returns:
         pathlib.Path.
     """
     path = pathlib.Path(path).expanduser()
+    named = f"{flag} {path}".lstrip()
     if suffixes and not str(path).endswith(tuple(suffixes)):
-        raise ValueError(f"{flag} {path} must end in {' or '.join(suffixes)}, the format written "
+        raise ValueError(f"{named} must end in {' or '.join(suffixes)}, the format written "
                          f"there, e.g. {path.with_suffix(suffixes[0]).name}.")
-    if path.is_dir():
-        raise ValueError(f"{flag} {path} is a folder; name a file in it, e.g. "
+    if new and path.exists() and not (new == "folder" and path.is_dir() and not any(path.iterdir())):
+        empty = " or an empty folder" if new == "folder" else ""
+        raise ValueError(f"{named} exists; nothing was written. Choose a new path{empty}, or "
+                         "remove it first.")
+    if path.is_dir() and new != "folder":
+        raise ValueError(f"{named} is a folder; name a file in it, e.g. "
                          f"{path / ('model' + (suffixes[0] if suffixes else ''))}.")
     folder = path.parent
     if not folder.is_dir():
-        raise FileNotFoundError(f"{flag} {path}: the folder {folder} does not exist. Create it "
+        raise FileNotFoundError(f"{named}: the folder {folder} does not exist. Create it "
                                 "first (mkdir -p), or write somewhere that exists.")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise ValueError(f"{flag} {path}: the folder {folder} is not writable by this user.")
+        raise ValueError(f"{named}: the folder {folder} is not writable by this user.")
     return path
 
 
@@ -109,6 +118,22 @@ def write_atomic(path, content):
         raise
 
 
+def write_folder(path, fill):
+    """Makes the folder `path` (new, or empty) with `fill(folder)`, which
+    writes into a temporary folder beside it, renamed to `path` at the end:
+    a failed write leaves `path` as it was and no temporary folder."""
+    path = pathlib.Path(path)
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        fill(tmp)
+        if path.exists():
+            path.rmdir()  # empty (`output_file`)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def write_json(path, data, **dumps_kwargs):
     """Writes `data` as strict JSON (`finite_or_null`: no NaN or Infinity)
     with `write_atomic`."""
@@ -116,20 +141,21 @@ def write_json(path, data, **dumps_kwargs):
     write_atomic(path, text + "\n")
 
 
-def read_json(path, what, content=None, fix="Repair or remove the file."):
-    """The JSON object in `path`; a file that is not a JSON object raises a
-    `ValueError` naming it, `what` it should be (e.g. "the run's config")
-    and the `fix`. `content`: the file's bytes where they were read already
-    (a tokenizer's files travel as bytes); `path` then names them."""
+def read_json(path, what=None, content=None, fix="Repair or remove the file.", error=ValueError):
+    """The JSON object in `path`; a file that is not a JSON object raises
+    `error` (a `ValueError` or a subclass) naming it, `what` it should hold
+    (e.g. "the run's config") and the `fix`. `content`: the file's bytes
+    where they were read already (a tokenizer's files travel as bytes);
+    `path` then names them."""
     path = pathlib.Path(path)
+    should = f"; it should hold {what}" if what else ""
     try:
         data = json.loads(path.read_text(encoding="utf-8") if content is None
                           else bytes(content).decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not valid JSON ({error}); it should hold {what}. {fix}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as problem:
+        raise error(f"{path} is not valid JSON ({problem}){should}. {fix}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path} holds a JSON {type(data).__name__}, not an object; it should hold "
-                         f"{what}. {fix}")
+        raise error(f"{path} holds a JSON {type(data).__name__}, not an object{should}. {fix}")
     return data
 
 

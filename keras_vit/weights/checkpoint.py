@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from keras_vit import files
 from keras_vit.layers.position_embedding import resample_position_embeddings
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.assign import assign_weights
@@ -116,21 +117,15 @@ def _load_with_ml_dtypes(path):
 
 
 def read_json(path, required=()):
-    """The JSON object in `path` (a ``config.json``).
+    """The JSON object in a checkpoint's `path` (`keras_vit.files.read_json`),
+    with the keys `required` (`require`).
 
     Raises:
         CheckpointError: the file is not a JSON object or lacks a key of
             `required`; the message names the file.
     """
-    try:
-        with open(path) as file:
-            config = json.load(file)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise CheckpointError(
-            f"{path} is not valid JSON ({error}). The file may be truncated or edited by "
-            "hand: download or save it again.") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} holds a JSON {type(config).__name__}, not an object.")
+    config = files.read_json(path, fix="The file may be truncated or edited by hand: download or "
+                             "save it again.", error=CheckpointError)
     return require(config, required, path)
 
 

@@ -2,6 +2,7 @@
 
 import pathlib
 
+from keras_vit.files import weights_folder
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.huggingface import read_huggingface
@@ -88,7 +89,7 @@ def reader_for(path):
     if path.suffix == ".safetensors":
         if _safetensors_kind(path) == "timm":
             return read_timm
-        if not (path.parent / "config.json").exists():
+        if not (weights_folder(path) / "config.json").exists():
             raise CheckpointError(
                 f"{path} holds Hugging Face ViT weights but there is no config.json "
                 "beside it; pass the directory saved by `save_pretrained`."

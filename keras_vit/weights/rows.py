@@ -23,6 +23,7 @@ from keras_vit.weights.assign import CheckpointError
 
 
 def always(c):
+    """The predicate of a row every model has."""
     return True
 
 
@@ -138,6 +139,7 @@ H5 = Style("/vars/0", "/vars/1", "/vars/0", "/vars/1")
 
 
 def both(a, b):
+    """The predicate of rows where `a` and `b` both hold."""
     return lambda c: a(c) and b(c)
 
 

@@ -1,0 +1,450 @@
+"""What each checkpoint format holds of a `ViTConfig`, field by field.
+
+`TABLE` has an `Entry` for every `ViTConfig` field and every format: the
+field is written (and read back), read only, refused (with the reason and
+the format to use instead), a loading argument the files do not hold, or
+metadata the format drops. A writer refuses a model by this table before
+anything is written (`refusal`); a field without an entry is refused, and
+``tests/test_capabilities.py`` fails until it has one, so a new option is
+never silently dropped. docs/checkpoints.md shows the table (`markdown`).
+"""
+
+import dataclasses
+from collections.abc import Callable
+
+from keras_vit.config import FIELDS
+from keras_vit.config import ViTConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A format: its `title` in the docs, the phrase a refusal writes it
+    as (`writes`, None: never written) and its `owner` (``{reader}`` in the
+    texts)."""
+
+    title: str
+    writes: str | None
+    owner: str
+
+
+COLUMNS = {
+    "npz": Column("vit_jax / big_vision `.npz`", "npz", "vit_jax"),
+    "huggingface": Column("Hugging Face ViT", "a Hugging Face ViT", "Hugging Face's ViT"),
+    "dinov2": Column("Hugging Face DINOv2", None, "Hugging Face's Dinov2Model"),
+    "dinov3": Column("Hugging Face DINOv3", "a Hugging Face DINOv3ViTModel",
+                     "Hugging Face's DINOv3ViTModel"),
+    "timm": Column("timm", "timm", "timm's VisionTransformer"),
+    "keras_hub": Column("keras-hub", "a keras-hub ViT preset", "keras-hub's ViT"),
+    "keras": Column("`.keras`", "a .keras file", "Keras"),
+}
+KINDS = ("written", "read", "refused", "loading", "dropped", "with")
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One field in one format.
+
+    Attributes:
+        kind: ``"written"`` (written and read back; `checks` refuse the
+            values it cannot hold), ``"read"`` (read from the format's
+            files, refused on writing), ``"refused"`` (neither; a value
+            other than the default is refused), ``"loading"`` (not in the
+            files: chosen when loading, e.g. a dropout rate), ``"dropped"``
+            (metadata the format has no place for: written without it) or
+            ``"with"`` (decided by the entry of the field `note` names).
+        checks: ``(bad, why, instead)`` triples: ``bad(config)`` refuses
+            with `why` (``{c}``: the config, ``{reader}``: the format's
+            owner) and `instead`, what to do.
+        note: the docs' words; for ``"with"``, the other field.
+        values: for ``"written"``: changes of a small model that the
+            format writes, for the round-trip test.
+    """
+
+    kind: str
+    checks: tuple = ()
+    note: str = ""
+    values: tuple = ()
+
+
+def written(*checks, note="", values=()):
+    """A field the format writes: all its values but those `checks` refuse."""
+    return Entry("written", checks, note, values)
+
+
+def read(why, instead, note=""):
+    """A field the format's files give, which its writer refuses (`why`, `instead`)."""
+    return Entry("read", ((None, why, instead),), note)
+
+
+def refused(why, instead, bad=None):
+    """A field the format has no place for: refused where `bad` (by
+    default: the value is not the default)."""
+    return Entry("refused", ((bad, why, instead),))
+
+
+LOADING = Entry("loading", note="chosen when loading")
+W = written()
+
+
+def dropped(note):
+    """Metadata the format has no place for; written without it (`note`: why)."""
+    return Entry("dropped", note=note)
+
+
+def with_(field):
+    """A field decided by `field`'s entry (``rope_theta`` by ``position_embedding``'s)."""
+    return Entry("with", note=field)
+
+
+TIMM = "Write it with format='timm', which has it."
+KERAS = "Keep it as a .keras file (`model.save`)."
+NPZ = "Write it with format='npz'."
+HUB_FIX = "Write it with format='timm' or 'npz', where they apply."
+DINOV2_READ = "Write it with format='timm' or 'keras_hub'."
+
+
+def family(why, instead=TIMM):
+    """A family option that a format has no key for: refused wherever it is not the default."""
+    return refused(why, instead)
+
+
+_REGISTERS = family("it has {c.num_registers} register tokens, which {reader} has no key for")
+_LAYER_SCALE = family("it has LayerScale (layer_scale_init), which {reader} has no key for")
+_QK_NORM = family("qk_norm, which {reader} does not have")
+_NORM_PRE = family("norm_pre (CLIP's LayerNorm before the encoder), which {reader} does not have")
+_FC_NORM = family("fc_norm, which {reader} does not have")
+_PATCH_BIAS = family("its patch embedding has no bias (patch_bias=False), which {reader} requires")
+_DISTILLATION = family("distillation (DeiT's second token and head), which {reader} does not have")
+_CLASS_TOKEN = family("class_token={c.class_token} with {c.pooling!r} pooling, which {reader} does not have")
+_MLP_ACTIVATION = family("mlp_activation={c.mlp_activation!r}, which {reader} does not have")
+_KEY_BIAS = family("its key projection has no bias (key_bias=False), which {reader} requires",
+                   "DINOv3's formats have it (with rotary position embeddings); else keep it as a "
+                   ".keras file (`model.save`).")
+_ROPE = "rotary position embeddings (position_embedding='rope', DINOv3's), which {reader} does not have"
+_TO_DINOV3 = ("Write it with format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a "
+              "DINOV3Backbone), which have them.")
+_PROJECTION = refused("it has an image projection (projection_dim={c.projection_dim}, CLIP's), which "
+                      "{reader} has no key for", KERAS)
+_NORMALIZE = refused("it normalises its features before the head (normalize_features, a zero-shot "
+                     "classifier's), which {reader} does not do", KERAS)
+_HYBRID = refused("it is a hybrid (ResNet stem), which {reader} does not have", NPZ)
+_SQUARE = (lambda c: c.patch_size[0] != c.patch_size[1],
+           "its patches are {c.patch_size[0]}x{c.patch_size[1]}, and {reader} has square patches")
+_DINOV2_ONLY = read("{reader} is read, not written", DINOV2_READ)
+_NOT_DINOV2 = refused("{reader} has no such setting", DINOV2_READ)
+# DINOv3ViTModel: features, no head
+_FEATURES = (lambda c: c.num_classes or c.pooling != "token" or c.representation_size,
+             "DINOv3ViTModel gives features (its normalised [class] token) and has no head",
+             "Write it headless (`model.with_config(num_classes=0)`), or with format='keras_hub'.")
+
+
+def _is(family_name):
+    """Whether a config is written as keras-hub's `family_name` backbone."""
+    from keras_vit.weights.keras_hub import family_of
+
+    return lambda c: family_of(c) == family_name
+
+
+_DINOV3_HUB, _DINOV2_HUB = _is("DINOV3"), _is("DINOV2")
+# keras-hub's DINO backbones are headless
+_HUB_DINOV3 = (lambda c: _DINOV3_HUB(c) and (
+    c.num_classes or c.pooling != "token" or not c.patch_bias or c.qk_norm or c.norm_pre or c.fc_norm
+    or c.distillation or c.patch_size[0] != c.patch_size[1]),
+    "keras-hub's DINOV3Backbone is a headless DINOv3 ([class] token, patch bias, square patches)",
+    HUB_FIX)
+_HUB_DINOV2 = (lambda c: _DINOV2_HUB(c) and (
+    c.num_classes or c.pooling != "token" or c.layer_norm_epsilon != 1e-6 or not c.mlp_bias
+    or not c.patch_bias or c.qk_norm or c.norm_pre or c.fc_norm or c.distillation
+    or c.patch_size[0] != c.patch_size[1]),
+    "keras-hub's DINOV2Backbone is a headless DINOv2 ([class] token, LayerNorm epsilon 1e-6, "
+    "biases everywhere, square patches)", HUB_FIX)
+
+
+def _swiglu_width(c):
+    from keras_vit.weights.keras_hub import swiglu_intermediate_dim
+
+    return (_DINOV2_HUB(c) and c.mlp_activation == "swiglu"
+            and swiglu_intermediate_dim(c.mlp_dim) is None)
+
+
+# field -> {format: Entry}; ".keras" holds everything (added below)
+TABLE = {
+    "image_size": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W,
+                       timm=written(values=(dict(image_size=(32, 16)),)), keras_hub=W),
+    "patch_size": dict(npz=W, huggingface=written(_SQUARE + ("Use format='timm'.",)),
+                       dinov2=_DINOV2_ONLY, dinov3=written(_SQUARE + (KERAS,)), timm=W, keras_hub=W),
+    "num_layers": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "num_heads": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "hidden_dim": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "mlp_dim": dict(
+        npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, keras_hub=written(
+            (_swiglu_width, "a SwiGLU width of {c.mlp_dim}, which keras-hub's rounding to multiples "
+             "of 8 does not give", HUB_FIX)),
+        timm=written((lambda c: int(c.hidden_dim * (_gated(c) * c.mlp_dim / c.hidden_dim))
+                      != _gated(c) * c.mlp_dim,
+                      "timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
+                      "{c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."))),
+    "num_classes": dict(npz=written(values=(dict(num_classes=0),)),
+                        huggingface=written(values=(dict(num_classes=0),)),
+                        dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
+                        timm=written(values=(dict(num_classes=0),)),
+                        keras_hub=written(_HUB_DINOV3, _HUB_DINOV2, values=(dict(num_classes=0),))),
+    "pooling": dict(
+        npz=written((lambda c: c.pooling == "none", "pooling='none' (the token sequence) has no "
+                     "vit_jax classifier", "Use pooling 'token', 'gap' or 'map'."),
+                    values=(dict(pooling="gap"), dict(pooling="map"))),
+        huggingface=written((lambda c: c.pooling != "token", "pooling {c.pooling!r}: Hugging Face's "
+                             "ViT classifies the [class] token", "Write it with format='timm' (gap, "
+                             "map) or 'npz'.")),
+        dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
+        timm=written((lambda c: c.pooling == "none", "pooling='none' has no timm classifier",
+                      "Use another pooling."), values=(dict(pooling="gap"), dict(pooling="map"))),
+        keras_hub=written((lambda c: c.pooling not in ("token", "gap") or (
+            c.pooling == "gap" and c.uses_class_token), "pooling {c.pooling!r}, which keras-hub's "
+            "ViTImageClassifier does not have (gap beside a [class] token neither)", HUB_FIX),
+            values=(dict(pooling="gap"),))),
+    "representation_size": dict(
+        npz=written(values=(dict(representation_size=8),)),
+        huggingface=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
+                             "layer and a head: ViTForImageClassification classifies the [class] "
+                             "token without its pooler", "Drop the head (`model.with_config("
+                             "num_classes=0)`) to write a ViTModel whose pooler is the pre-logits "
+                             "layer, or use format='npz'."),
+                            values=(dict(representation_size=8, num_classes=0),)),
+        dinov2=_NOT_DINOV2, dinov3=written(_FEATURES),
+        timm=read("it has a pre-logits layer, which timm's VisionTransformer no longer has",
+                  "Write it with format='npz' or 'huggingface'."),
+        keras_hub=written((lambda c: c.representation_size and not c.num_classes, "it has a "
+                           "pre-logits layer and no head: a keras-hub ViTBackbone has no pre-logits "
+                           "layer", "Write it with a head, or with format='npz'."),
+                          values=(dict(representation_size=8),))),
+    "projection_dim": dict(npz=_PROJECTION, huggingface=_PROJECTION, dinov2=_NOT_DINOV2,
+                           dinov3=_PROJECTION, timm=_PROJECTION, keras_hub=_PROJECTION),
+    "normalize_features": dict(npz=_NORMALIZE, huggingface=_NORMALIZE, dinov2=_NOT_DINOV2,
+                               dinov3=_NORMALIZE, timm=_NORMALIZE, keras_hub=_NORMALIZE),
+    "dropout_rate": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING,
+                         timm=LOADING, keras_hub=written(values=(dict(dropout_rate=0.1),))),
+    "attention_dropout_rate": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING,
+                                   timm=LOADING,
+                                   keras_hub=written(values=(dict(attention_dropout_rate=0.1),))),
+    "drop_path_rate": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING,
+                           timm=LOADING, keras_hub=Entry("loading", note="DINO presets store it")),
+    "layer_norm_epsilon": dict(
+        npz=written((lambda c: c.layer_norm_epsilon != 1e-6, "its LayerNorm epsilon is "
+                     "{c.layer_norm_epsilon:g}, and vit_jax's is 1e-6", "Use format='huggingface' "
+                     "(it stores the epsilon).")),
+        huggingface=written(values=(dict(layer_norm_epsilon=1e-12),)), dinov2=_DINOV2_ONLY,
+        dinov3=W, keras_hub=written(values=(dict(layer_norm_epsilon=1e-5),)),
+        timm=written((lambda c: c.layer_norm_epsilon != _timm_epsilon(c),
+                      "its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and timm's ViT uses 1e-6 "
+                      "(its CLIP, with norm_pre, 1e-5)", "Use format='huggingface' (it stores the "
+                      "epsilon)."))),
+    "gelu_approximate": dict(
+        npz=written((lambda c: not c.gelu_approximate, "it uses exact (erf) GELU, and vit_jax's code "
+                     "runs the tanh approximation", "Use format='timm' or 'huggingface', or accept "
+                     "slightly different numbers: `model.with_config(gelu_approximate=True)"
+                     ".save_checkpoint(...)`.")),
+        huggingface=written(values=(dict(gelu_approximate=False),)), dinov2=_DINOV2_ONLY,
+        dinov3=written((lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,
+                        "gelu_approximate=True, and DINOv3's MLP is exact GELU (or gated SiLU)",
+                        KERAS)),
+        timm=written(values=(dict(gelu_approximate=False),)),
+        keras_hub=written((lambda c: c.gelu_approximate, "it uses tanh GELU (the paper's), and "
+                           "keras-hub's ViT the exact (erf) form", "Accept slightly different "
+                           "numbers with `model.with_config(gelu_approximate=False).save_checkpoint"
+                           "(...)`, or use format='npz'."))),
+    "qkv_bias": dict(
+        npz=written(values=(dict(qkv_bias=False),)), huggingface=written(values=(dict(qkv_bias=False),)),
+        dinov2=_DINOV2_ONLY, dinov3=written(values=(dict(qkv_bias=False),)),
+        timm=written(values=(dict(qkv_bias=False),)),
+        keras_hub=written((lambda c: not c.qkv_bias and not _DINOV3_HUB(c), "qkv_bias=False, and "
+                           "keras-hub's use_mha_bias=False also drops the attention output's bias",
+                           HUB_FIX))),
+    "key_bias": dict(
+        npz=_KEY_BIAS, huggingface=_KEY_BIAS, dinov2=_NOT_DINOV2,
+        dinov3=written(values=(dict(key_bias=False),)), timm=_KEY_BIAS,
+        keras_hub=written((lambda c: not c.key_bias and not _DINOV3_HUB(c), "its key projection has "
+                           "no bias (key_bias=False), which keras-hub has for DINOv3 (rotary "
+                           "position embeddings) only", HUB_FIX))),
+    "layer_scale_init": dict(
+        npz=_LAYER_SCALE, huggingface=_LAYER_SCALE, dinov2=_DINOV2_ONLY,
+        dinov3=written((lambda c: c.layer_scale_init is None, "it has no LayerScale, which "
+                        "DINOv3ViTModel has always", KERAS), values=(dict(layer_scale_init=0.1),)),
+        timm=written(values=(dict(layer_scale_init=0.1),)),
+        keras_hub=written(
+            (lambda c: _DINOV2_HUB(c) and c.layer_scale_init is None, "registers without "
+             "LayerScale, which keras-hub's DINOV2Backbone has always", HUB_FIX),
+            (lambda c: _DINOV3_HUB(c) and c.layer_scale_init is None, "rotary position embeddings "
+             "without LayerScale, which keras-hub's DINOV3Backbone has always", HUB_FIX),
+            values=(dict(layer_scale_init=1.0, num_classes=0),))),
+    "num_registers": dict(
+        npz=_REGISTERS, huggingface=_REGISTERS, dinov2=_DINOV2_ONLY,
+        dinov3=written(values=(dict(num_registers=2),)),
+        timm=written(values=(dict(num_registers=2, layer_scale_init=0.1),)),
+        keras_hub=written(values=(dict(num_registers=2, layer_scale_init=1.0, num_classes=0),))),
+    "position_embedding": dict(
+        npz=written((lambda c: c.position_embedding == "rope", _ROPE, _TO_DINOV3),
+                    values=(dict(position_embedding="sincos2d", pooling="gap"),)),
+        huggingface=written((lambda c: c.position_embedding == "sincos2d", "its position "
+                             "embeddings are sin-cos, not learned", NPZ),
+                            note="rotary: written as a DINOv3ViTModel"),
+        dinov2=_DINOV2_ONLY, dinov3=written(note="rotary alone"),
+        timm=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings are "
+                      "sin-cos; timm's VisionTransformer learns them", NPZ),
+                     (lambda c: c.position_embedding == "rope", "rotary position embeddings "
+                      "(position_embedding='rope', DINOv3's), which timm keeps in another model "
+                      "class (eva)", "Write it with format='huggingface' (a DINOv3ViTModel) or "
+                      "'keras_hub' (a DINOV3Backbone).")),
+        keras_hub=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings "
+                           "are sin-cos", "Use format='npz'."),
+                          values=(dict(position_embedding="rope", layer_scale_init=1.0,
+                                       num_classes=0),))),
+    "rope_theta": dict(npz=with_("position_embedding"), huggingface=with_("position_embedding"),
+                       dinov2=with_("position_embedding"), dinov3=W, timm=with_("position_embedding"),
+                       keras_hub=W),
+    "resnet_block_units": dict(
+        npz=written(values=(dict(image_size=64, patch_size=1, resnet_block_units=(1, 2),
+                                 resnet_width_factor=0.5),)),
+        huggingface=_HYBRID, dinov2=_NOT_DINOV2, dinov3=_HYBRID,
+        timm=refused("it is a hybrid (ResNet stem); timm keeps those in another model class "
+                     "(vision_transformer_hybrid)", NPZ),
+        keras_hub=refused("it is a hybrid (ResNet stem)", "Use format='npz'.")),
+    "resnet_width_factor": {f: (W if f == "npz" else with_("resnet_block_units")) for f in
+                            ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+    "head_bias_init": {f: Entry("loading", note="an initializer: no file holds it") for f in
+                       ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+    "mlp_activation": dict(
+        npz=_MLP_ACTIVATION,
+        huggingface=written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', which "
+                             "Hugging Face's ViT does not have", TIMM),
+                            values=(dict(mlp_activation="quick_gelu"),)),
+        dinov2=_DINOV2_ONLY,
+        dinov3=written((lambda c: c.mlp_activation == "quick_gelu", "mlp_activation='quick_gelu', "
+                        "and DINOv3's MLP is exact GELU (or gated SiLU)", KERAS),
+                       values=(dict(mlp_activation="swiglu"),)),
+        timm=written(values=(dict(mlp_activation="quick_gelu"), dict(mlp_activation="swiglu"))),
+        keras_hub=written((lambda c: c.mlp_activation not in ("gelu", "swiglu") or (
+            c.mlp_activation == "swiglu" and not _DINOV2_HUB(c) and not _DINOV3_HUB(c)),
+            "mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", HUB_FIX))),
+    "qk_norm": dict(npz=_QK_NORM, huggingface=_QK_NORM, dinov2=_NOT_DINOV2, dinov3=_QK_NORM,
+                    timm=written(values=(dict(qk_norm=True),)), keras_hub=_QK_NORM),
+    "norm_pre": dict(
+        npz=_NORM_PRE, huggingface=_NORM_PRE, dinov2=_NOT_DINOV2, dinov3=_NORM_PRE, keras_hub=_NORM_PRE,
+        timm=written((lambda c: c.norm_pre == c.patch_bias, "timm builds a LayerNorm before the "
+                      "encoder exactly when the patch embedding has no bias (pre_norm), and this "
+                      "model has norm_pre={c.norm_pre}, patch_bias={c.patch_bias}",
+                      "Use format='huggingface' or 'npz' where they apply."),
+                     values=(dict(norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5),))),
+    "fc_norm": dict(npz=_FC_NORM, huggingface=_FC_NORM, dinov2=_NOT_DINOV2, dinov3=_FC_NORM,
+                    timm=written(values=(dict(fc_norm=True, pooling="gap"),)), keras_hub=_FC_NORM),
+    "patch_bias": dict(npz=_PATCH_BIAS, huggingface=_PATCH_BIAS, dinov2=_NOT_DINOV2,
+                       dinov3=_PATCH_BIAS, timm=with_("norm_pre"),
+                       keras_hub=written(values=(dict(patch_bias=False),))),
+    "mlp_bias": dict(
+        npz=written(values=(dict(mlp_bias=False, pooling="map"),)),
+        huggingface=family("its MLP has no biases (mlp_bias=False), which {reader} requires",
+                           "Write it with format='npz', which has it."),
+        dinov2=_NOT_DINOV2, dinov3=written(values=(dict(mlp_bias=False),)),
+        timm=refused("its MLP has no biases (mlp_bias=False), and timm's proj_bias removes the "
+                     "attention output's bias with them", NPZ),
+        keras_hub=written(values=(dict(mlp_bias=False),))),
+    "distillation": dict(
+        npz=_DISTILLATION, huggingface=read("distillation (DeiT's second token and head), which "
+                                            "{reader} does not write", TIMM),
+        dinov2=_NOT_DINOV2, dinov3=_DISTILLATION, timm=written(values=(dict(distillation=True),)),
+        keras_hub=written(
+            (lambda c: c.distills_by_head, "DeiT's two heads averaged (distillation_head=True), and "
+             "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
+            (lambda c: c.distillation and (not c.mlp_bias or not c.patch_bias or c.representation_size),
+             "keras-hub's DeiT has neither unbiased MLPs or patches nor a pre-logits layer", HUB_FIX),
+            values=(dict(distillation=True, distillation_head=False),))),
+    "distillation_head": dict(
+        npz=with_("distillation"), huggingface=with_("distillation"), dinov2=with_("distillation"),
+        dinov3=with_("distillation"), keras_hub=with_("distillation"),
+        timm=written((lambda c: c.distillation and not c.distillation_head, "its distillation token "
+                      "has no head (distillation_head=False), and timm's distilled ViT has both "
+                      "heads", KERAS))),
+    "class_token": dict(npz=_CLASS_TOKEN, huggingface=_CLASS_TOKEN, dinov2=_NOT_DINOV2,
+                        dinov3=_CLASS_TOKEN, keras_hub=_CLASS_TOKEN,
+                        timm=written(values=(dict(pooling="gap", class_token=True),
+                                             dict(pooling="map", class_token=True)))),
+    "num_channels": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "class_names": dict(npz=dropped("vit_jax files hold no class names"),
+                        huggingface=written(values=(dict(class_names=list("abcde")),)),
+                        dinov2=with_("num_classes"), dinov3=with_("num_classes"),
+                        timm=written(values=(dict(class_names=list("abcde")),)),
+                        keras_hub=dropped("keras-hub presets hold no class names")),
+    "pixel_scale": dict(npz=dropped("vit_jax files hold no pixel scaling"), huggingface=W,
+                        dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "pixel_offset": dict(npz=dropped("vit_jax files hold no pixel scaling"), huggingface=W,
+                         dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "data_format": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING, timm=LOADING,
+                        keras_hub=written((lambda c: c.data_format != "channels_last",
+                                           "it takes channels-first images", HUB_FIX))),
+    # NaFlex (SigLIP 2's any-size sequences): a way of running the weights, which no format records
+    "naflex": {f: refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
+                          "Write its fixed-size model, or keep it as a .keras file (`model.save`).")
+               for f in ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+    "max_num_patches": {f: with_("naflex") for f in
+                        ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+}
+for _entries in TABLE.values():
+    _entries["keras"] = W
+
+
+def _timm_epsilon(c):
+    """The LayerNorm epsilon of the timm architecture the writer names
+    (`_write_timm`): its CLIP's 1e-5 for norm_pre, unless DeiT or SwiGLU
+    (DINOv2 giant) name the model."""
+    clip = c.norm_pre and not c.distillation and c.mlp_activation != "swiglu"
+    return 1e-5 if clip else 1e-6
+
+
+def _gated(c):
+    return 2 if c.mlp_activation == "swiglu" else 1
+
+
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
+
+
+def refusal(config, format):
+    """The first thing `format` (a `COLUMNS` key) cannot hold of `config`
+    (a `ViTConfig`), or None.
+
+    Returns:
+        None, or ``(why, instead)``: the reason, in the format's words, and
+        what to do.
+    """
+    owner = COLUMNS[format].owner
+    for field in FIELDS:
+        entry = TABLE.get(field, {}).get(format)
+        if entry is None:
+            if getattr(config, field) != _DEFAULTS.get(field):
+                return (f"{field}={getattr(config, field)!r}, which keras_vit does not map to "
+                        f"{owner} yet", KERAS)
+            continue
+        for bad, why, instead in entry.checks:
+            bad = bad or (lambda c, field=field: getattr(c, field) != _DEFAULTS.get(field))
+            if bad(config):
+                return why.format(c=config, reader=owner), instead
+    return None
+
+
+def markdown():
+    """The table as markdown: a row per field (in `TABLE`'s order), a column per format."""
+    cells = {"written": "written", "read": "read; refused on writing", "refused": "refused",
+             "loading": "not in the file", "dropped": "dropped"}
+    lines = ["| `ViTConfig` field | " + " | ".join(c.title for c in COLUMNS.values()) + " |",
+             "|---" * (len(COLUMNS) + 1) + "|"]
+    for field in TABLE:
+        row = []
+        for format in COLUMNS:
+            entry = TABLE[field][format]
+            text = f"with `{entry.note}`" if entry.kind == "with" else cells[entry.kind]
+            if entry.kind == "written" and entry.checks:
+                text += " (some values refused)"
+            if entry.note and entry.kind != "with":
+                text += f": {entry.note}"
+            row.append(text)
+        lines.append(f"| `{field}` | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
