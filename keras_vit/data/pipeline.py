@@ -142,45 +142,15 @@ def input_pipeline(
         print([int(x.shape[0]) for x, _ in test])   # -> [100, 100, 100, 60]
         ```
     """
-    if isinstance(source, Source):
-        if split is not None:
-            raise ValueError(
-                f"`split` ({split!r}) is for loading a dataset by name; a Source (here "
-                f"{source.name!r}, split {source.split!r}) is already one split. Leave `split` out."
-            )
-    elif split is None:
-        raise ValueError(f"`split` is required when `source` is a name ({source!r}), e.g. split='train'.")
-    else:
-        source = load_source(source, split, data_dir=data_dir)
+    source = _source(source, split, data_dir)
     size = pair(image_size, "image_size")
     preprocess = preprocess or ("inception" if training else "resize")
-    if preprocess not in preprocessing.PREPROCESSING:
-        raise ValueError(
-            f"`preprocess` must be one of {preprocessing.PREPROCESSING}, got {preprocess!r}."
-        )
-    area_range = _check_area_range(area_range or preprocessing.AREA_RANGES.get(preprocess))
-    for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer)):
-        if not is_int(value, 1):
-            raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
-    if not is_int(start_batch, 0):
-        raise ValueError(f"`start_batch` must be an int >= 0, got {start_batch!r}.")
-    if not is_int(seed):
-        raise ValueError(f"`seed` must be an int, got {seed!r}.")
-    if source.num_examples < 1:
-        raise ValueError(f"Source {source.name!r} split {source.split!r} has no examples.")
     repeat = training if repeat is None else repeat
     drop_remainder = training if drop_remainder is None else drop_remainder
-    for name, value in (("training", training), ("repeat", repeat), ("drop_remainder", drop_remainder),
-                        ("flip", flip)):
-        if not isinstance(value, bool):
-            raise ValueError(f"`{name}` must be True or False, got {value!r}.")
-    shard_index, shard_count = _check_shard(shard, batch_size, drop_remainder)
-    part = source.shard(shard_index, shard_count)
-    if part.num_examples < 1:
-        raise ValueError(
-            f"Part {shard_index + 1} of {shard_count} of {source.name!r} split {source.split!r} has no "
-            f"examples: the split has {source.num_examples}, fewer than the {shard_count} shards."
-        )
+    area_range = _check_arguments(source, preprocess, area_range, batch_size, shuffle_buffer,
+                                  start_batch, seed, training=training, repeat=repeat,
+                                  drop_remainder=drop_remainder, flip=flip)
+    part, shard_index, shard_count = _part(source, shard, batch_size, drop_remainder)
     rows = batch_size // shard_count
     augment = BatchAugment(randaugment, mixup, cutmix) if training else None
 
@@ -188,7 +158,6 @@ def input_pipeline(
     element_key, batch_key, shuffle_key = (
         tf.random.experimental.stateless_fold_in(root, stream) for stream in (_ELEMENT, _BATCH, _SHUFFLE)
     )
-    n = part.num_examples
     first = start_batch * rows
 
     mixes = augment is not None and augment.active  # batch-level augmentation, on [0, 255]
@@ -207,6 +176,89 @@ def input_pipeline(
             image = preprocessing.normalize(image, pixel_scale, pixel_offset)
         return image, tf.one_hot(record["label"], source.num_classes, dtype=tf.float32)
 
+    dataset = _elements(part, element, training, repeat, first, shuffle_buffer, shuffle_key)
+
+    # A plain batch: batching in parallel measured 4% slower (benchmarks/input_pipeline.py).
+    dataset = dataset.batch(rows, drop_remainder=drop_remainder).apply(
+        tf.data.experimental.assert_cardinality(  # flat_map hides it from Keras
+            tf.data.INFINITE_CARDINALITY if repeat
+            else _num_batches(part.num_examples - first, rows, drop_remainder)))
+    if mixes:
+        mix = _mixer(augment, batch_key, shard_index, shard_count, pixel_scale, pixel_offset)
+        dataset = dataset.enumerate(start=start_batch).map(
+            mix, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def _mixer(augment, batch_key, shard_index, shard_count, pixel_scale, pixel_offset):
+    """``(index, (images, labels))`` -> batch `index` mixed by `augment`
+    (MixUp, CutMix, RandAugment on [0, 255]) with its key, then scaled."""
+    def mix(index, images_labels):
+        key = tf.random.experimental.stateless_fold_in(batch_key, index * shard_count + shard_index)
+        images, labels = augment(*images_labels, key)
+        images = tf.clip_by_value(images, 0.0, 255.0)  # RandAugment may overshoot by rounding
+        return preprocessing.normalize(images, pixel_scale, pixel_offset), labels
+
+    return mix
+
+
+def _part(source, shard, batch_size, drop_remainder):
+    """``(part, index, count)``: the part of `source` that `shard` (None or
+    ``(index, count)``, checked) reads, refused when it is empty."""
+    index, count = _check_shard(shard, batch_size, drop_remainder)
+    part = source.shard(index, count)
+    if part.num_examples < 1:
+        raise ValueError(
+            f"Part {index + 1} of {count} of {source.name!r} split {source.split!r} has no "
+            f"examples: the split has {source.num_examples}, fewer than the {count} shards."
+        )
+    return part, index, count
+
+
+def _source(source, split, data_dir):
+    """`source` as a `Source`: loaded by name with its `split`, or as given."""
+    if isinstance(source, Source):
+        if split is not None:
+            raise ValueError(
+                f"`split` ({split!r}) is for loading a dataset by name; a Source (here "
+                f"{source.name!r}, split {source.split!r}) is already one split. Leave `split` out."
+            )
+        return source
+    if split is None:
+        raise ValueError(f"`split` is required when `source` is a name ({source!r}), e.g. split='train'.")
+    return load_source(source, split, data_dir=data_dir)
+
+
+def _check_arguments(source, preprocess, area_range, batch_size, shuffle_buffer, start_batch,
+                     seed, **flags):
+    """`input_pipeline`'s arguments checked, each error naming the argument;
+    returns the crops' area range (the preprocessing's default for None)."""
+    if preprocess not in preprocessing.PREPROCESSING:
+        raise ValueError(
+            f"`preprocess` must be one of {preprocessing.PREPROCESSING}, got {preprocess!r}."
+        )
+    area_range = _check_area_range(area_range or preprocessing.AREA_RANGES.get(preprocess))
+    for name, value in (("batch_size", batch_size), ("shuffle_buffer", shuffle_buffer)):
+        if not is_int(value, 1):
+            raise ValueError(f"`{name}` must be a positive int, got {value!r}.")
+    if not is_int(start_batch, 0):
+        raise ValueError(f"`start_batch` must be an int >= 0, got {start_batch!r}.")
+    if not is_int(seed):
+        raise ValueError(f"`seed` must be an int, got {seed!r}.")
+    if source.num_examples < 1:
+        raise ValueError(f"Source {source.name!r} split {source.split!r} has no examples.")
+    for name, value in flags.items():  # training, repeat, drop_remainder, flip
+        if not isinstance(value, bool):
+            raise ValueError(f"`{name}` must be True or False, got {value!r}.")
+    return area_range
+
+
+def _elements(part, element, training, repeat, first, shuffle_buffer, shuffle_key):
+    """The stream of `element(j, record)` from element `first` on: epochs of
+    `part` (a `Source`) in order, or shuffled per epoch with keys from
+    `shuffle_key` when `training`; without end when `repeat`."""
+    n = part.num_examples
+
     def epoch_key(index):
         return tf.random.experimental.stateless_fold_in(shuffle_key, index)
 
@@ -221,41 +273,25 @@ def input_pipeline(
             index = tf.random.experimental.index_shuffle(j % n, epoch_key(j // n), n - 1)
             return element(j, {key: tf.gather(values, index) for key, values in table.items()})
 
-        dataset = tf.data.Dataset.range(first, tf.int64.max if repeat else n).map(
+        return tf.data.Dataset.range(first, tf.int64.max if repeat else n).map(
             indexed, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    else:
-        def epoch(index):
-            """The records of epoch `index`: in source order, or shuffled
-            (encoded) with a seed made from (seed, index) when training."""
-            if not training:
-                return part.records
-            # Dataset.shuffle mixes its seed with the graph-level seed, which
-            # is TensorFlow's global seed unless set here, in this graph.
-            tf.compat.v1.random.set_random_seed(1)
-            epoch_seed = tf.random.stateless_uniform([], epoch_key(index), minval=None, maxval=None,
-                                                     dtype=tf.int64)
-            return part.records.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
 
-        first_epoch, offset = divmod(first, n)
-        epochs = tf.data.Dataset.range(first_epoch, tf.int64.max if repeat else 1)
-        examples = epochs.flat_map(epoch).skip(offset).enumerate(start=first)  # skipped still encoded
-        dataset = examples.map(element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    def epoch(index):
+        """The records of epoch `index`: in source order, or shuffled
+        (encoded) with a seed made from (seed, index) when training."""
+        if not training:
+            return part.records
+        # Dataset.shuffle mixes its seed with the graph-level seed, which
+        # is TensorFlow's global seed unless set here, in this graph.
+        tf.compat.v1.random.set_random_seed(1)
+        epoch_seed = tf.random.stateless_uniform([], epoch_key(index), minval=None, maxval=None,
+                                                 dtype=tf.int64)
+        return part.records.shuffle(shuffle_buffer, seed=epoch_seed, reshuffle_each_iteration=False)
 
-    def augmented(index, images_labels):
-        key = tf.random.experimental.stateless_fold_in(batch_key, index * shard_count + shard_index)
-        images, labels = augment(*images_labels, key)
-        images = tf.clip_by_value(images, 0.0, 255.0)  # RandAugment may overshoot by rounding
-        return preprocessing.normalize(images, pixel_scale, pixel_offset), labels
-
-    # A plain batch: batching in parallel measured 4% slower (benchmarks/input_pipeline.py).
-    dataset = dataset.batch(rows, drop_remainder=drop_remainder)
-    dataset = dataset.apply(tf.data.experimental.assert_cardinality(  # flat_map hides it from Keras
-        _num_batches(n - first, rows, drop_remainder) if not repeat else tf.data.INFINITE_CARDINALITY
-    ))
-    if mixes:
-        dataset = dataset.enumerate(start=start_batch)
-        dataset = dataset.map(augmented, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options())
+    first_epoch, offset = divmod(first, n)
+    epochs = tf.data.Dataset.range(first_epoch, tf.int64.max if repeat else 1)
+    examples = epochs.flat_map(epoch).skip(offset).enumerate(start=first)  # skipped still encoded
+    return examples.map(element, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
 def concatenate_shards(datasets):

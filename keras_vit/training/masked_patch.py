@@ -93,39 +93,10 @@ def masked_patch_targets(images, patch_size, seed, corrupt_rate=0.5, mask_rate=0
     """
     import tensorflow as tf
 
-    patch_h, patch_w = pair(patch_size, "patch_size")
     images = tf.convert_to_tensor(images, tf.float32)
-    if images.shape.rank != 4 or None in images.shape[1:] or images.shape[-1] != 3:
-        raise ValueError(
-            "masked_patch_targets takes RGB images of shape (batch, H, W, 3) with "
-            f"known H and W, got shape {tuple(images.shape)}. The 512 colour classes "
-            "are 3 bits for each of 3 channels: convert grayscale images to RGB."
-        )
-    height, width = images.shape[1], images.shape[2]
-    if height % patch_h or width % patch_w:
-        raise ValueError(
-            f"Images of {height}x{width} do not divide into {patch_h}x{patch_w} "
-            "patches. Use the model's image size and patch size."
-        )
-    grid_h, grid_w = height // patch_h, width // patch_w
+    (patch_h, patch_w), (grid_h, grid_w), num_corrupt = _check_corruption(
+        images, patch_size, corrupt_rate, mask_rate, random_rate)
     num_patches = grid_h * grid_w
-    if num_patches < 2:
-        raise ValueError(
-            f"{height}x{width} images in {patch_h}x{patch_w} patches make one patch; "
-            "masked patch prediction needs at least 2 per image."
-        )
-    num_corrupt = round(corrupt_rate * num_patches)
-    if not 0 < corrupt_rate <= 1 or num_corrupt < 1:
-        raise ValueError(
-            f"corrupt_rate {corrupt_rate} corrupts {num_corrupt} of {num_patches} "
-            "patches; it must be in (0, 1] and corrupt at least one patch."
-        )
-    if mask_rate < 0 or random_rate < 0 or mask_rate + random_rate > 1:
-        raise ValueError(
-            f"mask_rate {mask_rate} and random_rate {random_rate} must be "
-            "non-negative and sum to at most 1 (the rest are kept unchanged)."
-        )
-
     seed = tf.convert_to_tensor(seed)
     if seed.shape != (2,) or not seed.dtype.is_integer:
         raise ValueError(
@@ -163,6 +134,44 @@ def masked_patch_targets(images, patch_size, seed, corrupt_rate=0.5, mask_rate=0
 
     inputs = {"images": images, "corruption": corruption, "replacement": replacement}
     return inputs, targets, tf.cast(corrupted, tf.float32)
+
+
+def _check_corruption(images, patch_size, corrupt_rate, mask_rate, random_rate):
+    """`masked_patch_targets`'s arguments checked: ``(patch size, grid,
+    patches corrupted per image)``."""
+    patch_h, patch_w = pair(patch_size, "patch_size")
+    if images.shape.rank != 4 or None in images.shape[1:] or images.shape[-1] != 3:
+        raise ValueError(
+            "masked_patch_targets takes RGB images of shape (batch, H, W, 3) with "
+            f"known H and W, got shape {tuple(images.shape)}. The 512 colour classes "
+            "are 3 bits for each of 3 channels: convert grayscale images to RGB."
+        )
+    height, width = images.shape[1], images.shape[2]
+    if height % patch_h or width % patch_w:
+        raise ValueError(
+            f"Images of {height}x{width} do not divide into {patch_h}x{patch_w} "
+            "patches. Use the model's image size and patch size."
+        )
+    grid_h, grid_w = height // patch_h, width // patch_w
+    num_patches = grid_h * grid_w
+    if num_patches < 2:
+        raise ValueError(
+            f"{height}x{width} images in {patch_h}x{patch_w} patches make one patch; "
+            "masked patch prediction needs at least 2 per image."
+        )
+    num_corrupt = round(corrupt_rate * num_patches)
+    if not 0 < corrupt_rate <= 1 or num_corrupt < 1:
+        raise ValueError(
+            f"corrupt_rate {corrupt_rate} corrupts {num_corrupt} of {num_patches} "
+            "patches; it must be in (0, 1] and corrupt at least one patch."
+        )
+    if mask_rate < 0 or random_rate < 0 or mask_rate + random_rate > 1:
+        raise ValueError(
+            f"mask_rate {mask_rate} and random_rate {random_rate} must be "
+            "non-negative and sum to at most 1 (the rest are kept unchanged)."
+        )
+
+    return (patch_h, patch_w), (grid_h, grid_w), num_corrupt
 
 
 def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, shard=None, **rates):
