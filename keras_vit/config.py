@@ -367,7 +367,7 @@ class ViTConfig:
 FIELDS = tuple(field.name for field in dataclasses.fields(ViTConfig))
 
 
-def resolve_config(config, fields):
+def vit_config(config, fields):
     """The `ViTConfig` a model is built from: `config` with `fields` (a
     dict of `ViTConfig` fields) replaced, or a config of `fields` when
     `config` is None."""
@@ -378,7 +378,7 @@ def resolve_config(config, fields):
     return config.replace(**fields) if fields else config
 
 
-def model_config(owner, config, kwargs, fields=None, note=""):
+def constructor_config(owner, config, kwargs, fields=None, note=""):
     """The `ViTConfig` of a model's constructor arguments: `config` with the
     `ViTConfig` fields among `kwargs` (popped; `fields`, all by default)
     replacing its own. What is left in `kwargs` may only be Keras's ``name``
@@ -392,7 +392,7 @@ def model_config(owner, config, kwargs, fields=None, note=""):
             f"Unknown {owner} argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
             f"{', '.join(fields)}, and config, dtype, name, trainable{note}."
         )
-    return resolve_config(config, architecture)
+    return vit_config(config, architecture)
 
 
 def is_int(value, at_least=None):

@@ -23,7 +23,7 @@ from keras_vit import kernels
 from keras_vit import layers as vit_layers
 from keras_vit import variants
 from keras_vit.config import FIELDS
-from keras_vit.config import model_config
+from keras_vit.config import constructor_config
 from keras_vit.presets import preset_config
 from keras_vit.weights import save_checkpoint
 from keras_vit.weights.pretrained import PRETRAINED
@@ -317,7 +317,7 @@ class ViT(keras.Model):
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
-        config = model_config("ViT", config, kwargs)
+        config = constructor_config("ViT", config, kwargs)
         dtype, policy_map = variants.split_policy_map(dtype)
         parts = build_layers(config, dtype)
         images = keras.Input(shape=config.input_shape, name="images")

@@ -1,7 +1,7 @@
 """The model variants of the paper (Table 1) and its hybrids, and the ViT
 family's released shapes (DeiT, DINOv2, CLIP, SigLIP), as data."""
 
-from keras_vit.config import resolve_config
+from keras_vit.config import vit_config
 
 _BASE = dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072)
 _SIZES = {
@@ -176,7 +176,7 @@ def preset_config(name, **overrides):
         print(preset_config("vit_b16", image_size=384).grid_size)               # -> (24, 24)
         ```
     """
-    return resolve_config(None, {**PRESETS[preset_name(name)]["config"], **overrides})
+    return vit_config(None, {**PRESETS[preset_name(name)]["config"], **overrides})
 
 
 def count_params(config=None, **fields):
@@ -197,7 +197,7 @@ def count_params(config=None, **fields):
         print(count_params(preset_config("vit_b16", image_size=384, num_classes=10)))   # -> 86098186
         ```
     """
-    return resolve_config(config, fields).num_params
+    return vit_config(config, fields).num_params
 
 
 def presets():

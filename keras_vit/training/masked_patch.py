@@ -25,9 +25,9 @@ import keras
 
 from keras_vit import variants
 from keras_vit.config import FIELDS
-from keras_vit.config import model_config
+from keras_vit.config import constructor_config
 from keras_vit.config import pair
-from keras_vit.config import resolve_config
+from keras_vit.config import vit_config
 from keras_vit.layers.patch_corruption import KEEP
 from keras_vit.layers.patch_corruption import MASK
 from keras_vit.layers.patch_corruption import REPLACE
@@ -304,7 +304,7 @@ class MaskedPatchPredictor(keras.Model):
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
-        config = model_config("MaskedPatchPredictor", config, kwargs, ARCHITECTURE,
+        config = constructor_config("MaskedPatchPredictor", config, kwargs, ARCHITECTURE,
                               " (the head, pooling and channels are the model's own)")
         if config.resnet_block_units is not None:
             raise ValueError(
@@ -392,7 +392,7 @@ def masked_patch_to_vit(model, num_classes, image_size=None, **overrides):
     config.update(num_classes=num_classes, image_size=image_size or model.image_size,
                   name="vit", **overrides)
     pooling = config.get("pooling", "token")
-    if not resolve_config(None, {k: v for k, v in config.items() if k in FIELDS}).uses_class_token:
+    if not vit_config(None, {k: v for k, v in config.items() if k in FIELDS}).uses_class_token:
         raise ValueError(
             f"pooling {pooling!r} has no [class] token, but the masked patch model "
             "was trained with one; fine-tune with pooling 'token' (the default)."

@@ -81,7 +81,7 @@ class DivergenceError(RunError):
 
 # -- models -------------------------------------------------------------------
 
-def model_config(config, num_classes, class_names=None):
+def run_architecture(config, num_classes, class_names=None):
     """The `keras_vit.ViTConfig` a run trains: the preset, the config's
     `model_args`, then the recipe's settings (resolution, classes,
     regularisation)."""
@@ -119,15 +119,15 @@ def load_init(path, config, num_classes, class_names=None):
                        else str(error)) from error
 
 
-def build_model(config, source):
+def model_for_run(config, source):
     """The model a run trains, for the classes of `source`."""
     if config.kind == "masked_patch":
-        return masked_patch.MaskedPatchPredictor(model_config(config, num_classes=0),
+        return masked_patch.MaskedPatchPredictor(run_architecture(config, num_classes=0),
                                                  dtype=config.dtype)
     if config.kind == "finetune" and config.init:
         model = load_init(config.init, config, source.num_classes, source.class_names)
     else:
-        model = ViT(model_config(config, source.num_classes, source.class_names), dtype=config.dtype)
+        model = ViT(run_architecture(config, source.num_classes, source.class_names), dtype=config.dtype)
     if config.lora_rank:  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
         model.enable_lora(config.lora_rank)
     return model
@@ -474,7 +474,7 @@ def build(run):
     config, topology = run.config, run.topology
     manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
                                 write=topology.is_chief)
-    model = build_model(config, run.source)
+    model = model_for_run(config, run.source)
     model.compile(
         optimizer=build_optimizer(config), loss=build_loss(config),
         metrics=None if config.kind == "masked_patch"
