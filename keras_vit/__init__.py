@@ -22,6 +22,7 @@ _NAMES = {
     "ViT": "keras_vit.model",
     "ViTConfig": "keras_vit.config",
     "load_model": "keras_vit.loading",
+    "naflex_inputs": "keras_vit.naflex",
     "presets": "keras_vit.presets",
     "pretrained": "keras_vit.weights.pretrained",
     "segmentation_probe": "keras_vit.dense",
@@ -29,7 +30,7 @@ _NAMES = {
 }
 
 __all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
-           "layers", "load_model", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
+           "layers", "load_model", "naflex_inputs", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
            "__version__"]
 
 if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, type checkers)
@@ -41,6 +42,7 @@ if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, 
     from keras_vit.image_text import TextTransformer
     from keras_vit.loading import load_model
     from keras_vit.model import ViT
+    from keras_vit.naflex import naflex_inputs
     from keras_vit.presets import presets
     from keras_vit.text_tokenizer import TextTokenizer
     from keras_vit.weights.pretrained import pretrained

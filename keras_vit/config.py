@@ -74,6 +74,14 @@ class ViTConfig:
     a run's input pipelines, as when fine-tuning from such a model) and
     written to keras-hub presets.
 
+    ``naflex=True`` with ``max_num_patches`` makes the model take images
+    of any size and aspect ratio as NaFlex sequences (SigLIP 2; docs/naflex.md):
+    a dict of ``"patches"``, ``"patch_mask"`` and ``"spatial_shapes"``
+    (`keras_vit.naflex_inputs`), each image's patches padded to
+    ``max_num_patches``. ``image_size`` is then the size its position table
+    is learned at (the table is resized to each image's grid); the weights
+    are those of the fixed-size model (`keras_vit.ViT.with_naflex`).
+
     Example:
         ```python
         from keras_vit import ViTConfig
@@ -125,6 +133,8 @@ class ViTConfig:
     pixel_scale: float | tuple = 1 / 127.5
     pixel_offset: float | tuple = -1.0
     data_format: str | None = None
+    naflex: bool = False
+    max_num_patches: int | None = None
 
     def __post_init__(self):
         def put(name, value):
@@ -223,6 +233,24 @@ class ViTConfig:
             )
         if self.resnet_block_units is not None:
             put("resnet_block_units", tuple(int(n) for n in self.resnet_block_units))
+        if not isinstance(self.naflex, bool):
+            raise ValueError(f"`naflex` must be True or False, got {self.naflex!r}.")
+        if self.naflex:
+            if not is_int(self.max_num_patches, 1):
+                raise ValueError(
+                    f"naflex=True needs `max_num_patches`, the patches each image may have "
+                    f"(an int >= 1, e.g. 256), got {self.max_num_patches!r}.")
+            put("max_num_patches", int(self.max_num_patches))
+            if self.resnet_block_units is not None:
+                raise ValueError(
+                    "naflex=True cuts images into pixel patches, and a hybrid model "
+                    "(resnet_block_units) embeds patches of ResNet features. Use naflex=False "
+                    "for hybrids.")
+        elif self.max_num_patches is not None:
+            raise ValueError(
+                f"max_num_patches={self.max_num_patches!r} is the length of NaFlex's patch "
+                "sequences, and this model has naflex=False. Set naflex=True too, or leave "
+                "max_num_patches at None.")
         stride = self.stem_stride
         for size, patch, axis in zip(self.image_size, self.patch_size, ("height", "width")):
             if size % (patch * stride):
@@ -271,6 +299,18 @@ class ViTConfig:
         if self.data_format == "channels_last":
             return (*self.image_size, self.num_channels)
         return (self.num_channels, *self.image_size)
+
+    @property
+    def naflex_input_shapes(self):
+        """NaFlex's inputs, each example's shape by name (None when
+        ``naflex`` is False): ``"patches"`` ``(max_num_patches, P_h * P_w *
+        C)``, ``"patch_mask"`` ``(max_num_patches,)``, ``"spatial_shapes"``
+        ``(2,)``."""
+        if not self.naflex:
+            return None
+        values = self.patch_size[0] * self.patch_size[1] * self.num_channels
+        return {"patches": (self.max_num_patches, values),
+                "patch_mask": (self.max_num_patches,), "spatial_shapes": (2,)}
 
     @property
     def num_params(self):

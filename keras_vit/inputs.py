@@ -2,6 +2,7 @@
 every error names what was given, what the model takes and what to do."""
 
 import keras
+import numpy as np
 
 
 def check_data(model, x):
@@ -29,6 +30,16 @@ def check_images(model, images):
             f"{model.name} takes a batch of images, an array of shape (batch, "
             f"{', '.join(map(str, model.config.input_shape))}), got None. Read image files with "
             "`keras_vit.data.read_images`.")
+    if model.config.naflex:
+        return check_naflex(model, images)
+    if isinstance(images, dict):
+        keys = ", ".join(map(repr, images))
+        raise ValueError(
+            f"{model.name} takes a batch of images of shape (batch, "
+            f"{', '.join(map(str, model.config.input_shape))}), got a dict ({keys}). For NaFlex's "
+            "patches of images of any size, make a NaFlex model with "
+            "`model.with_naflex(max_num_patches)` and give it `keras_vit.naflex_inputs(images, "
+            f"{model.config.patch_size[0]}, max_num_patches)`.")
     shape = getattr(images, "shape", None)
     if shape is None or getattr(shape, "rank", 0) is None:
         return
@@ -65,6 +76,79 @@ def check_images(model, images):
             f"(shape {shape}). Resize the images, or make a model for this "
             f"size with `model.with_image_size({tuple(spatial)})`."
         )
+
+
+def check_naflex(model, inputs):
+    """Raises a ValueError unless `inputs` is NaFlex's dict for `model`
+    (`keras_vit.naflex_inputs`): the three keys, float ``"patches"``
+    ``(batch, max_num_patches, P_h * P_w * C)``, ``"patch_mask"`` ``(batch,
+    max_num_patches)`` and integer ``"spatial_shapes"`` ``(batch, 2)`` of
+    one batch size. Arrays (not tensors) are also checked for their values:
+    each image's ``h * w`` patches fit and the mask counts them."""
+    config, name = model.config, model.name
+    expected = config.naflex_input_shapes
+    how = (f"Make it with `keras_vit.naflex_inputs(images, patch_size={config.patch_size[0]}, "
+           f"max_num_patches={config.max_num_patches})`.")
+    if not isinstance(inputs, dict):
+        shape = getattr(inputs, "shape", None)
+        raise ValueError(
+            f"{name} is a NaFlex model: it takes a dict of 'patches', 'patch_mask' and "
+            f"'spatial_shapes' (images of any size as patch sequences), got "
+            f"{type(inputs).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
+            + f". {how} For fixed-size images, use the fixed-size model: "
+            "`model.with_config(naflex=False, max_num_patches=None)`.")
+    if set(inputs) != set(expected):
+        missing = sorted(set(expected) - set(inputs))
+        unknown = sorted(set(inputs) - set(expected))
+        raise ValueError(
+            f"{name} takes a dict with keys {list(expected)}; got {sorted(inputs)}"
+            + (f" (missing {missing}" if missing else " (")
+            + (f"{', ' if missing else ''}unknown {unknown}" if unknown else "") + f"). {how}")
+    shapes = {}
+    for key, example in expected.items():
+        value = inputs[key]
+        shape = getattr(value, "shape", None)
+        if shape is None or getattr(shape, "rank", 0) is None:
+            continue
+        shape = shapes[key] = tuple(shape)
+        dtype = keras.backend.standardize_dtype(getattr(value, "dtype", "float32"))
+        if len(shape) != 1 + len(example) or any(
+                got is not None and got != want for got, want in zip(shape[1:], example)):
+            if key == "patches" and len(shape) == 3 and shape[1] == example[0] and shape[2] and (
+                    shape[2] % (config.patch_size[0] * config.patch_size[1]) == 0):
+                channels = shape[2] // (config.patch_size[0] * config.patch_size[1])
+                raise ValueError(
+                    f"{name} takes {config.num_channels}-channel images, got patches of "
+                    f"{channels} channels (shape {shape}; {config.patch_size[0]}x"
+                    f"{config.patch_size[1]} patches). Convert the images (e.g. grayscale to "
+                    "RGB) before `keras_vit.naflex_inputs`.")
+            raise ValueError(
+                f"{name}'s '{key}' must have shape (batch, {', '.join(map(str, example))}), got "
+                f"{shape}. "
+                + (f"The model was made for max_num_patches={config.max_num_patches}: make the "
+                   f"inputs with that budget, or the model for theirs with "
+                   f"`model.with_naflex(n)`. " if key != "spatial_shapes" else "")
+                + how)
+        if key == "patches" and not dtype.startswith(("float", "bfloat")):
+            raise ValueError(
+                f"{name}'s 'patches' must be float pixels scaled as the model takes them, got "
+                f"{dtype}. {how}")
+        if key == "spatial_shapes" and not dtype.startswith(("int", "uint")):
+            raise ValueError(f"{name}'s 'spatial_shapes' must be integer patch grids, got "
+                             f"{dtype}. {how}")
+    batches = {key: shape[0] for key, shape in shapes.items() if shape[0] is not None}
+    if len(set(batches.values())) > 1:
+        raise ValueError(f"{name}'s NaFlex inputs disagree on the batch size: "
+                         f"{batches}. Give each the same images. {how}")
+    if all(isinstance(inputs[key], np.ndarray) for key in expected):
+        grids = inputs["spatial_shapes"].astype(np.int64)
+        counts = grids.prod(axis=1)
+        if (grids < 1).any() or (counts > config.max_num_patches).any() or (
+                np.asarray(inputs["patch_mask"]).astype(bool).sum(axis=1) != counts).any():
+            raise ValueError(
+                f"{name}'s 'spatial_shapes' and 'patch_mask' disagree: each image's grid (rows, "
+                f"columns) must be at least 1x1 with rows x columns <= {config.max_num_patches}, "
+                f"and its mask must have that many ones, first. {how}")
 
 
 def symbolic(inputs):

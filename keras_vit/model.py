@@ -217,7 +217,11 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
 
     Args:
         parts: the model's `ViTParts`.
-        images: ``(batch, H, W, C)`` (or channels first).
+        images: ``(batch, H, W, C)`` (or channels first); or NaFlex's dict
+            (`keras_vit.naflex_inputs`): the flattened ``"patches"`` are
+            embedded, the position embeddings follow each image's grid
+            (``"spatial_shapes"``), the attention and the pooling leave the
+            padding out (``"patch_mask"``).
         training: bool or None.
         record: None, or a dict that receives every stage (`ViT.intermediates`).
         corruption: ``(codes, replacement)``, the inputs of
@@ -233,6 +237,16 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
     """
     p = parts
     x = images
+    naflex, pooled = {}, {}  # NaFlex's arguments of the blocks and of the pooling
+    if isinstance(images, dict):
+        x, patch_mask = images["patches"], images["patch_mask"]
+        naflex = {"spatial_shapes": images["spatial_shapes"],
+                  "key_mask": keras.ops.pad(patch_mask, [[0, 0], [p.position_embedding.num_prefix_tokens, 0]],
+                                            constant_values=1)}  # the prefix tokens attended to
+        if isinstance(p.pooling, vit_layers.MultiHeadAttentionPooling):
+            pooled = {"key_mask": naflex["key_mask"]}
+        elif getattr(p.pooling, "mode", None) == "gap":
+            pooled = {"patch_mask": patch_mask}
     if p.resnet is not None:
         x = p.resnet(x)
     x = p.patch_embedding(x)                                  # x_p E
@@ -240,7 +254,10 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
         x = p.patch_corruption(x, *corruption)
     for token in p.prefix_tokens:
         x = token(x)                                          # [x_class; ...]
-    x = p.position_embedding(x)                               # + E_pos
+    if naflex:
+        x = p.position_embedding(x, spatial_shapes=naflex["spatial_shapes"])
+    else:
+        x = p.position_embedding(x)                           # + E_pos
     x = p.embedding_dropout(x, training=training)
     if p.norm_pre is not None:
         x = p.norm_pre(x)
@@ -249,20 +266,22 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
     for i, block in enumerate(p.blocks):                      # Eq. 2-3
         if record is not None:
             x, record[f"attention_{i}"] = block(x, training=training,
-                                                return_attention_scores=True)
+                                                return_attention_scores=True, **naflex)
             record[block.name] = x
         else:
             last = class_only and i == len(p.blocks) - 1
             queries = 1 + (p.distillation_token is not None)  # the tokens read
-            x = block(x, training=training, num_queries=queries if last else None)
+            x = block(x, training=training, num_queries=queries if last else None, **naflex)
     if p.encoder_norm is not None:
         x = p.encoder_norm(x)                                 # LN, Eq. 4
     if record is not None:
         record["encoded"] = x
     tokens = x
-    for layer in (p.pooling, p.fc_norm, p.pre_logits, p.projection, p.normalize):
+    if p.pooling is not None:
+        x = p.pooling(x, **pooled)                            # y
+    for layer in (p.fc_norm, p.pre_logits, p.projection, p.normalize):
         if layer is not None:
-            x = layer(x)                                      # y
+            x = layer(x)
     if record is not None:
         record["features"] = x
     if p.distillation_average is not None:                    # DeiT: two tokens, two heads
@@ -299,7 +318,10 @@ class ViT(keras.Model):
             ``patch_size``, ``num_layers``, ...), and Keras's ``name`` and
             ``trainable``.
 
-    Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``).
+    Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``); with
+        ``naflex=True``, NaFlex's dict of images of any size
+        (`keras_vit.naflex_inputs`: ``"patches"``, ``"patch_mask"``,
+        ``"spatial_shapes"``; docs/naflex.md).
     Output shape: ``(batch, num_classes)``; ``(batch, features)`` when
         ``num_classes=0``; ``(batch, tokens, D)`` with ``pooling="none"``.
 
@@ -320,7 +342,12 @@ class ViT(keras.Model):
         config = constructor_config("ViT", config, kwargs)
         dtype, policy_map = variants.split_policy_map(dtype)
         parts = build_layers(config, dtype)
-        images = keras.Input(shape=config.input_shape, name="images")
+        if config.naflex:  # NaFlex (keras_vit.naflex): a dict of patches, mask and grids
+            images = {name: keras.Input(shape=shape, name=name,
+                                        dtype="float32" if name == "patches" else "int32")
+                      for name, shape in config.naflex_input_shapes.items()}
+        else:
+            images = keras.Input(shape=config.input_shape, name="images")
         kwargs.setdefault("name", "vit")
         super().__init__(images, forward(parts, images), dtype=dtype, **kwargs)
         self.config = config
@@ -424,6 +451,12 @@ class ViT(keras.Model):
             # -> (2, 4, 4, 16) (2, 5, 16)
             ```
         """
+        if self.config.naflex:
+            raise ValueError(
+                f"{self.name} takes NaFlex sequences, whose patch grids differ from image to "
+                "image, and feature_model maps tokens over one fixed grid: not yet available "
+                "for NaFlex. Use the fixed-size model (`model.with_config(naflex=False, "
+                "max_num_patches=None)`), or `model.intermediates` for the tokens.")
         indices = feature_layers(layers, self.config.num_layers)
         if norm and self.parts.encoder_norm is None:
             raise ValueError(
@@ -496,6 +529,12 @@ class ViT(keras.Model):
         """`keras_vit.variants.with_patch_size`: FlexiViT's PI-resize of the patch kernel."""
         return variants.with_patch_size(self, patch_size, image_size, method)
 
+    def with_naflex(self, max_num_patches):
+        """`keras_vit.variants.with_naflex`: this model taking NaFlex's
+        sequences of up to `max_num_patches` patches of images of any size
+        (`keras_vit.naflex_inputs`), with the same weights."""
+        return variants.with_naflex(self, max_num_patches)
+
     def with_config(self, skip=(), method="bilinear", **changes):
         """`keras_vit.variants.with_config`: a copy with some arguments changed."""
         return variants.with_config(self, skip, method, **changes)
@@ -554,6 +593,10 @@ class ViT(keras.Model):
         ``calibration_images`` (float (N, H, W, C) as the model takes them,
         a few hundred; OpenVINO needs them), with scales measured on them.
         """
+        if self.config.naflex:
+            raise ValueError(
+                f"Exporting a NaFlex model ({self.name}) is not yet available. Export the "
+                "fixed-size model: `model.with_config(naflex=False, max_num_patches=None)`.")
         if quantize is not None or calibration_images is not None:
             from keras_vit import quantized_export
 

@@ -35,6 +35,38 @@ def with_image_size(model, image_size, method="bilinear"):
     return with_config(model, image_size=image_size, method=method)
 
 
+def with_naflex(model, max_num_patches):
+    """A copy of `model` that takes NaFlex's sequences (`keras_vit.naflex`):
+    images of any size and aspect ratio, each resized to at most
+    `max_num_patches` patches of the model's patch size, given as the dict
+    of `keras_vit.naflex_inputs`. Every weight is copied as it is: the patch
+    embedding's kernel serves the flattened patches reshaped, and the
+    learned position table (of ``image_size``'s grid) is resized to each
+    image's grid as it runs. A NaFlex model gives another sequence length.
+
+    Example:
+        ```python
+        import numpy as np
+        import keras_vit
+
+        model = keras_vit.ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2,
+                              hidden_dim=16, mlp_dim=32, num_classes=3)
+        flex = model.with_naflex(24)
+        images = [np.zeros((40, 90, 3), "uint8"), np.zeros((64, 64, 3), "uint8")]
+        x = keras_vit.naflex_inputs(images, patch_size=8, max_num_patches=24)
+        print(tuple(flex(x).shape))   # -> (2, 3)
+        ```
+    """
+    if model.resnet_block_units is not None:
+        raise ValueError(
+            f"with_naflex does not apply to the hybrid model {model.name}: NaFlex cuts images "
+            "into pixel patches, and a hybrid embeds ResNet features. Use `with_image_size`.")
+    if not is_int(max_num_patches, 1):
+        raise ValueError(f"`max_num_patches` must be an int >= 1 (the patches each image may "
+                         f"have, e.g. 256), got {max_num_patches!r}.")
+    return with_config(model, naflex=True, max_num_patches=int(max_num_patches))
+
+
 def with_patch_size(model, patch_size, image_size=None, method="bilinear"):
     """A copy of `model` for another patch size, without retraining.
 

@@ -10,7 +10,7 @@ from keras_vit.kernels.routes import route
 
 
 def fused_attention(query, key, value, scale, training=None, dropout=None, return_weights=False,
-                    causal=False):
+                    causal=False, key_mask=None):
     """``softmax(q kᵀ · scale) v`` through the path `routes.route` picks.
 
     `attention_reference` (``keras.ops.dot_product_attention``, or Eq. 5-8
@@ -40,13 +40,16 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
         causal: bool. Each query attends to the keys at its position and
             before (a text tower's causal mask, CLIP's): always
             `attention_reference`, whose Keras op takes the mask.
+        key_mask: None, or ``(batch, Tk)``, bool or 0/1: the keys each query
+            may attend to (NaFlex's padding left out). Always
+            `attention_reference`, whose Keras op takes the mask.
 
     Returns:
         ``(batch, Tq, heads, head_dim)``, and the weights if `return_weights`.
     """
-    if causal:
+    if causal or key_mask is not None:
         return attention_reference(query, key, value, scale, training, dropout, return_weights,
-                                   causal=True)
+                                   causal=causal, key_mask=key_mask)
     path = route("attention", query=query, key=key, training=training, weights=return_weights,
                  dropout=dropout is not None and dropout.rate > 0)
     if path == "padded_cudnn":
@@ -62,19 +65,26 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
 
 
 def attention_reference(query, key, value, scale, training=None, dropout=None, return_weights=False,
-                        causal=False):
+                        causal=False, key_mask=None):
     """`fused_attention` in Keras alone: ``keras.ops.dot_product_attention``;
     with the weights returned or dropped out, Eq. 5-8 written out: the
     logits ``q kᵀ``, their softmax in float32 (under mixed precision too),
     `dropout` on the weights, then ``weights · v``. `causal`: query ``i``
     attends to keys ``0..i`` only (Keras's ``is_causal``; written out, the
-    later keys' logits are set to -inf before the softmax)."""
+    later keys' logits are set to -inf before the softmax). `key_mask`
+    ``(batch, Tk)``: the keys where it is 0 or False get no weight (Keras's
+    ``mask``; written out, their logits are -inf); every query must have a
+    key left."""
+    mask = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, None, :]
     if not return_weights and not (training and dropout is not None and dropout.rate > 0):
-        return ops.dot_product_attention(query, key, value, scale=scale, is_causal=causal)
+        return ops.dot_product_attention(query, key, value, mask=mask, scale=scale,
+                                         is_causal=causal)
     logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", query, key), "float32") * scale
     if causal:
         allowed = ops.arange(ops.shape(key)[1])[None, :] <= ops.arange(ops.shape(query)[1])[:, None]
         logits = ops.where(allowed, logits, float("-inf"))
+    if mask is not None:
+        logits = ops.where(mask, logits, float("-inf"))
     weights = ops.softmax(logits, axis=-1)
     dropped = weights if dropout is None else dropout(ops.cast(weights, query.dtype), training=training)
     x = ops.einsum("bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value)

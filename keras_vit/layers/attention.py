@@ -50,6 +50,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             (self-attention).
         return_attention_scores: bool. Also return the weights
             ``(batch, heads, Tq, Tv)`` (float32).
+        key_mask: None, or ``(batch, Tv)`` (bool or 0/1): the tokens that
+            may be attended to; the others (NaFlex's padding) get no weight.
+        spatial_shapes: None, or int ``(batch, 2)``: NaFlex's patch grid of
+            each image, for the rotary embeddings (`rope`).
 
     Output shape: ``(batch, Tq, D)``.
 
@@ -144,7 +148,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             self.query_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
             self.key_norm.build(value_shape[:-1] + (self.num_heads, head_dim))
 
-    def call(self, query, value=None, training=None, return_attention_scores=False):
+    def call(self, query, value=None, training=None, return_attention_scores=False,
+             key_mask=None, spatial_shapes=None):
         value = query if value is None else value
         q = kernels.dense(self.query, query)  # (batch, Tq, heads, head_dim)
         k = kernels.dense(self.key, value)    # (batch, Tv, heads, head_dim)
@@ -152,10 +157,11 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         if self.qk_norm:
             q, k = self.query_norm(q), self.key_norm(k)
         if self.rotary is not None:
-            q, k = self.rotary(q), self.rotary(k)
+            grids = {} if spatial_shapes is None else {"spatial_shapes": spatial_shapes}
+            q, k = self.rotary(q, **grids), self.rotary(k, **grids)
         x = kernels.fused_attention(q, k, v, self._head_dim**-0.5, training=training,
                                     dropout=self.dropout, return_weights=return_attention_scores,
-                                    causal=self.causal)
+                                    causal=self.causal, key_mask=key_mask)
         if return_attention_scores:
             x, weights = x
         x = kernels.dense(self.out, x)  # (batch, Tq, D)

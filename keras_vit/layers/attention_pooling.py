@@ -22,7 +22,12 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         gelu_approximate: bool. tanh (big_vision) or exact GELU.
         mlp_activation: the MLP's activation (`MlpBlock`'s ``activation``).
 
-    Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
+    Call arguments:
+        x: ``(batch, tokens, D)``.
+        key_mask: None, or ``(batch, tokens)`` (bool or 0/1): the tokens the
+            probe attends to (NaFlex: not the padding).
+
+    Output shape: ``(batch, D)``.
 
     The variables in `ViT` follow big_vision's ``MAPHead``: ``pooling/probe``
     ``(1, 1, D)`` (Xavier uniform);
@@ -79,10 +84,10 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         self.norm.build(probe_shape)
         self.mlp.build(probe_shape)
 
-    def call(self, x):
+    def call(self, x, key_mask=None):
         probe = ops.cast(self.probe, x.dtype)
         probe = ops.broadcast_to(probe, (ops.shape(x)[0], 1, ops.shape(x)[-1]))
-        y = self.attention(probe, x)
+        y = self.attention(probe, x) if key_mask is None else self.attention(probe, x, key_mask=key_mask)
         y = y + self.mlp(self.norm(y))
         return y[:, 0]
 

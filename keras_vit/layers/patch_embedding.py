@@ -32,8 +32,15 @@ class PatchEmbedding(keras.layers.Layer):
         use_bias: bool. False for CLIP's patch embedding, which has none.
 
     Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``), H and W
-        divisible by the patch size.
-    Output shape: ``(batch, (H / P_h) * (W / P_w), hidden_dim)``.
+        divisible by the patch size; or NaFlex's flattened patches
+        ``(batch, N, P_h * P_w * C)`` (`keras_vit.naflex`: each patch in
+        (row, column, channel) order), whatever ``data_format`` is.
+    Output shape: ``(batch, (H / P_h) * (W / P_w), hidden_dim)``, or
+        ``(batch, N, hidden_dim)``.
+
+    Flattened patches are multiplied by the convolution's kernel reshaped to
+    ``(P_h * P_w * C, D)``, the same ``E`` (Eq. 1's ``x_p E`` as written): a
+    model's weights serve both inputs.
 
     In `ViT` this layer is ``patch_embedding``; its variables are
     ``patch_embedding/projection/kernel`` ``(P_h, P_w, C, D)`` and
@@ -115,14 +122,33 @@ class PatchEmbedding(keras.layers.Layer):
             None if width is None else width // self.patch_size[1],
         )
 
+    def _flat_channels(self, input_shape):
+        """The channels of flattened patches ``(batch, N, P_h * P_w * C)``."""
+        values = tuple(input_shape)[-1]
+        area = self.patch_size[0] * self.patch_size[1]
+        if values is None or values % area:
+            raise ValueError(
+                f"{self.name} takes flattened {self.patch_size[0]}x{self.patch_size[1]} patches "
+                f"of P_h * P_w * C values each, got shape {tuple(input_shape)}: {values} is not a "
+                f"multiple of {area}. Make them with `keras_vit.naflex_inputs(images, "
+                f"patch_size={self.patch_size}, ...)`.")
+        return values // area
+
     def build(self, input_shape):
-        self.grid_size(input_shape)
         input_shape = tuple(input_shape)
+        if len(input_shape) == 3:  # NaFlex's flattened patches
+            self.projection.build((None, *self.patch_size, self._flat_channels(input_shape)))
+            return
+        self.grid_size(input_shape)
         if self.data_format == "channels_first":
             input_shape = (input_shape[0], *input_shape[2:], input_shape[1])
         self.projection.build(input_shape)
 
     def call(self, images):
+        if len(images.shape) == 3:  # flattened patches: x_p E with E = the kernel, reshaped
+            kernel = ops.cast(self.projection.kernel, images.dtype)
+            x = ops.matmul(images, ops.reshape(kernel, (-1, self.hidden_dim)))
+            return x + ops.cast(self.projection.bias, images.dtype) if self.use_bias else x
         if self.data_format == "channels_first":
             images = ops.transpose(images, (0, 2, 3, 1))
         x = self.projection(images)
@@ -130,6 +156,9 @@ class PatchEmbedding(keras.layers.Layer):
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_dim))
 
     def compute_output_shape(self, input_shape):
+        if len(tuple(input_shape)) == 3:
+            self._flat_channels(input_shape)
+            return (input_shape[0], input_shape[1], self.hidden_dim)
         grid_h, grid_w = self.grid_size(input_shape)
         tokens = None if grid_h is None or grid_w is None else grid_h * grid_w
         return (input_shape[0], tokens, self.hidden_dim)

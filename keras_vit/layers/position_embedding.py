@@ -131,6 +131,50 @@ def sincos_2d(grid, hidden_dim, temperature=10_000.0):
     return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
 
 
+def naflex_positions(spatial_shapes, num_patches):
+    """Each NaFlex sequence position's patch: ``(rows, cols, valid)``,
+    int32, int32 and bool ``(batch, num_patches)``.
+
+    Position ``n`` of an image whose grid is ``(h, w)`` (a row of
+    `spatial_shapes`) is patch ``(n // w, n % w)`` (row-major) when ``n < h
+    w``; the padding after it is ``valid`` False, at ``(0, 0)``. Traceable:
+    `num_patches` is static, the grids are tensors.
+    """
+    shapes = ops.cast(spatial_shapes, "int32")
+    heights, widths = shapes[:, :1], ops.maximum(shapes[:, 1:], 1)
+    index = ops.arange(num_patches, dtype="int32")[None, :]
+    valid = index < heights * widths
+    rows = ops.where(valid, ops.floor_divide(index, widths), 0)
+    cols = ops.where(valid, index - ops.floor_divide(index, widths) * widths, 0)
+    return rows, cols, valid
+
+
+def naflex_resize_weights(index, out_size, in_size):
+    """``(batch, N, in_size)`` weights of antialiased bilinear resizing
+    (`keras_vit.naflex.antialiased_resize_matrix`) of one axis of length
+    `in_size` to `out_size` (``(batch, 1)``), for the output positions
+    `index` ``(batch, N)``, in float32: PyTorch's ``F.interpolate(...,
+    mode="bilinear", antialias=True)``, which Hugging Face's Siglip2 applies
+    to its position table. To the same size the rows are one-hot."""
+    index, out_size = ops.cast(index, "float32"), ops.cast(out_size, "float32")
+    scale = in_size / out_size
+    support = ops.maximum(scale, 1.0)[..., None]
+    centre = ((index + 0.5) * scale)[..., None]
+    source = ops.arange(in_size, dtype="float32") + 0.5
+    weights = ops.maximum(0.0, 1.0 - ops.abs(source - centre) / support)
+    return weights / ops.sum(weights, axis=-1, keepdims=True)
+
+
+def sincos_2d_at(rows, cols, hidden_dim, temperature=10_000.0):
+    """`sincos_2d` at given patch rows and columns (int tensors of any
+    shape), in float32: shape ``(*rows.shape, hidden_dim)``."""
+    omega = 1.0 / temperature ** (np.arange(hidden_dim // 4) / max(hidden_dim // 4 - 1, 1))
+    omega = ops.convert_to_tensor(omega.astype("float32"))
+    y = ops.cast(rows, "float32")[..., None] * omega
+    x = ops.cast(cols, "float32")[..., None] * omega
+    return ops.concatenate([ops.sin(x), ops.cos(x), ops.sin(y), ops.cos(y)], axis=-1)
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class PositionEmbedding(keras.layers.Layer):
     """Adds position embeddings to the token sequence: ``z_0 = [...] + E_pos``.
@@ -150,8 +194,20 @@ class PositionEmbedding(keras.layers.Layer):
             applies to queries and keys: nothing is added here).
         initializer: initializer of learned embeddings.
 
-    Input shape: ``(batch, num_prefix_tokens + gh * gw, hidden_dim)``.
-    Output shape: the same.
+    Call arguments:
+        x: ``(batch, num_prefix_tokens + gh * gw, hidden_dim)``; with
+            `spatial_shapes`, ``(batch, num_prefix_tokens + N, hidden_dim)``.
+        spatial_shapes: None, or int ``(batch, 2)``: NaFlex (`keras_vit.naflex`),
+            each image's patch grid (rows, columns), its ``h * w`` patches
+            first in the ``N`` after the prefix, then padding. Learned
+            embeddings are resized to each image's grid (bilinear with
+            antialiasing, as Hugging Face's
+            ``Siglip2VisionEmbeddings.resize_positional_embeddings``:
+            `naflex_resize_weights`, one row of weights per patch, so the
+            shapes are static and it traces); sin-cos ones are computed at
+            each patch's row and column; the padding gets none.
+
+    Output shape: that of ``x``.
 
     In `ViT` this layer is ``position_embedding``; its variable is
     ``position_embedding/embeddings`` ``(1, num_prefix_tokens + gh * gw, D)``,
@@ -200,13 +256,7 @@ class PositionEmbedding(keras.layers.Layer):
         return self.num_prefix_tokens + math.prod(self.grid_size)
 
     def build(self, input_shape):
-        _, length, hidden_dim = tuple(input_shape)
-        if length is not None and length != self.sequence_length:
-            raise ValueError(
-                f"{self.name} was made for a {self.grid_size[0]}x"
-                f"{self.grid_size[1]} grid with {self.num_prefix_tokens} prefix "
-                f"tokens ({self.sequence_length} tokens) but got {length} tokens."
-            )
+        hidden_dim = tuple(input_shape)[-1]  # the length is checked in `call` (NaFlex: any)
         if self.kind == "learned":
             self.embeddings = self.add_weight(
                 shape=(1, self.sequence_length, hidden_dim),
@@ -218,11 +268,36 @@ class PositionEmbedding(keras.layers.Layer):
             table[0, self.num_prefix_tokens:] = sincos_2d(self.grid_size, hidden_dim)
             self._table = table
 
-    def call(self, x):
+    def call(self, x, spatial_shapes=None):
         if self.kind == "rope":
             return x
         table = self.embeddings if self.kind == "learned" else self._table
-        return x + ops.cast(table, x.dtype)
+        if spatial_shapes is None:
+            length = x.shape[1]
+            if length is not None and length != self.sequence_length:
+                raise ValueError(
+                    f"{self.name} was made for a {self.grid_size[0]}x"
+                    f"{self.grid_size[1]} grid with {self.num_prefix_tokens} prefix "
+                    f"tokens ({self.sequence_length} tokens) but got {length} tokens."
+                )
+            return x + ops.cast(table, x.dtype)
+        prefix, (grid_h, grid_w) = self.num_prefix_tokens, self.grid_size
+        hidden_dim = x.shape[-1]
+        rows, cols, valid = naflex_positions(spatial_shapes, x.shape[1] - prefix)
+        if self.kind == "learned":
+            shapes = ops.cast(spatial_shapes, "float32")
+            weights = (naflex_resize_weights(rows, shapes[:, :1], grid_h)[..., :, None]
+                       * naflex_resize_weights(cols, shapes[:, 1:], grid_w)[..., None, :])
+            weights = ops.reshape(weights, (-1, x.shape[1] - prefix, grid_h * grid_w))
+            grid = ops.reshape(ops.cast(table[0, prefix:], "float32"), (grid_h * grid_w, hidden_dim))
+            positions = ops.matmul(weights, grid)
+        else:
+            positions = sincos_2d_at(rows, cols, hidden_dim)
+        positions = ops.where(valid[..., None], positions, 0.0)
+        grid = x[:, prefix:] + ops.cast(positions, x.dtype)
+        if not prefix:
+            return grid
+        return ops.concatenate([x[:, :prefix] + ops.cast(table[:, :prefix], x.dtype), grid], axis=1)
 
     def resampled(self, grid_size, method="bilinear"):
         """The learned embeddings interpolated to `grid_size`, as NumPy."""

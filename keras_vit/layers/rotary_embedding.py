@@ -8,6 +8,7 @@ from keras import ops
 
 from keras_vit.config import is_int
 from keras_vit.config import pair
+from keras_vit.layers.position_embedding import naflex_positions
 
 
 def rope_angles(grid_size, head_dim, theta=100.0):
@@ -53,6 +54,12 @@ class RotaryPositionEmbedding(keras.layers.Layer):
             (``num_prefix_tokens + gh * gw``), or only some of the prefix
             tokens (a block updating the [class] token alone), which are
             returned as they are.
+        spatial_shapes: None, or int ``(batch, 2)``: NaFlex
+            (`keras_vit.naflex`), each image's patch grid (rows, columns);
+            the ``x`` after the prefix are then each image's ``h * w``
+            patches in row-major order and padding, and each patch turns by
+            its centre on its own image's grid (`rope_angles` of that grid;
+            the padding is left as it is).
 
     Output shape: that of ``x``.
 
@@ -86,20 +93,38 @@ class RotaryPositionEmbedding(keras.layers.Layer):
         self._cos = np.cos(angles).astype("float32")
         self._sin = np.sin(angles).astype("float32")
 
-    def call(self, x):
+    def call(self, x, spatial_shapes=None):
         tokens, prefix = x.shape[1], self.num_prefix_tokens
         if tokens is not None and tokens <= prefix:
             return x  # prefix tokens only: nothing to rotate
         patches = math.prod(self.grid_size)
-        if tokens is not None and tokens != prefix + patches:
+        if spatial_shapes is not None:
+            angles = self._naflex_angles(spatial_shapes, tokens - prefix, x.shape[-1])
+            cos, sin = ops.cos(angles), ops.sin(angles)
+        elif tokens is not None and tokens != prefix + patches:
             raise ValueError(
                 f"{self.name} rotates {patches} patches ({self.grid_size[0]}x{self.grid_size[1]}) "
                 f"after {prefix} prefix tokens, {prefix + patches} tokens, but got {tokens}.")
+        else:
+            cos, sin = self._cos, self._sin
         head, grid = x[:, :prefix], x[:, prefix:]
         first, second = ops.split(grid, 2, axis=-1)
         rotated = ops.concatenate([-second, first], axis=-1)
-        grid = grid * ops.cast(self._cos, x.dtype) + rotated * ops.cast(self._sin, x.dtype)
+        grid = grid * ops.cast(cos, x.dtype) + rotated * ops.cast(sin, x.dtype)
         return ops.concatenate([head, grid], axis=1) if prefix else grid
+
+    def _naflex_angles(self, spatial_shapes, num_patches, head_dim):
+        """`rope_angles` of each patch on its image's grid, float32
+        ``(batch, num_patches, 1, head_dim)``; 0 (no turn) for the padding."""
+        rows, cols, valid = naflex_positions(spatial_shapes, num_patches)
+        shapes = ops.cast(spatial_shapes, "float32")
+        y = (ops.cast(rows, "float32") + 0.5) / shapes[:, :1] * 2 - 1
+        x = (ops.cast(cols, "float32") + 0.5) / shapes[:, 1:] * 2 - 1
+        frequencies = self.theta ** -(np.arange(0, 1, 4 / head_dim, dtype=np.float64))
+        frequencies = ops.convert_to_tensor((2 * math.pi * frequencies).astype("float32"))
+        half = ops.concatenate([y[..., None] * frequencies, x[..., None] * frequencies], axis=-1)
+        angles = ops.where(valid[..., None], ops.concatenate([half, half], axis=-1), 0.0)
+        return angles[:, :, None, :]
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)

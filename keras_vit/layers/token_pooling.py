@@ -19,7 +19,13 @@ class TokenPooling(keras.layers.Layer):
         mode: ``"token"``, ``"gap"`` or ``"distillation"``.
         num_prefix_tokens: int. Tokens before the patches.
 
-    Input shape: ``(batch, tokens, D)``. Output shape: ``(batch, D)``.
+    Call arguments:
+        x: ``(batch, tokens, D)``.
+        patch_mask: None, or ``(batch, tokens - num_prefix_tokens)`` (bool
+            or 0/1): NaFlex's patches; ``"gap"`` averages these alone, not
+            the padding.
+
+    Output shape: ``(batch, D)``.
 
     ``ViT(pooling="token")`` and ``ViT(pooling="gap")`` use this layer under
     the name ``pooling``; with ``"token"`` the LayerNorm of Eq. 4 is the
@@ -50,12 +56,16 @@ class TokenPooling(keras.layers.Layer):
         self.mode = mode
         self.num_prefix_tokens = int(num_prefix_tokens)
 
-    def call(self, x):
+    def call(self, x, patch_mask=None):
         if self.mode == "token":
             return x[:, 0]
         if self.mode == "distillation":
             return x[:, 1]
-        return ops.mean(x[:, self.num_prefix_tokens:], axis=1)
+        if patch_mask is None:
+            return ops.mean(x[:, self.num_prefix_tokens:], axis=1)
+        weights = ops.cast(patch_mask, x.dtype)[..., None]
+        total = ops.sum(x[:, self.num_prefix_tokens:] * weights, axis=1)
+        return total / ops.maximum(ops.sum(weights, axis=1), 1)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])

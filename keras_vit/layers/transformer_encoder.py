@@ -52,6 +52,11 @@ class TransformerEncoder(keras.layers.Layer):
             those rows of the full output, at a fraction of the cost: `ViT`
             with token pooling computes only the [class] token in its last
             block, the one row Eq. 4 reads.
+        key_mask: None, or ``(batch, tokens)`` (bool or 0/1): the tokens
+            attended to (NaFlex: the prefix tokens and each image's patches,
+            not the padding).
+        spatial_shapes: None, or int ``(batch, 2)``: NaFlex's patch grid of
+            each image, for rotary position embeddings (`rope`).
 
     Output shape: ``(batch, tokens, D)``, or ``(batch, num_queries, D)``.
 
@@ -160,16 +165,20 @@ class TransformerEncoder(keras.layers.Layer):
             return x
         return x * ops.cast(self.layer_scale[index], x.dtype)
 
-    def call(self, x, training=None, return_attention_scores=False, num_queries=None):
+    def call(self, x, training=None, return_attention_scores=False, num_queries=None,
+             key_mask=None, spatial_shapes=None):
         tokens = self.norm1(x)
         queries = tokens
         if num_queries is not None:
             if not is_int(num_queries, 1):
                 raise ValueError(f"num_queries must be a positive int or None, got {num_queries!r}.")
             x, queries = x[:, :num_queries], tokens[:, :num_queries]
+        naflex = {name: value for name, value in (("key_mask", key_mask),
+                                                  ("spatial_shapes", spatial_shapes))
+                  if value is not None}
         y = self.attention(
             queries, tokens, training=training,
-            return_attention_scores=return_attention_scores,
+            return_attention_scores=return_attention_scores, **naflex,
         )
         if return_attention_scores:
             y, scores = y
@@ -182,7 +191,8 @@ class TransformerEncoder(keras.layers.Layer):
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
-    def compute_output_spec(self, x, training=None, return_attention_scores=False, num_queries=None):
+    def compute_output_spec(self, x, training=None, return_attention_scores=False, num_queries=None,
+                            key_mask=None, spatial_shapes=None):
         batch, tokens = x.shape[0], x.shape[1]
         queries = tokens if num_queries is None else num_queries
         y = keras.KerasTensor((batch, queries, *x.shape[2:]), dtype=self.compute_dtype)
