@@ -49,7 +49,8 @@ def image_size_for_max_num_patches(height, width, patch_size, max_num_patches, e
     P``, at least ``P``), so the sizes are theirs.
 
     Args:
-        height, width: int. The image's size in pixels (> 0).
+        height: int. The image's height in pixels (> 0).
+        width: int. Its width.
         patch_size: int or (int, int).
         max_num_patches: int >= 1.
         eps: float. The search stops when the scale interval is narrower.
@@ -150,7 +151,8 @@ def naflex_inputs(images, patch_size, max_num_patches, pixel_scale=1 / 127.5, pi
             uint8 or float pixels (or one such array).
         patch_size: int or (int, int). The model's patch size.
         max_num_patches: int >= 1. The model's ``max_num_patches``.
-        pixel_scale, pixel_offset: a number, or one per channel.
+        pixel_scale: a number, or one per channel: multiplies the pixels.
+        pixel_offset: a number, or one per channel: added after.
 
     Returns:
         A dict of NumPy arrays: ``"patches"`` float32 ``(batch,
@@ -218,8 +220,10 @@ def naflex_example(image, patch_size, max_num_patches, pixel_scale=1 / 127.5, pi
     Args:
         image: a tensor ``(height, width, channels)`` of any size, uint8 or
             float pixels; the channels must be known statically.
-        patch_size, max_num_patches, pixel_scale, pixel_offset: as
-            `naflex_inputs`.
+        patch_size: as `naflex_inputs`.
+        max_num_patches: as `naflex_inputs`.
+        pixel_scale: as `naflex_inputs`.
+        pixel_offset: as `naflex_inputs`.
 
     Returns:
         A dict of tensors: ``"patches"`` float32 ``(max_num_patches, P_h *
