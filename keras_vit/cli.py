@@ -119,11 +119,11 @@ def _run_recipe(args):
     return 0
 
 
-def _load_model(path, image_size=None, num_classes=None, dtype=None):
+def _load_model(path, image_size=None, num_classes=None, dtype=None, model_class=None):
     """`keras_vit.load_model` (imported when a command runs, not for ``--help``)."""
     from keras_vit.loading import load_model
 
-    return load_model(path, image_size, num_classes, dtype=dtype)
+    return load_model(path, image_size, num_classes, dtype=dtype, model_class=model_class)
 
 
 def at_dtype(model, dtype):
@@ -223,7 +223,7 @@ def _zero_shot(args):
     labels = [label.strip() for label in args.labels.split(",") if label.strip()]
     if not labels:
         raise ValueError("--labels is empty: give the class names, comma-separated (--labels cat,dog).")
-    model = ImageTextModel.from_checkpoint(args.model)  # a .keras file of one too
+    model = _load_model(args.model, model_class=ImageTextModel)
     classifier = at_dtype(zero_shot_classifier(model, labels, args.templates), args.dtype)
     images = read_images(args.images, model=classifier)
     logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,

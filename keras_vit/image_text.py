@@ -405,13 +405,12 @@ class ImageTextModel(keras.Model):
     def from_checkpoint(cls, path, image_size=None, resample_method=None, **overrides):
         """A two-tower model from a Hugging Face ``CLIPModel`` or
         ``SiglipModel`` folder (`read_image_text_model`), by path, URL or
-        ``hf://``, or from a ``.keras`` file of one
-        (`keras_vit.load_model`). Another `image_size` resamples the image
-        tower's position embeddings (`keras_vit.ViT.from_checkpoint`);
-        `overrides` go to the image tower (``dtype``, ``dropout_rate``)."""
-        from keras_vit.loading import load_model
-
-        return load_model(path, image_size, None, resample_method, model_class=cls, **overrides)
+        ``hf://``. Another `image_size` resamples the image tower's position
+        embeddings (`keras_vit.ViT.from_checkpoint`); `overrides` go to the
+        image tower (``dtype``, ``dropout_rate``). `keras_vit.load_model`
+        (``model_class=ImageTextModel``) loads through it, and takes a
+        ``.keras`` file of one too."""
+        return read_image_text_model(path, image_size, resample_method, **overrides)
 
     def save_assets(self, dir_path):
         """The tokenizer's files, into the ``.keras`` archive's assets."""

@@ -1,10 +1,12 @@
 """One way to load a model from anything a user names: `load_model`.
 
-The command line (``keras-vit predict MODEL``, ``--init``, ``--checkpoint``),
-training's ``--init``, `keras_vit.ViT.from_checkpoint` and
-`keras_vit.ImageTextModel.from_checkpoint` all load through it, so a name
-that one of them takes, the others take, with the same resizing, the same
-new head and the same errors.
+The command line (``keras-vit predict MODEL``, ``convert``, ``segment
+--init``, ``zero-shot``) and training's ``--init`` load through it, so a
+name that one of them takes, the others take, with the same resizing, the
+same new head and the same errors. A checkpoint is read by
+`keras_vit.ViT.from_checkpoint` (`keras_vit.ImageTextModel.from_checkpoint`
+for both towers), which sit below this module: the model classes do not
+import it.
 """
 
 import pathlib
@@ -57,11 +59,14 @@ def load_model(source, image_size=None, num_classes=None, resample_method=None,
         loaded.
 
     Raises:
-        FileNotFoundError, ValueError, `keras_vit.weights.CheckpointError`:
-        the message names the source, what it holds and the fix.
+        FileNotFoundError: a `.keras` path where there is no file.
+        ValueError: a source that is not what `model_class` asks, or a
+            change that its model cannot take; a
+            `keras_vit.weights.CheckpointError` (a ValueError) for a
+            checkpoint that cannot be read. The message names the source,
+            what it holds and the fix.
     """
     from keras_vit.image_text import ImageTextModel
-    from keras_vit.image_text import read_image_text_model
     from keras_vit.model import ViT
 
     if overrides.get("dtype") is None:  # the source's own
@@ -86,11 +91,9 @@ def load_model(source, image_size=None, num_classes=None, resample_method=None,
         if num_classes is not None:
             raise ValueError("An ImageTextModel has no classification head: drop `num_classes` "
                              "(zero-shot classes come from keras_vit.zero_shot_classifier).")
-        return read_image_text_model(source, image_size, resample_method, **overrides)
-    from keras_vit.weights import load_checkpoint
-
-    return load_checkpoint(model_class or ViT, source, image_size, num_classes, resample_method,
-                           **overrides)
+        return ImageTextModel.from_checkpoint(source, image_size, resample_method, **overrides)
+    return (model_class or ViT).from_checkpoint(source, image_size, num_classes, resample_method,
+                                                **overrides)
 
 
 def _named(source, flag):

@@ -25,6 +25,7 @@ from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
 from keras_vit.presets import preset_config
+from keras_vit.weights import load_checkpoint
 from keras_vit.weights import save_checkpoint
 from keras_vit.weights.pretrained import PRETRAINED
 from keras_vit.weights.pretrained import default_pretrained
@@ -507,12 +508,9 @@ class ViT(keras.Model):
         timm or ``"dinov2"``; by default the source's own: DINOv2's for its
         files, else bilinear); another ``num_classes`` gives a new zero-initialised head (0:
         none); `overrides` change other arguments (``dropout_rate``,
-        ``dtype``). A ``.keras`` file of a ViT and a preset's name (its
-        recommended released checkpoint) load too: `keras_vit.load_model`."""
-        from keras_vit.loading import load_model
-
-        return load_model(path, image_size, num_classes, resample_method, model_class=cls,
-                          **overrides)
+        ``dtype``). `keras_vit.load_model` loads through it, and takes a
+        ``.keras`` file and a preset's name too."""
+        return load_checkpoint(cls, path, image_size, num_classes, resample_method, **overrides)
 
     def save_checkpoint(self, path, format="npz"):
         """`keras_vit.weights.save_checkpoint`: this model as a vit_jax

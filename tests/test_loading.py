@@ -52,14 +52,14 @@ def test_every_source_loads_resized_with_a_new_head_the_same_way(sources):
                                    to_numpy(model.get_layer("encoder_norm").gamma), err_msg=what)
 
 
-def test_the_from_checkpoint_faces_take_what_load_model_takes_and_refuse_the_wrong_class(sources):
-    """`ViT.from_checkpoint` reads a `.keras` ViT too; a ViT asked for as an
-    `ImageTextModel`, or changed when it is not a ViT, is refused by name."""
+def test_a_model_of_the_wrong_class_a_missing_file_and_a_change_a_model_cannot_take_are_refused(sources):
+    """A ViT asked for as an `ImageTextModel`, a missing file, or a change
+    asked of a model that is not a ViT: each refused by name."""
     model, named, images = sources
-    np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(named[".keras"])(images)),
+    np.testing.assert_allclose(to_numpy(load_model(named[".keras"], model_class=ViT)(images)),
                                to_numpy(model(images)), atol=1e-5)
     with pytest.raises(ValueError, match=r"model\.keras holds a ViT, not an ImageTextModel"):
-        ImageTextModel.from_checkpoint(named[".keras"])
+        load_model(named[".keras"], model_class=ImageTextModel)
     with pytest.raises(FileNotFoundError, match=r"--init .*missing\.keras: no such file"):
         load_model(named[".keras"].parent / "missing.keras", flag="--init")
     probe = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
