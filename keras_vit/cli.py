@@ -36,6 +36,7 @@ from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_shots
+from keras_vit.quantized_export import QUANTIZE_MODES
 from keras_vit.startup import quiet_start
 
 MODEL_HELP = ("a .keras model; a checkpoint file or folder; a URL (hf://owner/repo, https://, "
@@ -349,6 +350,7 @@ def _export(args):
 
     from keras_vit import files
     from keras_vit.deploy import EXPORT_SUFFIXES
+    from keras_vit.quantized_export import check_mode
 
     backend = keras.backend.backend()
     if backend not in EXPORT_FORMATS[args.format]:
@@ -361,11 +363,44 @@ def _export(args):
         files.output_file(args.output, "output", EXPORT_SUFFIXES[args.format])  # before loading
     else:  # a SavedModel is a folder
         files.output_folder(args.output, "output")
+    check_mode(args.format, args.quantize, calibrated=args.calibration is not None)
     model = _load_model(args.model, args.image_size)
-    model.export(args.output, format=args.format, verbose=False)
-    print(f"wrote {args.output}: {args.format} from {backend}, {type(model).__name__} "
+    calibration = None
+    if args.calibration is not None:
+        calibration = _calibration_images(model, args.calibration, args.calibration_split,
+                                          args.calibration_count)
+    model.export(args.output, format=args.format, verbose=False, quantize=args.quantize,
+                 calibration_images=calibration)
+    quantized = "" if args.quantize is None else f", {args.quantize} " + (
+        f"calibrated on {len(calibration)} images" if calibration is not None else "dynamic")
+    print(f"wrote {args.output}: {args.format} from {backend}{quantized}, {type(model).__name__} "
           f"{'x'.join(map(str, model.input_shape[1:]))} input, dynamic batch")
     return 0
+
+
+def _calibration_images(model, data, split, count):
+    """The first `count` images of `data` as `model` takes them: of a
+    dataset (``digits``, a TFDS name or an image folder; its `split`),
+    resized and scaled as evaluation does, or of a ``.npy`` file, as they
+    are (scaled already)."""
+    import numpy as np
+
+    if str(data).endswith(".npy"):
+        if not pathlib.Path(data).is_file():
+            raise FileNotFoundError(f"--calibration {data}: no such file.")
+        try:
+            return np.load(data, allow_pickle=False)[:count]
+        except ValueError as error:
+            raise ValueError(f"--calibration {data} is not a .npy array of images ({error}).") from None
+    from keras_vit import data as vit_data
+    from keras_vit.training.run import pixel_scaling
+
+    batches = vit_data.input_pipeline(data, split=split, image_size=tuple(model.image_size),
+                                      batch_size=count, training=False, **pixel_scaling(model))
+    images = next(iter(batches))[0].numpy()
+    if model.config.data_format == "channels_first":
+        images = images.transpose(0, 3, 1, 2)
+    return images
 
 
 def _import_package():
@@ -515,12 +550,24 @@ def build_parser():
         description="Export a model with Keras's model.export, traced from Keras's layers and "
         "ops alone; the batch axis stays dynamic. Formats by backend: tf_saved_model (tensorflow, "
         "jax), onnx (all three), openvino (all three), litert (tensorflow, torch), torch (torch). "
-        "docs/deploy.md lists what each exporter handles.")
+        "docs/deploy.md lists what each exporter handles. --quantize int8 writes onnx or openvino "
+        "quantized with onnxruntime's tools, for a fast CPU inference (on every backend).")
     sub.add_argument("model", help=MODEL_HELP)
     sub.add_argument("output", help="the artifact: a folder for tf_saved_model, else a file "
                      "(.onnx, .xml, .tflite, .pt2)")
     sub.add_argument("--format", required=True, choices=tuple(EXPORT_FORMATS))
     sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings first")
+    sub.add_argument("--quantize", choices=QUANTIZE_MODES,
+                     help="int8: the projections quantized with onnxruntime's tools, for a fast CPU "
+                     "inference (--format onnx or openvino; docs/deploy.md)")
+    sub.add_argument("--calibration", metavar="DATA",
+                     help="with --quantize: measure the int8 inputs' scales on these images (static "
+                     "quantization; openvino needs it): digits, a TFDS name, an image folder, or a "
+                     ".npy file of images scaled as the model takes them")
+    sub.add_argument("--calibration-split", default="train", metavar="SPLIT",
+                     help="the split of --calibration's dataset (TFDS syntax; default train)")
+    sub.add_argument("--calibration-count", type=_positive_int, default=256, metavar="N",
+                     help="how many of --calibration's images, the first (default 256)")
 
     sub = commands.add_parser(
         "segment", help="a linear segmentation probe of a model's feature maps (DINOv3)",

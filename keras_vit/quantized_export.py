@@ -10,8 +10,7 @@ calibration_images=None)` calls `export_int8`, which
    (`einsum_to_matmul`: JAX's and PyTorch's exporters write Keras's
    ``EinsumDense``, the attention's query, key, value and output
    projections, as ``Einsum``, which onnxruntime does not quantize);
-3. runs onnxruntime's ``quant_pre_process`` (ONNX's shape inference and
-   onnxruntime's graph optimization);
+3. runs onnxruntime's ``quant_pre_process`` (ONNX's shape inference);
 4. quantizes every ``MatMul`` whose second operand is a weight
    (`quantize_onnx`): the attention's four projections and the MLP's two, 96%
    of ViT-B/16's multiply-adds. Their weights become int8, one scale per
@@ -95,15 +94,16 @@ def check_mode(format, quantize, calibrated):
         return
     modes = ", ".join(repr(mode) for mode in QUANTIZE_MODES)
     if not isinstance(quantize, str):
-        raise TypeError(f"quantize takes {modes} or None, got {quantize!r} ({type(quantize).__name__}).")
+        raise TypeError(f"quantize takes {modes} or None, got {quantize!r} "
+                        f"({type(quantize).__name__}).")
     if quantize not in QUANTIZE_MODES:
-        raise ValueError(f"quantize={quantize!r} is not offered: choose {modes} (or None for float32). "
-                         "Keras's other modes (int4, float8) quantize the model itself: "
+        raise ValueError(f"quantize={quantize!r} is not offered: choose {modes} (or None for "
+                         "float32). Keras's other modes (int4, float8) quantize the model itself: "
                          "model.quantize('int4').")
     if format not in QUANTIZED_FORMATS:
-        raise ValueError(f"format={format!r} has no {quantize} route: quantize={quantize!r} exports "
-                         f"format='onnx' (onnxruntime) or format='openvino'. Export {format} without "
-                         "quantize (float32), or choose one of those formats.")
+        raise ValueError(f"format={format!r} has no {quantize} route: quantize={quantize!r} "
+                         "exports format='onnx' (onnxruntime) or format='openvino'. Export "
+                         f"{format} without quantize (float32), or choose one of those formats.")
     if format == "openvino" and not calibrated:
         raise ValueError(
             "format='openvino' with quantize='int8' needs calibration_images: OpenVINO runs int8 "
@@ -125,28 +125,31 @@ def calibration_array(model, images):
     from keras_vit import inputs
 
     if not hasattr(images, "shape") or isinstance(images, (str, bytes, os.PathLike)):
-        raise TypeError(
-            f"calibration_images must be an array of images (N, {', '.join(map(str, model.config.input_shape))}), "
-            f"got a {type(images).__name__}. Read image files with "
-            "keras_vit.data.read_images(paths, model=model).")
+        shape = ", ".join(map(str, model.config.input_shape))
+        raise TypeError(f"calibration_images must be an array of images (N, {shape}), got a "
+                        f"{type(images).__name__}. Read image files with "
+                        "keras_vit.data.read_images(paths, model=model).")
     inputs.check_images(model, images)
     array = np.asarray(keras.ops.convert_to_numpy(images), dtype="float32")
     if len(array) == 0:
-        raise ValueError("calibration_images is empty: give a few hundred images like those the model "
-                         "will see, or leave calibration_images out (onnx: dynamic quantization).")
+        raise ValueError("calibration_images is empty: give a few hundred images like those the "
+                         "model will see, or leave calibration_images out (onnx: dynamic "
+                         "quantization).")
     if not np.isfinite(array).all():
         raise ValueError("calibration_images hold NaN or infinite values: give real images.")
     config = model.config
-    scale, offset = np.asarray(config.pixel_scale, "float64"), np.asarray(config.pixel_offset, "float64")
-    ends = np.stack([offset, 255 * scale + offset])
+    scale = np.asarray(config.pixel_scale, "float64")
+    offset = np.asarray(config.pixel_offset, "float64")
+    ends = np.stack(np.broadcast_arrays(offset, 255 * scale + offset))
     low, high = float(ends.min()), float(ends.max())
     slack = RANGE_SLACK * (high - low)
     if array.min() < low - slack or array.max() > high + slack:
         raise ValueError(
-            f"calibration_images span [{array.min():.4g}, {array.max():.4g}], but {model.name} takes "
-            f"images scaled to [{low:.4g}, {high:.4g}] (pixels in [0, 255] times pixel_scale "
-            f"{config.pixel_scale} plus pixel_offset {config.pixel_offset}): calibrating on other "
-            "values measures the wrong ranges. Scale them as the model takes them "
+            f"calibration_images span [{array.min():.4g}, {array.max():.4g}], but {model.name} "
+            f"takes images scaled to [{low:.4g}, {high:.4g}] (pixels in [0, 255] times "
+            f"pixel_scale {np.round(scale, 6).tolist()} plus pixel_offset "
+            f"{np.round(offset, 6).tolist()}): calibrating on other values measures the wrong "
+            "ranges. Scale them as the model takes them "
             "(pixels * pixel_scale + pixel_offset; the default: pixels / 127.5 - 1), or read image "
             "files with keras_vit.data.read_images(paths, model=model).")
     return array
@@ -177,7 +180,7 @@ def einsum_to_matmul(model):
 
     graph = model.graph
     weights = {tensor.name: tensor for tensor in graph.initializer}
-    nodes, added, rewritten = [], [], 0
+    nodes, added, replaced, rewritten = [], [], set(), 0
     for node in graph.node:
         parts = _einsum_parts(node, weights)
         if parts is None:
@@ -192,24 +195,28 @@ def einsum_to_matmul(model):
         added.append(numpy_helper.from_array(np.ascontiguousarray(matrix), f"{stem}/matrix"))
         rows = node.input[0]
         if len(contracted) > 1:  # (..., n, h) -> (..., n * h)
-            added.append(numpy_helper.from_array(np.array([0] * len(batch) + [-1], "int64"), f"{stem}/rows_shape"))
+            shape = np.array([0] * len(batch) + [-1], "int64")
+            added.append(numpy_helper.from_array(shape, f"{stem}/rows_shape"))
             nodes.append(helper.make_node("Reshape", [rows, f"{stem}/rows_shape"], [f"{stem}/rows"],
                                           name=f"{stem}/reshape_rows"))
             rows = f"{stem}/rows"
         product = f"{stem}/product" if len(kept) > 1 else stem
-        nodes.append(helper.make_node("MatMul", [rows, f"{stem}/matrix"], [product], name=f"{stem}/matmul"))
+        nodes.append(helper.make_node("MatMul", [rows, f"{stem}/matrix"], [product],
+                                      name=f"{stem}/matmul"))
         if len(kept) > 1:  # (..., n * h) -> (..., n, h)
             shape = [0] * len(batch) + [sizes[a] for a in kept]
             added.append(numpy_helper.from_array(np.array(shape, "int64"), f"{stem}/output_shape"))
             nodes.append(helper.make_node("Reshape", [product, f"{stem}/output_shape"], [stem],
                                           name=f"{stem}/reshape_output"))
+        replaced.add(node.input[1])
         rewritten += 1
     del graph.node[:]
     graph.node.extend(nodes)
     used = {name for node in graph.node for name in node.input}
-    kept_weights = [tensor for tensor in [*graph.initializer, *added] if tensor.name in used]
+    unused = replaced - used  # the weights now written as matrices
+    kept_weights = [tensor for tensor in graph.initializer if tensor.name not in unused]
     del graph.initializer[:]
-    graph.initializer.extend(kept_weights)
+    graph.initializer.extend(kept_weights + added)
     return rewritten
 
 
@@ -236,9 +243,9 @@ def _einsum_parts(node, weights):
 
 def quantize_onnx(source, target, calibration_images=None):
     """Quantizes the ONNX file `source` to `target` with onnxruntime: each
-    ``MatMul`` with a weight (`OP_TYPES`), int8 weights per output channel
-    in 7 bits, uint8 inputs; dynamically without `calibration_images`,
-    statically (QDQ, MinMax) with them.
+    ``MatMul`` with a weight but the head's (`weight_products`), int8
+    weights per output channel in 7 bits, uint8 inputs; dynamically without
+    `calibration_images`, statically (QDQ, MinMax) with them.
 
     Args:
         source: path of a float32 ONNX model (after ``quant_pre_process``).
@@ -248,15 +255,45 @@ def quantize_onnx(source, target, calibration_images=None):
     """
     from onnxruntime import quantization
 
-    settings = dict(op_types_to_quantize=list(OP_TYPES), per_channel=True, reduce_range=True,
-                    weight_type=quantization.QuantType.QInt8, extra_options={"MatMulConstBOnly": True})
+    settings = dict(op_types_to_quantize=list(OP_TYPES), nodes_to_quantize=weight_products(source),
+                    per_channel=True, reduce_range=True, weight_type=quantization.QuantType.QInt8)
     if calibration_images is None:
         quantization.quantize_dynamic(source, target, **settings)
         return
+    # The products' outputs stay float32 (onnxruntime runs each as MatMulIntegerToFloat):
+    # requantizing them for the bias and the next op lost accuracy and gained no speed.
     quantization.quantize_static(
         source, target, calibration_reader(_input_name(source), calibration_images),
         quant_format=quantization.QuantFormat.QDQ, activation_type=quantization.QuantType.QUInt8,
-        calibrate_method=quantization.CalibrationMethod.MinMax, **settings)
+        calibrate_method=quantization.CalibrationMethod.MinMax,
+        extra_options={"OpTypesToExcludeOutputQuantization": list(OP_TYPES)}, **settings)
+
+
+def weight_products(path):
+    """The names of the ONNX file `path`'s ``MatMul`` nodes that `quantize_onnx`
+    quantizes: those whose second operand is a weight (an initializer),
+    except the head's, the product nearest the outputs (found walking back
+    from each). The attention's products of two activations stay float32
+    (onnxruntime's ``MatMulConstBOnly`` leaves them so in dynamic
+    quantization only)."""
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    weights = {tensor.name for tensor in graph.initializer}
+    producers = {name: node for node in graph.node for name in node.output}
+    head, seen = set(), set()
+    stack = [value.name for value in graph.output]
+    while stack:
+        node = producers.get(stack.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type in ("MatMul", "Gemm"):
+            head.add(node.name)
+        else:
+            stack.extend(node.input)
+    return [node.name for node in graph.node
+            if node.op_type in OP_TYPES and node.input[1] in weights and node.name not in head]
 
 
 def calibration_reader(input_name, images, batch_size=CALIBRATION_BATCH):
@@ -289,7 +326,7 @@ def _input_name(path):
 def export_int8(model, filepath, format, calibration_images=None, verbose=False, **export_kwargs):
     """Writes `model` to `filepath` quantized to int8 for onnxruntime
     (``format="onnx"``) or OpenVINO (``"openvino"``: the ``.xml`` and the
-    ``.bin`` beside it), as the module describes.
+    ``.bin`` beside it): its float32 ONNX export through `write_int8`.
 
     Args:
         model: a `keras_vit.ViT`.
@@ -301,23 +338,46 @@ def export_int8(model, filepath, format, calibration_images=None, verbose=False,
         **export_kwargs: the float32 ONNX export's other arguments
             (``input_signature``, ...).
     """
-    import onnx
-    from onnxruntime.quantization import quant_pre_process
-
     from keras_vit import deploy
     from keras_vit import files
 
     path = files.output_file(filepath, "export path", deploy.EXPORT_SUFFIXES[format])
     with tempfile.TemporaryDirectory(prefix="keras_vit_int8_") as work:
+        source = pathlib.Path(work) / "float32.onnx"
+        model.export(str(source), format="onnx", verbose=verbose, **export_kwargs)
+        write_int8(source, path, format, calibration_images)
+
+
+def write_int8(source, path, format, calibration_images=None):
+    """Writes the float32 ONNX file `source` (a ViT's export) quantized to
+    int8 to `path`, as the module describes: its ``Einsum`` products with a
+    weight as ``MatMul`` (`einsum_to_matmul`), onnxruntime's
+    pre-processing, `quantize_onnx`, and for OpenVINO the conversion.
+
+    Args:
+        source: str or path, a float32 ONNX file.
+        path: str or path, the ``.onnx`` file, or the ``.xml`` file of
+            OpenVINO's pair (the ``.bin`` is written beside it).
+        format: one of `QUANTIZED_FORMATS`.
+        calibration_images: None (dynamic quantization; onnx only), or a
+            float32 array that `source`'s input takes (static).
+    """
+    import onnx
+    from onnxruntime.quantization import quant_pre_process
+
+    path = pathlib.Path(path)
+    with tempfile.TemporaryDirectory(prefix="keras_vit_int8_") as work:
         work = pathlib.Path(work)
-        model.export(str(work / "float32.onnx"), format="onnx", verbose=verbose, **export_kwargs)
-        graph = onnx.load(work / "float32.onnx")
+        graph = onnx.load(source)
         einsum_to_matmul(graph)
         onnx.save(graph, work / "matmul.onnx")
         del graph
         # ONNX's shape inference alone: onnxruntime's symbolic one fails on tf2onnx's and
-        # jax2onnx's graphs of a ViT ("Incomplete symbolic shape inference").
-        quant_pre_process(work / "matmul.onnx", work / "prepared.onnx", skip_symbolic_shape=True)
+        # jax2onnx's graphs of a ViT ("Incomplete symbolic shape inference"), and its graph
+        # optimization fuses the head's MatMul and bias into a Gemm, which quantize_dynamic
+        # splits again under another name (onnxruntime optimizes the graph when it loads it).
+        quant_pre_process(work / "matmul.onnx", work / "prepared.onnx", skip_optimization=True,
+                          skip_symbolic_shape=True)
         quantize_onnx(work / "prepared.onnx", work / "int8.onnx", calibration_images)
         if format == "onnx":
             _publish(work / "int8.onnx", path)
