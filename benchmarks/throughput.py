@@ -9,7 +9,11 @@ eager and ``torch.compile``). Every measurement runs in its own child process
 (``--child``), and the implementations are interleaved per configuration and
 per round so that the machine's drift hits all alike. The machine's matrix
 multiply peak is measured in the same run; each result is also given as a
-fraction of it. See benchmarks/README.md.
+fraction of it. ``--dtype int8`` (``int4``, ``float8``) times the Keras
+models after ``model.quantize``; ``--runtime onnxruntime,openvino`` times
+keras_vit's float32 and int8 exports (`ViT.export`) in those runtimes beside
+them, and every quantized route's top-1 agreement with the float32 Keras
+model. See benchmarks/README.md.
 
     python benchmarks/throughput.py --quick --json benchmarks/results/latest.json
 """
@@ -24,12 +28,24 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 IMPLS = ("keras_vit", "keras_hub", "hf")
 HF_VARIANTS = ("sdpa", "eager", "sdpa+compile")
+# Keras's quantization modes (`model.quantize`), timed in inference, and every dtype a row has.
+QUANTIZED_DTYPES = ("int8", "int4", "float8")
+DTYPES = ("float32", "bfloat16", *QUANTIZED_DTYPES)
+# The runtimes of --runtime and the exports each times: (runtime, dtype, quantization).
+RUNTIMES = ("onnxruntime", "openvino")
+RUNTIME_ROUTES = (("onnxruntime", "float32", None), ("onnxruntime", "int8", "dynamic"),
+                  ("onnxruntime", "int8", "static"), ("openvino", "float32", None),
+                  ("openvino", "int8", "static"))
+# The CPU flags of int8 dot products: VNNI's one-instruction u8 x s8 multiply-add (AVX-512 and
+# AVX), and AMX's int8 tiles. Without them a u8 x s8 product goes through vpmaddubsw.
+INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 INSTALL = {
     "keras_hub": "pip install -r requirements/bench.txt --no-deps  (or: make bench)",
     "hf": "pip install transformers==5.23.0",
@@ -162,9 +178,10 @@ def _torch_threads(spec):
 
 
 def _memory(backend, rss0):
-    """peak_memory_mb: the device peak on a GPU; on CPU the child's peak RSS
-    minus its RSS right after the imports (both raw numbers kept too)."""
-    gpu = _gpu_peak_mb(backend)
+    """peak_memory_mb: the device peak on a GPU; on CPU (backend None: a
+    runtime's child) the child's peak RSS minus its RSS right after the
+    imports (both raw numbers kept too)."""
+    gpu = _gpu_peak_mb(backend) if backend else None
     peak_rss = _maxrss_mb()
     return {
         "peak_memory_mb": gpu if gpu is not None else max(peak_rss - rss0, 0.0),
@@ -283,14 +300,20 @@ def _device(backend):
 
 
 def _keras_model(spec, config):
+    """The child's model: keras_vit's (with the prepared weights when the
+    run measures agreement, `_child_prepare`) or keras-hub's, quantized for
+    a quantized dtype (`QUANTIZED_DTYPES`: ``model.quantize``)."""
     import keras
     if spec["dtype"] == "bfloat16":
         keras.config.set_dtype_policy("mixed_bfloat16")
     size = spec["image_size"]
     if spec["impl"] == "keras_vit":
-        from keras_vit import ViT
-        return ViT.from_preset(spec["model"], pretrained=False, image_size=size, num_classes=1000,
-                               num_layers=config["num_layers"])
+        model = _keras_vit_model(spec["model"], size, config)
+        if spec.get("prepared"):
+            model.load_weights(spec["prepared"]["weights"])
+        if spec["dtype"] in QUANTIZED_DTYPES:
+            model.quantize(spec["dtype"])
+        return model
     import inspect
     import keras_hub
     backbone_args = dict(
@@ -304,7 +327,16 @@ def _keras_model(spec, config):
         raise TypeError(f"keras_hub {keras_hub.__version__} ViTBackbone lacks {missing}; "
                         f"its signature: {inspect.signature(keras_hub.models.ViTBackbone.__init__)}")
     backbone = keras_hub.models.ViTBackbone(**backbone_args)
-    return keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None)
+    classifier = keras_hub.models.ViTImageClassifier(backbone=backbone, num_classes=1000, preprocessor=None)
+    if spec["dtype"] in QUANTIZED_DTYPES:
+        classifier.quantize(spec["dtype"])
+    return classifier
+
+
+def _keras_vit_model(model, size, config):
+    from keras_vit import ViT
+    return ViT.from_preset(model, pretrained=False, image_size=size, num_classes=1000,
+                           num_layers=config["num_layers"])
 
 
 def _keras_optimizer(name):
@@ -397,7 +429,12 @@ def _child_keras(spec, config):
     if spec["impl"] == "keras_vit":  # tokens its last block updates (1: the [class] token alone)
         last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output.shape[1]
         out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last)
-        out["gemm_ceiling_gflops"] = gemm_ceiling(spec, config)
+        if spec["dtype"] not in QUANTIZED_DTYPES:  # the backend's matmul at the run's dtype
+            out["gemm_ceiling_gflops"] = gemm_ceiling(spec, config)
+        if spec.get("agreement"):
+            out["agreement"] = _agreement(
+                lambda images: keras.ops.convert_to_numpy(model.predict_on_batch(images)),
+                spec["prepared"], b)
     if backend == "jax" and _device("jax") == "gpu":
         out["fused_attention"] = _jax_fused_attention(model, x, spec["mode"] == "train")
     return out
@@ -489,6 +526,114 @@ def _child_hf(spec, config):
     }
 
 
+def _agreement(predict, prepared, batch_size):
+    """The fraction of the prepared agreement images (`_child_prepare`)
+    whose top-1 class under ``predict(images) -> logits`` is the float32
+    Keras model's, in batches of `batch_size`."""
+    import numpy as np
+    images = np.load(prepared["images"])
+    reference = np.load(prepared["logits"]).argmax(-1)
+    classes = np.concatenate([np.asarray(predict(images[i:i + batch_size])).argmax(-1)
+                              for i in range(0, len(images), batch_size)])
+    return float(np.mean(classes == reference))
+
+
+def _child_prepare(spec, config):
+    """Once per model and image size, before the rounds, on one backend: the
+    keras_vit model with seeded random weights (its zero-initialized head
+    given random weights, so that its classes differ from image to image)
+    saved for every keras_vit child, the float32 logits of the agreement
+    images (the digits' test split at the image size, in [-1, 1]), and with
+    `spec["runtimes"]` the exports the runtimes' children time: float32 ONNX
+    (`ViT.export`), int8 ONNX dynamic and static (calibrated on the digits'
+    train split), and for OpenVINO the float32 ONNX converted and the int8
+    export. Returns the files' paths and each export's seconds."""
+    import numpy as np
+    import keras
+    from keras_vit import data as vit_data
+    folder, size = spec["folder"], spec["image_size"]
+
+    def digits(split, count):
+        batches = vit_data.input_pipeline("digits", split=split, image_size=size, batch_size=count,
+                                          training=False)
+        return next(iter(batches))[0].numpy()
+    keras.utils.set_random_seed(0)
+    model = _keras_vit_model(spec["model"], size, config)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(0).normal(0, 0.05, head.kernel.shape).astype("float32"))
+    paths = {"weights": os.path.join(folder, "model.weights.h5"), "images": os.path.join(folder, "agreement.npy"),
+             "logits": os.path.join(folder, "logits.npy")}
+    model.save_weights(paths["weights"])
+    images = digits("test", spec["agreement_images"])
+    np.save(paths["images"], images)
+    np.save(paths["logits"], keras.ops.convert_to_numpy(model.predict(images, batch_size=8, verbose=0)))
+    exports, seconds = {}, {}
+    if spec["runtimes"]:
+        calibration = digits("train", spec["calibration_images"])
+        float_onnx = os.path.join(folder, "float32.onnx")
+        for runtime, dtype, quantization in RUNTIME_ROUTES:
+            if runtime not in spec["runtimes"]:
+                continue
+            route = _route(runtime, dtype, quantization)
+            path = os.path.join(folder, route.replace(" ", "_") + (".xml" if runtime == "openvino" else ".onnx"))
+            start = time.perf_counter()
+            if runtime == "onnxruntime" and dtype == "float32":
+                model.export(float_onnx, format="onnx", verbose=False)
+                path = float_onnx
+            elif runtime == "openvino" and dtype == "float32":  # the same graph as onnxruntime's
+                import openvino
+                if not os.path.exists(float_onnx):
+                    model.export(float_onnx, format="onnx", verbose=False)
+                openvino.save_model(openvino.convert_model(float_onnx), path, compress_to_fp16=False)
+            else:
+                model.export(path, format="onnx" if runtime == "onnxruntime" else "openvino",
+                             quantize="int8", calibration_images=calibration if quantization == "static" else None)
+            exports[route], seconds[route] = path, time.perf_counter() - start
+    return {**paths, "exports": exports, "export_s": seconds}
+
+
+def _route(runtime, dtype, quantization):
+    """A runtime route's name: ``"onnxruntime int8 dynamic"``."""
+    return " ".join(part for part in (runtime, dtype, quantization) if part)
+
+
+def _runtime_predict(runtime, path, threads):
+    """``predict(images) -> logits`` of the exported model at `path` in
+    `runtime` on the CPU with `threads` threads: an onnxruntime session, or
+    OpenVINO's CPU plugin at float32 precision (its default on a CPU with
+    bfloat16 units is bfloat16) for the parts that are not int8."""
+    if runtime == "onnxruntime":
+        import onnxruntime
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        name = session.get_inputs()[0].name
+        return lambda images: session.run(None, {name: images})[0]
+    import openvino
+    compiled = openvino.Core().compile_model(path, "CPU", {
+        "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": "f32"})
+    return lambda images: compiled(images)[0]
+
+
+def _child_runtime(spec):
+    """One runtime route on the Keras children's batch: the session's
+    creation and first batch, then the timed runs; its agreement in the
+    first round."""
+    import numpy as np
+    rss0 = _rss_mb()
+    b, s = spec["batch_size"], spec["image_size"]
+    x = np.random.default_rng(0).standard_normal((b, s, s, 3), dtype=np.float32)  # as _child_keras's
+    start = time.perf_counter()
+    predict = _runtime_predict(spec["impl"], spec["path"], spec["threads"])
+    predict(x)
+    first = time.perf_counter() - start
+    rate, rates = _timed_runs(lambda: predict(x), b, spec["warmup"], spec["runs"], spec["steps"])
+    out = {"images_per_s": rate, "rates": rates, "first_call_s": first, **_memory(None, rss0)}
+    if spec.get("agreement"):
+        out["agreement"] = _agreement(predict, spec["prepared"], b)
+    return out
+
+
 def child(spec):
     if spec["kind"] == "matmul":
         out = _child_matmul(spec)
@@ -500,8 +645,15 @@ def child(spec):
             print("RESULT " + json.dumps({"skipped": f"{spec['model']} is a hybrid (ResNet stem): "
                                           f"{spec['impl']} has no equivalent"}), flush=True)
             return
-        out = _child_hf(spec, config) if spec["impl"] == "hf" else _child_keras(spec, config)
+        if spec["kind"] == "prepare":
+            print("RESULT " + json.dumps(_child_prepare(spec, config)), flush=True)
+            return
+        if spec["impl"] in RUNTIMES:
+            out = _child_runtime(spec)
+        else:
+            out = _child_hf(spec, config) if spec["impl"] == "hf" else _child_keras(spec, config)
         out["expected_params"] = count_params(**{**config, "image_size": spec["image_size"]})
+        out.setdefault("params", out["expected_params"])  # an exported model: keras_vit's
         out["macs_per_image"] = macs_per_image(config, spec["image_size"])
         out["executed_macs_per_image"] = macs_per_image(
             config, spec["image_size"], last_block_queries=out.get("last_block_queries"))
@@ -552,8 +704,8 @@ def _version(dist):
 
 
 # The instruction sets that decide a CPU's matmul speed and its bfloat16 path.
-ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16",
-             "amx_int8")
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_tile",
+             "amx_bf16", "amx_int8")
 # Process settings that change a run's speed without changing its code: threads, the
 # allocator (glibc's thresholds, a preloaded jemalloc or tcmalloc, PyTorch's huge-page
 # switch), oneDNN and XLA switches.
@@ -595,6 +747,18 @@ def cpu_info(text=None):
     return {"model_name": fields.get("model name") or platform.processor() or platform.machine(),
             "vendor": fields.get("vendor_id"), "family": number("cpu family"),
             "model": number("model"), "isa": isa, "kind": kind}
+
+
+def int8_features(info):
+    """The CPU's int8 dot-product flags (`INT8_FLAGS`) of `cpu_info`'s result."""
+    return [flag for flag in INT8_FLAGS if flag in info.get("isa", [])]
+
+
+def int8_line(info):
+    """One line naming the CPU's int8 dot-product flags, each yes or no."""
+    have = int8_features(info)
+    return ("int8: " + ", ".join(f"{flag} {'yes' if flag in have else 'no'}" for flag in INT8_FLAGS)
+            + ("" if have else " (u8 x s8 products through AVX2's vpmaddubsw)"))
 
 
 def rotated(items, r):
@@ -669,9 +833,14 @@ def validate(doc):
             if kind is float:
                 need(math.isfinite(r[key]) and r[key] >= 0, f"results[{i}].{key} = {r[key]!r}")
         need(r["images_per_s"] > 0, f"results[{i}].images_per_s > 0")
-        need(r["impl"] in IMPLS, f"results[{i}].impl {r['impl']!r}")
+        need(r["impl"] in IMPLS + RUNTIMES, f"results[{i}].impl {r['impl']!r}")
         need(r["mode"] in ("inference", "train"), f"results[{i}].mode {r['mode']!r}")
-        need(r["dtype"] in ("float32", "bfloat16"), f"results[{i}].dtype {r['dtype']!r}")
+        need(r["dtype"] in DTYPES, f"results[{i}].dtype {r['dtype']!r}")
+        need(r.get("quantization") in (("dynamic", "static") if r["impl"] in RUNTIMES and r["dtype"] == "int8"
+                                       else (None,)), f"results[{i}].quantization (int8 runtimes only)")
+        for key in ("agreement", "vs_keras_float32"):
+            need(key not in r or isinstance(r[key], float) and math.isfinite(r[key]) and r[key] >= 0,
+                 f"results[{i}].{key} = {r.get(key)!r}")
         need(r["backend"] in ("tensorflow", "jax", "torch"), f"results[{i}].backend {r['backend']!r}")
         need((r.get("variant") in HF_VARIANTS) if r["impl"] == "hf" else "variant" not in r,
              f"results[{i}].variant (hf only, one of {HF_VARIANTS})")
@@ -700,8 +869,19 @@ def build_parser():
     p.add_argument("--device", choices=("auto", "cpu", "gpu"), default="auto",
                    help="auto: a GPU wherever a backend computes on one (its matmul child says); gpu: stop "
                    "if none does; cpu: hide the GPUs from the children")
-    p.add_argument("--dtype", default="auto", help="float32, bfloat16 (mixed) or both comma-separated; "
-                   "auto: float32,bfloat16 on a backend that computes on a GPU, float32 on CPU")
+    p.add_argument("--dtype", default="auto", help="comma-separated of float32, bfloat16 (mixed), and int8, "
+                   "int4, float8 (Keras's model.quantize, inference only); auto: float32,bfloat16 on a backend "
+                   "that computes on a GPU, float32 on CPU")
+    p.add_argument("--runtime", default="", help="comma-separated of onnxruntime, openvino: keras_vit's "
+                   "float32 and int8 exports (ViT.export(..., quantize='int8')) timed in these runtimes on "
+                   "the CPU beside the Keras models (inference), with each quantized route's top-1 agreement")
+    p.add_argument("--export-backend", choices=("tensorflow", "jax", "torch"), default=None,
+                   help="the backend the exports (and the agreement's float32 logits) come from (default "
+                   "torch when it runs, else the first of --backends)")
+    p.add_argument("--agreement-images", type=int, default=64, help="held-out digits (at the image size) "
+                   "of the top-1 agreement with the float32 Keras model (default 64)")
+    p.add_argument("--calibration-images", type=int, default=64, help="training digits the static int8 "
+                   "exports are calibrated on (default 64)")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="Keras compile(jit_compile=...) for keras_vit and keras-hub (default auto, "
                    "what Keras users get: XLA on jax, on tensorflow with a GPU; never on torch)")
@@ -755,9 +935,10 @@ def main(argv=None):
     n = args.matmul_size or (2048 if q else 4096)
     threads = args.threads or os.cpu_count()
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
+    runtimes = _names(args.runtime)
     for what, given, known in (("mode", modes, {"inference", "train"}),
                                ("backend", backends, {"tensorflow", "jax", "torch"}),
-                               ("dtype", dtypes or [], {"float32", "bfloat16"})):
+                               ("dtype", dtypes or [], set(DTYPES)), ("runtime", runtimes, set(RUNTIMES))):
         for bad in set(given) - known:
             sys.exit(f"unknown {what} {bad!r}; known: {', '.join(sorted(known))}")
 
@@ -830,24 +1011,62 @@ def main(argv=None):
     units = [(be, impl, None) for be in backends for impl in impls if impl != "hf"]
     if "hf" in impls:
         units += [("torch", "hf", v) for v in variants]
+
+    # The agreement's model, images and float32 logits, and the runtimes' exports: once per
+    # model and image size, on one backend (`_child_prepare`).
+    export_backend = args.export_backend or ("torch" if "torch" in backends else backends[0])
+    prepared, work = {}, None
+    if runtimes or set(all_dtypes) & set(QUANTIZED_DTYPES):
+        work = tempfile.mkdtemp(prefix="throughput_")
+        for model in models:
+            for size in sizes:
+                folder = os.path.join(work, f"{model}-{size}")
+                os.makedirs(folder)
+                spec = {"kind": "prepare", "impl": "keras_vit", "model": model, "image_size": size,
+                        "folder": folder, "runtimes": runtimes if "inference" in modes else [],
+                        "agreement_images": args.agreement_images, "calibration_images": args.calibration_images,
+                        "num_layers": args.num_layers}
+                print(f"prepare {model} {size}px on {export_backend}: weights, agreement logits"
+                      + (", exports" if spec["runtimes"] else "") + " ...", end=" ", flush=True)
+                out = _run_child(spec, export_backend, timeout, cpu_only)
+                if "skipped" in out:
+                    print("skipped: " + out["skipped"], flush=True)
+                    skipped.append({"impl": "prepare", "backend": export_backend, "model": model,
+                                    "image_size": size, "reason": out["skipped"]})
+                    continue
+                print(", ".join(f"{route} {seconds:.0f} s" for route, seconds in out["export_s"].items())
+                      or "done", flush=True)
+                prepared[model, size] = out
     collected = {}
     for r in range(rounds):
         if r:
             measure_peaks(r)
-        for model, size, batch, mode, dt in configs:
-            for backend, impl, variant in rotated(units, r):
+        for model, size, batch, mode, config_dtype in configs:
+            here = [(backend, impl, variant, config_dtype) for backend, impl, variant in units]
+            if mode == "inference" and config_dtype == all_dtypes[0] and (model, size) in prepared:
+                here += [(export_backend, runtime, quantization, dtype) for runtime, dtype, quantization
+                         in RUNTIME_ROUTES if _route(runtime, dtype, quantization) in prepared[model, size]["exports"]]
+            for backend, impl, variant, dt in rotated(here, r):
                 key = (impl, variant, backend, model, mode, size, batch, dt)
-                if dt not in backend_dtypes(backend) or (key in collected and collected[key] is None):
+                if impl not in RUNTIMES and dt not in backend_dtypes(backend) or (
+                        key in collected and collected[key] is None):
                     continue  # bfloat16 on a CPU backend, or skipped in an earlier round
                 spec = {"kind": "model", "impl": impl, "variant": variant, "model": model,
                         "mode": mode, "image_size": size, "batch_size": batch, "dtype": dt,
                         "warmup": warmup, "runs": runs, "steps": steps, "threads": threads,
                         "jit_compile": jit, "optimizer": args.optimizer,
                         "num_layers": args.num_layers}
+                if (model, size) in prepared and impl in ("keras_vit", *RUNTIMES):
+                    spec.update(prepared=prepared[model, size], agreement=r == 0)
+                if impl in RUNTIMES:
+                    spec["path"] = prepared[model, size]["exports"][_route(impl, dt, variant)]
                 label = f"[{r + 1}/{rounds}] {impl}{'/' + variant if variant else ''} {backend} {model} " \
                         f"{mode} {size}px bs{batch} {dt}"
                 print(label + " ...", end=" ", flush=True)
-                out = _run_child(spec, backend, timeout, cpu_only)
+                if dt in QUANTIZED_DTYPES and impl not in RUNTIMES and (mode == "train" or impl == "hf"):
+                    out = {"skipped": f"{dt} is timed in inference, with Keras's model.quantize (not HF's)"}
+                else:
+                    out = _run_child(spec, backend, timeout, cpu_only)
                 if "skipped" in out:
                     print("skipped: " + out["skipped"], flush=True)
                     skipped.append({"impl": impl, "variant": variant, "backend": backend, "model": model,
@@ -857,10 +1076,12 @@ def main(argv=None):
                     continue
                 print(f"{out['images_per_s']:.1f} img/s, first call {out['first_call_s']:.1f} s, "
                       f"{out['params']:,} params", flush=True)
-                if out["params"] != out["expected_params"]:
+                if out["params"] != out["expected_params"] and dt not in QUANTIZED_DTYPES:
                     print(f"\n!!!!!! WARNING: {impl} {model} has {out['params']:,} parameters, keras_vit's "
                           f"{out['expected_params']:,}: the architectures differ !!!!!!\n", file=sys.stderr)
                 collected.setdefault(key, []).append(out)
+    if work:
+        shutil.rmtree(work, ignore_errors=True)
     if not peaks.get("float32"):
         sys.exit("no backend could run the float32 matmul peak; see the errors above")
 
@@ -901,13 +1122,19 @@ def main(argv=None):
             "rounds": len(outs), "images_per_s_by_round": [o["images_per_s"] for o in outs],
             "images_per_s_runs": [o["rates"] for o in outs],
         }
-        ceiling = ceilings.get((peak_backend, model, mode, size, batch, dt))
+        ceiling = ceilings.get((peak_backend, model, mode, size, batch, dt)) if impl not in RUNTIMES else None
         if ceiling:  # the model's FLOP rate against its own GEMMs alone on this backend
             row.update(gemm_ceiling_gflops=float(ceiling),
                        fraction_of_gemm_ceiling=float(rate * flops / (ceiling * 1e9)),
                        gemm_ceiling_fraction_of_peak=float(ceiling / peak) if peak else 0.0)
-        if variant:
+        if variant and impl == "hf":
             row["variant"] = variant
+        if impl in RUNTIMES:  # exported from `backend`
+            row["export_s"] = float(prepared[model, size]["export_s"][_route(impl, dt, variant)])
+            if variant:
+                row["quantization"] = variant
+        if "agreement" in outs[0]:  # top-1 agreement with the float32 Keras model
+            row["agreement"] = outs[0]["agreement"]
         if "jit_compile" in outs[0]:
             row["jit_compile"] = outs[0]["jit_compile"]
         if "fused_attention" in outs[0]:
@@ -917,6 +1144,17 @@ def main(argv=None):
         if outs[0]["hybrid"]:
             row["note"] = "hybrid: the ResNet stem's FLOPs are not counted"
         results.append(row)
+
+    # Each rate against the fastest Keras float32 backend (keras_vit's) on the same configuration.
+    best_keras = {}
+    for row in results:
+        if row["impl"] == "keras_vit" and row["dtype"] == "float32":
+            config = (row["model"], row["image_size"], row["batch_size"], row["mode"])
+            best_keras[config] = max(best_keras.get(config, 0.0), row["images_per_s"])
+    for row in results:
+        best = best_keras.get((row["model"], row["image_size"], row["batch_size"], row["mode"]))
+        if best:
+            row["vs_keras_float32"] = float(row["images_per_s"] / best)
 
     _print_table(results)
     for item in skipped:
@@ -928,14 +1166,15 @@ def main(argv=None):
         "matmul_gflops_by_backend": peaks["float32"],
         "matmul_gflops_by_kernel": kernel_peaks["float32"],
         "matmul_size": n,
-        "cpu": cpu_info()["model_name"], "cpu_info": cpu_info(), "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
+        "cpu": cpu_info()["model_name"], "cpu_info": cpu_info(), "int8_features": int8_features(cpu_info()),
+        "cpu_cores": os.cpu_count(), "torch_threads": threads, "gpu": gpu,
         "environment": speed_environment(),
         "device_by_backend": device,
         "loadavg_start": load_start, "loadavg_end": os.getloadavg()[0],
         "python": platform.python_version(), "platform": platform.platform(),
         "versions": {d: _version(d) for d in ("keras", "keras-vision-transformer", "tensorflow",
                                               "tensorflow-cpu", "jax", "jaxlib", "torch", "keras-hub",
-                                              "transformers", "numpy")},
+                                              "transformers", "numpy", "onnx", "onnxruntime", "openvino")},
     }
     if peaks.get("bfloat16"):
         machine["matmul_gflops_bf16_by_backend"] = peaks["bfloat16"]
@@ -943,10 +1182,14 @@ def main(argv=None):
     doc = {"machine": machine, "results": results, "skipped": skipped,
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
                         "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,
-                        "optimizer": args.optimizer, "num_layers": args.num_layers,
+                        "optimizer": args.optimizer, "num_layers": args.num_layers, "runtimes": runtimes,
+                        "export_backend": export_backend if prepared else None,
+                        "agreement_images": args.agreement_images if prepared else None,
+                        "calibration_images": args.calibration_images if runtimes else None,
                         "wall_s": round(time.perf_counter() - started, 1)}}
     validate(doc)
     print(machine_line(machine))
+    print(int8_line(machine["cpu_info"]))
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
@@ -966,9 +1209,10 @@ def _print_table(results):
         if r["impl"] == "hf":
             hf[key(r)] = max(hf.get(key(r), 0.0), r["images_per_s"])
     rows = []
-    # Per configuration: keras_vit then keras-hub on each backend, then the HF variants.
-    for r in sorted(results, key=lambda r: (key(r), r["impl"] == "hf", r["backend"], r["impl"] != "keras_vit",
-                                            r.get("variant") or "")):
+    # Per configuration: keras_vit then keras-hub on each backend, then the HF variants, then the runtimes.
+    for r in sorted(results, key=lambda r: (key(r), r["impl"] in RUNTIMES, r["impl"] == "hf", r["backend"],
+                                            r["impl"] != "keras_vit", r["impl"], r.get("variant") or "",
+                                            r.get("quantization") or "")):
         vs_hub = vs_hf = ""
         if r["impl"] == "keras_vit":
             if (key(r), r["backend"]) in hub:
@@ -976,17 +1220,20 @@ def _print_table(results):
             if hf.get(key(r)):
                 vs_hf = f"{r['images_per_s'] / hf[key(r)]:.3g}"
         runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
-        rows.append([r["impl"] + ("/" + r["variant"] if r.get("variant") else ""), r["backend"], r["model"],
+        rows.append([r["impl"] + ("/" + r["variant"] if r.get("variant") else "")
+                     + (" " + r["quantization"] if r.get("quantization") else ""), r["backend"], r["model"],
                      r["mode"], str(r["image_size"]), str(r["batch_size"]), r["dtype"],
                      f"{r['images_per_s']:.1f}", f"{min(runs):.1f}-{max(runs):.1f}",
                      f"{100 * r['fraction_of_peak']:.1f}%", f"{100 * r['executed_fraction_of_peak']:.1f}%",
                      f"{100 * r['fraction_of_gemm_ceiling']:.1f}%" if "gemm_ceiling_gflops" in r else "",
                      f"{100 * r['gemm_ceiling_fraction_of_peak']:.1f}%" if "gemm_ceiling_gflops" in r else "",
-                     f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf])
+                     f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf,
+                     f"{r['vs_keras_float32']:.2f}" if "vs_keras_float32" in r else "",
+                     f"{100 * r['agreement']:.1f}%" if "agreement" in r else ""])
     head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "runs", "%peak", "%exec",
-            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF"]
+            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF", "/kf32", "top1"]
     right = {"img", "bs", "img/s", "runs", "%peak", "%exec", "%gemm", "gemm%pk", "peakMB", "first_s", "/hub",
-             "/HF"}
+             "/HF", "/kf32", "top1"}
     widths = [max(len(row[i]) for row in rows + [head]) for i in range(len(head))]
 
     def line(cells):
@@ -999,7 +1246,9 @@ def _print_table(results):
           "(keras_vit's last block updates only the [class] token under token pooling);\n"
           "%gemm: the model's FLOPs per second / its own matrix products alone on this backend (the GEMM\n"
           "ceiling: the most any implementation reaches there); gemm%pk: that ceiling / the matmul peak;\n"
-          "/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch).\n")
+          "/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch);\n"
+          "/kf32: the rate / the fastest Keras float32 backend's (keras_vit); top1: top-1 agreement with the\n"
+          "float32 Keras model on the held-out digits (runtimes: exported from the backend named).\n")
 
 
 if __name__ == "__main__":
