@@ -137,12 +137,21 @@ class ViTConfig:
     max_num_patches: int | None = None
 
     def __post_init__(self):
-        def put(name, value):
-            object.__setattr__(self, name, value)
+        self._check_sizes_and_kinds()
+        self._check_heads_and_pooling()
+        self._check_positions()
+        self._check_pixels_and_names()
+        self._check_naflex()
+        self._check_grid()
 
-        put("image_size", pair(self.image_size, "image_size"))
-        put("patch_size", pair(self.patch_size, "patch_size"))
-        put("data_format", standardize_data_format(self.data_format))
+    def _put(self, name, value):
+        object.__setattr__(self, name, value)  # the dataclass is frozen
+
+    def _check_sizes_and_kinds(self):
+        """Sizes normalised to pairs; counts, rates, choices and flags checked."""
+        self._put("image_size", pair(self.image_size, "image_size"))
+        self._put("patch_size", pair(self.patch_size, "patch_size"))
+        self._put("data_format", standardize_data_format(self.data_format))
         for name, lowest in (("num_layers", 1), ("num_heads", 1), ("hidden_dim", 1),
                              ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0), ("projection_dim", 0),
                              ("num_channels", 1)):
@@ -165,6 +174,9 @@ class ViTConfig:
                      "mlp_bias", "distillation", "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+
+    def _check_heads_and_pooling(self):
+        """DeiT's distillation, the [class] token, the projection and fc_norm against the pooling."""
         if not self.distillation_head and not self.distillation:
             raise ValueError("distillation_head=False leaves out the head of DeiT's distillation "
                              "token, and this model has none. Set distillation=True, or leave "
@@ -182,7 +194,7 @@ class ViTConfig:
             raise ValueError("pooling='token' reads the [class] token, and class_token=False "
                              "leaves it out. Use class_token=None (or True), or another pooling.")
         if self.class_token == uses_class_token(self.pooling, self.position_embedding):
-            put("class_token", None)  # the default, stored one way
+            self._put("class_token", None)  # the default, stored one way
         if (self.projection_dim or self.normalize_features) and (
                 self.pooling == "none" or self.distillation):
             raise ValueError(
@@ -193,6 +205,9 @@ class ViTConfig:
         if self.fc_norm and self.pooling == "none":
             raise ValueError("fc_norm normalises the pooled features; pooling='none' has none. "
                              "Use fc_norm=False, or another pooling.")
+
+    def _check_positions(self):
+        """The position embedding, its RoPE period and head size, and the key bias."""
         if self.position_embedding not in POSITION_EMBEDDINGS:
             raise ValueError(
                 f"Unknown position_embedding {self.position_embedding!r}; use one of "
@@ -200,7 +215,7 @@ class ViTConfig:
             )
         if not is_number(self.rope_theta) or self.rope_theta <= 0:
             raise ValueError(f"`rope_theta` must be a number > 0, got {self.rope_theta!r}.")
-        put("rope_theta", float(self.rope_theta))
+        self._put("rope_theta", float(self.rope_theta))
         if self.rope_theta != 100.0 and self.position_embedding != "rope":
             raise ValueError(f"rope_theta={self.rope_theta} is the base period of rotary position "
                              f"embeddings, and this model's are {self.position_embedding!r}. Use "
@@ -215,8 +230,11 @@ class ViTConfig:
                 f"position_embedding='rope' rotates pairs of each head's dimensions by the patch's "
                 f"row and column: the head size {self.hidden_dim // self.num_heads} (hidden_dim / "
                 "num_heads) must be a multiple of 4.")
+
+    def _check_pixels_and_names(self):
+        """Per-channel pixel scaling, class names, heads dividing the width, the ResNet units."""
         for name in ("pixel_scale", "pixel_offset"):
-            put(name, _per_channel(name, getattr(self, name), self.num_channels))
+            self._put(name, _per_channel(name, getattr(self, name), self.num_channels))
         if 0.0 in _as_tuple(self.pixel_scale):
             raise ValueError(f"`pixel_scale` must not be 0, got {self.pixel_scale!r}.")
         if self.class_names is not None:
@@ -226,13 +244,16 @@ class ViTConfig:
                     f"{len(names)} class_names for {self.num_classes} classes; give one "
                     "name per class, or None."
                 )
-            put("class_names", names)
+            self._put("class_names", names)
         if self.hidden_dim % self.num_heads:
             raise ValueError(
                 f"hidden_dim {self.hidden_dim} is not divisible by num_heads {self.num_heads}."
             )
         if self.resnet_block_units is not None:
-            put("resnet_block_units", tuple(int(n) for n in self.resnet_block_units))
+            self._put("resnet_block_units", tuple(int(n) for n in self.resnet_block_units))
+
+    def _check_naflex(self):
+        """NaFlex's flag and its patch budget."""
         if not isinstance(self.naflex, bool):
             raise ValueError(f"`naflex` must be True or False, got {self.naflex!r}.")
         if self.naflex:
@@ -240,7 +261,7 @@ class ViTConfig:
                 raise ValueError(
                     f"naflex=True needs `max_num_patches`, the patches each image may have "
                     f"(an int >= 1, e.g. 256), got {self.max_num_patches!r}.")
-            put("max_num_patches", int(self.max_num_patches))
+            self._put("max_num_patches", int(self.max_num_patches))
             if self.resnet_block_units is not None:
                 raise ValueError(
                     "naflex=True cuts images into pixel patches, and a hybrid model "
@@ -251,6 +272,9 @@ class ViTConfig:
                 f"max_num_patches={self.max_num_patches!r} is the length of NaFlex's patch "
                 "sequences, and this model has naflex=False. Set naflex=True too, or leave "
                 "max_num_patches at None.")
+
+    def _check_grid(self):
+        """Image sizes that divide into patches (times the ResNet stride)."""
         stride = self.stem_stride
         for size, patch, axis in zip(self.image_size, self.patch_size, ("height", "width")):
             if size % (patch * stride):

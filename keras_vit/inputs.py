@@ -104,38 +104,9 @@ def check_naflex(model, inputs):
             f"{name} takes a dict with keys {list(expected)}; got {sorted(inputs)}"
             + (f" (missing {missing}" if missing else " (")
             + (f"{', ' if missing else ''}unknown {unknown}" if unknown else "") + f"). {how}")
-    shapes = {}
-    for key, example in expected.items():
-        value = inputs[key]
-        shape = getattr(value, "shape", None)
-        if shape is None or getattr(shape, "rank", 0) is None:
-            continue
-        shape = shapes[key] = tuple(shape)
-        dtype = keras.backend.standardize_dtype(getattr(value, "dtype", "float32"))
-        if len(shape) != 1 + len(example) or any(
-                got is not None and got != want for got, want in zip(shape[1:], example)):
-            if key == "patches" and len(shape) == 3 and shape[1] == example[0] and shape[2] and (
-                    shape[2] % (config.patch_size[0] * config.patch_size[1]) == 0):
-                channels = shape[2] // (config.patch_size[0] * config.patch_size[1])
-                raise ValueError(
-                    f"{name} takes {config.num_channels}-channel images, got patches of "
-                    f"{channels} channels (shape {shape}; {config.patch_size[0]}x"
-                    f"{config.patch_size[1]} patches). Convert the images (e.g. grayscale to "
-                    "RGB) before `keras_vit.naflex_inputs`.")
-            raise ValueError(
-                f"{name}'s '{key}' must have shape (batch, {', '.join(map(str, example))}), got "
-                f"{shape}. "
-                + (f"The model was made for max_num_patches={config.max_num_patches}: make the "
-                   f"inputs with that budget, or the model for theirs with "
-                   f"`model.with_naflex(n)`. " if key != "spatial_shapes" else "")
-                + how)
-        if key == "patches" and not dtype.startswith(("float", "bfloat")):
-            raise ValueError(
-                f"{name}'s 'patches' must be float pixels scaled as the model takes them, got "
-                f"{dtype}. {how}")
-        if key == "spatial_shapes" and not dtype.startswith(("int", "uint")):
-            raise ValueError(f"{name}'s 'spatial_shapes' must be integer patch grids, got "
-                             f"{dtype}. {how}")
+    shapes = {key: _naflex_shape(model, key, example, inputs[key], how)
+              for key, example in expected.items()}
+    shapes = {key: shape for key, shape in shapes.items() if shape is not None}
     batches = {key: shape[0] for key, shape in shapes.items() if shape[0] is not None}
     if len(set(batches.values())) > 1:
         raise ValueError(f"{name}'s NaFlex inputs disagree on the batch size: "
@@ -149,6 +120,42 @@ def check_naflex(model, inputs):
                 f"{name}'s 'spatial_shapes' and 'patch_mask' disagree: each image's grid (rows, "
                 f"columns) must be at least 1x1 with rows x columns <= {config.max_num_patches}, "
                 f"and its mask must have that many ones, first. {how}")
+
+
+def _naflex_shape(model, key, example, value, how):
+    """The shape of NaFlex input `key` (`value`), checked against `example`
+    (its shape without the batch) and its dtype; None when unknown."""
+    config, name = model.config, model.name
+    shape = getattr(value, "shape", None)
+    if shape is None or getattr(shape, "rank", 0) is None:
+        return None
+    shape = tuple(shape)
+    dtype = keras.backend.standardize_dtype(getattr(value, "dtype", "float32"))
+    if len(shape) != 1 + len(example) or any(
+            got is not None and got != want for got, want in zip(shape[1:], example)):
+        if key == "patches" and len(shape) == 3 and shape[1] == example[0] and shape[2] and (
+                shape[2] % (config.patch_size[0] * config.patch_size[1]) == 0):
+            channels = shape[2] // (config.patch_size[0] * config.patch_size[1])
+            raise ValueError(
+                f"{name} takes {config.num_channels}-channel images, got patches of "
+                f"{channels} channels (shape {shape}; {config.patch_size[0]}x"
+                f"{config.patch_size[1]} patches). Convert the images (e.g. grayscale to "
+                "RGB) before `keras_vit.naflex_inputs`.")
+        raise ValueError(
+            f"{name}'s '{key}' must have shape (batch, {', '.join(map(str, example))}), got "
+            f"{shape}. "
+            + (f"The model was made for max_num_patches={config.max_num_patches}: make the "
+               f"inputs with that budget, or the model for theirs with "
+               f"`model.with_naflex(n)`. " if key != "spatial_shapes" else "")
+            + how)
+    if key == "patches" and not dtype.startswith(("float", "bfloat")):
+        raise ValueError(
+            f"{name}'s 'patches' must be float pixels scaled as the model takes them, got "
+            f"{dtype}. {how}")
+    if key == "spatial_shapes" and not dtype.startswith(("int", "uint")):
+        raise ValueError(f"{name}'s 'spatial_shapes' must be integer patch grids, got "
+                         f"{dtype}. {how}")
+    return shape
 
 
 def symbolic(inputs):

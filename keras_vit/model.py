@@ -147,11 +147,9 @@ class ViTParts:
                                          self.class_token) if layer is not None)
 
 
-def build_layers(config, dtype=None):
-    """The `ViTParts` of the `ViT` of `config`, each layer made with its name
-    (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
-    c = config
-    norm = dict(epsilon=c.layer_norm_epsilon, dtype=dtype)
+def _embedding_layers(c, dtype, norm):
+    """Eq. 1's layers of config `c`: the stem, the patch embedding, the
+    prefix tokens, the position embedding, its dropout, CLIP's pre-norm."""
     made = {}
     if c.resnet_block_units is not None:
         made["resnet"] = vit_layers.ResNetStem(c.resnet_block_units, c.resnet_width_factor,
@@ -173,11 +171,13 @@ def build_layers(config, dtype=None):
                                                      name="embedding_dropout")
     if c.norm_pre:  # CLIP
         made["norm_pre"] = vit_layers.LayerNormalization(**norm, name="norm_pre")
-    made["blocks"] = tuple(
-        vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
-        for i, name in enumerate(block_names(c.num_layers)))
-    if not c.fc_norm:
-        made["encoder_norm"] = vit_layers.LayerNormalization(**norm, name="encoder_norm")
+    return made
+
+
+def _head_layers(c, dtype, norm):
+    """The layers of config `c` after the encoder: pooling, fc_norm,
+    pre-logits, projection, the heads and DeiT's average."""
+    made = {}
     if c.pooling == "map":
         made["pooling"] = vit_layers.MultiHeadAttentionPooling(
             c.num_heads, c.mlp_dim, c.layer_norm_epsilon, c.gelu_approximate, c.mlp_activation,
@@ -210,6 +210,21 @@ def build_layers(config, dtype=None):
                                                    dtype=dtype, name="head_dist")
         made["distillation_average"] = keras.layers.Average(dtype=dtype,
                                                             name="distillation_average")
+    return made
+
+
+def build_layers(config, dtype=None):
+    """The `ViTParts` of the `ViT` of `config`, each layer made with its name
+    (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
+    c = config
+    norm = dict(epsilon=c.layer_norm_epsilon, dtype=dtype)
+    made = _embedding_layers(c, dtype, norm)                   # Eq. 1
+    made["blocks"] = tuple(
+        vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
+        for i, name in enumerate(block_names(c.num_layers)))
+    if not c.fc_norm:
+        made["encoder_norm"] = vit_layers.LayerNormalization(**norm, name="encoder_norm")
+    made.update(_head_layers(c, dtype, norm))                  # Eq. 4 and the heads
     return ViTParts(**made)
 
 
