@@ -87,13 +87,13 @@ class Topology:
 
     def prepare(self, model):
         """Readies a compiled `model` for `fit` under this topology: under
-        ``multi_worker``, the narrow workarounds of `keras_vit.keras_fixes`
+        ``multi_worker``, the narrow workarounds of `keras_vit.compat.multi_worker`
         (each active only while Keras 3.15's error is still raised)."""
         if self.strategy == "multi_worker":
-            from keras_vit import keras_fixes
+            from keras_vit.compat import multi_worker
 
-            keras_fixes.fix_symbolic_build(model)
-            keras_fixes.fix_scalar_reduction(self.tf_strategy)
+            multi_worker.fix_symbolic_build(model)
+            multi_worker.fix_scalar_reduction(self.tf_strategy)
 
     def check_batch(self, batch_size, what="--batch-size"):
         """Raises `DistributionError` unless `batch_size` splits evenly over

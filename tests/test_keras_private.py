@@ -1,4 +1,4 @@
-"""The private Keras hooks keras_vit relies on (`keras_vit.keras_private`):
+"""The private Keras hooks keras_vit relies on (`keras_vit.compat.keras_private`):
 each exists in the installed Keras on this backend, a missing one is named,
 and the Keras pin in pyproject.toml is the one the hooks are written for."""
 
@@ -8,8 +8,8 @@ import re
 import keras
 import pytest
 
-from keras_vit import keras_private
-from keras_vit.keras_private import Hook
+from keras_vit.compat import keras_private
+from keras_vit.compat.keras_private import Hook
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

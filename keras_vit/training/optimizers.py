@@ -75,7 +75,7 @@ class UpdateCountedOptimizer(keras.optimizers.Optimizer):
     on all ``k`` micro-batches of an update, also before the update is made.
 
     The private Keras names it overrides or reads are listed in
-    `keras_vit.keras_private`, which the tests check against the installed Keras.
+    `keras_vit.compat.keras_private`, which the tests check against the installed Keras.
     """
 
     def __init__(self, learning_rate, **kwargs):

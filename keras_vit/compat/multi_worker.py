@@ -1,7 +1,7 @@
 """Narrow workarounds for Keras 3.15's TensorFlow trainer under
 `tf.distribute.MultiWorkerMirroredStrategy`, each used only while Keras
 still fails: ours runs only after Keras's own code raised its known error.
-The private names they use are listed in `keras_vit.keras_private`.
+The private names they use are listed in `keras_vit.compat.keras_private`.
 
 1. ``TensorFlowTrainer._maybe_symbolic_build`` (keras/src/backend/tensorflow/
    trainer.py) takes a first batch to build the metrics and, when it is a

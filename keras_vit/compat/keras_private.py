@@ -58,11 +58,11 @@ HOOKS = (
     Hook("optimizer instance", "_iterations", f"{_OPTIMIZER}: the micro-batch count"),
     Hook("optimizer instance", "_model_variables_moving_average", f"{_OPTIMIZER}: the weight average"),
     Hook("keras.src.backend.tensorflow.trainer.TensorFlowTrainer", "_maybe_symbolic_build",
-         "keras_fixes.fix_symbolic_build: MultiWorkerMirroredStrategy's first batch"),
+         "multi_worker.fix_symbolic_build: MultiWorkerMirroredStrategy's first batch"),
     Hook("keras.src.trainers.trainer.Trainer", "_symbolic_build",
-         "keras_fixes.fix_symbolic_build: builds from this replica's part of the batch"),
-    Hook(_TF_TRAINER, "reduce_per_replica", "keras_fixes.fix_scalar_reduction: scalar metrics"),
-    Hook(_TF_TRAINER, "_collective_all_reduce_multi_worker", "keras_fixes.fix_scalar_reduction"),
+         "multi_worker.fix_symbolic_build: builds from this replica's part of the batch"),
+    Hook(_TF_TRAINER, "reduce_per_replica", "multi_worker.fix_scalar_reduction: scalar metrics"),
+    Hook(_TF_TRAINER, "_collective_all_reduce_multi_worker", "multi_worker.fix_scalar_reduction"),
 )
 
 
