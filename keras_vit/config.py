@@ -43,7 +43,8 @@ class ViTConfig:
     ``fc_norm`` (the final LayerNorm after pooling instead of before it:
     timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding),
     ``mlp_bias=False`` (MLP layers without biases: keras-hub's
-    ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``distillation`` (DeiT's
+    ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``norm_bias=False`` (every
+    LayerNorm without its bias, beta: ViT-22B's and PaLI's), ``distillation`` (DeiT's
     distillation token and head, the two heads' logits averaged;
     ``distillation_head=False``: the token without its head, the [class]
     token's head alone, as keras-hub's ``DeiTImageClassifier``),
@@ -125,6 +126,7 @@ class ViTConfig:
     fc_norm: bool = False
     patch_bias: bool = True
     mlp_bias: bool = True
+    norm_bias: bool = True
     distillation: bool = False
     distillation_head: bool = True
     class_token: bool | None = None
@@ -171,7 +173,7 @@ class ViTConfig:
                 f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
             )
         for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "patch_bias",
-                     "mlp_bias", "distillation", "distillation_head", "normalize_features"):
+                     "mlp_bias", "norm_bias", "distillation", "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
 
@@ -362,11 +364,12 @@ class ViTConfig:
         mlp = d * gated * m + gated * m + m * d + d  # the MAP head's: always with biases
         block_mlp = mlp if c.mlp_bias else mlp - gated * m - d
         attention = 4 * d * d + d + ((2 + c.key_bias) * d if c.qkv_bias else 0)
-        qk_norm = 4 * (d // c.num_heads) if c.qk_norm else 0
-        block = 4 * d + attention + qk_norm + block_mlp + (2 * d if c.layer_scale_init is not None else 0)
-        total += c.num_layers * block + 2 * d + 2 * d * c.norm_pre  # encoder_norm (or fc_norm)
+        ln = 1 + c.norm_bias  # a LayerNorm's vectors: gamma (and beta)
+        qk_norm = 2 * ln * (d // c.num_heads) if c.qk_norm else 0
+        block = 2 * ln * d + attention + qk_norm + block_mlp + (2 * d if c.layer_scale_init is not None else 0)
+        total += c.num_layers * block + ln * d + ln * d * c.norm_pre  # encoder_norm (or fc_norm)
         if c.pooling == "map":
-            total += d + 4 * d * d + 4 * d + 2 * d + mlp
+            total += d + 4 * d * d + 4 * d + ln * d + mlp
         features = d
         if c.representation_size:
             total += d * c.representation_size + c.representation_size
@@ -390,7 +393,7 @@ class ViTConfig:
             layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
             qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
             qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
-            rope=self.rope,
+            norm_bias=self.norm_bias, rope=self.rope,
         )
 
     @property

@@ -181,7 +181,7 @@ def _head_layers(c, dtype, norm):
     if c.pooling == "map":
         made["pooling"] = vit_layers.MultiHeadAttentionPooling(
             c.num_heads, c.mlp_dim, c.layer_norm_epsilon, c.gelu_approximate, c.mlp_activation,
-            dtype=dtype, name="pooling")
+            norm_bias=c.norm_bias, dtype=dtype, name="pooling")
     elif c.pooling != "none":
         made["pooling"] = vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype,
                                                   name="pooling")
@@ -217,7 +217,7 @@ def build_layers(config, dtype=None):
     """The `ViTParts` of the `ViT` of `config`, each layer made with its name
     (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
     c = config
-    norm = dict(epsilon=c.layer_norm_epsilon, dtype=dtype)
+    norm = dict(epsilon=c.layer_norm_epsilon, center=c.norm_bias, dtype=dtype)
     made = _embedding_layers(c, dtype, norm)                   # Eq. 1
     made["blocks"] = tuple(
         vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)

@@ -333,21 +333,22 @@ def test_attention_kernels_are_xavier_uniform_of_the_dense_view():
         assert abs(kernel.std() - limit / np.sqrt(3)) < 0.05 * limit
 
 
-@pytest.mark.parametrize("mlp_bias", [True, False])
-def test_transformer_encoder_is_eq_2_and_3(tmp_path, mlp_bias):
+@pytest.mark.parametrize("mlp_bias, norm_bias", [(True, True), (False, True), (True, False)])
+def test_transformer_encoder_is_eq_2_and_3(tmp_path, mlp_bias, norm_bias):
     x = rand(2, 5, 8)
     layer, out = run_layer_test(
         layers.TransformerEncoder,
         dict(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_norm_epsilon=1e-6,
-             mlp_bias=mlp_bias),
+             mlp_bias=mlp_bias, norm_bias=norm_bias),
         x, x.shape, tmp_path,
     )
     w = named(layer)
     assert ("mlp/fc1/bias" in w and "mlp/fc2/bias" in w) == mlp_bias
+    assert {n for n in w if n.endswith("/beta")} == ({"norm1/beta", "norm2/beta"} if norm_bias else set())
 
-    def ln(v, name):
+    def ln(v, name):  # norm_bias=False: (x - mean) / std * gamma
         m, s = v.mean(-1, keepdims=True), v.var(-1, keepdims=True)
-        return (v - m) / np.sqrt(s + 1e-6) * w[name + "/gamma"] + w[name + "/beta"]
+        return (v - m) / np.sqrt(s + 1e-6) * w[name + "/gamma"] + w.get(name + "/beta", 0.0)
 
     from scipy.special import erf
 

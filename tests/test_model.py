@@ -56,6 +56,8 @@ def test_dinov3_presets_have_the_published_sizes(name, published):
         dict(TINY, position_embedding="sincos2d", pooling="gap"),
         dict(TINY, image_size=64, patch_size=1, resnet_block_units=(1, 2)),
         dict(TINY, pooling="map", mlp_bias=False, mlp_activation="swiglu"),
+        dict(TINY, pooling="map", norm_bias=False, qk_norm=True, norm_pre=True),
+        dict(TINY, pooling="gap", norm_bias=False, fc_norm=True),
         dict(TINY, pooling="gap", class_token=True, fc_norm=True),
         dict(TINY, distillation=True, distillation_head=False),
         dict(TINY, position_embedding="rope", key_bias=False, num_registers=4, layer_scale_init=1.0),
@@ -134,6 +136,22 @@ def test_intermediates_equal_the_call_and_hold_attention(images):
     assert tuple(record["attention_1"].shape) == (2, 2, 18, 18)
     np.testing.assert_allclose(to_numpy(record["attention_1"]).sum(-1), 1.0, atol=1e-5)
     assert tuple(record["embeddings"].shape) == (2, 18, 16)
+
+
+def test_norm_bias_false_leaves_every_layernorm_without_beta(images, tmp_path):
+    # ViT-22B's LayerNorms: y = (x - mean) / std * gamma, no beta anywhere
+    model = ViT(**dict(TINY, pooling="map", norm_bias=False, qk_norm=True, norm_pre=True))
+    norms = [v.path for v in model.weights if v.path.endswith("/gamma")]
+    assert len(norms) == 2 * 4 + 3 and not [v.path for v in model.weights if "beta" in v.path]
+    rng = np.random.default_rng(0)
+    gamma = model.get_layer("encoder_norm").gamma
+    gamma.assign(rng.normal(1.0, 0.5, gamma.shape))
+    record = model.intermediates(images)
+    x = to_numpy(record[f"encoder_block_{model.num_layers - 1}"]).astype("float64")
+    expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6) * to_numpy(gamma)
+    np.testing.assert_allclose(to_numpy(record["encoded"]), expected, atol=1e-5)
+    np.testing.assert_allclose(to_numpy(save_and_reload(model, tmp_path)(images)), to_numpy(model(images)),
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize("pooling", ["token", "gap", "map", "none"])

@@ -141,6 +141,7 @@ def test_timm_hub_config_describes_the_model(tmp_path):
         ("huggingface", dict(patch_bias=False), "patch_bias=False"),
         ("timm", dict(norm_pre=True, layer_norm_epsilon=1e-5), "norm_pre=True, patch_bias=True"),
         ("huggingface", dict(mlp_bias=False), "mlp_bias=False"),
+        ("huggingface", dict(norm_bias=False), "norm_bias=False"),
         ("timm", dict(mlp_bias=False), "mlp_bias=False"),
         ("timm", dict(position_embedding="rope"), "rotary position embeddings"),
         ("huggingface", dict(key_bias=False), "key_bias=False"),

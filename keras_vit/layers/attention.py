@@ -35,6 +35,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             Vision Transformers to 22 Billion Parameters", 2023; timm's
             ``qk_norm``).
         norm_epsilon: float. Their epsilon.
+        norm_bias: bool. Their bias (beta); False: ``center=False``.
         key_bias: bool. With `use_bias`, a bias on the key projection too;
             False: on the query and value only (DINOv3's ``key_bias``).
         rope: dict or None. `keras_vit.layers.RotaryPositionEmbedding`'s
@@ -85,7 +86,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def __init__(
         self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
-        qk_norm=False, norm_epsilon=1e-6, key_bias=True, rope=None, causal=False, **kwargs,
+        qk_norm=False, norm_epsilon=1e-6, norm_bias=True, key_bias=True, rope=None, causal=False, **kwargs,
     ):
         super().__init__(**kwargs)
         self.causal = bool(causal)
@@ -95,6 +96,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             **self.rope, dtype=self.dtype_policy, name="rope")
         self.qk_norm = bool(qk_norm)
         self.norm_epsilon = float(norm_epsilon)
+        self.norm_bias = bool(norm_bias)
         self.num_heads = int(num_heads)
         self.head_dim = head_dim
         self.use_bias = use_bias
@@ -141,8 +143,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             self.rotary.build(value_shape[:-1] + (self.num_heads, head_dim))
         if self.qk_norm:
             self.query_norm, self.key_norm = (
-                LayerNormalization(epsilon=self.norm_epsilon, dtype=self.dtype_policy,
-                                                name=name)
+                LayerNormalization(epsilon=self.norm_epsilon, center=self.norm_bias,
+                                   dtype=self.dtype_policy, name=name)
                 for name in ("query_norm", "key_norm")
             )
             self.query_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
@@ -180,6 +182,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             seed=self.seed,
             qk_norm=self.qk_norm,
             norm_epsilon=self.norm_epsilon,
+            norm_bias=self.norm_bias,
             key_bias=self.key_bias,
             rope=self.rope,
             causal=self.causal,

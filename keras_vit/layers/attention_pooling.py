@@ -21,6 +21,7 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         layer_norm_epsilon: float. Defaults to 1e-6.
         gelu_approximate: bool. tanh (big_vision) or exact GELU.
         mlp_activation: the MLP's activation (`MlpBlock`'s ``activation``).
+        norm_bias: bool. The LayerNorm's bias (beta); False: ``center=False``.
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -51,10 +52,11 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
 
     def __init__(
         self, num_heads, mlp_dim=None, layer_norm_epsilon=1e-6, gelu_approximate=True,
-        mlp_activation="gelu", **kwargs,
+        mlp_activation="gelu", norm_bias=True, **kwargs,
     ):
         super().__init__(**kwargs)
         self.mlp_activation = mlp_activation
+        self.norm_bias = bool(norm_bias)
         self.num_heads = int(num_heads)
         self.mlp_dim = mlp_dim
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -63,8 +65,8 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
             self.num_heads, dtype=self.dtype_policy, name="attention"
         )
         self.norm = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=self.dtype_policy, name="norm"
-        )
+            epsilon=self.layer_norm_epsilon, center=self.norm_bias, dtype=self.dtype_policy,
+            name="norm")
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -102,5 +104,6 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
             layer_norm_epsilon=self.layer_norm_epsilon,
             gelu_approximate=self.gelu_approximate,
             mlp_activation=self.mlp_activation,
+            norm_bias=self.norm_bias,
         )
         return config

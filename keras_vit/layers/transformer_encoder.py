@@ -35,6 +35,9 @@ class TransformerEncoder(keras.layers.Layer):
             ``qk_norm``; `MultiHeadDotProductAttention`).
         mlp_activation: ``"gelu"``, ``"quick_gelu"`` or ``"swiglu"`` (`MlpBlock`).
         mlp_bias: bool. Biases on the MLP's two dense layers. Defaults to True.
+        norm_bias: bool. Every LayerNorm of the block (``norm1``, ``norm2``,
+            `qk_norm`'s) with its bias (beta). False: ``center=False``,
+            ViT-22B's and PaLI's LayerNorms. Defaults to True.
         key_bias: bool. With `qkv_bias`, a bias on the key projection too
             (False: DINOv3's).
         rope: dict or None. Rotary position embeddings of the queries and
@@ -99,6 +102,7 @@ class TransformerEncoder(keras.layers.Layer):
         qk_norm=False,
         mlp_activation="gelu",
         mlp_bias=True,
+        norm_bias=True,
         key_bias=True,
         rope=None,
         causal=False,
@@ -119,24 +123,23 @@ class TransformerEncoder(keras.layers.Layer):
         self.qk_norm = bool(qk_norm)
         self.mlp_activation = mlp_activation
         self.mlp_bias = bool(mlp_bias)
+        self.norm_bias = bool(norm_bias)
         self.key_bias = bool(key_bias)
         self.rope = None if rope is None else dict(rope)
         policy = self.dtype_policy
-        self.norm1 = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
-        )
+        norm = dict(epsilon=self.layer_norm_epsilon, center=self.norm_bias, dtype=policy)
+        self.norm1 = LayerNormalization(**norm, name="norm1")
         self.attention = MultiHeadDotProductAttention(
             self.num_heads, use_bias=self.qkv_bias,
             dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
-            norm_epsilon=self.layer_norm_epsilon, key_bias=self.key_bias, rope=self.rope,
+            norm_epsilon=self.layer_norm_epsilon, norm_bias=self.norm_bias,
+            key_bias=self.key_bias, rope=self.rope,
             causal=self.causal, dtype=policy, name="attention",
         )
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=policy, name="dropout"
         )
-        self.norm2 = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2"
-        )
+        self.norm2 = LayerNormalization(**norm, name="norm2")
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
             activation=mlp_activation, use_bias=self.mlp_bias, dtype=policy, name="mlp",
@@ -216,6 +219,7 @@ class TransformerEncoder(keras.layers.Layer):
             qk_norm=self.qk_norm,
             mlp_activation=self.mlp_activation,
             mlp_bias=self.mlp_bias,
+            norm_bias=self.norm_bias,
             key_bias=self.key_bias,
             rope=self.rope,
             causal=self.causal,

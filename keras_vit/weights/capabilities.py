@@ -115,6 +115,9 @@ _NORM_PRE = family("norm_pre (CLIP's LayerNorm before the encoder), which {reade
 _FC_NORM = family("fc_norm, which {reader} does not have")
 _PATCH_BIAS = family("its patch embedding has no bias (patch_bias=False), which {reader} requires")
 _DISTILLATION = family("distillation (DeiT's second token and head), which {reader} does not have")
+_NORM_BIAS = family("its LayerNorms have no bias (norm_bias=False, ViT-22B's), which {reader} requires",
+                    "Write it with format='npz', which has it; else keep it as a .keras file "
+                    "(`model.save`).")
 _CLASS_TOKEN = family("class_token={c.class_token} with {c.pooling!r} pooling, which {reader} does not have")
 _MLP_ACTIVATION = family("mlp_activation={c.mlp_activation!r}, which {reader} does not have")
 _KEY_BIAS = family("its key projection has no bias (key_bias=False), which {reader} requires",
@@ -348,6 +351,9 @@ TABLE = {
         timm=refused("its MLP has no biases (mlp_bias=False), and timm's proj_bias removes the "
                      "attention output's bias with them", NPZ),
         keras_hub=written(values=(dict(mlp_bias=False),))),
+    "norm_bias": dict(npz=written(values=(dict(norm_bias=False, pooling="map"),)),
+                      huggingface=_NORM_BIAS, dinov2=_NOT_DINOV2, dinov3=_NORM_BIAS, timm=_NORM_BIAS,
+                      keras_hub=_NORM_BIAS),
     "distillation": dict(
         npz=_DISTILLATION, huggingface=read("distillation (DeiT's second token and head), which "
                                             "{reader} does not write", TIMM),

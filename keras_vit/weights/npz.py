@@ -40,11 +40,16 @@ def _attention(ours, theirs, when=r.always):
                        key_bias=None, out_bias=None)
 
 
-def _norm(ours, theirs, when=r.always):
-    return r.norm(ours, theirs, r.FLAX, r.FLAT, when)
+_NORM_BIAS = (lambda c: c.norm_bias)
 
 
-# One block (biases where the file or model has them: qkv_bias, mlp_bias).
+def _norm(ours, theirs, when=r.always, has_bias=_NORM_BIAS):
+    """A LayerNorm's scale row and, where `has_bias` too (``norm_bias``), its bias row."""
+    return [r.row(ours + "/gamma", theirs + "/scale", r.FLAT, when),
+            r.row(ours + "/beta", theirs + "/bias", r.FLAT, r.both(when, has_bias))]
+
+
+# One block (biases where the file or model has them: qkv_bias, mlp_bias, norm_bias).
 BLOCK_ROWS = [
     *_norm("encoder_block_{i}/norm1", _BLOCK + "LayerNorm_0"),
     *_attention("encoder_block_{i}/attention", _BLOCK + "MultiHeadDotProductAttention_1/"),
@@ -56,7 +61,8 @@ _UNIT, _OURS_UNIT = "block{s}/unit{u}/", "resnet/block{s}_unit{u}/"
 UNIT_ROWS = [
     *(r.row(f"{opt}{_OURS_UNIT}{conv}/kernel", f"{opt}{_UNIT}{conv}/kernel")
       for conv, opt in (("conv1", ""), ("conv2", ""), ("conv3", ""), ("conv_proj", "?"))),
-    *(row for gn in ("gn1", "gn2", "gn3") for row in _norm(_OURS_UNIT + gn, _UNIT + gn)),
+    *(row for gn in ("gn1", "gn2", "gn3")
+      for row in _norm(_OURS_UNIT + gn, _UNIT + gn, has_bias=r.always)),  # GroupNorms
     *(r.row(f"?{_OURS_UNIT}gn_proj/{ours}", f"?{_UNIT}gn_proj/{theirs}", r.FLAT)
       for ours, theirs in (("gamma", "scale"), ("beta", "bias"))),
 ]
@@ -169,6 +175,7 @@ def _read_config(arrays, source):
     attention, mlp = block + "MultiHeadDotProductAttention_1/", block + "MlpBlock_3/"
     config.update(num_heads=int(arrays[attention + "query/kernel"].shape[1]),
                   qkv_bias=attention + "query/bias" in arrays, mlp_bias=mlp + "Dense_0/bias" in arrays,
+                  norm_bias=block + "LayerNorm_0/bias" in arrays,
                   mlp_dim=int(arrays[mlp + "Dense_0/kernel"].shape[1]))
     config["pooling"] = ("map" if "MAPHead_0/probe" in arrays else "token" if "cls" in arrays
                          else "gap")
