@@ -25,7 +25,7 @@ from keras_vit import layers as vit_layers
 from keras_vit import variants
 from keras_vit.config import is_number
 from keras_vit.config import is_int
-from keras_vit.inputs import symbolic
+from keras_vit.input_checks import symbolic
 from keras_vit.model import ViT
 from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.weights import CheckpointError
@@ -130,7 +130,7 @@ class TextTransformer(keras.Model):
 
     def compute_output_spec(self, token_ids, training=None, mask=None):
         """The output's ``KerasTensor`` for ids given as arrays, tensors or
-        ``KerasTensor``s (`keras_vit.inputs.symbolic`)."""
+        ``KerasTensor``s (`keras_vit.input_checks.symbolic`)."""
         return super().compute_output_spec(symbolic(token_ids), training, mask)
 
     def get_config(self):
@@ -379,7 +379,7 @@ class ImageTextModel(keras.Model):
 
     def compute_output_spec(self, inputs, training=None):
         """The logits' ``KerasTensor`` for a dict of arrays, tensors or
-        ``KerasTensor``s (`keras_vit.inputs.symbolic`)."""
+        ``KerasTensor``s (`keras_vit.input_checks.symbolic`)."""
         return super().compute_output_spec(symbolic(inputs), training)
 
     # -- training --------------------------------------------------------------

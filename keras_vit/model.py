@@ -7,7 +7,7 @@
 
 then the head (a linear layer, optionally after a tanh "pre-logits" layer).
 The architecture is a `keras_vit.ViTConfig`; the input checks are in
-`keras_vit.inputs`, the copies at another size (`with_*`) and LoRA merging in
+`keras_vit.input_checks`, the copies at another size (`with_*`) and LoRA merging in
 `keras_vit.variants`.
 """
 
@@ -18,7 +18,7 @@ import keras
 
 from keras_vit import deploy
 from keras_vit import files
-from keras_vit import inputs
+from keras_vit import input_checks
 from keras_vit import kernels
 from keras_vit import layers as vit_layers
 from keras_vit import variants
@@ -388,7 +388,7 @@ class ViT(keras.Model):
         model has token pooling. False: every token, as the functional graph
         (``keras.Model(model.input, model.output)``) computes them.
         """
-        inputs.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
+        input_checks.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
         if class_only is None:
             class_only = self.config.pooling == "token"
         elif class_only and self.config.pooling != "token":
@@ -400,8 +400,8 @@ class ViT(keras.Model):
 
     def compute_output_spec(self, images, training=None, mask=None):
         """The output's ``KerasTensor`` for images given as arrays, tensors
-        or ``KerasTensor``s (`keras_vit.inputs.symbolic`)."""
-        return super().compute_output_spec(inputs.symbolic(images), training, mask)
+        or ``KerasTensor``s (`keras_vit.input_checks.symbolic`)."""
+        return super().compute_output_spec(input_checks.symbolic(images), training, mask)
 
     def intermediates(self, images, training=False):
         """Every stage of the model on `images`, run eagerly, in a dict:
@@ -409,7 +409,7 @@ class ViT(keras.Model):
         ``"attention_{i}"`` (``(batch, heads, tokens, tokens)``), ``"encoded"``
         (LN(z_L)), ``"features"`` (y) and ``"logits"``; the values of
         ``model(images)``."""
-        inputs.check_images(self, images)
+        input_checks.check_images(self, images)
         record = {}
         forward(self.parts, images, training, record)
         return record
@@ -552,25 +552,25 @@ class ViT(keras.Model):
         """`keras_vit.variants.with_config`: a copy with some arguments changed."""
         return variants.with_config(self, skip, method, **changes)
 
-    # -- Keras's features, with the images checked first (`keras_vit.inputs`) --
+    # -- Keras's features, with the images checked first (`keras_vit.input_checks`) --
 
     def __call__(self, images, *args, **kwargs):
-        inputs.check_images(self, images)  # before Keras's own input checks
+        input_checks.check_images(self, images)  # before Keras's own input checks
         return super().__call__(images, *args, **kwargs)
 
     def fit(self, x=None, *args, **kwargs):
-        """Keras's ``fit``, the images checked first (`keras_vit.inputs`)."""
-        inputs.check_data(self, x)
+        """Keras's ``fit``, the images checked first (`keras_vit.input_checks`)."""
+        input_checks.check_data(self, x)
         return super().fit(x, *args, **kwargs)
 
     def evaluate(self, x=None, *args, **kwargs):
         """Keras's ``evaluate``, the images checked first as in `fit`."""
-        inputs.check_data(self, x)
+        input_checks.check_data(self, x)
         return super().evaluate(x, *args, **kwargs)
 
     def predict(self, x, *args, **kwargs):
         """Keras's ``predict``, the images checked first as in `fit`."""
-        inputs.check_data(self, x)
+        input_checks.check_data(self, x)
         return super().predict(x, *args, **kwargs)
 
     def quantize(self, mode, **kwargs):

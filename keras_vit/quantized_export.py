@@ -122,14 +122,14 @@ def calibration_array(model, images):
     import keras
     import numpy as np
 
-    from keras_vit import inputs
+    from keras_vit import input_checks
 
     if not hasattr(images, "shape") or isinstance(images, (str, bytes, os.PathLike)):
         shape = ", ".join(map(str, model.config.input_shape))
         raise TypeError(f"calibration_images must be an array of images (N, {shape}), got a "
                         f"{type(images).__name__}. Read image files with "
                         "keras_vit.data.read_images(paths, model=model).")
-    inputs.check_images(model, images)
+    input_checks.check_images(model, images)
     array = np.asarray(keras.ops.convert_to_numpy(images), dtype="float32")
     if len(array) == 0:
         raise ValueError("calibration_images is empty: give a few hundred images like those the "
