@@ -98,6 +98,9 @@ def written_configs(format):
 CASES = [(format, config) for format in BASES for config in written_configs(format)]
 
 
+# The writers and readers work on NumPy arrays, whatever the backend (the parity tests of
+# test_checkpoints.py and test_writers.py run each format on three backends): once.
+@pytest.mark.backend_independent
 @pytest.mark.parametrize("format, config", CASES, ids=[
     f"{f}-{'-'.join(sorted(set(c) - set(SMALL) - set(BASES[f]))) or 'base'}" for f, c in CASES])
 def test_what_the_table_writes_reads_back(tmp_path, format, config):
