@@ -212,6 +212,26 @@ def test_int8_dense_gradient_is_keras_int8_gradient(kind):
     np.testing.assert_allclose(dx, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.skipif(BACKEND == "jax", reason="JAX runs Keras's int8 call")
+def test_int8_dense_trains_the_bias_on_its_fast_path():
+    # The input needs no gradient (frozen layers before it): PyTorch keeps
+    # its int8 linear and adds the bias in autograd; TensorFlow's gradient
+    # is written out. d sum(w * y) / d bias = w summed over the tokens.
+    layer, x, _, _ = int8_layer("qkv")
+    w = rand(*to_numpy(layer(x)).shape)
+    x = keras.ops.convert_to_tensor(x)
+    assert kernels.route("int8_dense", layer=layer, x=x) != routes.REFERENCE
+    if BACKEND == "tensorflow":
+        import tensorflow as tf
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(kernels.dense(layer, x) * w)
+        (grad,) = tape.gradient(loss, layer.trainable_variables)
+    else:
+        (kernels.dense(layer, x) * keras.ops.convert_to_tensor(w)).sum().backward()
+        grad = layer.bias.value.grad
+    np.testing.assert_allclose(to_numpy(grad), w.sum(axis=(0, 1)), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.skipif(BACKEND != "torch", reason="PyTorch's packed int8 kernel")
 def test_int8_kernel_is_packed_once_and_again_after_its_variables_change():
     from keras_vit.kernels import quantized

@@ -14,30 +14,35 @@ leading ones (`int8_projection`), so ``(tokens, fan_in) · (fan_in,
 fan_out)``.
 
 `int8_dense` runs it on a fast kernel where there is one (`route`'s
-``int8_dense``):
+``int8_dense``), for inference and, on TensorFlow, training alike:
 
 - TensorFlow's CPU, ``xla_int8``: the same computation compiled by XLA
-  (``jit_compile``): its int8 dot, the quantization fused around it, the
-  same numbers. TensorFlow's graph runs Keras's int8 ``MatMul`` at a third
-  of its float32 rate (B/16 inference 0.39× float32 here).
-- PyTorch's CPU tensors, ``dynamic_int8``: ``torch.ops.quantized.
-  linear_dynamic`` (FBGEMM or oneDNN, what ``torch.ao.nn.quantized.dynamic.
-  Linear`` runs) on the layer's own int8 kernel and scales, packed once per
-  layer (``linear_prepack``, a per-channel ``qint8`` weight) and packed
-  again after ``kernel`` or ``kernel_scale`` is assigned. Keras's call runs
-  int8 products through ``torch.einsum`` in int32, off BLAS (0.05× float32).
-  Each token is divided by its ``max|x|`` first and its output multiplied
-  back: the token scaling of Keras's quantizer, around PyTorch's quantizer,
-  which quantizes the whole input to 7 bits (``reduce_range``, as
-  ``torch.ao``'s dynamic ``Linear``: FBGEMM's AVX2 kernels would overflow
-  their 16-bit sums at 8). The kernel's integers are Keras's; the input's
-  rounding steps are twice Keras's, so the error is about twice Keras's
-  int8 error (`tests/test_kernels.py` bounds it). PyTorch 2.13 marks
-  quantized tensors deprecated (its warning on the first packing).
+  (``jit_compile``): its int8 dot, the quantization and the bias fused
+  around it, the same numbers, Keras's gradient written out. TensorFlow's
+  graph runs Keras's int8 ``MatMul`` at a third of float32's rate.
+- PyTorch's CPU tensors outside autograd, ``dynamic_int8``:
+  ``torch.ops.quantized.linear_dynamic`` (FBGEMM or oneDNN, what
+  ``torch.ao.nn.quantized.dynamic.Linear`` runs) on the layer's own int8
+  kernel and scales, packed once per layer (``linear_prepack``, a
+  per-channel ``qint8`` weight at ``1 / kernel_scale``) and again after
+  ``kernel`` or ``kernel_scale`` is assigned. Keras's call runs the int8
+  product through ``torch.einsum`` in int32, off BLAS. Each token is
+  divided by its ``max|x|`` first and its output multiplied back: Keras's
+  per-token scaling, around PyTorch's quantizer, which rounds the whole
+  input to 7 bits (``reduce_range``, as ``torch.ao``'s dynamic ``Linear``:
+  FBGEMM's AVX2 kernels overflow their 16-bit sums at 8). The kernel's
+  integers are Keras's; the input's rounding steps are twice Keras's, so
+  the error is up to twice Keras's int8 error (`tests/test_kernels.py`
+  bounds it). PyTorch 2.13 marks quantized tensors deprecated (its warning
+  at the first packing). Under autograd (training, a gradient asked for)
+  Keras's call runs, whose gradient it has.
 - JAX: none. Keras's int8 call is already XLA's int8 dot
-  (``preferred_element_type=int32``), at float32's rate on these CPUs.
+  (``preferred_element_type=int32``).
 
-docs/performance.md has the measured rates.
+A LoRA-enabled, int4, float8 or otherwise quantized layer is called as
+Keras calls it. ViT-B/16 inference, batch 8, on an AVX2 AMD EPYC (Zen 3),
+one thread, int8 against float32: PyTorch 1.56× (Keras's call 0.19×),
+TensorFlow 1.13× (0.39×), JAX 1.23×. docs/performance.md has the rest.
 """
 
 import functools
@@ -81,45 +86,52 @@ def _projection(layer, x, product):
     kernel_shape = tuple(layer.kernel.shape)
     fan_in, out_dims = math.prod(kernel_shape[:n]), kernel_shape[n:]
     batch = tuple(ops.shape(x)[: x.ndim - n])
-    y = product(layer, ops.reshape(x, batch + (fan_in,)), layer.inputs_quantizer.get_config()["epsilon"])
-    y = ops.reshape(y, batch + out_dims)
-    if layer.bias is not None:
-        y = y + ops.cast(layer.bias, y.dtype)
-    return y
+    y = product(layer, ops.reshape(x, batch + (fan_in,)))
+    return ops.reshape(y, batch + out_dims)
 
 
 def _operands(layer):
-    """The int8 kernel ``(fan_in, fan_out)`` and its scale ``(fan_out,)``."""
+    """The int8 kernel ``(fan_in, fan_out)``, its scale ``(fan_out,)``, the
+    bias ``(fan_out,)`` in the compute dtype (zeros without one) and the
+    input quantizer's epsilon."""
     scale = ops.convert_to_tensor(layer.kernel_scale)
     fan_out = math.prod(scale.shape)
     kernel = ops.convert_to_tensor(layer.kernel)
-    return ops.reshape(kernel, (-1, fan_out)), ops.reshape(scale, (fan_out,))
+    if layer.bias is None:
+        bias = ops.zeros((fan_out,), layer.compute_dtype)
+    else:
+        bias = ops.reshape(ops.cast(layer.bias, layer.compute_dtype), (fan_out,))
+    epsilon = layer.inputs_quantizer.get_config()["epsilon"]
+    return ops.reshape(kernel, (-1, fan_out)), ops.reshape(scale, (fan_out,)), bias, epsilon
 
 
-def _product(layer, x, epsilon):
-    kernel, scale = _operands(layer)
-    return _int8_matmul(x, kernel, scale, epsilon, layer.compute_dtype)
+def _product(layer, x):
+    return _int8_matmul(x, *_operands(layer), layer.compute_dtype)
 
 
-def _int8_matmul(x, kernel, scale, epsilon, dtype):
+def _int8_matmul(x, kernel, scale, bias, epsilon, dtype):
     """``x (..., fan_in)`` quantized per row, times the int8 ``kernel
-    (fan_in, fan_out)`` in int32, divided by both scales: ``(..., fan_out)``."""
+    (fan_in, fan_out)`` in int32, divided by both scales, plus ``bias``:
+    ``(..., fan_out)``."""
     q, x_scale = keras.quantizers.abs_max_quantize(x, axis=-1, epsilon=epsilon)
-    return ops.divide(ops.cast(ops.matmul(q, kernel), dtype), ops.multiply(x_scale, scale))
+    y = ops.divide(ops.cast(ops.matmul(q, kernel), dtype), ops.multiply(x_scale, scale))
+    return ops.add(y, bias)
 
 
-def _xla_product(layer, x, epsilon):
-    kernel, scale = _operands(layer)
+def _xla_product(layer, x):
+    kernel, scale, bias, epsilon = _operands(layer)
 
     @ops.custom_gradient
-    def product(x, kernel, scale):
+    def product(x, kernel, scale, bias):
         def grad(*args, upstream=None):
+            upstream = upstream_gradient(args, upstream)
             float_kernel = ops.divide(ops.cast(kernel, layer.compute_dtype), scale)
-            return ops.matmul(upstream_gradient(args, upstream), ops.transpose(float_kernel)), None, None
+            rows = tuple(range(upstream.ndim - 1))
+            return ops.matmul(upstream, ops.transpose(float_kernel)), None, None, ops.sum(upstream, axis=rows)
 
-        return _xla_int8_matmul()(x, kernel, scale, epsilon, layer.compute_dtype), grad
+        return _xla_int8_matmul()(x, kernel, scale, bias, epsilon, layer.compute_dtype), grad
 
-    return product(x, kernel, scale)
+    return product(x, kernel, scale, bias)
 
 
 @functools.cache
@@ -133,15 +145,17 @@ def _xla_int8_matmul():
 _PACKED = weakref.WeakKeyDictionary()
 
 
-def _torch_product(layer, x, epsilon):
+def _torch_product(layer, x):
     """``linear_dynamic`` on each token divided by its ``max|x| + epsilon``,
-    multiplied back: ``x (..., fan_in)`` -> ``(..., fan_out)``."""
+    multiplied back, plus the bias (one ``addcmul``): ``x (..., fan_in)`` ->
+    ``(..., fan_out)``."""
     import torch
 
+    _, _, bias, epsilon = _operands(layer)
     x32 = x.to(torch.float32)
-    row_max = torch.amax(torch.abs(x32), dim=-1, keepdim=True) + epsilon
-    y = torch.ops.quantized.linear_dynamic(x32 / row_max, _packed_kernel(layer), True) * row_max
-    return ops.cast(y, layer.compute_dtype)
+    row_max = torch.amax(torch.abs(x32), dim=-1, keepdim=True) + epsilon  # 4x vector_norm(inf)'s speed
+    y = torch.ops.quantized.linear_dynamic(x32 / row_max, _packed_kernel(layer), True)
+    return ops.cast(torch.addcmul(bias.to(torch.float32), y, row_max), layer.compute_dtype)
 
 
 def _packed_kernel(layer):
