@@ -40,9 +40,8 @@ fan_out)``.
   (``preferred_element_type=int32``).
 
 A LoRA-enabled, int4, float8 or otherwise quantized layer is called as
-Keras calls it. ViT-B/16 inference, batch 8, on an AVX2 AMD EPYC (Zen 3),
-one thread, int8 against float32: PyTorch 1.56× (Keras's call 0.19×),
-TensorFlow 1.13× (0.39×), JAX 1.23×. docs/performance.md has the rest.
+Keras calls it. What each route gains, measured per CPU, is in
+docs/performance.md and benchmarks/results/.
 """
 
 import functools
