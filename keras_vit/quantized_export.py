@@ -24,13 +24,15 @@ calibration_images=None)` calls `export_int8`, which
 The weights use 7 of the 8 bits (``reduce_range``): on a CPU without VNNI
 (AVX2, AVX-512 without ``avx512_vnni``) onnxruntime multiplies uint8 by int8
 with ``vpmaddubsw``, which adds each pair of products in 16 bits and
-saturates with 8-bit weights (ViT-B/16's top-1 then followed float32's on
-half the images); an exported file may run on any CPU.
+saturates with 8-bit weights (ViT-B/16 cut to 4 blocks, random weights: its
+top-1 then followed float32's on 16 of 32 images, with 7-bit weights on 30);
+an exported file may run on any CPU.
 
-OpenVINO runs the statically quantized (QDQ) model with int8 kernels, and
-the dynamically quantized one's ``DynamicQuantizeLinear`` and
-``MatMulInteger`` in float32, slower than the float model: its int8 export
-needs calibration images (`check_mode`). It is converted with
+OpenVINO runs the statically quantized (QDQ) model with int8 kernels (which
+pay where the CPU has VNNI or AMX; on AVX2 alone they are no faster than
+float32's), and the dynamically quantized one's ``DynamicQuantizeLinear``
+and ``MatMulInteger`` in float32, slower than the float model: its int8
+export needs calibration images (`check_mode`). It is converted with
 ``openvino.convert_model`` and written, as `ViT.export`'s float32 OpenVINO
 export is, as an ``.xml`` file and the ``.bin`` file beside it, with float32
 constants.
