@@ -616,9 +616,10 @@ def _runtime_predict(runtime, path, threads):
 
 
 def _child_runtime(spec):
-    """One runtime route on the Keras children's batch: the session's
-    creation and first batch, then the timed runs; its agreement in the
-    first round."""
+    """One runtime route on the Keras children's batch: loading the
+    exported model into its runtime (onnxruntime's ``InferenceSession``,
+    OpenVINO's compiled model) and the first batch, then the timed runs;
+    its agreement in the first round."""
     import numpy as np
     rss0 = _rss_mb()
     b, s = spec["batch_size"], spec["image_size"]
