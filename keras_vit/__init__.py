@@ -24,7 +24,7 @@ _NAMES = {
     "load_model": "keras_vit.loading",
     "naflex_inputs": "keras_vit.naflex",
     "presets": "keras_vit.presets",
-    "pretrained": "keras_vit.weights.pretrained",
+    "pretrained": "keras_vit.released",
     "segmentation_probe": "keras_vit.dense",
     "zero_shot_classifier": "keras_vit.zero_shot",
 }
@@ -45,7 +45,7 @@ if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, 
     from keras_vit.naflex import naflex_inputs
     from keras_vit.presets import presets
     from keras_vit.text_tokenizer import TextTokenizer
-    from keras_vit.weights.pretrained import pretrained
+    from keras_vit.released import pretrained
     from keras_vit.zero_shot import zero_shot_classifier
 
 

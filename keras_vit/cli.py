@@ -36,7 +36,7 @@ from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_shots
-from keras_vit.quantized_export import QUANTIZE_MODES
+from keras_vit.export.int8 import QUANTIZE_MODES
 from keras_vit.startup import quiet_start
 
 MODEL_HELP = ("a .keras model; a checkpoint file or folder; a URL (hf://owner/repo, https://, "
@@ -236,7 +236,7 @@ def _zero_shot(args):
 
 
 def _explain(args):
-    from keras_vit import files
+    from keras_vit.io import files
     from keras_vit.data import read_images
     from keras_vit.explain import write_report
 
@@ -289,7 +289,7 @@ def _evaluate(args):
 
 def _segment(args):
     from keras_vit import ViT
-    from keras_vit import files
+    from keras_vit.io import files
     from keras_vit.dense import segment_digits
 
     files.output_folder(args.workdir, "--workdir")  # before the model is read (or downloaded)
@@ -315,7 +315,7 @@ def _segment(args):
 
 def _convert(args):
     from keras_vit import ViT
-    from keras_vit import files
+    from keras_vit.io import files
     from keras_vit.weights import check_output
 
     # the output checked before the input is read (and perhaps downloaded)
@@ -348,9 +348,9 @@ EXPORT_FORMATS = {  # format -> the backends Keras exports it from (docs/deploy.
 def _export(args):
     import keras
 
-    from keras_vit import files
-    from keras_vit.deploy import EXPORT_SUFFIXES
-    from keras_vit.quantized_export import check_mode
+    from keras_vit.io import files
+    from keras_vit.export import EXPORT_SUFFIXES
+    from keras_vit.export.int8 import check_mode
 
     backend = keras.backend.backend()
     if backend not in EXPORT_FORMATS[args.format]:
@@ -468,19 +468,8 @@ def _convert_flags(sub):
     sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")
 
 
-def build_parser():
-    """The ``argparse`` parser of the ``keras-vit`` command and its
-    subcommands. Its help is plain text, and building it imports no backend:
-    the recipes' flags are added when their command is parsed or its help
-    printed (or by the command's parser's `add_flags`)."""
-    parser = _Parser(
-        prog="keras-vit", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run keras-vit COMMAND --help for each command's flags. "
-        "Backend: KERAS_BACKEND=tensorflow|jax|torch.",
-    )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
+def _add_listings(commands):
+    """The commands that list presets, released checkpoints and training configs."""
     commands.add_parser("presets", help="list the model presets with parameter counts")
     sub = commands.add_parser(
         "pretrained", help="list the released checkpoints that load by name",
@@ -489,16 +478,25 @@ def build_parser():
     sub.add_argument("architecture", nargs="?", help="only this preset, e.g. vit_b16 or ViT-B/16")
     commands.add_parser("configs", help="list the named training configs (Tables 3 and 4)")
 
+
+def _add_recipes(commands):
+    """The recipes' commands (`RECIPES`), whose flags are added when parsed."""
     for command, (_, default, description) in RECIPES.items():
         commands.add_parser(command, help=description.split(" (")[0], description=description,
                             flags=functools.partial(add_recipe_flags, default_config=default))
 
+
+def _add_predict(commands):
+    """``predict``: the top-k classes of image files."""
     sub = commands.add_parser("predict", help="classify image files",
                               description="Print the top-k classes of each image file. The "
                               "images are read, resized and scaled to [-1, 1] for you.")
     sub.add_argument("model", help=MODEL_HELP)
     _classify_flags(sub)
 
+
+def _add_zero_shot(commands):
+    """``zero-shot``: image files classified into classes named on the command line."""
     sub = commands.add_parser(
         "zero-shot", help="classify image files into classes named here (CLIP, SigLIP)",
         description="Zero-shot classification (CLIP's Sec. 3.1.4): each label is put into the "
@@ -511,6 +509,9 @@ def build_parser():
                      help="the CLIP paper's 80 ImageNet prompts (default) or open_clip's 7")
     _classify_flags(sub)
 
+
+def _add_evaluate(commands):
+    """``evaluate``: top-1 and few-shot accuracy on a dataset."""
     sub = commands.add_parser("evaluate", help="top-1 and few-shot accuracy on a dataset",
                               description="Top-1 accuracy of a model on a dataset split, and "
                               "optionally the paper's few-shot linear evaluation (Sec. 4.1).")
@@ -524,6 +525,9 @@ def build_parser():
     sub.add_argument("--few-shot", type=parse_shots, metavar="K,K", help="e.g. 1,5,10,25")
     _dtype_flag(sub)
 
+
+def _add_explain(commands):
+    """``explain``: the paper's Fig. 6 and 7 of a model."""
     sub = commands.add_parser(
         "explain", help="what the model learned, as the paper's pictures (Fig. 6, 7)",
         description="Writes attention rollout on the images (Fig. 6), mean attention distance "
@@ -537,6 +541,9 @@ def build_parser():
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
     _dtype_flag(sub)
 
+
+def _add_convert(commands):
+    """``convert``: a checkpoint or model to another format."""
     sub = commands.add_parser("convert", help="a checkpoint or model to a .keras file, or to "
                               "vit_jax .npz, Hugging Face or timm files",
                               description="Read any checkpoint ViT.from_checkpoint reads (or a "
@@ -545,6 +552,9 @@ def build_parser():
                               "timm .safetensors / hub directory (ViT.save_checkpoint).")
     _convert_flags(sub)
 
+
+def _add_export(commands):
+    """``export``: an inference artifact, int8 too."""
     sub = commands.add_parser(
         "export", help="a model as an inference artifact (ONNX, SavedModel, LiteRT, ...)",
         description="Export a model with Keras's model.export, traced from Keras's layers and "
@@ -569,6 +579,9 @@ def build_parser():
     sub.add_argument("--calibration-count", type=_positive_int, default=256, metavar="N",
                      help="how many of --calibration's images, the first (default 256)")
 
+
+def _add_segment(commands):
+    """``segment``: a linear segmentation probe."""
     sub = commands.add_parser(
         "segment", help="a linear segmentation probe of a model's feature maps (DINOv3)",
         description="Trains DINOv3's linear segmentation probe (BatchNorm over the concatenated "
@@ -600,7 +613,26 @@ def build_parser():
                      help="resample the position embeddings first (the canvases' size)")
     sub.add_argument("--seed", type=_non_negative_int, default=0, help="the canvases' and the head's")
     sub.add_argument("--verbose", type=int, choices=(0, 1, 2), default=2, help="Keras fit verbosity")
+
+
+def build_parser():
+    """The ``argparse`` parser of the ``keras-vit`` command and its
+    subcommands. Its help is plain text, and building it imports no backend:
+    the recipes' flags are added when their command is parsed or its help
+    printed (or by the command's parser's `add_flags`)."""
+    parser = _Parser(
+        prog="keras-vit", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run keras-vit COMMAND --help for each command's flags. "
+        "Backend: KERAS_BACKEND=tensorflow|jax|torch.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    for add in (_add_listings, _add_recipes, _add_predict, _add_zero_shot, _add_evaluate, _add_explain,
+                _add_convert, _add_export, _add_segment):
+        add(commands)
     return parser
+
 
 
 HANDLERS = {"presets": _presets, "pretrained": _pretrained, "configs": _configs, "predict": _predict,

@@ -526,3 +526,30 @@ def is_number(value):
 def _check_int(name, value, lowest):
     if not is_int(value, lowest):
         raise ValueError(f"`{name}` must be an int >= {lowest}, got {value!r}.")
+
+
+def scaling_of_normalization(mean, std, channels, rescale=1 / 255):
+    """An image processor's normalisation, ``(pixels * rescale - mean) /
+    std``, as a `ViTConfig`'s ``pixel_scale`` (``rescale / std``) and
+    ``pixel_offset`` (``-mean / std``): one value where the channels agree
+    (mean and std 0.5: the paper's 1/127.5 and -1, exactly)."""
+    import numpy as np
+
+    mean = np.broadcast_to(np.asarray(mean, np.float64), (channels,))
+    std = np.broadcast_to(np.asarray(std, np.float64), (channels,))
+
+    def one_or_each(values):
+        return float(values[0]) if np.all(values == values[0]) else tuple(float(v) for v in values)
+
+    return dict(pixel_scale=one_or_each(rescale / std), pixel_offset=one_or_each(-mean / std))
+
+
+def mean_and_std(config, rescale=1 / 255):
+    """`scaling_of_normalization`'s inverse for a `ViTConfig`: the per-channel mean and
+    std of pixels in [0, 1] (``rescale`` 1/255) that give its scaling."""
+    import numpy as np
+
+    scale = np.broadcast_to(np.asarray(config.pixel_scale, np.float64), (config.num_channels,))
+    offset = np.broadcast_to(np.asarray(config.pixel_offset, np.float64), (config.num_channels,))
+    std = rescale / scale
+    return [float(v) for v in -offset * std], [float(v) for v in std]

@@ -14,7 +14,7 @@ import time
 import keras
 import numpy as np
 
-from keras_vit import files
+from keras_vit.io import files
 from keras_vit.layers import LinearSegmentationHead
 
 

@@ -23,14 +23,14 @@ from keras import ops
 
 from keras_vit import layers as vit_layers
 from keras_vit import variants
-from keras_vit.config import is_number
 from keras_vit.config import is_int
+from keras_vit.config import is_number
 from keras_vit.input_checks import symbolic
 from keras_vit.model import ViT
+from keras_vit.released import locate
 from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.weights import CheckpointError
 from keras_vit.weights import assign_weights
-from keras_vit.weights import locate
 from keras_vit.weights.checkpoint import build_model
 from keras_vit.weights.huggingface import read_image_text
 

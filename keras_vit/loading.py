@@ -13,8 +13,8 @@ import pathlib
 
 import keras
 
-from keras_vit import files
 from keras_vit.config import pair
+from keras_vit.io import files
 
 
 def load_model(source, image_size=None, num_classes=None, resample_method=None,
@@ -33,7 +33,7 @@ def load_model(source, image_size=None, num_classes=None, resample_method=None,
             - a released name (``"vit_b16.augreg_in21k_ft_in1k_224"``,
               `keras_vit.pretrained`), downloaded once into the cache;
             - a preset (``"vit_b16"``, ``"ViT-B/16"``): its recommended
-              released checkpoint (`keras_vit.weights.pretrained.default_pretrained`).
+              released checkpoint (`keras_vit.released.default_pretrained`).
         image_size: int or (int, int), or None for the source's own. Another
             size resamples the learned position embeddings (Sec. 3.2).
         num_classes: int or None. A number of classes other than the
@@ -110,8 +110,8 @@ def _recommended_checkpoint(source):
     """A preset's name (``"vit_b16"``) as its recommended released
     checkpoint's; anything else as it is."""
     from keras_vit.presets import preset_name
-    from keras_vit.weights.pretrained import PRETRAINED
-    from keras_vit.weights.pretrained import default_pretrained
+    from keras_vit.released import PRETRAINED
+    from keras_vit.released import default_pretrained
 
     name = str(source)
     if name in PRETRAINED or pathlib.Path(name).expanduser().exists() or "/" in name:

@@ -16,19 +16,20 @@ import numbers
 
 import keras
 
-from keras_vit import deploy
-from keras_vit import files
 from keras_vit import input_checks
 from keras_vit import kernels
 from keras_vit import layers as vit_layers
 from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
+from keras_vit.export import EXPORT_SUFFIXES
+from keras_vit.export import pytorch
+from keras_vit.io import files
 from keras_vit.presets import preset_config
+from keras_vit.released import PRETRAINED
+from keras_vit.released import default_pretrained
 from keras_vit.weights import load_checkpoint
 from keras_vit.weights import save_checkpoint
-from keras_vit.weights.pretrained import PRETRAINED
-from keras_vit.weights.pretrained import default_pretrained
 
 def block_names(num_layers):
     """``encoder_block_0`` ... ``encoder_block_{L-1}``."""
@@ -430,7 +431,7 @@ class ViT(keras.Model):
         (reloading with ``keras.saving.load_model``) and exports as a
         Keras model: inside `keras_vit.kernels.keras_layers_only` with an
         ``input_signature`` whose batch is None, as `export` does, and on
-        PyTorch to ONNX with `keras_vit.deploy.torch_onnx`.
+        PyTorch to ONNX with `keras_vit.export.pytorch.torch_onnx`.
 
         Args:
             layers: which blocks. None: DINOv3's four evenly spaced blocks
@@ -597,11 +598,11 @@ class ViT(keras.Model):
         """Keras's ``export``, traced with Keras's layers alone
         (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
         every format Keras offers (docs/deploy.md); PyTorch's ONNX and
-        program through `keras_vit.deploy`.
+        program through `keras_vit.export.pytorch`.
 
         ``quantize="int8"`` (``format="onnx"`` or ``"openvino"``) writes the
         model quantized with onnxruntime's tools for a fast CPU inference
-        (`keras_vit.quantized_export`): the projections' weights in int8,
+        (`keras_vit.export.int8`): the projections' weights in int8,
         their inputs quantized dynamically, or, given
         ``calibration_images`` (float (N, H, W, C) as the model takes them,
         a few hundred; OpenVINO needs them), with scales measured on them.
@@ -611,22 +612,22 @@ class ViT(keras.Model):
                 f"Exporting a NaFlex model ({self.name}) is not yet available. Export the "
                 "fixed-size model: `model.with_config(naflex=False, max_num_patches=None)`.")
         if quantize is not None or calibration_images is not None:
-            from keras_vit import quantized_export
+            from keras_vit.export import int8
 
-            images = quantized_export.check_request(self, format, quantize, calibration_images)
-            return quantized_export.export_int8(self, filepath, format, images, verbose=bool(verbose),
+            images = int8.check_request(self, format, quantize, calibration_images)
+            return int8.export_int8(self, filepath, format, images, verbose=bool(verbose),
                                                 input_signature=input_signature, **kwargs)
-        if format in deploy.EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
-            files.output_file(filepath, "export path", deploy.EXPORT_SUFFIXES[format])
+        if format in EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
+            files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
         if input_signature is None:
             images = self.inputs[0]
             input_signature = [keras.InputSpec(shape=(None, *images.shape[1:]), dtype=images.dtype,
                                                name="images")]
         with kernels.keras_layers_only():
             if keras.backend.backend() == "torch" and format == "torch":
-                return deploy.torch_program(self, filepath, input_signature)
+                return pytorch.torch_program(self, filepath, input_signature)
             if keras.backend.backend() == "torch" and format == "onnx":
-                return deploy.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
+                return pytorch.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
                                          **kwargs)
             return super().export(filepath, format=format, verbose=verbose,
                                   input_signature=input_signature, **kwargs)

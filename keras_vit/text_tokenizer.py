@@ -34,7 +34,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from keras_vit.config import is_int
-from keras_vit.files import read_json
+from keras_vit.io.files import read_json
 
 KINDS = ("tokenizer.json", "bpe", "sentencepiece")
 _FILES = {"tokenizer.json": ("tokenizer.json",), "bpe": ("vocab.json", "merges.txt"),
@@ -154,7 +154,7 @@ class TextTokenizer:
 
     def _json(self, name, what):
         """The JSON object in the file `name`; one that is not raises a
-        `ValueError` naming it (`keras_vit.files.read_json`)."""
+        `ValueError` naming it (`keras_vit.io.files.read_json`)."""
         return read_json(name, what, content=self.files[name], fix=_FIX)
 
     def _special(self, name, default):

@@ -14,12 +14,12 @@ from test_family import dinov3_source as family_dinov3_source
 from test_family import make_family
 
 from keras_vit import ViT
-from keras_vit import deploy
 from keras_vit import kernels
 from keras_vit import segmentation_probe
 from keras_vit.data import digit_segmentation
 from keras_vit.dense import SegmentationMeanIoU
 from keras_vit.dense import segment_digits
+from keras_vit.export import pytorch
 from keras_vit.layers import LinearSegmentationHead
 from keras_vit.model import default_feature_layers
 from keras_vit.model import feature_layers
@@ -66,8 +66,8 @@ def onnx_outputs(model, input_shape, images, path):
 
     signature = [keras.InputSpec(shape=(None, *input_shape), dtype="float32", name="images")]
     with kernels.keras_layers_only():
-        if BACKEND == "torch":  # Keras's TorchScript route cannot trace LayerNorm (keras_vit.deploy)
-            deploy.torch_onnx(model, path, signature)
+        if BACKEND == "torch":  # Keras's TorchScript route cannot trace LayerNorm (keras_vit.export.pytorch)
+            pytorch.torch_onnx(model, path, signature)
         else:
             model.export(path, format="onnx", verbose=False, input_signature=signature)
     runner = onnxruntime.InferenceSession(path)

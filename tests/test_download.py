@@ -19,9 +19,9 @@ from reference import vit_forward
 
 import keras_vit
 from keras_vit import ViT
+from keras_vit import released
+from keras_vit.io import download
 from keras_vit.weights import CheckpointError
-from keras_vit.weights import download
-from keras_vit.weights import pretrained
 
 # Download, cache and hub resolution do not depend on the backend (reading the
 # files into a model is checked on every backend in test_checkpoints).
@@ -182,12 +182,12 @@ def test_cache_location(monkeypatch, tmp_path):
 def test_released_name_downloads_loads_and_names_classes(server, monkeypatch, tmp_path, capsys):
     params, data = npz_bytes(num_classes=1000)
     server.files["/vit_models/tiny.npz"] = data
-    entry = pretrained.PretrainedWeights(
+    entry = released.PretrainedWeights(
         name="vit_ti16.test_in1k", architecture="vit_ti16", format="npz",
         url=server.url("/vit_models/tiny.npz"), image_size=32, num_classes=1000, top1=None,
         pretraining="ImageNet-1k", class_names="imagenet1k", reference="this test",
         sha256=hashlib.sha256(data).hexdigest(), size=len(data))
-    monkeypatch.setitem(pretrained.PRETRAINED, entry.name, entry)
+    monkeypatch.setitem(released.PRETRAINED, entry.name, entry)
     model = ViT.from_preset("vit_ti16.test_in1k")
     assert_parity(model, params)
     assert model.class_names[:2] == ["tench, Tinca tinca", "goldfish, Carassius auratus"]
@@ -321,4 +321,4 @@ def test_hf_url_must_name_a_repository():
 
 
 def test_public_api():
-    assert keras_vit.pretrained is pretrained.pretrained
+    assert keras_vit.pretrained is released.pretrained

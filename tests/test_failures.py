@@ -21,13 +21,13 @@ from helpers import to_numpy
 from PIL import Image
 
 from keras_vit import ViT
-from keras_vit import files
 from keras_vit.cli import main
+from keras_vit.io import files
+from keras_vit.training import DivergenceError
 from keras_vit.training import resolve_config
 from keras_vit.training import run as run_module
 from keras_vit.training import train
 from keras_vit.training.checkpoints import CheckpointManager
-from keras_vit.training import DivergenceError
 from keras_vit.weights import CheckpointError
 
 FAST = run_flags(**TINY_RUN, image_size=16)

@@ -1,5 +1,5 @@
 """Int8 exports for a CPU (`ViT.export(..., quantize="int8")`,
-`keras_vit.quantized_export`): onnxruntime's dynamic and static
+`keras_vit.export.int8`): onnxruntime's dynamic and static
 quantization and OpenVINO's int8 model keep the float32 model's classes on
 every backend, bad requests are refused before anything is written, a failed
 quantization leaves the path as it was, and `keras-vit export --quantize
@@ -16,7 +16,7 @@ from helpers import TINY
 from helpers import to_numpy
 
 from keras_vit import ViT
-from keras_vit import quantized_export
+from keras_vit.export import int8
 
 BACKEND = keras.backend.backend()
 CALIBRATION = 256  # training digits the static exports are calibrated on
@@ -152,7 +152,7 @@ def test_a_failed_quantization_leaves_the_file_as_it_was(tmp_path, monkeypatch):
     weight and leaves the head's float."""
     source = str(tmp_path / "float.onnx")
     matmul_onnx(source)
-    assert quantized_export.weight_products(source) == ["fc"]
+    assert int8.weight_products(source) == ["fc"]
     (tmp_path / "out").mkdir()
     old = {name: f"the old {name}".encode() for name in ("vit.onnx", "vit.xml", "vit.bin")}
     for name, content in old.items():
@@ -164,12 +164,12 @@ def test_a_failed_quantization_leaves_the_file_as_it_was(tmp_path, monkeypatch):
         raise RuntimeError("quantization failed")
 
     with monkeypatch.context() as patch:
-        patch.setattr(quantized_export, "quantize_onnx", fail)
+        patch.setattr(int8, "quantize_onnx", fail)
         for path, fmt in (("vit.onnx", "onnx"), ("vit.xml", "openvino")):
             with pytest.raises(RuntimeError, match="quantization failed"):
-                quantized_export.write_int8(source, tmp_path / "out" / path, fmt)
+                int8.write_int8(source, tmp_path / "out" / path, fmt)
     assert {name: (tmp_path / "out" / name).read_bytes() for name in os.listdir(tmp_path / "out")} == old
-    quantized_export.write_int8(source, tmp_path / "out" / "vit.onnx", "onnx")
+    int8.write_int8(source, tmp_path / "out" / "vit.onnx", "onnx")
     counts = op_counts(str(tmp_path / "out" / "vit.onnx"))
     assert (counts.get("MatMulInteger"), counts.get("MatMul")) == (1, 1), counts
     images = np.random.default_rng(1).normal(size=(5, 4)).astype("float32")

@@ -8,21 +8,21 @@ import pathlib
 import pytest
 
 import keras_vit
+from keras_vit import released
 from keras_vit.cli import main
 from keras_vit.config import resnet_stride
+from keras_vit.io import download
 from keras_vit.presets import FAMILY_PRESETS
 from keras_vit.presets import PRESETS
 from keras_vit.presets import preset_config
-from keras_vit.weights import download
 from keras_vit.weights import formats
-from keras_vit.weights import pretrained
 from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.npz import read_npz
 from keras_vit.weights.timm import read_timm
 
 pytestmark = pytest.mark.backend_independent
 
-ALL_ENTRIES = list(pretrained.PRETRAINED.values())
+ALL_ENTRIES = list(released.PRETRAINED.values())
 # the paper's ViT and its hybrids; the family's entries are checked on their own below
 ENTRIES = [e for e in ALL_ENTRIES if e.architecture not in FAMILY_PRESETS]
 FAMILY_ENTRIES = [e for e in ALL_ENTRIES if e.architecture in FAMILY_PRESETS]
@@ -34,7 +34,7 @@ def test_entry_parses(entry):
     config = preset_config(entry.architecture)
     assert entry.architecture in PRESETS
     assert entry.name == f"{entry.architecture}.{entry.name.split('.', 1)[1]}"
-    assert pretrained.PRETRAINED[entry.name] is entry
+    assert released.PRETRAINED[entry.name] is entry
     stride = resnet_stride(config.resnet_block_units) if config.resnet_block_units is not None else 1
     assert entry.image_size in (224, 384)
     assert entry.image_size % (config.patch_size[0] * stride) == 0
@@ -61,7 +61,7 @@ def test_entry_parses(entry):
 
 
 def test_names_are_unique_and_the_sources_complete():
-    names = [entry.name for entry in pretrained._rows()]
+    names = [entry.name for entry in released._rows()]
     assert len(names) == len(set(names)) == len(ALL_ENTRIES) == len(ENTRIES) + len(FAMILY_ENTRIES)
     urls = [entry.url for entry in ENTRIES]
     assert len(urls) == len(set(urls))  # one row per released file
@@ -71,18 +71,18 @@ def test_names_are_unique_and_the_sources_complete():
     for name, top1 in [("vit_l16", 85.59), ("vit_b16", 85.49), ("vit_s16", 83.73), ("r50_vit_l32", 85.99),
                        ("r26_vit_s32", 83.85), ("vit_ti16", 78.22), ("vit_b32", 83.59), ("vit_s32", 79.58),
                        ("r_vit_ti16", 75.40)]:
-        entry = pretrained.get_pretrained(f"{name}.augreg_in21k_ft_in1k_384")
+        entry = released.get_pretrained(f"{name}.augreg_in21k_ft_in1k_384")
         assert entry.top1 == top1 and entry.url.endswith("-res_384.npz")
-        upstream = pretrained.get_pretrained(f"{name}.augreg_in21k")
+        upstream = released.get_pretrained(f"{name}.augreg_in21k")
         assert entry.url.startswith(upstream.url.removesuffix(".npz") + "--imagenet2012-steps_20k-lr_0.0")
-    b16 = pretrained.get_pretrained("vit_b16.augreg_in21k_ft_in1k_384")
+    b16 = released.get_pretrained("vit_b16.augreg_in21k_ft_in1k_384")
     assert b16.gcs == ("gs://vit_models/augreg/B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0"
                        "--imagenet2012-steps_20k-lr_0.03-res_384.npz")
-    assert pretrained.get_pretrained("vit_b16.orig_in21k").url == (
+    assert released.get_pretrained("vit_b16.orig_in21k").url == (
         "https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
-    assert pretrained.get_pretrained("vit_s16.bv_in1k_300ep").gcs == "gs://big_vision/vit_s16_i1k_300ep.npz"
-    assert pretrained.get_pretrained("vit_b16.hf_in21k_ft_in1k_224").url == "hf://google/vit-base-patch16-224"
-    assert pretrained.get_pretrained("vit_b16.timm_augreg2_in21k_ft_in1k_224").url == (
+    assert released.get_pretrained("vit_s16.bv_in1k_300ep").gcs == "gs://big_vision/vit_s16_i1k_300ep.npz"
+    assert released.get_pretrained("vit_b16.hf_in21k_ft_in1k_224").url == "hf://google/vit-base-patch16-224"
+    assert released.get_pretrained("vit_b16.timm_augreg2_in21k_ft_in1k_224").url == (
         "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
 
 
@@ -150,7 +150,7 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     config = preset_config(entry.architecture, image_size=entry.image_size)  # the size fits the preset
     source, tag = entry.name.split(".")[1].split("_", 1)
     assert source == {"huggingface": "hf", "timm": "timm"}[entry.format]
-    assert pretrained.PRETRAINED[entry.name] is entry
+    assert released.PRETRAINED[entry.name] is entry
     assert entry.num_classes == config.num_classes  # the preset's head (CLIP: its projection)
     assert (entry.class_names == "imagenet1k") == (entry.num_classes == 1000)
     assert entry.top1 is not None and "top-1: " in entry.reference
@@ -176,17 +176,17 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     # Hugging Face's alone, timm's DINOv3 files are not read)
     twin = "timm" if source == "hf" else "hf"
     if not entry.architecture.startswith("dinov3"):
-        assert pretrained.PRETRAINED[f"{entry.architecture}.{twin}_{tag}"].top1 == entry.top1
+        assert released.PRETRAINED[f"{entry.architecture}.{twin}_{tag}"].top1 == entry.top1
     else:
-        assert f"{entry.architecture}.{twin}_{tag}" not in pretrained.PRETRAINED
+        assert f"{entry.architecture}.{twin}_{tag}" not in released.PRETRAINED
 
 
 def test_family_presets_default_to_their_release():
-    assert pretrained.default_pretrained("dinov2_b14").name == "dinov2_b14.hf_lvd142m_518"
-    assert pretrained.default_pretrained("deit_b16_distilled").name == "deit_b16_distilled.hf_fb_in1k_224"
-    assert pretrained.default_pretrained("CLIP ViT-L/14").name == "clip_l14.hf_openai_224"
+    assert released.default_pretrained("dinov2_b14").name == "dinov2_b14.hf_lvd142m_518"
+    assert released.default_pretrained("deit_b16_distilled").name == "deit_b16_distilled.hf_fb_in1k_224"
+    assert released.default_pretrained("CLIP ViT-L/14").name == "clip_l14.hf_openai_224"
     for name in FAMILY_PRESETS:
-        assert pretrained.default_pretrained(name).architecture == name
+        assert released.default_pretrained(name).architecture == name
 
 
 def test_listing_by_our_name_or_the_papers():
@@ -199,32 +199,32 @@ def test_listing_by_our_name_or_the_papers():
 
 
 def test_default_and_unknown_names():
-    assert pretrained.default_pretrained("ViT-B/16").name == "vit_b16.augreg_in21k_ft_in1k_224"
-    assert pretrained.default_pretrained("ViT-B/32").name == "vit_b32.augreg_in21k_ft_in1k_224"
-    assert pretrained.default_pretrained("ViT-L/32").name == "vit_l32.orig_in21k_ft_in1k_384"  # no AugReg
-    assert pretrained.default_pretrained("ViT-H/14").name == "vit_h14.orig_in21k"  # no ImageNet-1k head
-    assert pretrained.default_pretrained("R50+ViT-B/16").name == "r50_vit_b16.orig_in21k_ft_in1k_384"
+    assert released.default_pretrained("ViT-B/16").name == "vit_b16.augreg_in21k_ft_in1k_224"
+    assert released.default_pretrained("ViT-B/32").name == "vit_b32.augreg_in21k_ft_in1k_224"
+    assert released.default_pretrained("ViT-L/32").name == "vit_l32.orig_in21k_ft_in1k_384"  # no AugReg
+    assert released.default_pretrained("ViT-H/14").name == "vit_h14.orig_in21k"  # no ImageNet-1k head
+    assert released.default_pretrained("R50+ViT-B/16").name == "r50_vit_b16.orig_in21k_ft_in1k_384"
     for name in set(PRESETS) - set(FAMILY_PRESETS):
-        default = pretrained.default_pretrained(name)
+        default = released.default_pretrained(name)
         assert default.architecture == name and default.format == "npz"
         augreg_224 = [e for e in keras_vit.pretrained(name) if e.format == "npz" and e.image_size == 224
                       and e.name.split(".")[1].startswith("augreg_in21k_ft_in1k")]
         if augreg_224:
             assert default.top1 == max(e.top1 for e in augreg_224)
     with pytest.raises(ValueError, match="Closest: vit_b16.augreg_in21k_ft_in1k_224"):
-        pretrained.get_pretrained("vit_b16.augreg_in21k_ft_in1k_244")
+        released.get_pretrained("vit_b16.augreg_in21k_ft_in1k_244")
     with pytest.raises(ValueError, match=r"'vit_b16\.nope' is not a released checkpoint.*keras-vit pretrained"):
-        pretrained.get_pretrained("vit_b16.nope")
+        released.get_pretrained("vit_b16.nope")
 
 
 def test_imagenet_class_names_are_the_standard_list():
-    names = pretrained.imagenet1k_class_names()
+    names = released.imagenet1k_class_names()
     assert len(names) == 1000 and len(set(names)) == 1000
     assert names[0] == "tench, Tinca tinca" and names[1] == "goldfish, Carassius auratus"
     assert names[281] == "tabby, tabby cat" and names[999] == "toilet tissue, toilet paper, bathroom tissue"
     assert names[134] == "crane (bird)" and names[517] == "crane (machine)"
     assert all(name and name == name.strip() for name in names)
-    assert names is not pretrained.imagenet1k_class_names()  # callers may change their copy
+    assert names is not released.imagenet1k_class_names()  # callers may change their copy
     tfds = pytest.importorskip("tensorflow_datasets")
     source = pathlib.Path(tfds.__file__).parent / "datasets" / "siscore" / "labels.py"
     tree = ast.parse(source.read_text())

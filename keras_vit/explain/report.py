@@ -5,9 +5,9 @@ import pathlib
 
 import numpy as np
 
-from keras_vit import files
 from keras_vit.explain import analysis
 from keras_vit.explain import plots
+from keras_vit.io import files
 
 
 def write_report(model, images, out, titles=None, batch_size=32, verbose="auto"):

@@ -34,7 +34,7 @@ import keras
 import numpy as np
 
 from keras_vit.distribution import to_numpy
-from keras_vit.files import write_atomic
+from keras_vit.io.files import write_atomic
 from keras_vit.weights import CheckpointError
 
 _NAME = re.compile(r"ckpt-(\d{9})\.json$")

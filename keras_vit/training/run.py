@@ -31,7 +31,7 @@ A run that fails leaves nothing broken:
   one, and the same command resumes from it;
 - a file the data pipeline cannot decode stops the run with a `RunError`
   naming it, the checkpoints kept;
-- the reports are strict JSON (`keras_vit.files.write_json`).
+- the reports are strict JSON (`keras_vit.io.files.write_json`).
 """
 
 import dataclasses
@@ -41,9 +41,9 @@ import time
 
 import keras
 
-from keras_vit import files
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
+from keras_vit.io import files
 from keras_vit.loading import load_model
 from keras_vit.model import ViT
 from keras_vit.presets import preset_config

@@ -2,9 +2,7 @@
 
 import numpy as np
 
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be read, or does not fit the model."""
+from keras_vit.io.files import CheckpointError
 
 
 def model_variables(model):

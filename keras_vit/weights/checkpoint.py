@@ -6,33 +6,10 @@ import math
 
 import numpy as np
 
-from keras_vit import files
+from keras_vit.io import files
 from keras_vit.layers.position_embedding import resample_position_embeddings
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.assign import assign_weights
-
-
-def pixel_scaling(mean, std, channels, rescale=1 / 255):
-    """An image processor's normalisation, ``(pixels * rescale - mean) /
-    std``, as a `ViTConfig`'s ``pixel_scale`` (``rescale / std``) and
-    ``pixel_offset`` (``-mean / std``): one value where the channels agree
-    (mean and std 0.5: the paper's 1/127.5 and -1, exactly)."""
-    mean = np.broadcast_to(np.asarray(mean, np.float64), (channels,))
-    std = np.broadcast_to(np.asarray(std, np.float64), (channels,))
-
-    def one_or_each(values):
-        return float(values[0]) if np.all(values == values[0]) else tuple(float(v) for v in values)
-
-    return dict(pixel_scale=one_or_each(rescale / std), pixel_offset=one_or_each(-mean / std))
-
-
-def mean_and_std(config, rescale=1 / 255):
-    """`pixel_scaling`'s inverse for a `ViTConfig`: the per-channel mean and
-    std of pixels in [0, 1] (``rescale`` 1/255) that give its scaling."""
-    scale = np.broadcast_to(np.asarray(config.pixel_scale, np.float64), (config.num_channels,))
-    offset = np.broadcast_to(np.asarray(config.pixel_offset, np.float64), (config.num_channels,))
-    std = rescale / scale
-    return [float(v) for v in -offset * std], [float(v) for v in std]
 
 
 def check_dinov3(source, biases, gated, activation):
@@ -117,7 +94,7 @@ def _load_with_ml_dtypes(path):
 
 
 def read_json(path, required=()):
-    """The JSON object in a checkpoint's `path` (`keras_vit.files.read_json`),
+    """The JSON object in a checkpoint's `path` (`keras_vit.io.files.read_json`),
     with the keys `required` (`require`).
 
     Raises:

@@ -2,7 +2,7 @@
 
 import pathlib
 
-from keras_vit.files import weights_folder
+from keras_vit.io.files import weights_folder
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.huggingface import read_huggingface

@@ -7,14 +7,14 @@ import types
 
 import numpy as np
 
-from keras_vit.files import weights_folder
+from keras_vit.config import scaling_of_normalization
+from keras_vit.io.files import weights_folder
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import load_safetensors
-from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import require
 
@@ -137,7 +137,7 @@ def load_weights(directory):
 def processor_scaling(directory, channels):
     """The image processor's normalisation (``preprocessor_config.json``:
     ``rescale_factor``, ``image_mean``, ``image_std``) as a `ViTConfig`'s
-    ``pixel_scale`` and ``pixel_offset`` (`keras_vit.weights.checkpoint.pixel_scaling`);
+    ``pixel_scale`` and ``pixel_offset`` (`keras_vit.config.scaling_of_normalization`);
     {} without the file."""
     path = pathlib.Path(directory) / "preprocessor_config.json"
     if not path.exists():
@@ -145,8 +145,8 @@ def processor_scaling(directory, channels):
     processor = read_json(path)
     rescale = float(processor.get("rescale_factor", 1 / 255)) if processor.get("do_rescale", True) else 1.0
     if processor.get("do_normalize", True) and "image_mean" in processor:
-        return pixel_scaling(processor["image_mean"], processor["image_std"], channels, rescale)
-    return pixel_scaling(0.0, 1.0, channels, rescale)
+        return scaling_of_normalization(processor["image_mean"], processor["image_std"], channels, rescale)
+    return scaling_of_normalization(0.0, 1.0, channels, rescale)
 
 
 def _intermediate_size(hf, source):

@@ -5,12 +5,12 @@ import re
 
 import numpy as np
 
+from keras_vit.config import scaling_of_normalization
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import load_safetensors
-from keras_vit.weights.checkpoint import pixel_scaling
 from keras_vit.weights.checkpoint import read_json
 from keras_vit.weights.checkpoint import square_grid
 
@@ -213,7 +213,7 @@ def _read_config(tensors, meta, num_heads, source):
         config["class_token"] = True  # beside the pooling, which does not read it
     pretrained_cfg = meta.get("pretrained_cfg") or {}
     if "mean" in pretrained_cfg and "std" in pretrained_cfg:  # timm's normalisation of [0, 1] pixels
-        config.update(pixel_scaling(pretrained_cfg["mean"], pretrained_cfg["std"], config["num_channels"]))
+        config.update(scaling_of_normalization(pretrained_cfg["mean"], pretrained_cfg["std"], config["num_channels"]))
     names = meta.get("label_names")
     if names and len(names) == config["num_classes"]:
         config["class_names"] = [str(n) for n in names]

@@ -13,11 +13,11 @@ import json
 
 import numpy as np
 
-from keras_vit import files
 from keras_vit.arguments import WRITE_FORMATS
+from keras_vit.config import mean_and_std
+from keras_vit.io import files
 from keras_vit.weights.capabilities import COLUMNS
 from keras_vit.weights.capabilities import refusal
-from keras_vit.weights.checkpoint import mean_and_std
 from keras_vit.weights.huggingface import rows as huggingface_rows
 from keras_vit.weights.npz import rows as npz_rows
 from keras_vit.weights.rows import write_rows
@@ -74,7 +74,7 @@ def _is_folder(path, format):
 def check_output(path, format):
     """`path` as a place `save_checkpoint` may write `format` to: a known
     format, a new path in a folder that exists (or, for a folder format,
-    an empty folder; `keras_vit.files.output_file`), a ``.npz`` name for
+    an empty folder; `keras_vit.io.files.output_file`), a ``.npz`` name for
     ``"npz"``. Creates nothing.
 
     Returns:

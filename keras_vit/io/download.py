@@ -23,7 +23,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from keras_vit.weights.assign import CheckpointError
+from keras_vit.io.files import CheckpointError
 
 CACHE_ENV = "KERAS_VIT_CACHE"
 # What a checkpoint folder needs: the readers' files, never pickles or code.

@@ -45,7 +45,12 @@ import dataclasses
 import difflib
 import functools
 import importlib.resources
+import os
+import pathlib
 
+from keras_vit.io.download import fetch
+from keras_vit.io.download import is_url
+from keras_vit.io.files import CheckpointError
 from keras_vit.presets import preset_name
 
 _GCS = "https://storage.googleapis.com/"
@@ -462,7 +467,7 @@ def default_pretrained(architecture):
 
 @functools.cache
 def _labels():
-    text = importlib.resources.files("keras_vit.weights").joinpath("imagenet1k_labels.txt").read_text("utf-8")
+    text = importlib.resources.files("keras_vit").joinpath("imagenet1k_labels.txt").read_text("utf-8")
     return tuple(text.splitlines())
 
 
@@ -480,3 +485,35 @@ def imagenet1k_class_names():
         A new list of 1000 str.
     """
     return list(_labels())
+
+
+def locate(location):
+    """The local path of a checkpoint given as a path, a URL or a released name.
+
+    Args:
+        location: a local file or folder; a URL (``hf://``, ``https://``,
+            ``gs://``, ... see :func:`keras_vit.io.download.fetch`); or
+            the name of a released checkpoint (:func:`keras_vit.pretrained`).
+
+    Returns:
+        ``(path, entry)``: the local ``pathlib.Path`` (downloaded and cached
+        if need be) and the :class:`PretrainedWeights`
+        entry for a released name, else None.
+
+    Raises:
+        CheckpointError: no such file, URL or name (the closest names are
+            suggested), or the download failed.
+    """
+    location = str(location)
+    if is_url(location):
+        return fetch(location), None
+    path = pathlib.Path(location).expanduser()
+    if path.exists():
+        return path, None
+    if "/" in location or os.sep in location or path.suffix in (".npz", ".safetensors", ".keras"):
+        raise CheckpointError(f"No checkpoint file or folder at {location}.")
+    try:
+        entry = get_pretrained(location)
+    except ValueError as error:
+        raise CheckpointError(f"No checkpoint file or folder at {location}. {error}") from None
+    return fetch(entry.url, sha256=entry.sha256, size=entry.size), entry

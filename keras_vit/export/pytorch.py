@@ -16,9 +16,6 @@ Both trace a sample batch of 2 with the batch as a symbolic dimension.
 
 import keras
 
-# The file each export format writes: its path must end so (`ViT.export`, `keras-vit export`).
-EXPORT_SUFFIXES = {"onnx": (".onnx",), "openvino": (".xml",), "litert": (".tflite",), "torch": (".pt2",)}
-
 
 def _sample_and_dims(input_signature):
     """A zero sample of `input_signature`'s one input (2 for each None axis)

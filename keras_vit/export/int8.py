@@ -37,7 +37,7 @@ export needs calibration images (`check_mode`). It is converted with
 export is, as an ``.xml`` file and the ``.bin`` file beside it, with float32
 constants.
 
-The file is written when it is whole (`keras_vit.files.write_atomic`): a
+The file is written when it is whole (`keras_vit.io.files.write_atomic`): a
 failure on the way leaves the path as it was. docs/deploy.md has the
 measured speeds and where the time goes.
 
@@ -340,10 +340,10 @@ def export_int8(model, filepath, format, calibration_images=None, verbose=False,
         **export_kwargs: the float32 ONNX export's other arguments
             (``input_signature``, ...).
     """
-    from keras_vit import deploy
-    from keras_vit import files
+    from keras_vit.export import EXPORT_SUFFIXES
+    from keras_vit.io import files
 
-    path = files.output_file(filepath, "export path", deploy.EXPORT_SUFFIXES[format])
+    path = files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
     with tempfile.TemporaryDirectory(prefix="keras_vit_int8_") as work:
         source = pathlib.Path(work) / "float32.onnx"
         model.export(str(source), format="onnx", verbose=verbose, **export_kwargs)
@@ -394,8 +394,8 @@ def write_int8(source, path, format, calibration_images=None):
 
 def _publish(source, path):
     """Copies the file `source` to `path` through a temporary file beside
-    `path`, renamed when whole (`keras_vit.files.write_atomic`)."""
-    from keras_vit import files
+    `path`, renamed when whole (`keras_vit.io.files.write_atomic`)."""
+    from keras_vit.io import files
 
     with open(source, "rb") as file:
         files.write_atomic(path, lambda out: shutil.copyfileobj(file, out, 1 << 24))

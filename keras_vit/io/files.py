@@ -19,7 +19,9 @@ import shutil
 import tempfile
 import zipfile
 
-import keras
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read (or fetched), or does not fit the model."""
 
 
 def output_folder(path, flag):
@@ -164,6 +166,8 @@ def load_keras_model(path, flag):
     compile; a missing, damaged or foreign file raises an error naming
     `flag` (e.g. ``"--init"``; empty for a positional argument) and the
     path."""
+    import keras
+
     path = pathlib.Path(path).expanduser()
     named = f"{flag} {path}" if flag else str(path)
     if not path.exists():
