@@ -550,10 +550,12 @@ def _child_prepare(spec, config):
     export. Returns the files' paths and each export's seconds."""
     import numpy as np
     import keras
-    from keras_vit import data as vit_data
     folder, size = spec["folder"], spec["image_size"]
 
     def digits(split, count):
+        if not _has_module("tensorflow"):  # keras_vit.data is tf.data; the same images in numpy
+            return _digits_without_tensorflow(split, count, size)
+        from keras_vit import data as vit_data
         batches = vit_data.input_pipeline("digits", split=split, image_size=size, batch_size=count,
                                           training=False)
         return next(iter(batches))[0].numpy()
@@ -590,6 +592,39 @@ def _child_prepare(spec, config):
                              quantize="int8", calibration_images=calibration if quantization == "static" else None)
             exports[route], seconds[route] = path, time.perf_counter() - start
     return {**paths, "exports": exports, "export_s": seconds}
+
+
+def _bilinear(images, size):
+    """``tf.image.resize(images, (size, size), "bilinear")`` in numpy for an
+    upscale (half-pixel centres, edges clamped, no antialiasing): float32
+    (n, h, w, c) -> (n, size, size, c)."""
+    import numpy as np
+    for axis in (1, 2):
+        n = images.shape[axis]
+        x = np.clip((np.arange(size, dtype=np.float32) + 0.5) * np.float32(n / size) - 0.5, 0, n - 1)
+        low = np.floor(x).astype(int)
+        high = np.minimum(low + 1, n - 1)
+        shape = [1, 1, 1, 1]
+        shape[axis] = size
+        w = (x - low).astype(np.float32).reshape(shape)
+        images = np.take(images, low, axis) * (1 - w) + np.take(images, high, axis) * w
+    return images.astype(np.float32)
+
+
+def _digits_without_tensorflow(split, count, size):
+    """The first `count` images of the digits' `split` ("train" or "test") at
+    `size` in [-1, 1], as ``keras_vit.data.input_pipeline("digits", ...,
+    training=False)`` gives them, for a machine without TensorFlow:
+    scikit-learn's digits upscaled to 32 px, rounded to uint8 and split by
+    the same permutation (`keras_vit.data.sources`), then resized and scaled."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+    loaded = load_digits()
+    images = _bilinear(loaded.images[..., None].astype("float32") * (255.0 / 16.0), 32)
+    images = np.repeat(np.clip(np.round(images), 0, 255).astype("uint8"), 3, axis=-1)
+    order = np.random.default_rng(0).permutation(len(images))
+    rows = order[:-360] if split == "train" else order[-360:]
+    return _bilinear(images[rows[:count]].astype("float32"), size) / 127.5 - 1.0
 
 
 def _route(runtime, dtype, quantization):
