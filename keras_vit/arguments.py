@@ -12,6 +12,8 @@ import argparse
 # The dtype policies a run computes in (the recipes' ``--dtype``, and that of
 # predict, zero-shot, evaluate and explain).
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
+# The learning rate's decay after warm-up (`RunConfig.decay_type`, `warmup_then_decay`).
+DECAY_TYPES = ("cosine", "linear")
 
 # The scale-out strategies of each Keras backend (the recipes' ``--strategy``;
 # `keras_vit.distribution.setup` sets them up), and all of them.

@@ -8,7 +8,6 @@ classifies every patch with one linear map
 pixels: how well the frozen features separate the classes, pixel by pixel.
 """
 
-import pathlib
 import time
 
 import keras

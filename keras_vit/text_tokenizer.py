@@ -36,7 +36,7 @@ import numpy as np
 from keras_vit.config import is_int
 from keras_vit.io.files import read_json
 
-KINDS = ("tokenizer.json", "bpe", "sentencepiece")
+TOKENIZER_KINDS = ("tokenizer.json", "bpe", "sentencepiece")
 _FILES = {"tokenizer.json": ("tokenizer.json",), "bpe": ("vocab.json", "merges.txt"),
           "sentencepiece": ("spiece.model",)}
 _CONFIG = "tokenizer_config.json"
@@ -103,7 +103,7 @@ class TextTokenizer:
                              f"CLIP 77, SigLIP 64), got {context_length!r}.")
         self.files = {str(name): bytes(data) for name, data in files.items()}
         self.context_length = int(context_length)
-        self.kind = next((kind for kind in KINDS if all(f in self.files for f in _FILES[kind])), None)
+        self.kind = next((kind for kind in TOKENIZER_KINDS if all(f in self.files for f in _FILES[kind])), None)
         if self.kind is None:
             raise ValueError(
                 f"No tokenizer among the files {sorted(self.files)}: keras_vit reads "
@@ -129,7 +129,7 @@ class TextTokenizer:
         if not directory.is_dir():
             raise ValueError(f"{directory} is a file; TextTokenizer.from_directory reads a folder. "
                              f"Give the folder that holds it, {directory.parent}.")
-        names = [n for kind in KINDS for n in _FILES[kind]] + [_CONFIG, _SPECIAL_TOKENS]
+        names = [n for kind in TOKENIZER_KINDS for n in _FILES[kind]] + [_CONFIG, _SPECIAL_TOKENS]
         files = {name: (directory / name).read_bytes() for name in names
                  if (directory / name).is_file()}
         try:

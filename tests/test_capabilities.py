@@ -15,7 +15,7 @@ from keras_vit import ViTConfig
 from keras_vit.config import FIELDS
 from keras_vit.weights import capabilities
 from keras_vit.weights.capabilities import COLUMNS
-from keras_vit.weights.capabilities import KINDS
+from keras_vit.weights.capabilities import ENTRY_KINDS
 from keras_vit.weights.capabilities import TABLE
 from keras_vit.weights.capabilities import refusal
 
@@ -32,7 +32,7 @@ def missing_entries(fields):
     """(field, format) pairs without an entry of a known kind."""
     return [(field, format) for field in fields for format in COLUMNS
             if TABLE.get(field, {}).get(format) is None
-            or TABLE[field][format].kind not in KINDS]
+            or TABLE[field][format].kind not in ENTRY_KINDS]
 
 
 @pytest.mark.backend_independent

@@ -112,7 +112,7 @@ def test_the_command_line_and_its_docs_are_the_run_configs_flags(capsys):
     import re
 
     from keras_vit.cli import build_parser
-    from keras_vit.training.configs import FIELDS
+    from keras_vit.training.configs import RUN_FIELDS as FIELDS
     from keras_vit.training.configs import FLAGS
 
     assert set(FLAGS) <= set(FIELDS)

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-POOLINGS = ("token", "gap", "distillation")
+TOKEN_POOLINGS = ("token", "gap", "distillation")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -47,8 +47,8 @@ class TokenPooling(keras.layers.Layer):
 
     def __init__(self, mode="token", num_prefix_tokens=1, **kwargs):
         super().__init__(**kwargs)
-        if mode not in POOLINGS:
-            raise ValueError(f"Unknown pooling {mode!r}; use one of {POOLINGS}.")
+        if mode not in TOKEN_POOLINGS:
+            raise ValueError(f"Unknown pooling {mode!r}; use one of {TOKEN_POOLINGS}.")
         if mode == "token" and num_prefix_tokens < 1:
             raise ValueError("Token pooling needs a [class] token.")
         if mode == "distillation" and num_prefix_tokens < 2:

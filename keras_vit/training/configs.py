@@ -20,6 +20,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 
 from keras_vit.arguments import ALL_STRATEGIES
+from keras_vit.arguments import DECAY_TYPES
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import check_strategy
 from keras_vit.arguments import int_at_least
@@ -40,7 +41,7 @@ DATASET_SIZES = {
 # other values (on another slice or strategy after a preemption).
 PLACEMENT_KEYS = ("strategy", "steps_per_execution", "keep_checkpoints")
 
-KINDS = ("pretrain", "finetune", "masked_patch")
+RUN_KINDS = ("pretrain", "finetune", "masked_patch")
 
 # ViT arguments a recipe sets from its own keys (flags); `model_args` may not.
 RECIPE_MODEL_KEYS = {
@@ -49,7 +50,6 @@ RECIPE_MODEL_KEYS = {
     "drop_path_rate": "--drop-path-rate", "representation_size": "the config's representation_size",
     "head_bias_init": "--head-bias-init",
 }
-DECAY_TYPES = ("cosine", "linear")
 LOSSES = ("softmax", "sigmoid")
 
 
@@ -290,13 +290,13 @@ class RunConfig:
     def from_dict(cls, config):
         """A config from `to_dict`'s dict; an unknown key is refused with the
         known ones listed."""
-        unknown = sorted(set(config) - set(FIELDS))
+        unknown = sorted(set(config) - set(RUN_FIELDS))
         if unknown:
-            raise ValueError(f"Unknown config keys {unknown}; known: {sorted(FIELDS)}.")
+            raise ValueError(f"Unknown config keys {unknown}; known: {sorted(RUN_FIELDS)}.")
         return cls(**config)
 
 
-FIELDS = tuple(field.name for field in dataclasses.fields(RunConfig))
+RUN_FIELDS = tuple(field.name for field in dataclasses.fields(RunConfig))
 
 # field -> Flag: the fields the command line sets, in RunConfig's order.
 FLAGS = types.MappingProxyType({
@@ -329,8 +329,8 @@ def check_config(config):
     fields (the micro-batches divide the batch, warm-up is shorter than the
     run, `model_args` only the ViT's own arguments, fine-tuning's flags
     only for fine-tuning). `RunConfig` runs it on construction."""
-    if config.kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {config.kind!r}.")
+    if config.kind not in RUN_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(RUN_KINDS)}, got {config.kind!r}.")
     for name, flag in FLAGS.items():
         problem = flag.problem(getattr(config, name))
         if problem:
@@ -510,9 +510,9 @@ def resolve_config(name, overrides, kind=None):
             f"Config {name!r} is a {config.kind} config, not {kind}. Configs for {kind}: "
             + ", ".join(n for n, c in CONFIGS.items() if c.kind == kind) + "."
         )
-    unknown = set(overrides) - set(FIELDS)
+    unknown = set(overrides) - set(RUN_FIELDS)
     if unknown:
-        raise ValueError(f"Unknown config keys {sorted(unknown)}; known: {sorted(FIELDS)}.")
+        raise ValueError(f"Unknown config keys {sorted(unknown)}; known: {sorted(RUN_FIELDS)}.")
     overrides = {k: v for k, v in overrides.items() if v is not None}
     # Another preset: the config's changes to its own preset do not apply.
     model_args = {} if overrides.get("model", config.model) != config.model else config.model_args

@@ -11,9 +11,8 @@ import numbers
 
 import keras
 
+from keras_vit.arguments import DECAY_TYPES
 from keras_vit.config import is_int
-
-DECAY_TYPES = ("cosine", "linear")
 
 
 def _check_int(value, name, minimum):

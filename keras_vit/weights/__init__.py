@@ -52,6 +52,7 @@ __all__ = [
     "CheckpointError",
     "assign_weights",
     "build_model",
+    "check_output",
     "load_checkpoint",
     "read_checkpoint",
     "save_checkpoint",

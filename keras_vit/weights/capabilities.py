@@ -10,7 +10,6 @@ never silently dropped. docs/checkpoints.md shows the table (`markdown`).
 """
 
 import dataclasses
-from collections.abc import Callable
 
 from keras_vit.config import FIELDS
 from keras_vit.config import ViTConfig
@@ -37,7 +36,7 @@ COLUMNS = {
     "keras_hub": Column("keras-hub", "a keras-hub ViT preset", "keras-hub's ViT"),
     "keras": Column("`.keras`", "a .keras file", "Keras"),
 }
-KINDS = ("written", "read", "refused", "loading", "dropped", "with")
+ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")
 
 
 @dataclasses.dataclass(frozen=True)

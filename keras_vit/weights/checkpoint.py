@@ -1,7 +1,6 @@
 """What every checkpoint reader returns, and how a model is made from it."""
 
 import dataclasses
-import json
 import math
 
 import numpy as np
@@ -56,44 +55,7 @@ class Checkpoint:
     resample_method: str = "bilinear"
 
 
-def load_safetensors(path):
-    """Every tensor of a ``.safetensors`` file, as float32 NumPy arrays."""
-    from safetensors import SafetensorError
-    from safetensors.numpy import load_file
-
-    try:
-        return {k: np.asarray(v, dtype=np.float32) for k, v in load_file(str(path)).items()}
-    except TypeError:  # "data type 'bfloat16' not understood" by NumPy
-        return _load_with_ml_dtypes(path)
-    except (SafetensorError, OSError, ValueError) as error:
-        raise CheckpointError(
-            f"{path} could not be read as safetensors ({error}). The file may be "
-            "truncated: download or save it again."
-        ) from error
-
-
-def _load_with_ml_dtypes(path):
-    """bfloat16 tensors: NumPy has no such dtype, ml_dtypes does."""
-    import struct
-
-    import ml_dtypes
-
-    dtypes = {"BF16": ml_dtypes.bfloat16, "F16": np.float16, "F32": np.float32, "F64": np.float64}
-    with open(path, "rb") as file:
-        (size,) = struct.unpack("<Q", file.read(8))
-        header = json.loads(file.read(size))
-        data = file.read()
-    arrays = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        start, end = info["data_offsets"]
-        array = np.frombuffer(data[start:end], dtype=dtypes[info["dtype"]])
-        arrays[name] = array.reshape(info["shape"]).astype(np.float32)
-    return arrays
-
-
-def read_json(path, required=()):
+def read_config_json(path, required=()):
     """The JSON object in a checkpoint's `path` (`keras_vit.io.files.read_json`),
     with the keys `required` (`require`).
 

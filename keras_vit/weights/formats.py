@@ -4,7 +4,7 @@ import pathlib
 
 from keras_vit.io.files import weights_folder
 from keras_vit.weights.assign import CheckpointError
-from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.keras_hub import is_keras_hub_preset
 from keras_vit.weights.keras_hub import read_keras_hub
@@ -83,7 +83,7 @@ def reader_for(path):
             raise CheckpointError(f"{path} is a directory without config.json. Known formats: {FORMATS}.")
         if is_keras_hub_preset(path):
             return read_keras_hub
-        return read_timm if "architecture" in read_json(config) else read_huggingface
+        return read_timm if "architecture" in read_config_json(config) else read_huggingface
     if path.suffix == ".npz":
         return read_npz
     if path.suffix == ".safetensors":

@@ -9,13 +9,13 @@ import numpy as np
 
 from keras_vit.config import scaling_of_normalization
 from keras_vit.io.files import weights_folder
+from keras_vit.io.tensors import load_safetensors
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import config_view
-from keras_vit.weights.checkpoint import load_safetensors
-from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
 
 # HF activation names -> keras_vit's.
@@ -82,7 +82,7 @@ def read_huggingface(directory, tensors=None):
 def _image_config(directory):
     """``config.json`` of an image model (a two-tower model's image tower),
     its model type known and its sizes there."""
-    hf = read_json(directory / "config.json")
+    hf = read_config_json(directory / "config.json")
     model_type = hf.get("model_type")
     if model_type in ("clip", "siglip"):  # a two-tower model: its image tower
         hf = {**hf.get("vision_config", {}), "model_type": f"{model_type}_vision_model",
@@ -142,7 +142,7 @@ def processor_scaling(directory, channels):
     path = pathlib.Path(directory) / "preprocessor_config.json"
     if not path.exists():
         return {}
-    processor = read_json(path)
+    processor = read_config_json(path)
     rescale = float(processor.get("rescale_factor", 1 / 255)) if processor.get("do_rescale", True) else 1.0
     if processor.get("do_normalize", True) and "image_mean" in processor:
         return scaling_of_normalization(processor["image_mean"], processor["image_std"], channels, rescale)
@@ -233,19 +233,19 @@ def _block(theirs, norms, qkv, out, mlp, style=r.TORCH, layer_scale=False, qkv_b
     LayerScales where `layer_scale`; bias predicates (None: optional) and
     `fc1`, rows that replace the first MLP layer's (a gated MLP's halves)."""
     ours = "encoder_block_{i}/"
-    rows = [*r.norm(ours + "norm1", theirs + norms[0], style),
-            *r.attention(ours + "attention", theirs, (*qkv, out), style, (r.HEADS_IN, r.HEADS_OUT),
+    rows = [*r.norm_rows(ours + "norm1", theirs + norms[0], style),
+            *r.attention_rows(ours + "attention", theirs, (*qkv, out), style, (r.HEADS_IN, r.HEADS_OUT),
                          (r.HEADS_BIAS, r.SAME), qkv_bias=qkv_bias, key_bias=key_bias),
-            *r.norm(ours + "norm2", theirs + norms[1], style)]
-    rows += fc1 or r.dense(ours + "mlp/fc1", theirs + mlp[0], style, r.LINEAR, has_bias=mlp_bias)
-    rows += r.dense(ours + "mlp/fc2", theirs + mlp[1], style, r.LINEAR, has_bias=mlp_bias)
+            *r.norm_rows(ours + "norm2", theirs + norms[1], style)]
+    rows += fc1 or r.dense_rows(ours + "mlp/fc1", theirs + mlp[0], style, r.LINEAR, has_bias=mlp_bias)
+    rows += r.dense_rows(ours + "mlp/fc2", theirs + mlp[1], style, r.LINEAR, has_bias=mlp_bias)
     if layer_scale:
         rows += [r.row(f"{ours}layer_scale_{j}", f"{theirs}layer_scale{j}.lambda1") for j in (1, 2)]
     return rows
 
 
 def _patch(theirs, has_bias=r.always):
-    return r.dense("patch_embedding/projection", "embeddings." + theirs, r.TORCH, r.CONV,
+    return r.dense_rows("patch_embedding/projection", "embeddings." + theirs, r.TORCH, r.CONV,
                    has_bias=has_bias)
 
 
@@ -274,10 +274,10 @@ _SIGLIP_HEAD = [
           r.fused(3, r.HEADS_IN), when=_MAP),
     r.row([f"pooling/attention/{n}/bias" for n in _QKV], "head.attention.in_proj_bias",
           r.fused(3, r.HEADS_BIAS), when=_MAP),
-    *r.dense("pooling/attention/out", "head.attention.out_proj", r.TORCH, r.HEADS_OUT, when=_MAP),
-    *r.norm("pooling/norm", "head.layernorm", r.TORCH, when=_MAP),
-    *r.dense("pooling/mlp/fc1", "head.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
-    *r.dense("pooling/mlp/fc2", "head.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense_rows("pooling/attention/out", "head.attention.out_proj", r.TORCH, r.HEADS_OUT, when=_MAP),
+    *r.norm_rows("pooling/norm", "head.layernorm", r.TORCH, when=_MAP),
+    *r.dense_rows("pooling/mlp/fc1", "head.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense_rows("pooling/mlp/fc2", "head.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
 ]
 
 # Each family's rows: (embeddings, one block, the top) of a ViTConfig
@@ -287,12 +287,12 @@ FAMILY_ROWS = {
          r.row("distillation_token/tokens", "embeddings.distillation_token", when=lambda c: c.distillation),
          r.row("position_embedding/embeddings", "embeddings.position_embeddings")],
         _VIT_BLOCK,
-        [*r.norm("encoder_norm", "layernorm", r.TORCH),
-         *r.dense("pre_logits", "pooler.dense", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
-         *r.dense("head", "classifier", r.TORCH, r.LINEAR,
+        [*r.norm_rows("encoder_norm", "layernorm", r.TORCH),
+         *r.dense_rows("pre_logits", "pooler.dense", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
+         *r.dense_rows("head", "classifier", r.TORCH, r.LINEAR,
                   when=lambda c: c.num_classes and not c.distills_by_head),
-         *r.dense("head", "cls_classifier", r.TORCH, r.LINEAR, when=_DISTILLED),
-         *r.dense("head_dist", "distillation_classifier", r.TORCH, r.LINEAR, when=_DISTILLED)]),
+         *r.dense_rows("head", "cls_classifier", r.TORCH, r.LINEAR, when=_DISTILLED),
+         *r.dense_rows("head_dist", "distillation_classifier", r.TORCH, r.LINEAR, when=_DISTILLED)]),
     "dinov2": lambda c: (
         [*_patch("patch_embeddings.projection"), r.row("class_token/tokens", "embeddings.cls_token"),
          r.row((), "?embeddings.mask_token", r.MASK_TOKEN),
@@ -301,7 +301,7 @@ FAMILY_ROWS = {
         _block("encoder.layer.{i}.", ("norm1", "norm2"), *_DINOV2,
                ("mlp.weights_in", "mlp.weights_out") if _SWIGLU(c) else ("mlp.fc1", "mlp.fc2"),
                layer_scale=True),
-        r.norm("encoder_norm", "layernorm", r.TORCH)),
+        r.norm_rows("encoder_norm", "layernorm", r.TORCH)),
     "dinov3": lambda c: (
         [*_patch("patch_embeddings"), r.row("class_token/tokens", "embeddings.cls_token"),
          r.row((), "embeddings.mask_token", r.MASK_TOKEN),
@@ -310,14 +310,14 @@ FAMILY_ROWS = {
         _block("layer.{i}.", ("norm1", "norm2"), *_DINOV3, ("mlp.up_proj", "mlp.down_proj"),
                layer_scale=True, qkv_bias=lambda c: c.qkv_bias, key_bias=lambda c: c.qkv_bias and c.key_bias,
                mlp_bias=lambda c: c.mlp_bias, fc1=_GATED_FC1 if _SWIGLU(c) else None),
-        r.norm("encoder_norm", "norm", r.TORCH)),
+        r.norm_rows("encoder_norm", "norm", r.TORCH)),
     "clip": lambda c: (
         [*_patch("patch_embedding", has_bias=lambda c: c.patch_bias),
          r.row("position_embedding/embeddings", "embeddings.position_embedding.weight", r.TOKENS),
          r.row("class_token/tokens", "embeddings.class_embedding", r.TOKENS, when=lambda c: c.uses_class_token),
-         *r.norm("norm_pre", "pre_layrnorm", r.TORCH, when=lambda c: c.norm_pre)],
+         *r.norm_rows("norm_pre", "pre_layrnorm", r.TORCH, when=lambda c: c.norm_pre)],
         _CLIP_BLOCK,
-        [*r.norm("encoder_norm", "post_layernorm", r.TORCH),
+        [*r.norm_rows("encoder_norm", "post_layernorm", r.TORCH),
          r.row(("head/kernel", "head/bias"), "visual_projection.weight", _NO_BIAS,
                when=lambda c: c.num_classes),
          *_SIGLIP_HEAD]),
@@ -394,7 +394,7 @@ def read_image_text(directory):
 def _two_tower_config(directory):
     """``config.json`` of a two-tower folder, and its ``"clip"`` or
     ``"siglip"``; any other model is refused, naming the tower it holds."""
-    hf = read_json(directory / "config.json")
+    hf = read_config_json(directory / "config.json")
     model_type = hf.get("model_type")
     if model_type not in _TEXT_DEFAULTS:
         tower = {"clip_vision_model": "CLIP's image tower alone (CLIPVisionModel)",
@@ -459,5 +459,5 @@ def text_rows(config):
     return [r.row("embedding/token_embedding", "embeddings.token_embedding.weight"),
             r.row("embedding/position_embedding", "embeddings.position_embedding.weight"),
             *r.blocks(_CLIP_BLOCK, config["num_layers"]),
-            *r.norm("final_norm", "final_layer_norm", r.TORCH),
-            *r.dense("projection", projection, r.TORCH, r.LINEAR, has_bias=None)]
+            *r.norm_rows("final_norm", "final_layer_norm", r.TORCH),
+            *r.dense_rows("projection", projection, r.TORCH, r.LINEAR, has_bias=None)]

@@ -21,12 +21,13 @@ import pathlib
 
 import numpy as np
 
+from keras_vit.io.tensors import load_h5
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import config_view
-from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
 from keras_vit.weights.checkpoint import square_grid
 
@@ -59,12 +60,12 @@ def _block(family, c):
     attention = {"ViT": "mha/", "DeiT": "mha/", "DINOV2": "attention/attention/", "DINOV3": "attention/"}[family]
     dense = family == "DINOV3"
     mlp_bias = (lambda c: c.mlp_bias)
-    rows = [*r.norm(ours + "norm1", theirs + norms[0], r.H5),
-            *r.attention(ours + "attention", theirs + attention, _QKVO, r.H5,
+    rows = [*r.norm_rows(ours + "norm1", theirs + norms[0], r.H5),
+            *r.attention_rows(ours + "attention", theirs + attention, _QKVO, r.H5,
                          (r.DENSE_IN, r.DENSE_OUT) if dense else (r.SAME, r.SAME),
                          (r.HEADS_BIAS, r.SAME) if dense else (r.SAME, r.SAME),
                          qkv_bias=lambda c: c.qkv_bias, key_bias=lambda c: c.qkv_bias and c.key_bias),
-            *r.norm(ours + "norm2", theirs + norms[1], r.H5)]
+            *r.norm_rows(ours + "norm2", theirs + norms[1], r.H5)]
     mlp = {"ViT": ("mlp/dense_1", "mlp/dense_2"), "DeiT": ("mlp/dense", "output_layer/dense"),
            "DINOV2": ("mlp/weights_in", "mlp/weights_out") if c.mlp_activation == "swiglu"
            else ("mlp/fc1", "mlp/fc2"), "DINOV3": ("mlp/up_proj", "mlp/down_proj")}[family]
@@ -74,8 +75,8 @@ def _block(family, c):
                  r.row(ours + "mlp/fc1/bias", [h + "/vars/1" for h in halves], r.halves(r.SAME, 0),
                        when=mlp_bias)]
     else:
-        rows += r.dense(ours + "mlp/fc1", theirs + mlp[0], r.H5, has_bias=mlp_bias)
-    rows += r.dense(ours + "mlp/fc2", theirs + mlp[1], r.H5, has_bias=mlp_bias)
+        rows += r.dense_rows(ours + "mlp/fc1", theirs + mlp[0], r.H5, has_bias=mlp_bias)
+    rows += r.dense_rows(ours + "mlp/fc2", theirs + mlp[1], r.H5, has_bias=mlp_bias)
     rows += [r.row(f"{ours}layer_scale_{j}", f"{theirs}layer_scale{j}/vars/0",
                    when=lambda c: c.layer_scale_init is not None) for j in (1, 2)]
     return rows
@@ -90,7 +91,7 @@ def _embedding(family, c, mask_token):
         posemb = embed + ("position_embedding/vars/0" if family == "ViT" else "vars/2")
         return [r.row("class_token/tokens", embed + "vars/0", when=lambda c: c.uses_class_token),
                 r.row("distillation_token/tokens", embed + "vars/1", when=lambda c: c.distillation),
-                *r.dense("patch_embedding/projection", embed + "patch_embedding", r.H5,
+                *r.dense_rows("patch_embedding/projection", embed + "patch_embedding", r.H5,
                          has_bias=lambda c: c.patch_bias),
                 r.row("position_embedding/embeddings", posemb, r.TOKENS)]
     embed = f"layers/{family.lower()}_embedding/"
@@ -98,7 +99,7 @@ def _embedding(family, c, mask_token):
              *(["registers"] if c.num_registers else []), "table", "stored_table"]
     var = {name: f"{embed}vars/{k}" for k, name in enumerate(names)}
     rows = [r.row("class_token/tokens", var["class_token"]),
-            *r.dense("patch_embedding/projection", embed + "patch_embeddings/projection", r.H5)]
+            *r.dense_rows("patch_embedding/projection", embed + "patch_embeddings/projection", r.H5)]
     if mask_token:
         rows.append(r.row((), var["mask_token"], r.MASK_TOKEN))
     if c.num_registers:
@@ -123,48 +124,21 @@ def rows(c, family, mask_token=True):
         _ENCODERS[family].split("encoder_layers")[0] + "layer_norm/"
     return [*_embedding(family, c, mask_token),
             *r.blocks(_block(family, c), c.num_layers, lambda i: {"i": i, "n": f"_{i}" if i else ""}),
-            *r.norm("encoder_norm", encoder[:-1], r.H5)]
+            *r.norm_rows("encoder_norm", encoder[:-1], r.H5)]
 
 
 # A classifier's task.weights.h5: its Dense layers in order
 TASK_ROWS = [
-    *r.dense("pre_logits", "layers/dense", r.H5, when=lambda c: c.num_classes and c.representation_size),
-    *r.dense("head", "layers/dense_1", r.H5, when=lambda c: c.num_classes and c.representation_size),
-    *r.dense("head", "layers/dense", r.H5, when=lambda c: c.num_classes and not c.representation_size),
+    *r.dense_rows("pre_logits", "layers/dense", r.H5, when=lambda c: c.num_classes and c.representation_size),
+    *r.dense_rows("head", "layers/dense_1", r.H5, when=lambda c: c.num_classes and c.representation_size),
+    *r.dense_rows("head", "layers/dense", r.H5, when=lambda c: c.num_classes and not c.representation_size),
 ]
 
 
 def is_keras_hub_preset(folder):
     """Whether `folder`'s config.json is a keras-hub backbone's."""
-    config = read_json(pathlib.Path(folder) / "config.json")
+    config = read_config_json(pathlib.Path(folder) / "config.json")
     return str(config.get("registered_name", "")).startswith("keras_hub>")
-
-
-def load_h5(path, source):
-    """Every array of a Keras ``.weights.h5`` file by path (its optimizer's left out).
-
-    Raises:
-        CheckpointError: no such file, or not one HDF5 can read.
-    """
-    import h5py
-
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{source}: no {path.name} in the folder, which holds the "
-                              f"weights. {_SAVE_AGAIN}")
-    arrays = {}
-
-    def keep(name, item):
-        if isinstance(item, h5py.Dataset) and not name.startswith("optimizer/"):
-            arrays[name] = np.asarray(item, "float32")
-
-    try:
-        with h5py.File(path, "r") as file:
-            file.visititems(keep)
-    except OSError as error:
-        raise CheckpointError(f"{source}: {path.name} is not a readable HDF5 weights file "
-                              f"({error}); it may be cut short or damaged. {_SAVE_AGAIN}") from None
-    return arrays
 
 
 def read_keras_hub(path):
@@ -183,7 +157,7 @@ def read_keras_hub(path):
     if not config.is_file():
         raise CheckpointError(f"{source}: no config.json in the folder, which describes the "
                               f"backbone. {_SAVE_AGAIN}")
-    spec = read_json(config, ("class_name", "config"))
+    spec = read_config_json(config, ("class_name", "config"))
     name = spec["class_name"]
     if name not in BACKBONES:
         raise CheckpointError(
@@ -198,7 +172,7 @@ def read_keras_hub(path):
                   patch_size=tuple(int(p) for p in np.broadcast_to(hub["patch_size"], (2,))),
                   dropout_rate=float(hub.get("dropout_rate", 0.0)), gelu_approximate=False,
                   data_format="channels_last", num_classes=0)
-    arrays = load_h5(folder / "model.weights.h5", source)
+    arrays = load_h5(folder / "model.weights.h5", source, _SAVE_AGAIN)
     if family == "DINOV2":  # the width and the SwiGLU width: the tensors'
         config["hidden_dim"] = int(arrays["layers/dinov2_embedding/vars/0"].shape[-1])
         fc2 = "mlp/weights_out" if config["mlp_activation"] == "swiglu" else "mlp/fc2"
@@ -208,7 +182,7 @@ def read_keras_hub(path):
     c = config_view(config)
     state = r.move(rows(c, family, hub.get("use_mask_token", True)), arrays, c, source)
     if (folder / "task.json").exists():
-        state.update(r.move(TASK_ROWS, load_h5(folder / "task.weights.h5", source), c, source))
+        state.update(r.move(TASK_ROWS, load_h5(folder / "task.weights.h5", source, _SAVE_AGAIN), c, source))
     _read_converter(folder, config)
     grid = c.grid_size
     if c.position_embedding == "rope" or family == "DINOV2":  # the table at the image size
@@ -273,7 +247,7 @@ def _dinov3_config(hub, family, source):
 
 def _classifier_config(folder, source, config):
     """A ``ViTImageClassifier``'s pooling, pre-logits and head sizes (task.json)."""
-    task = read_json(folder / "task.json", ("class_name", "config"))
+    task = read_config_json(folder / "task.json", ("class_name", "config"))
     if task["class_name"] not in CLASSIFIERS:
         raise CheckpointError(f"{source}: its task is keras-hub's {task['class_name']}; "
                               f"keras_vit reads {', '.join(CLASSIFIERS)}.")
@@ -297,7 +271,7 @@ def _read_converter(folder, config):
     converter = folder / "image_converter.json"
     if not converter.exists():
         return
-    scaling = read_json(converter).get("config", {})
+    scaling = read_config_json(converter).get("config", {})
     if scaling.get("scale") is not None:
         config["pixel_scale"] = scaling["scale"]
         config["pixel_offset"] = 0.0 if scaling.get("offset") is None else scaling["offset"]

@@ -9,11 +9,10 @@ and ``params/`` prefixes, big_vision's ``scan`` and its block numbering
 """
 
 import re
-import zipfile
 
 import numpy as np
 
-from keras_vit.config import resnet_stride
+from keras_vit.io.tensors import load_npz
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
@@ -31,12 +30,12 @@ _QKVO = ("query", "key", "value", "out")
 
 
 def _mlp(ours, theirs, when=r.always, has_bias=None):
-    return [*r.dense(ours + "/fc1", theirs + "Dense_0", r.FLAX, when=when, has_bias=has_bias),
-            *r.dense(ours + "/fc2", theirs + "Dense_1", r.FLAX, when=when, has_bias=has_bias)]
+    return [*r.dense_rows(ours + "/fc1", theirs + "Dense_0", r.FLAX, when=when, has_bias=has_bias),
+            *r.dense_rows(ours + "/fc2", theirs + "Dense_1", r.FLAX, when=when, has_bias=has_bias)]
 
 
 def _attention(ours, theirs, when=r.always):
-    return r.attention(ours, theirs, _QKVO, r.FLAX, when=when, qkv_bias=None,
+    return r.attention_rows(ours, theirs, _QKVO, r.FLAX, when=when, qkv_bias=None,
                        key_bias=None, out_bias=None)
 
 
@@ -75,8 +74,8 @@ CLASS_FIRST = (lambda c, cls, pe: (cls.reshape(1, 1, -1), np.concatenate([np.zer
                lambda c, cls, pe: (cls + pe[:, :1], pe[:, 1:]))
 TOP_ROWS = [
     *_norm("encoder_norm", "Transformer/encoder_norm"),
-    *r.dense("pre_logits", "pre_logits", r.FLAX, when=lambda c: c.representation_size, has_bias=None),
-    *r.dense("head", "head", r.FLAX, when=lambda c: c.num_classes, has_bias=None),
+    *r.dense_rows("pre_logits", "pre_logits", r.FLAX, when=lambda c: c.representation_size, has_bias=None),
+    *r.dense_rows("head", "head", r.FLAX, when=lambda c: c.num_classes, has_bias=None),
 ]
 MAP_ROWS = [  # big_vision's MAP head
     r.row("pooling/probe", "MAPHead_0/probe", when=_MAP),
@@ -102,25 +101,12 @@ def rows(c, big_vision):
     resnet = []
     if c.resnet_block_units is not None:
         resnet = [r.row("resnet/conv_root/kernel", "conv_root/kernel"),
-                  *r.norm("resnet/gn_root", "gn_root", r.FLAX, r.FLAT),
+                  *r.norm_rows("resnet/gn_root", "gn_root", r.FLAX, r.FLAT),
                   *(row.at(s=s, u=u) for s, units in enumerate(c.resnet_block_units, 1)
                     for u in range(1, units + 1) for row in UNIT_ROWS)]
-    patch = r.dense("patch_embedding/projection", "embedding", r.FLAX)
+    patch = r.dense_rows("patch_embedding/projection", "embedding", r.FLAX)
     body = r.blocks(BLOCK_ROWS, c.num_layers)
     return [*resnet, *patch, *embed, *body, *(MAP_ROWS if big_vision else []), *TOP_ROWS]
-
-
-def load_npz(path):
-    """Every array of an ``.npz`` file, as float32, without unpickling."""
-    try:
-        with np.load(path, allow_pickle=False) as archive:
-            return {key: np.asarray(archive[key], dtype=np.float32) for key in archive.files}
-    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as error:
-        raise CheckpointError(
-            f"{path} could not be read as an .npz checkpoint ({error}). The file "
-            "may be truncated (download it again) or hold Python objects, which "
-            "are not loaded for safety."
-        ) from error
 
 
 def _canonical(arrays, source):

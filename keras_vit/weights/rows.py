@@ -143,13 +143,13 @@ def both(a, b):
     return lambda c: a(c) and b(c)
 
 
-def norm(ours, theirs, style, layout=SAME, when=always):
+def norm_rows(ours, theirs, style, layout=SAME, when=always):
     """A LayerNorm's two rows."""
     return [row(ours + "/gamma", theirs + style.gamma, layout, when),
             row(ours + "/beta", theirs + style.beta, layout, when)]
 
 
-def dense(ours, theirs, style, kernel=SAME, bias=SAME, when=always, has_bias=always):
+def dense_rows(ours, theirs, style, kernel=SAME, bias=SAME, when=always, has_bias=always):
     """A layer's kernel and (where `has_bias` too) bias rows; a `has_bias`
     of None makes the bias optional, there when the file or model has it."""
     optional = "?" if has_bias is None else ""
@@ -158,17 +158,17 @@ def dense(ours, theirs, style, kernel=SAME, bias=SAME, when=always, has_bias=alw
                 both(when, has_bias or always))]
 
 
-def attention(ours, theirs, names, style, kernels=(SAME, SAME), biases=(SAME, SAME), when=always,
+def attention_rows(ours, theirs, names, style, kernels=(SAME, SAME), biases=(SAME, SAME), when=always,
               qkv_bias=always, key_bias=always, out_bias=always):
     """An attention layer's query, key, value and output projections (their
     `names`), with their kernel and bias layouts for the inputs and the
-    output; a bias predicate of None: optional (`dense`)."""
+    output; a bias predicate of None: optional (`dense_rows`)."""
     bias_of = {"query": qkv_bias, "key": key_bias, "value": qkv_bias, "out": out_bias}
     rows = []
     for (ours_name, has_bias), theirs_name in zip(bias_of.items(), names):
         out = ours_name == "out"
-        rows += dense(f"{ours}/{ours_name}", theirs + theirs_name, style, kernels[out], biases[out],
-                      when, has_bias)
+        rows += dense_rows(f"{ours}/{ours_name}", theirs + theirs_name, style, kernels[out], biases[out],
+                           when, has_bias)
     return rows
 
 

@@ -6,12 +6,12 @@ import re
 import numpy as np
 
 from keras_vit.config import scaling_of_normalization
+from keras_vit.io.tensors import load_safetensors
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
-from keras_vit.weights.checkpoint import load_safetensors
-from keras_vit.weights.checkpoint import read_json
+from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import square_grid
 
 # timm state dicts do not store the head count. A timm hub config.json names
@@ -105,46 +105,46 @@ def _numerics(meta, model_args, source):
 _B = "blocks.{i}."
 _QKV = ("query", "key", "value")
 BLOCK_ROWS = [
-    *r.norm("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
+    *r.norm_rows("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
     r.row([f"encoder_block_{{i}}/attention/{n}/kernel" for n in _QKV], _B + "attn.qkv.weight",
           r.fused(3, r.HEADS_IN)),
     r.row([f"encoder_block_{{i}}/attention/{n}/bias" for n in _QKV], _B + "attn.qkv.bias",
           r.fused(3, r.HEADS_BIAS), when=lambda c: c.qkv_bias),
-    *r.dense("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT),
-    *r.norm("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH, when=lambda c: c.qk_norm),
-    *r.norm("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH, when=lambda c: c.qk_norm),
-    *r.norm("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
-    *r.dense("encoder_block_{i}/mlp/fc1", _B + "mlp.fc1", r.TORCH, r.LINEAR, has_bias=None),
-    *r.dense("encoder_block_{i}/mlp/fc2", _B + "mlp.fc2", r.TORCH, r.LINEAR, has_bias=None),
+    *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT),
+    *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH, when=lambda c: c.qk_norm),
+    *r.norm_rows("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH, when=lambda c: c.qk_norm),
+    *r.norm_rows("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
+    *r.dense_rows("encoder_block_{i}/mlp/fc1", _B + "mlp.fc1", r.TORCH, r.LINEAR, has_bias=None),
+    *r.dense_rows("encoder_block_{i}/mlp/fc2", _B + "mlp.fc2", r.TORCH, r.LINEAR, has_bias=None),
     *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", f"{_B}ls{j}.gamma",
             when=lambda c: c.layer_scale_init is not None) for j in (1, 2)),
 ]
 _MAP = (lambda c: c.pooling == "map")
 EMBED_ROWS = [
-    *r.dense("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
+    *r.dense_rows("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
              has_bias=lambda c: c.patch_bias),
     r.row("class_token/tokens", "cls_token", when=lambda c: c.uses_class_token),
     r.row("distillation_token/tokens", "dist_token", when=lambda c: c.distillation),
     r.row("registers/tokens", "reg_token", when=lambda c: c.num_registers),
     r.row("position_embedding/embeddings", "pos_embed"),
-    *r.norm("norm_pre", "norm_pre", r.TORCH, when=lambda c: c.norm_pre),
+    *r.norm_rows("norm_pre", "norm_pre", r.TORCH, when=lambda c: c.norm_pre),
 ]
 TOP_ROWS = [
-    *r.norm("encoder_norm", "norm", r.TORCH, when=lambda c: not c.fc_norm),
-    *r.norm("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
+    *r.norm_rows("encoder_norm", "norm", r.TORCH, when=lambda c: not c.fc_norm),
+    *r.norm_rows("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
     r.row("pooling/probe", "attn_pool.latent", when=_MAP),
-    *r.dense("pooling/attention/query", "attn_pool.q", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _MAP),
+    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _MAP),
     r.row(("pooling/attention/key/kernel", "pooling/attention/value/kernel"), "attn_pool.kv.weight",
           r.fused(2, r.HEADS_IN), when=_MAP),
     r.row(("pooling/attention/key/bias", "pooling/attention/value/bias"), "attn_pool.kv.bias",
           r.fused(2, r.HEADS_BIAS), when=_MAP),
-    *r.dense("pooling/attention/out", "attn_pool.proj", r.TORCH, r.HEADS_OUT, when=_MAP),
-    *r.norm("pooling/norm", "attn_pool.norm", r.TORCH, when=_MAP),
-    *r.dense("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
-    *r.dense("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
-    *r.dense("pre_logits", "pre_logits.fc", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
-    *r.dense("head", "head", r.TORCH, r.LINEAR, when=lambda c: c.num_classes),
-    *r.dense("head_dist", "head_dist", r.TORCH, r.LINEAR, when=lambda c: c.distills_by_head),
+    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.HEADS_OUT, when=_MAP),
+    *r.norm_rows("pooling/norm", "attn_pool.norm", r.TORCH, when=_MAP),
+    *r.dense_rows("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense_rows("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
+    *r.dense_rows("pre_logits", "pre_logits.fc", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
+    *r.dense_rows("head", "head", r.TORCH, r.LINEAR, when=lambda c: c.num_classes),
+    *r.dense_rows("head_dist", "head_dist", r.TORCH, r.LINEAR, when=lambda c: c.distills_by_head),
 ]
 
 
@@ -230,7 +230,7 @@ def read_timm(path, num_heads=None):
     path = pathlib.Path(path)
     meta = {}
     if path.is_dir():
-        meta = read_json(path / "config.json")
+        meta = read_config_json(path / "config.json")
         path = path / "model.safetensors"
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)

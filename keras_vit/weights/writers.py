@@ -16,6 +16,7 @@ import numpy as np
 from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.config import mean_and_std
 from keras_vit.io import files
+from keras_vit.io.tensors import safetensors_bytes
 from keras_vit.weights.capabilities import COLUMNS
 from keras_vit.weights.capabilities import refusal
 from keras_vit.weights.huggingface import rows as huggingface_rows
@@ -112,18 +113,10 @@ def _write_npz(model, path):
 
 # -- PyTorch state dicts -------------------------------------------------------------
 
-def _safetensors(tensors):
-    """`tensors` as the bytes of a ``.safetensors`` file (PyTorch's metadata)."""
-    from safetensors.numpy import save
-
-    return save({k: np.ascontiguousarray(v, np.float32) for k, v in tensors.items()},
-                metadata={"format": "pt"})
-
-
 def _write_folder(folder, tensors, config, others=None):
     """``config.json`` and ``model.safetensors`` in `folder` (and `others`,
     file name -> JSON)."""
-    (folder / "model.safetensors").write_bytes(_safetensors(tensors))
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(tensors))
     for name, content in {"config.json": config, **(others or {})}.items():
         (folder / name).write_text(json.dumps(content, indent=2) + "\n")
 
@@ -206,7 +199,7 @@ def _write_timm(model, path):
     gated = 2 if c.mlp_activation == "swiglu" else 1  # SwiGLUPacked's fc1 holds both halves
     tensors = write_rows(timm_rows(c), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
-        files.write_atomic(path, _safetensors(tensors))
+        files.write_atomic(path, safetensors_bytes(tensors))
         return
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
