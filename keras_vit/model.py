@@ -577,9 +577,11 @@ class ViT(keras.Model):
     def quantize(self, mode, **kwargs):
         """Keras's ``quantize`` (``"int8"``, ``"int4"``, ``"float8"``, ...)
         with the garbage collector held back meanwhile
-        (`keras_vit.variants.collections_deferred`)."""
+        (`keras_vit.variants.collections_deferred`); a mode slower than
+        float32 on this CPU warns once (`keras_vit.variants.warn_if_slow`)."""
         with variants.collections_deferred():
             super().quantize(mode, **kwargs)
+        variants.warn_if_slow(self, mode)
 
     def enable_lora(self, rank, target=variants.PROJECTION_NAMES, lora_alpha=None):
         """`keras_vit.variants.enable_lora`: Keras's ``enable_lora(rank)`` on

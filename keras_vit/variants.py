@@ -4,12 +4,14 @@ that Keras quantizes and adapts."""
 
 import contextlib
 import gc
+import warnings
 
 import keras
 
 from keras_vit import layers as vit_layers
 from keras_vit.config import is_int
 from keras_vit.config import pair
+from keras_vit.kernels import backend_platform
 from keras_vit.weights import transfer_weights
 
 # The projections of each block (attention, MLP): what `ViT.enable_lora` adapts by default.
@@ -183,6 +185,34 @@ def with_policy(config):
     if isinstance(config.get("dtype"), dict):
         config["dtype"] = keras.dtype_policies.deserialize(config["dtype"])
     return config
+
+
+# `model.quantize` modes with no int8 kernel route on a CPU (`keras_vit.kernels.int8_dense`
+# serves "int8"): (mode, backend) -> ViT-B/16's speed against float32 there, as
+# docs/deploy.md's table measures it. `warn_if_slow` names it once per process.
+SLOW_ON_CPU = {("int4", "torch"): 0.91, ("int4", "tensorflow"): 0.89, ("int4", "jax"): 0.96,
+               ("float8", "torch"): 0.67, ("float8", "tensorflow"): 0.69, ("float8", "jax"): 0.90}
+WARNED_SLOW_MODES = set()
+
+
+def warn_if_slow(model, mode):
+    """Warns, the first time in the process, that `model` quantized to
+    `mode` runs slower than float32 on this backend's CPU (`SLOW_ON_CPU`):
+    the factor, and the fast route (an int8 export). Silent on an
+    accelerator and for the modes with a fast kernel."""
+    backend, platform = backend_platform()
+    if platform is None:  # PyTorch: the weights' device
+        platform = model.weights[0].value.device.type
+    key = (mode, backend)
+    if key not in SLOW_ON_CPU or platform != "cpu" or key in WARNED_SLOW_MODES:
+        return
+    WARNED_SLOW_MODES.add(key)
+    warnings.warn(
+        f"model.quantize({mode!r}) runs at about {SLOW_ON_CPU[key]:.2f}x float32's speed on "
+        f"{key[1]}'s CPU kernels (ViT-B/16; docs/deploy.md): Keras has no fast {mode} kernel on a "
+        "CPU, so it saves memory, not time. For a faster CPU model, quantize to int8 "
+        "(`model.quantize('int8')`), or export it: `model.export(path, format='onnx', "
+        "quantize='int8')`.", UserWarning, stacklevel=3)
 
 
 @contextlib.contextmanager

@@ -3,6 +3,9 @@ export, and layer outputs that are what their names say."""
 
 import gc
 import os
+import pathlib
+import re
+import warnings
 
 import keras
 import numpy as np
@@ -120,6 +123,34 @@ def test_quantize_gives_the_float_logits_and_saves(trained_digits, mode, tmp_pat
     reloaded = save_and_reload(quantized, tmp_path)
     assert {layer.quantization_mode for layer in variants.projections(reloaded).values()} == {mode}
     np.testing.assert_allclose(logits_of(reloaded, x_test), low, atol=1e-5)
+
+
+def test_a_mode_slower_than_float32_on_a_cpu_warns_once_with_its_factor(monkeypatch):
+    """int4 and float8 have no fast kernel on a CPU: `ViT.quantize` warns,
+    the first time only, with the factor docs/deploy.md's table measures
+    for this backend and the int8 routes; int8 (its kernel route) is silent."""
+    monkeypatch.setattr(variants, "WARNED_SLOW_MODES", set())
+
+    def warnings_of(mode):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3).quantize(mode)
+        return [str(w.message) for w in caught if "float32's speed" in str(w.message)]
+
+    backend = keras.config.backend()
+    row = {"torch": "PyTorch", "tensorflow": "TensorFlow", "jax": "JAX"}[backend]
+    table = (pathlib.Path(__file__).parents[1] / "docs" / "deploy.md").read_text()
+    cells = re.search(rf"^\| {row} \|(.+)\|$", table, re.M).group(1).split("|")
+    documented = dict(zip(("int4", "float8"), (float(re.search(r"\(([\d.]+)×\)", c).group(1))
+                                               for c in cells[-2:])))
+    assert warnings_of("int8") == []
+    for mode in ("int4", "float8"):
+        assert variants.SLOW_ON_CPU[(mode, backend)] == documented[mode]
+        first, again = warnings_of(mode), warnings_of(mode)
+        assert len(first) == 1 and again == [], (first, again)
+        assert f"about {documented[mode]:.2f}x float32's speed" in first[0]
+        assert "format='onnx', quantize='int8'" in first[0]
 
 
 # -- LoRA --------------------------------------------------------------------------
