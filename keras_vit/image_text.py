@@ -7,8 +7,9 @@ for Language Image Pre-Training", ICCV 2023).
     v = normalize(text_tower(token_ids))       (text_embeds)
     logits_per_image = exp(logit_scale) * u vᵀ  (+ logit_bias, SigLIP)
 
-Read from Hugging Face ``CLIPModel`` and ``SiglipModel`` folders with their
-tokenizers (`ImageTextModel.from_checkpoint`); trained with `model.fit` on
+Read from Hugging Face ``CLIPModel``, ``SiglipModel`` and ``Siglip2Model``
+(SigLIP 2's NaFlex towers: Tschannen et al., "SigLIP 2", arXiv:2502.14786,
+2025) folders with their tokenizers (`ImageTextModel.from_checkpoint`); trained with `model.fit` on
 ``{"images", "token_ids"}`` batches and `keras_vit.training.losses`'
 ``CLIPLoss`` or ``SigLIPLoss``; turned into an ordinary classifier by
 `keras_vit.zero_shot_classifier`.
@@ -198,7 +199,9 @@ class ImageTextModel(keras.Model):
         tokenizer: a `keras_vit.TextTokenizer` or None (`tokenize`), making
             ids of the text tower's ``context_length``.
 
-    Call: ``{"images": (B, H, W, C), "token_ids": (B', T)}`` ->
+    Call: ``{"images": (B, H, W, C), "token_ids": (B', T)}`` (a NaFlex
+    image tower, ``naflex=True``: ``"images"`` is `keras_vit.naflex_inputs`'
+    dict of ``"patches"``, ``"patch_mask"`` and ``"spatial_shapes"``) ->
     ``logits_per_image`` ``(B, B')``, the batch's image-text logits that
     `keras_vit.training.losses.CLIPLoss` and ``SigLIPLoss`` read. `fit` on
     such batches without labels pairs image ``i`` with text ``i``
@@ -375,7 +378,9 @@ class ImageTextModel(keras.Model):
                            self._text_embeds(token_ids, training))
 
     def compute_output_shape(self, input_shape):
-        return (input_shape["images"][0], input_shape["token_ids"][0])
+        images = input_shape["images"]  # a NaFlex tower's: the dict of patches, mask and grids
+        return ((images["patches"] if isinstance(images, dict) else images)[0],
+                input_shape["token_ids"][0])
 
     def compute_output_spec(self, inputs, training=None):
         """The logits' ``KerasTensor`` for a dict of arrays, tensors or
@@ -403,9 +408,9 @@ class ImageTextModel(keras.Model):
 
     @classmethod
     def from_checkpoint(cls, path, image_size=None, resample_method=None, **overrides):
-        """A two-tower model from a Hugging Face ``CLIPModel`` or
-        ``SiglipModel`` folder (`read_image_text_model`), by path, URL or
-        ``hf://``. Another `image_size` resamples the image tower's position
+        """A two-tower model from a Hugging Face ``CLIPModel``,
+        ``SiglipModel`` or ``Siglip2Model`` folder (`read_image_text_model`),
+        by path, URL or ``hf://``. Another `image_size` resamples the image tower's position
         embeddings (`keras_vit.ViT.from_checkpoint`); `overrides` go to the
         image tower (``dtype``, ``dropout_rate``). `keras_vit.load_model`
         (``model_class=ImageTextModel``) loads through it, and takes a
@@ -440,8 +445,9 @@ class ImageTextModel(keras.Model):
 def read_image_text_model(path, image_size=None, resample_method=None, **overrides):
     """The `ImageTextModel` of a Hugging Face ``CLIPModel`` or
     ``SiglipModel`` folder (SigLIP 2's fixed-resolution files too: they
-    are ``siglip`` folders), by path or ``hf://``, with the tokenizer
-    files beside the weights. Another `image_size` resamples the image
+    are ``siglip`` folders), or of a ``Siglip2Model`` folder (SigLIP 2
+    NaFlex: its image tower a NaFlex `ViT`, `keras_vit.naflex_inputs`), by
+    path or ``hf://``, with the tokenizer files beside the weights. Another `image_size` resamples the image
     tower's position embeddings (`keras_vit.ViT.from_checkpoint`);
     `overrides` go to the image tower (``dtype``, ``dropout_rate``)."""
     directory, _ = locate(path)
@@ -452,8 +458,8 @@ def read_image_text_model(path, image_size=None, resample_method=None, **overrid
         what = f"a {directory.suffix} file" if directory.is_file() else "a folder without config.json"
         raise CheckpointError(
             f"{path} is {what}, which holds an image tower at most; ImageTextModel reads a "
-            "Hugging Face CLIPModel or SiglipModel folder (config.json, model.safetensors and "
-            "the tokenizer files). Read an image tower with keras_vit.ViT.from_checkpoint.")
+            "Hugging Face CLIPModel, SiglipModel or Siglip2Model folder (config.json, "
+            "model.safetensors and the tokenizer files). Read an image tower with keras_vit.ViT.from_checkpoint.")
     checkpoint, text = read_image_text(directory)  # a one-tower folder refused by name
     config, state = checkpoint.config, checkpoint.state
     if config.get("num_classes"):  # CLIP's visual_projection: the tower's projection

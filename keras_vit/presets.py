@@ -1,5 +1,5 @@
 """The model variants of the paper (Table 1) and its hybrids, and the ViT
-family's released shapes (DeiT, DINOv2, CLIP, SigLIP), as data."""
+family's released shapes (DeiT, DINOv2, DINOv3, CLIP, SigLIP, SigLIP 2 NaFlex), as data."""
 
 from keras_vit.config import vit_config
 
@@ -99,6 +99,11 @@ _CLIP = dict(norm_pre=True, patch_bias=False, mlp_activation="quick_gelu", layer
 # pooling, tanh GELU; its features are the embedding.
 _SIGLIP = dict(pooling="map", num_classes=0, patch_size=16)
 
+# SigLIP 2's NaFlex image towers (Tschannen et al., arXiv:2502.14786, 2025): SigLIP's
+# shape taking images of any size and aspect ratio (docs/naflex.md), a 16 x 16 position
+# table resized to each image's grid, 256 patches per image by default.
+_SIGLIP2_NAFLEX = dict(pooling="map", num_classes=0, patch_size=16, image_size=256, naflex=True,
+                       max_num_patches=256)
 FAMILY_PRESETS = {
     "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
                                    **_SIZES["Ti"], **_DEIT),
@@ -134,6 +139,13 @@ FAMILY_PRESETS = {
                                "27 x 27 patches, 378 px.",
                                hidden_dim=1152, num_layers=27, num_heads=16, mlp_dim=4304,
                                patch_size=14, image_size=378, pooling="map", num_classes=0),
+    "siglip2_b16": _family("SigLIP 2 ViT-B/16 NaFlex", "SigLIP 2's NaFlex image tower, B/16: "
+                           "images at their own aspect ratio, up to 256 patches.",
+                           **_BASE, **_SIGLIP2_NAFLEX),
+    "siglip2_so400m16": _family("SigLIP 2 So400m/16 NaFlex", "SigLIP 2's shape-optimised NaFlex "
+                                "image tower, So400m/16: images at their own aspect ratio, up to "
+                                "256 patches.", hidden_dim=1152, num_layers=27, num_heads=16,
+                                mlp_dim=4304, **_SIGLIP2_NAFLEX),
 }
 PRESETS.update(FAMILY_PRESETS)
 
@@ -209,7 +221,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 37
+        print(len(presets))   # -> 39
         print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

@@ -318,7 +318,13 @@ _FAMILY = [
           ("siglip_so400m14", "so400m", 14, 384, 83.08))],
 ]
 _FAMILY_DATA = {"deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
-                "clip": "WIT-400M (OpenAI)", "siglip": "WebLI"}
+                "clip": "WIT-400M (OpenAI)", "siglip": "WebLI", "siglip2": "WebLI"}
+# SigLIP 2's NaFlex towers on the Hugging Face Hub (Siglip2Model folders, read with their
+# Gemma tokenizer; timm's naflexvit files are not read): (preset, repo). Their model cards
+# and the SigLIP 2 paper (Tschannen et al., arXiv:2502.14786) were not at hand where this
+# table was written, so no ImageNet number is given.
+_SIGLIP2 = [("siglip2_b16", "siglip2-base-patch16-naflex"),
+            ("siglip2_so400m16", "siglip2-so400m-patch16-naflex")]
 # DINOv3 on the Hugging Face Hub (gated: accept the license there, then log in;
 # timm's DINOv3 files are not read): (preset, repo, IN-ReaL).
 _DINOV3 = [("dinov3_s16", "dinov3-vits16", 87.0), ("dinov3_s16plus", "dinov3-vits16plus", 88.0),
@@ -330,6 +336,16 @@ def _timm_preset(timm_architecture):
     """``"vit_base_patch16_384"`` -> ``("vit_b16", 384)``."""
     _, size, patch, resolution = timm_architecture.split("_")
     return f"vit_{_TIMM_SIZES[size]}{patch.removeprefix('patch')}", int(resolution)
+
+
+def _siglip2_rows():
+    """SigLIP 2's NaFlex releases: 256 patches per image, a 16 x 16 position
+    table (256 px square), no head (the features are the embedding)."""
+    for arch, repo in _SIGLIP2:
+        yield dataclasses.replace(
+            _entry(arch, "hf_webli_naflex", "huggingface", f"hf://google/{repo}", 256, 0, None,
+                   _FAMILY_DATA["siglip2"], f"google/{repo} (Hugging Face)"),
+            metric="zero-shot top-1")
 
 
 def _rows():
@@ -379,6 +395,8 @@ def _rows():
                    0, top1, _FAMILY_DATA["dinov3"],
                    f"facebook/{repo}-pretrain-lvd1689m (Hugging Face); top-1: {_DINOV3_CARD}"),
             metric="linear-probe top-1 (ImageNet-ReaL)")
+
+    yield from _siglip2_rows()
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

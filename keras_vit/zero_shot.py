@@ -150,7 +150,9 @@ def zero_shot_classifier(model, class_names, templates="imagenet", name=None):
         times ``exp(logit_scale)``, its bias ``logit_bias`` (SigLIP) or 0:
         logits ``(batch, classes)`` equal to
         ``model.logits(model.encode_images(x), class_embeddings(...).T)``, and
-        ``class_names`` set.
+        ``class_names`` set. The image tower's configuration is kept whole:
+        a NaFlex tower (SigLIP 2's, ``naflex=True``) gives a NaFlex `ViT`,
+        which takes `keras_vit.naflex_inputs`' dict of images of any size.
 
     Raises:
         TypeError, ValueError: an argument of the wrong kind or value, named

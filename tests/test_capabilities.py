@@ -12,6 +12,7 @@ from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit import ViTConfig
+from keras_vit import naflex_inputs
 from keras_vit.config import FIELDS
 from keras_vit.weights import capabilities
 from keras_vit.weights.capabilities import COLUMNS
@@ -25,7 +26,10 @@ SMALL = dict(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=
 # Each format written, the model it starts from
 BASES = {"npz": {}, "huggingface": {}, "timm": {}, "keras_hub": dict(gelu_approximate=False),
          "dinov3": dict(position_embedding="rope", layer_scale_init=1.0, num_classes=0,
-                        gelu_approximate=False)}
+                        gelu_approximate=False),
+         "siglip2": dict(naflex=True, max_num_patches=6, pooling="map", num_classes=0)}
+# The formats whose writer format="huggingface" picks by the model (writers._column)
+HUGGINGFACE = ("dinov3", "siglip2")
 
 
 def missing_entries(fields):
@@ -114,10 +118,13 @@ def test_what_the_table_writes_reads_back(tmp_path, format, config):
         table[:, 1:1 + model.num_registers] = 0
         model.parts.position_embedding.embeddings.assign(table)
     path = tmp_path / ("out.npz" if format == "npz" else "out")
-    model.save_checkpoint(path, format="huggingface" if format == "dinov3" else format)
+    model.save_checkpoint(path, format="huggingface" if format in HUGGINGFACE else format)
     size = {"image_size": model.image_size} if model.position_embedding == "sincos2d" else {}
     back = ViT.from_checkpoint(path, **size)
     x = np.random.default_rng(1).normal(size=(1, *model.image_size, 3)).astype("float32")
+    if model.config.naflex:  # the image and one of another shape, as NaFlex sequences
+        x = naflex_inputs([x[0], x[0, :, :5]], model.config.patch_size, model.config.max_num_patches,
+                          pixel_scale=1.0, pixel_offset=0.0)
     np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-5)
     if model.mlp_activation != "gelu":  # no GELU in the model: its form is not written
         model = model.with_config(gelu_approximate=back.gelu_approximate)

@@ -34,6 +34,8 @@ COLUMNS = {
                      "Hugging Face's DINOv3ViTModel"),
     "timm": Column("timm", "timm", "timm's VisionTransformer"),
     "keras_hub": Column("keras-hub", "a keras-hub ViT preset", "keras-hub's ViT"),
+    "siglip2": Column("Hugging Face SigLIP 2 NaFlex", "a Hugging Face Siglip2VisionModel",
+                      "Hugging Face's Siglip2VisionModel"),
     "keras": Column("`.keras`", "a .keras file", "Keras"),
 }
 ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")
@@ -100,6 +102,8 @@ KERAS = "Keep it as a .keras file (`model.save`)."
 NPZ = "Write it with format='npz'."
 HUB_FIX = "Write it with format='timm' or 'npz', where they apply."
 DINOV2_READ = "Write it with format='timm' or 'keras_hub'."
+_FIXED_SIZE = ("Write its fixed-size model (`model.with_config(naflex=False, max_num_patches=None)`) "
+               "in a format that has it, or keep it as a .keras file (`model.save`).")
 
 
 def family(why, instead=TIMM):
@@ -386,14 +390,77 @@ TABLE = {
     "data_format": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING, timm=LOADING,
                         keras_hub=written((lambda c: c.data_format != "channels_last",
                                            "it takes channels-first images", HUB_FIX))),
-    # NaFlex (SigLIP 2's any-size sequences): a way of running the weights, which no format records
-    "naflex": {f: refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
-                          "Write its fixed-size model, or keep it as a .keras file (`model.save`).")
-               for f in ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+    # NaFlex (SigLIP 2's any-size sequences): format="huggingface" writes a Siglip2VisionModel
+    # (the "siglip2" column); the other formats have no setting for it
+    "naflex": {**{f: refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
+                             _FIXED_SIZE) for f in ("npz", "dinov2", "dinov3", "timm", "keras_hub")},
+               "huggingface": written(note="NaFlex: written as a Siglip2VisionModel")},
     "max_num_patches": {f: with_("naflex") for f in
                         ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
 }
-for _entries in TABLE.values():
+
+
+def _siglip2(why):
+    """A family option that Siglip2VisionModel has no key for."""
+    return refused(why, _FIXED_SIZE)
+
+
+# Hugging Face's Siglip2VisionModel (SigLIP 2 NaFlex, model_type siglip2_vision_model): a
+# NaFlex tower of SigLIP's shape: a square position table, a MAP head, no [class] token
+_S2_SAME = ("mlp_dim", "num_channels", "num_heads", "num_layers", "hidden_dim", "pixel_scale",
+            "pixel_offset")
+_SIGLIP2 = {
+    **{field: W for field in _S2_SAME},
+    **{field: LOADING for field in ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
+                                    "data_format")},
+    "image_size": written((lambda c: c.grid_size[0] != c.grid_size[1], "its position table is "
+                           "{c.grid_size[0]}x{c.grid_size[1]} patches, and {reader}'s is a square "
+                           "(num_patches = side x side)", "Resample it to a square first "
+                           "(`model.with_config(image_size=...)`), or keep it as a .keras file "
+                           "(`model.save`).")),
+    "patch_size": written(_SQUARE + (KERAS,)),
+    "num_classes": written((lambda c: c.num_classes, "Siglip2VisionModel gives features (its "
+                            "attention-pooled output) and has no head", "Write it headless "
+                            "(`model.with_config(num_classes=0)`), or keep it as a .keras file "
+                            "(`model.save`).")),
+    "pooling": written((lambda c: c.pooling != "map", "pooling {c.pooling!r}: {reader} pools with "
+                        "its attention head (pooling='map')", _FIXED_SIZE)),
+    "representation_size": _siglip2("it has a pre-logits layer, which {reader} does not have"),
+    "projection_dim": _PROJECTION, "normalize_features": _NORMALIZE,
+    "layer_norm_epsilon": written(values=(dict(layer_norm_epsilon=1e-5),)),
+    "gelu_approximate": written(values=(dict(gelu_approximate=False),)),
+    "mlp_activation": written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', "
+                               "which {reader} does not have", _FIXED_SIZE),
+                              values=(dict(mlp_activation="quick_gelu"),)),
+    "qkv_bias": _siglip2("its attention has no query, key and value biases (qkv_bias=False), which "
+                         "{reader} requires"),
+    "key_bias": _siglip2("its key projection has no bias (key_bias=False), which {reader} requires"),
+    "layer_scale_init": _siglip2("it has LayerScale (layer_scale_init), which {reader} has no key for"),
+    "num_registers": _siglip2("it has {c.num_registers} register tokens, which {reader} has no key for"),
+    "position_embedding": written((lambda c: c.position_embedding != "learned", "its position "
+                                   "embeddings are {c.position_embedding!r}, and {reader}'s a learned "
+                                   "table", _FIXED_SIZE)),
+    "rope_theta": with_("position_embedding"),
+    "resnet_block_units": _HYBRID, "resnet_width_factor": with_("resnet_block_units"),
+    "head_bias_init": Entry("loading", note="an initializer: no file holds it"),
+    "qk_norm": _siglip2("qk_norm, which {reader} does not have"),
+    "norm_pre": _siglip2("norm_pre (CLIP's LayerNorm before the encoder), which {reader} does not have"),
+    "fc_norm": _siglip2("fc_norm, which {reader} does not have"),
+    "patch_bias": _siglip2("its patch embedding has no bias (patch_bias=False), which {reader} requires"),
+    "mlp_bias": _siglip2("its MLP has no biases (mlp_bias=False), which {reader} requires"),
+    "norm_bias": _siglip2("its LayerNorms have no bias (norm_bias=False), which {reader} requires"),
+    "distillation": _siglip2("distillation (DeiT's second token and head), which {reader} does not "
+                             "have"),
+    "distillation_head": with_("distillation"),
+    "class_token": _siglip2("class_token={c.class_token} with {c.pooling!r} pooling, which {reader} "
+                            "does not have"),
+    "class_names": with_("num_classes"),
+    "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "
+                       "sequences", "Make it NaFlex first (`model.with_naflex(max_num_patches)`).")),
+    "max_num_patches": written(values=(dict(max_num_patches=3),)),
+}
+for _field, _entries in TABLE.items():
+    _entries["siglip2"] = _SIGLIP2[_field]
     _entries["keras"] = W
 
 

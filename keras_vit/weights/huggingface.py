@@ -1,6 +1,8 @@
-"""Hugging Face directories of the ViT family: ViT, DeiT, DINOv2, DINOv3, CLIP and SigLIP."""
+"""Hugging Face directories of the ViT family: ViT, DeiT, DINOv2, DINOv3, CLIP, SigLIP and
+SigLIP 2's NaFlex towers (Tschannen et al., "SigLIP 2", arXiv:2502.14786, 2025)."""
 
 import dataclasses
+import math
 import pathlib
 import re
 import types
@@ -44,8 +46,10 @@ def read_huggingface(directory, tensors=None):
     (``DeiTForImageClassificationWithTeacher``), DINOv2 (``Dinov2Model``,
     ``Dinov2WithRegistersModel``), DINOv3 (``DINOv3ViTModel``), CLIP (``CLIPVisionModel``,
     ``CLIPVisionModelWithProjection``, or a whole ``CLIPModel``'s image
-    tower) or SigLIP (``SiglipVisionModel``, or a ``SiglipModel``'s image
-    tower) model; a model type or key it does not know is refused by name.
+    tower), SigLIP (``SiglipVisionModel``, or a ``SiglipModel``'s image
+    tower) or SigLIP 2 NaFlex (``Siglip2VisionModel``, or a ``Siglip2Model``'s
+    image tower: `naflex_config`) model; a model type or key it does not know
+    is refused by name.
     `tensors`: its ``model.safetensors``, when already read
     (`read_image_text`)."""
     directory = weights_folder(directory)
@@ -64,6 +68,8 @@ def read_huggingface(directory, tensors=None):
     if names:
         config["class_names"] = names
     config.update(processor_scaling(directory, config["num_channels"]))
+    if family == "siglip2":
+        config.update(naflex_config(directory, hf, config["patch_size"]))
     c = config_view(config)
     state = r.move(rows(c, family), tensors, c, source)
     grid = tuple(s // p for s, p in zip(c.image_size, c.patch_size))
@@ -84,16 +90,18 @@ def _image_config(directory):
     its model type known and its sizes there."""
     hf = read_config_json(directory / "config.json")
     model_type = hf.get("model_type")
-    if model_type in ("clip", "siglip"):  # a two-tower model: its image tower
+    if model_type in _TEXT_DEFAULTS:  # a two-tower model: its image tower
         hf = {**hf.get("vision_config", {}), "model_type": f"{model_type}_vision_model",
               "architectures": hf.get("architectures", [])}
         model_type = hf["model_type"]
     if model_type not in _FAMILIES:
         raise CheckpointError(
             f"{directory}/config.json has model_type {model_type!r}; keras_vit reads Hugging Face "
-            f"{', '.join(map(repr, _FAMILIES))} checkpoints (the ViT family) and 'clip', 'siglip'."
+            f"{', '.join(map(repr, _FAMILIES))} checkpoints (the ViT family) and "
+            f"{', '.join(map(repr, _TEXT_DEFAULTS))}."
         )
-    require(hf, ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size"),
+    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size")
+    require(hf, sizes + (("num_patches",) if model_type == "siglip2_vision_model" else ()),
             directory / "config.json")
     act = hf.get("hidden_act", "gelu")
     if act not in _ACTIVATIONS and model_type != "dinov3_vit":  # which checks its own
@@ -134,19 +142,60 @@ def load_weights(directory):
     return load_safetensors(weights)
 
 
+def image_processor_config(directory):
+    """The folder's image processor settings: ``preprocessor_config.json``
+    (an image processor's ``save_pretrained``), else the
+    ``"image_processor"`` of ``processor_config.json`` (a whole processor's,
+    as transformers 5 saves it); None without either."""
+    directory = pathlib.Path(directory)
+    if (directory / "preprocessor_config.json").exists():
+        return read_config_json(directory / "preprocessor_config.json")
+    if (directory / "processor_config.json").exists():
+        return read_config_json(directory / "processor_config.json").get("image_processor")
+    return None
+
+
 def processor_scaling(directory, channels):
-    """The image processor's normalisation (``preprocessor_config.json``:
+    """The image processor's normalisation (`image_processor_config`:
     ``rescale_factor``, ``image_mean``, ``image_std``) as a `ViTConfig`'s
     ``pixel_scale`` and ``pixel_offset`` (`keras_vit.config.scaling_of_normalization`);
-    {} without the file."""
-    path = pathlib.Path(directory) / "preprocessor_config.json"
-    if not path.exists():
+    {} without one."""
+    processor = image_processor_config(directory)
+    if processor is None:
         return {}
-    processor = read_config_json(path)
     rescale = float(processor.get("rescale_factor", 1 / 255)) if processor.get("do_rescale", True) else 1.0
     if processor.get("do_normalize", True) and "image_mean" in processor:
         return scaling_of_normalization(processor["image_mean"], processor["image_std"], channels, rescale)
     return scaling_of_normalization(0.0, 1.0, channels, rescale)
+
+
+def naflex_config(directory, hf, patch_size):
+    """A SigLIP 2 NaFlex folder's `ViT` arguments beyond the ViT's:
+    ``naflex``, ``max_num_patches`` (the image processor's,
+    `image_processor_config`; without one, 256, transformers' default) and
+    ``image_size``, the grid of the position table (config.json's
+    ``num_patches`` rows, side x side patches) times `patch_size`.
+
+    Raises:
+        CheckpointError: a table that is not a square grid, or a processor
+            whose patch size is not the model's; the message names the file.
+    """
+    num_patches = int(hf["num_patches"])
+    side = math.isqrt(num_patches)
+    if side * side != num_patches:
+        raise CheckpointError(
+            f"{directory}/config.json: num_patches {num_patches} is not a square; Siglip2's "
+            "position table is side x side patches. The file may be edited by hand: save the "
+            "model again with `save_pretrained`.")
+    processor = image_processor_config(directory) or {}
+    if int(processor.get("patch_size", patch_size)) != patch_size:
+        raise CheckpointError(
+            f"{directory}: the image processor's patch_size is {processor['patch_size']} and "
+            f"config.json's {patch_size}; the processor must cut the model's patches. Save the "
+            "processor that belongs to the model (`processor.save_pretrained(folder)`), or set "
+            f"its patch_size to {patch_size}.")
+    return dict(naflex=True, max_num_patches=int(processor.get("max_num_patches", 256)),
+                image_size=side * patch_size)
 
 
 def _intermediate_size(hf, source):
@@ -223,6 +272,18 @@ def _clip_config(tensors, hf, config, source):
         config["pooling"] = "map"
 
 
+def _siglip2_config(tensors, hf, config, source):
+    """SigLIP 2 NaFlex's image tower: SigLIP's (`_clip_config`) with a
+    linear patch embedding and a position table of ``num_patches`` rows,
+    taking NaFlex sequences (`naflex_config`)."""
+    config["mlp_dim"] = _intermediate_size(hf, source)
+    config["num_classes"] = 0
+    if "head.probe" not in tensors:
+        raise CheckpointError(f"{source}: a SigLIP 2 tower without its attention-pooling head "
+                              "(vision_use_head=False); keras_vit reads it with the head.")
+    config["pooling"] = "map"
+
+
 _QKV = ("query", "key", "value")
 
 
@@ -242,6 +303,14 @@ def _block(theirs, norms, qkv, out, mlp, style=r.TORCH, layer_scale=False, qkv_b
     if layer_scale:
         rows += [r.row(f"{ours}layer_scale_{j}", f"{theirs}layer_scale{j}.lambda1") for j in (1, 2)]
     return rows
+
+
+# Siglip2's nn.Linear (D, P_h * P_w * C) over patches flattened in (row, column, channel)
+# order <-> our kernel (P_h, P_w, C, D), whose reshape to (P_h * P_w * C, D) is that order
+_LINEAR_PATCHES = r.one(lambda c, w: w.T.reshape(*c.patch_size, c.num_channels, w.shape[0]),
+                lambda c, k: k.reshape(-1, k.shape[-1]).T)
+# an nn.Embedding's table (N, D) <-> our position embeddings (1, N, D)
+_EMBEDDING_TABLE = r.one(lambda c, x: x[None], lambda c, x: x[0])
 
 
 def _patch(theirs, has_bias=r.always):
@@ -321,12 +390,20 @@ FAMILY_ROWS = {
          r.row(("head/kernel", "head/bias"), "visual_projection.weight", _NO_BIAS,
                when=lambda c: c.num_classes),
          *_SIGLIP_HEAD]),
+    "siglip2": lambda c: (
+        [*r.dense_rows("patch_embedding/projection", "embeddings.patch_embedding", r.TORCH,
+                       _LINEAR_PATCHES),
+         r.row("position_embedding/embeddings", "embeddings.position_embedding.weight",
+               _EMBEDDING_TABLE)],
+        _CLIP_BLOCK,
+        [*r.norm_rows("encoder_norm", "post_layernorm", r.TORCH), *_SIGLIP_HEAD]),
 }
 
 
 def rows(c, family):
     """The map of a `ViTConfig` `c`'s model as Hugging Face's `family`
-    (``"vit"``: ViT and DeiT; ``"dinov2"``, ``"dinov3"``, ``"clip"``: CLIP and SigLIP)."""
+    (``"vit"``: ViT and DeiT; ``"dinov2"``, ``"dinov3"``, ``"clip"``: CLIP and SigLIP;
+    ``"siglip2"``: SigLIP 2's NaFlex tower, ``Siglip2VisionModel``)."""
     embed, block, top = FAMILY_ROWS[family](c)
     return [*embed, *r.blocks(block, c.num_layers), *top]
 
@@ -337,17 +414,20 @@ _OTHER_TOWER = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 _FAMILIES = {"vit": ("vit", _vit_config), "deit": ("vit", _vit_config),
              "dinov2": ("dinov2", _dinov2_config), "dinov2_with_registers": ("dinov2", _dinov2_config),
              "dinov3_vit": ("dinov3", _dinov3_config), "clip_vision_model": ("clip", _clip_config),
-             "siglip_vision_model": ("clip", _clip_config)}
+             "siglip_vision_model": ("clip", _clip_config),
+             "siglip2_vision_model": ("siglip2", _siglip2_config)}
 _PREFIXES = {"vit": ("vit.",), "deit": ("deit.",), "dinov2": ("dinov2.",),
              "dinov2_with_registers": ("dinov2_with_registers.",), "dinov3_vit": ("model.",),
-             "clip_vision_model": ("vision_model.",), "siglip_vision_model": ("vision_model.",)}
+             "clip_vision_model": ("vision_model.",), "siglip_vision_model": ("vision_model.",),
+             "siglip2_vision_model": ("vision_model.",)}
 # transformers' defaults where config.json leaves the epsilon out
 _EPSILON = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6,
             "dinov3_vit": 1e-5,
-            "clip_vision_model": 1e-5, "siglip_vision_model": 1e-6}
+            "clip_vision_model": 1e-5, "siglip_vision_model": 1e-6, "siglip2_vision_model": 1e-6}
 
 
-# transformers' CLIPTextConfig and SiglipTextConfig defaults, where config.json leaves a key out
+# transformers' CLIPTextConfig, SiglipTextConfig and Siglip2TextConfig defaults, where
+# config.json leaves a key out
 _TEXT_DEFAULTS = {
     "clip": dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
                  num_attention_heads=8, max_position_embeddings=77, hidden_act="quick_gelu",
@@ -356,6 +436,7 @@ _TEXT_DEFAULTS = {
                    num_attention_heads=12, max_position_embeddings=64,
                    hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6),
 }
+_TEXT_DEFAULTS["siglip2"] = _TEXT_DEFAULTS["siglip"]  # the same tower, a Gemma tokenizer
 
 
 @dataclasses.dataclass
@@ -369,7 +450,7 @@ class TextCheckpoint:
         logit_scale: float, the log of the logits' scale.
         logit_bias: float or None (SigLIP's).
         source: the folder, for messages.
-        name: ``"clip"`` or ``"siglip"``.
+        name: ``"clip"``, ``"siglip"`` or ``"siglip2"``.
     """
 
     config: dict
@@ -381,8 +462,8 @@ class TextCheckpoint:
 
 
 def read_image_text(directory):
-    """Both towers of a Hugging Face ``CLIPModel`` or ``SiglipModel`` folder,
-    its weights read once: (`read_huggingface`'s image `Checkpoint`,
+    """Both towers of a Hugging Face ``CLIPModel``, ``SiglipModel`` or
+    ``Siglip2Model`` (NaFlex) folder, its weights read once: (`read_huggingface`'s image `Checkpoint`,
     `read_huggingface_text`'s `TextCheckpoint`). A folder of one tower is
     refused, naming it, before any weights are read."""
     directory = pathlib.Path(directory)
@@ -392,29 +473,32 @@ def read_image_text(directory):
 
 
 def _two_tower_config(directory):
-    """``config.json`` of a two-tower folder, and its ``"clip"`` or
-    ``"siglip"``; any other model is refused, naming the tower it holds."""
+    """``config.json`` of a two-tower folder, and its ``"clip"``,
+    ``"siglip"`` or ``"siglip2"``; any other model is refused, naming the
+    tower it holds."""
     hf = read_config_json(directory / "config.json")
     model_type = hf.get("model_type")
     if model_type not in _TEXT_DEFAULTS:
         tower = {"clip_vision_model": "CLIP's image tower alone (CLIPVisionModel)",
                  "siglip_vision_model": "SigLIP's image tower alone (SiglipVisionModel)",
                  "clip_text_model": "CLIP's text tower alone (CLIPTextModel)",
-                 "siglip_text_model": "SigLIP's text tower alone (SiglipTextModel)"}.get(
+                 "siglip_text_model": "SigLIP's text tower alone (SiglipTextModel)",
+                 "siglip2_vision_model": "SigLIP 2's image tower alone (Siglip2VisionModel)",
+                 "siglip2_text_model": "SigLIP 2's text tower alone (Siglip2TextModel)"}.get(
                      model_type, "a timm checkpoint (an image tower)" if "architecture" in hf
                      else f"model_type {model_type!r}, not a two-tower model")
         raise CheckpointError(
             f"Hugging Face checkpoint {directory} holds {tower}; an ImageTextModel needs both "
-            "towers: a CLIPModel or SiglipModel folder (config.json's model_type 'clip' or "
-            "'siglip')." + (" Read an image tower with keras_vit.ViT.from_checkpoint."
+            "towers: a CLIPModel, SiglipModel or Siglip2Model folder (config.json's model_type "
+            "'clip', 'siglip' or 'siglip2')." + (" Read an image tower with keras_vit.ViT.from_checkpoint."
                             if "vision" in str(model_type) or "architecture" in hf else ""))
     return hf, model_type
 
 
 def read_huggingface_text(directory, tensors=None):
-    """The text tower, logit scale and bias of a Hugging Face ``CLIPModel``
-    or ``SiglipModel`` folder (``text_model.*``, CLIP's ``text_projection``,
-    ``logit_scale``, SigLIP's ``logit_bias``); the image tower is
+    """The text tower, logit scale and bias of a Hugging Face ``CLIPModel``,
+    ``SiglipModel`` or ``Siglip2Model`` folder (``text_model.*``, CLIP's
+    ``text_projection``, ``logit_scale``, SigLIP's ``logit_bias``); the image tower is
     `read_huggingface`'s. A folder of one tower is refused, naming it.
     `tensors`: its ``model.safetensors``, when already read (`read_image_text`)."""
     directory = pathlib.Path(directory)
@@ -443,7 +527,7 @@ def read_huggingface_text(directory, tensors=None):
                       projection_bias=False)
     else:  # full attention; the last token; the head, with bias
         config.update(causal=False, pooling="last", projection_bias=True)
-    logits = ("logit_scale", "logit_bias") if model_type == "siglip" else ("logit_scale",)
+    logits = ("logit_scale",) if model_type == "clip" else ("logit_scale", "logit_bias")
     r.require_keys(tensors, logits, source)
     scale, bias = (float(np.asarray(tensors.pop(key)).reshape(-1)[0]) if key in logits else None
                    for key in ("logit_scale", "logit_bias"))

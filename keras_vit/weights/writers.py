@@ -1,6 +1,8 @@
 """A ViT written back to the formats keras_vit reads: a vit_jax ``.npz``, a
-Hugging Face ``ViTForImageClassification`` / ``ViTModel`` directory, and a
-timm ``VisionTransformer`` ``.safetensors`` (with its hub ``config.json``).
+Hugging Face ``ViTForImageClassification`` / ``ViTModel`` directory (a
+``DINOv3ViTModel`` for rotary position embeddings, a SigLIP 2
+``Siglip2VisionModel`` for a NaFlex model), and a timm ``VisionTransformer``
+``.safetensors`` (with its hub ``config.json``).
 
 Each writer is the inverse of its reader (`read_npz`, `read_huggingface`,
 `read_timm`), key by key: the reader, applied to what the writer wrote, gives
@@ -38,7 +40,9 @@ def save_checkpoint(model, path, format="npz"):
     Args:
         model: a `keras_vit.ViT`.
         path: where to write: a ``.npz`` file (``"npz"``); a directory, made
-            here (``"huggingface"``: ``config.json`` + ``model.safetensors``;
+            here (``"huggingface"``: ``config.json`` + ``model.safetensors``,
+            a ``Siglip2VisionModel`` with its ``preprocessor_config.json``
+            for a NaFlex model;
             ``"timm"``: the same, timm's hub layout); or, for ``"timm"``, a
             ``.safetensors`` file alone.
         format: ``"npz"`` (vit_jax; big_vision's layout for MAP pooling),
@@ -55,15 +59,25 @@ def save_checkpoint(model, path, format="npz"):
             `keras_vit.weights.capabilities.TABLE`).
     """
     path = check_output(path, format)
-    column = "dinov3" if format == "huggingface" and model.config.position_embedding == "rope" else format
+    column = _column(model.config, format)
     refuse(model, column)
     writer = {"npz": _write_npz, "huggingface": _write_huggingface, "dinov3": _write_dinov3,
-              "timm": _write_timm, "keras_hub": _write_keras_hub}[column]
+              "siglip2": _write_siglip2, "timm": _write_timm, "keras_hub": _write_keras_hub}[column]
     if _is_folder(path, format):
         files.write_folder(path, lambda folder: writer(model, folder))
     else:
         writer(model, path)
     return path
+
+
+def _column(c, format):
+    """The `keras_vit.weights.capabilities.COLUMNS` key that `format` writes
+    a model of config `c` as: ``"huggingface"`` is a ``Siglip2VisionModel``
+    for a NaFlex model (``"siglip2"``), a ``DINOv3ViTModel`` for rotary
+    position embeddings (``"dinov3"``), else a ViT."""
+    if format != "huggingface":
+        return format
+    return "siglip2" if c.naflex else "dinov3" if c.position_embedding == "rope" else format
 
 
 def _is_folder(path, format):
@@ -142,8 +156,7 @@ def _write_huggingface(model, path):
         "num_hidden_layers": c.num_layers,
         "num_attention_heads": c.num_heads,
         "intermediate_size": c.mlp_dim,
-        "hidden_act": ("quick_gelu" if c.mlp_activation == "quick_gelu"
-                       else "gelu_pytorch_tanh" if c.gelu_approximate else "gelu"),
+        "hidden_act": _hidden_act(c),
         "layer_norm_eps": c.layer_norm_epsilon,
         "image_size": _image_size(c),
         "patch_size": c.patch_size[0],
@@ -178,6 +191,37 @@ def _write_dinov3(model, path):
         "num_register_tokens": c.num_registers,
     }
     _write_folder(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
+
+
+def _write_siglip2(model, path):
+    """A NaFlex model as transformers' ``Siglip2VisionModel`` (``model_type``
+    ``siglip2_vision_model``; Tschannen et al., "SigLIP 2",
+    arXiv:2502.14786): its position table of ``num_patches`` = grid_h x
+    grid_w rows, its MAP head; ``preprocessor_config.json`` a
+    ``Siglip2ImageProcessor`` with the model's patch size, ``max_num_patches``
+    and pixel scaling."""
+    c = model.config
+    tensors = write_rows(huggingface_rows(c, "siglip2"), model_state(model), c, model.name, "Hugging Face")
+    config = {
+        "architectures": ["Siglip2VisionModel"], "model_type": "siglip2_vision_model",
+        "hidden_size": c.hidden_dim, "intermediate_size": c.mlp_dim,
+        "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
+        "num_channels": c.num_channels, "patch_size": c.patch_size[0],
+        "num_patches": c.grid_size[0] * c.grid_size[1], "hidden_act": _hidden_act(c),
+        "layer_norm_eps": c.layer_norm_epsilon, "attention_dropout": 0.0, "vision_use_head": True,
+    }
+    mean, std = mean_and_std(c)
+    processor = {"image_processor_type": "Siglip2ImageProcessor", "do_resize": True, "resample": 2,
+                 "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
+                 "image_mean": mean, "image_std": std, "patch_size": c.patch_size[0],
+                 "max_num_patches": c.max_num_patches}
+    _write_folder(path, tensors, config, {"preprocessor_config.json": processor})
+
+
+def _hidden_act(c):
+    """transformers' name of the MLP's activation: QuickGELU, tanh or erf GELU."""
+    return ("quick_gelu" if c.mlp_activation == "quick_gelu"
+            else "gelu_pytorch_tanh" if c.gelu_approximate else "gelu")
 
 
 def _image_processor(c):
