@@ -187,14 +187,53 @@ def _configs(args):
 def _predict(args):
     import keras
 
-    from keras_vit.data import read_images
-
     model = _classifier(_load_model(args.model, dtype=args.dtype), args.model)
-    images = read_images(args.images, model=model)
+    model, images = _model_inputs(model, args.images, args.max_num_patches, args.model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
     _print_top(args.images, _softmax(logits), names, args.top_k)
     return 0
+
+
+def _model_inputs(model, paths, max_num_patches, name):
+    """`model` (a ViT) and the image files `paths` as it takes them:
+    resized to its size, or, with `max_num_patches` (``--max-num-patches``)
+    or for a NaFlex model, at their own sizes and aspect ratios as NaFlex
+    sequences (`keras_vit.naflex_inputs`), the model made NaFlex of that
+    budget (`ViT.with_naflex`, the same weights)."""
+    from keras_vit.data import read_images
+
+    if max_num_patches is None and not model.naflex:
+        return model, read_images(paths, model=model)
+    if max_num_patches is not None and max_num_patches != model.max_num_patches:
+        if model.resnet_block_units is not None:
+            raise ValueError(
+                f"--max-num-patches does not apply to {name}, a hybrid (ResNet + ViT) model: NaFlex "
+                "cuts images into pixel patches, and a hybrid embeds ResNet features of a square "
+                "image. Leave --max-num-patches out; the images are then resized to "
+                f"{model.image_size[0]}x{model.image_size[1]}.")
+        model = model.with_naflex(max_num_patches)
+    return model, _naflex_images(paths, model)
+
+
+def _naflex_images(paths, model):
+    """The image files decoded at their own sizes (RGB), as `model`'s NaFlex inputs."""
+    import tensorflow as tf
+
+    from keras_vit.data import op_message
+    from keras_vit.data.preprocessing import check_image_file
+    from keras_vit.data.preprocessing import decode_image
+    from keras_vit.naflex import naflex_inputs
+
+    images = []
+    for path in paths:
+        check_image_file(path)
+        try:
+            images.append(decode_image(tf.io.read_file(path)).numpy())
+        except tf.errors.OpError as error:
+            raise ValueError(f"Cannot decode image file {path}: {op_message(error)}") from error
+    return naflex_inputs(images, model.patch_size, model.max_num_patches, model.pixel_scale,
+                         model.pixel_offset)
 
 
 def _softmax(logits):
@@ -217,7 +256,6 @@ def _zero_shot(args):
     import keras
     import numpy as np
 
-    from keras_vit.data import read_images
     from keras_vit.image_text import ImageTextModel
     from keras_vit.zero_shot import zero_shot_classifier
 
@@ -226,7 +264,7 @@ def _zero_shot(args):
         raise ValueError("--labels is empty: give the class names, comma-separated (--labels cat,dog).")
     model = _load_model(args.model, model_class=ImageTextModel)
     classifier = at_dtype(zero_shot_classifier(model, labels, args.templates), args.dtype)
-    images = read_images(args.images, model=classifier)
+    classifier, images = _model_inputs(classifier, args.images, args.max_num_patches, args.model)
     logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,
                                                            verbose=0)).astype(np.float64)
     # SigLIP: each class on its own, a sigmoid; CLIP: a softmax over the classes
@@ -455,6 +493,9 @@ def _classify_flags(sub):
     sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
     sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    sub.add_argument("--max-num-patches", type=_positive_int, metavar="N",
+                     help="NaFlex: each image at its own size and aspect ratio, resized to at most "
+                     "N patches (the model made NaFlex with the same weights; docs/naflex.md)")
     _dtype_flag(sub)
 
 

@@ -21,7 +21,18 @@ What a pod needs (big_vision's input pipeline does the same):
   resume skips encoded records;
 - the training crops decode only the crop window of a JPEG
   (`preprocessing.random_crop_encoded`).
+
+NaFlex mode (``max_num_patches``, `keras_vit.naflex`): each image, or its
+training crop, keeps its own size and aspect ratio and becomes a padded
+patch sequence (`keras_vit.naflex.naflex_example`). A batch of the training
+stream is one of a few shapes, as timm's NaFlex loader makes them: its
+sequence length L is drawn from ``seq_lens`` and it holds ``batch_size *
+max_num_patches // L`` images, a fixed token budget. The lengths come in
+cycles, each length once per cycle in an order drawn from (seed, cycle), so
+where batch k starts in the stream is known without reading it (a resume).
 """
+
+import functools
 
 import tensorflow as tf
 
@@ -31,6 +42,7 @@ from keras_vit.data.sources import Source
 from keras_vit.data.sources import load_source
 from keras_vit.config import is_int
 from keras_vit.config import pair
+from keras_vit.naflex import naflex_example
 
 # Streams of stateless keys drawn from the seed, one per use.
 _ELEMENT, _BATCH, _SHUFFLE = 0, 1, 2
@@ -40,7 +52,7 @@ def input_pipeline(
     source,
     split=None,
     *,
-    image_size,
+    image_size=None,
     batch_size,
     training,
     preprocess=None,
@@ -58,6 +70,9 @@ def input_pipeline(
     data_dir=None,
     pixel_scale=None,
     pixel_offset=None,
+    patch_size=None,
+    max_num_patches=None,
+    seq_lens=None,
 ):
     """Batches of preprocessed images and one-hot labels.
 
@@ -65,8 +80,11 @@ def input_pipeline(
         source: a `Source`, or a dataset name or folder for `load_source`.
         split: the split to load when `source` is a name (TFDS syntax,
             e.g. ``"train[:98%]"``); None with a `Source`.
-        image_size: int or (int, int). Output height and width.
-        batch_size: int. Images per batch.
+        image_size: int or (int, int). Output height and width. None in
+            NaFlex mode, where each image keeps its own.
+        batch_size: int. Images per batch; in NaFlex mode, per batch of
+            `max_num_patches`, and the token budget of every batch is
+            ``batch_size * max_num_patches``.
         training: bool. Shuffles, crops and augments when True.
         preprocess: ``"inception"`` (Inception crop, area (0.08, 1), and
             flip: pre-training), ``"finetune"`` (vit_jax's fine-tuning crop,
@@ -110,11 +128,26 @@ def input_pipeline(
             pixel_offset`` (a model's ``pixel_scale`` and ``pixel_offset``);
             None for both: [-1, 1].
         pixel_offset: float, a sequence, or None. See `pixel_scale`.
+        patch_size: int or (int, int). NaFlex mode: the model's patch size.
+        max_num_patches: int >= 1, or None. Set, the pipeline is in NaFlex
+            mode (module docstring) for a model made with
+            ``naflex=True, max_num_patches=...``: each image (a training
+            crop keeps the crop's own size) resized to at most this many
+            patches, as `keras_vit.naflex_inputs` does; evaluation batches
+            are all of this length.
+        seq_lens: ints in [1, max_num_patches], or None for
+            ``(max_num_patches,)``. NaFlex training: the sequence lengths
+            drawn per batch, e.g. ``(64, 128, 256)`` for 256 (timm's
+            ``train_seq_lens``); a batch of length L holds ``batch_size *
+            max_num_patches // L`` images, each of at most L patches.
 
     Returns:
         `tf.data.Dataset` of (images, labels): images float32 (batch, H, W,
         3) in [-1, 1] (or as `pixel_scale` and `pixel_offset` make them), labels float32 (batch, num_classes), one-hot (soft
-        with MixUp or CutMix, each row summing to 1).
+        with MixUp or CutMix, each row summing to 1). In NaFlex mode the
+        images are the dict of `keras_vit.naflex_inputs`: ``"patches"``
+        float32 (batch, L, P * P * 3), ``"patch_mask"`` int32 (batch, L),
+        ``"spatial_shapes"`` int32 (batch, 2).
 
     Examples:
         ```python
@@ -140,9 +173,25 @@ def input_pipeline(
 
         test = input_pipeline("digits", "test", image_size=16, batch_size=100, training=False)
         print([int(x.shape[0]) for x, _ in test])   # -> [100, 100, 100, 60]
+
+        # NaFlex: lengths 8 and 16 drawn per batch, a budget of 4 * 16 tokens.
+        flex = input_pipeline("digits_stretched", "train", batch_size=4, training=True, flip=False,
+                              patch_size=4, max_num_patches=16, seq_lens=(8, 16))
+        print(sorted({tuple(x["patches"].shape) for x, _ in flex.take(4)}))
+        # -> [(4, 16, 48), (8, 8, 48)]
         ```
     """
     source = _source(source, split, data_dir)
+    if max_num_patches is not None or patch_size is not None or seq_lens is not None:
+        return _naflex_pipeline(source, dict(
+            image_size=image_size, patch_size=patch_size, max_num_patches=max_num_patches,
+            seq_lens=seq_lens, batch_size=batch_size, training=training, preprocess=preprocess,
+            seed=seed, area_range=area_range, flip=flip, augment=(randaugment, mixup, cutmix),
+            shuffle_buffer=shuffle_buffer, repeat=repeat, drop_remainder=drop_remainder,
+            start_batch=start_batch, shard=shard, scaling=(pixel_scale, pixel_offset)))
+    if image_size is None:
+        raise ValueError("`image_size` is required: the height and width of the batches (or give "
+                         "`max_num_patches` and `patch_size` for NaFlex, images at their own sizes).")
     size = pair(image_size, "image_size")
     preprocess = preprocess or ("inception" if training else "resize")
     repeat = training if repeat is None else repeat
@@ -200,6 +249,167 @@ def _mixer(augment, batch_key, shard_index, shard_count, pixel_scale, pixel_offs
         return preprocessing.normalize(images, pixel_scale, pixel_offset), labels
 
     return mix
+
+
+def _naflex_pipeline(source, o):
+    """`input_pipeline` in NaFlex mode (`o`: its arguments by name)."""
+    preprocess = o["preprocess"] or ("inception" if o["training"] else "resize")
+    repeat = o["training"] if o["repeat"] is None else o["repeat"]
+    drop_remainder = o["training"] if o["drop_remainder"] is None else o["drop_remainder"]
+    area_range = _check_arguments(source, preprocess, o["area_range"], o["batch_size"],
+                                  o["shuffle_buffer"], o["start_batch"], o["seed"],
+                                  training=o["training"], repeat=repeat,
+                                  drop_remainder=drop_remainder, flip=o["flip"])
+    patch_size, lengths = _check_naflex(o)
+    longest = max(lengths)
+    schedule = _Schedule(lengths, o["batch_size"] * o["max_num_patches"], o["seed"], o["training"])
+    element_key, shuffle_key = (tf.random.experimental.stateless_fold_in(
+        tf.constant([o["seed"], 0], tf.int64), stream) for stream in (_ELEMENT, _SHUFFLE))
+    first = int(schedule.first_element(o["start_batch"]))
+
+    def element(j, record):
+        """Stream element `j` -> (batch index, length index, NaFlex inputs, one-hot label)."""
+        batch, index = schedule.batch_of(j)
+        image = source.decode(record["image"])
+        key = tf.random.experimental.stateless_fold_in(element_key, j)
+        if preprocess != "resize":
+            image = _naflex_crop(image, key, area_range)
+        if o["flip"] and o["training"]:
+            image = tf.image.stateless_random_flip_left_right(
+                image, seed=tf.random.experimental.stateless_fold_in(key, 1))
+        branches = [functools.partial(_naflex_padded, image, patch_size, length, longest, o["scaling"])
+                    for length in lengths]
+        inputs = branches[0]() if len(branches) == 1 else tf.switch_case(tf.cast(index, tf.int32), branches)
+        return batch, index, inputs, tf.one_hot(record["label"], source.num_classes, dtype=tf.float32)
+
+    dataset = _elements(source, element, o["training"], repeat, first, o["shuffle_buffer"], shuffle_key)
+    if len(lengths) == 1:  # batch k is elements [k * size, (k + 1) * size)
+        dataset = dataset.map(lambda batch, index, inputs, label: (inputs, label)).batch(
+            schedule.sizes_list[0], drop_remainder=drop_remainder).apply(
+            tf.data.experimental.assert_cardinality(
+                tf.data.INFINITE_CARDINALITY if repeat else _num_batches(
+                    source.num_examples - first, schedule.sizes_list[0], drop_remainder)))
+    else:
+        dataset = dataset.group_by_window(
+            key_func=lambda batch, *_: batch, window_size_func=schedule.size,
+            reduce_func=lambda batch, window: window.batch(schedule.size(batch), drop_remainder))
+        dataset = dataset.map(functools.partial(_trimmed, schedule.lengths),
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return dataset.prefetch(tf.data.AUTOTUNE).with_options(_options())
+
+
+def _naflex_crop(image, key, area_range):
+    """A random box of `area_range` of the image's area whose aspect ratio is
+    the image's times a factor in (3/4, 4/3) (log-uniform): the training
+    crop of NaFlex, which keeps a wide image wide (the fixed-size crops'
+    boxes are near-square, `preprocessing.crop_window`)."""
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    area, log_ratio, y, x = tf.unstack(tf.random.stateless_uniform(
+        [4], tf.random.experimental.stateless_fold_in(key, 0)))
+    low, high = area_range
+    area = low + (high - low) * area
+    ratio = tf.exp(tf.math.log(3 / 4) + (tf.math.log(4 / 3) - tf.math.log(3 / 4)) * log_ratio)
+    size = tf.clip_by_value(tf.round(shape * tf.stack([tf.sqrt(area * ratio), tf.sqrt(area / ratio)])),
+                            1.0, shape)
+    begin = tf.cast(tf.floor((shape - size + 1) * tf.stack([y, x])), tf.int32)
+    size = tf.cast(size, tf.int32)
+    return tf.slice(image, tf.concat([begin, [0]], 0), tf.concat([size, [3]], 0))
+
+
+def _trimmed(lengths, batch, index, inputs, labels):
+    """A NaFlex batch at its own length (its elements are padded to the longest)."""
+    length = tf.gather(lengths, index[0])
+    return {"patches": inputs["patches"][:, :length], "patch_mask": inputs["patch_mask"][:, :length],
+            "spatial_shapes": inputs["spatial_shapes"]}, labels
+
+
+def _naflex_padded(image, patch_size, length, longest, scaling):
+    """`naflex_example` of `image` at `length` patches, padded to `longest`."""
+    inputs = naflex_example(image, patch_size, length, *_naflex_scaling(scaling))
+    pad = longest - length
+    return {"patches": tf.pad(inputs["patches"], [[0, pad], [0, 0]]),
+            "patch_mask": tf.pad(inputs["patch_mask"], [[0, pad]]),
+            "spatial_shapes": inputs["spatial_shapes"]}
+
+
+def _naflex_scaling(scaling):
+    """``(pixel_scale, pixel_offset)`` with None as [-1, 1]'s, as `normalize`."""
+    scale, offset = scaling
+    return (1 / 127.5 if scale is None else scale), (-1.0 if offset is None else offset)
+
+
+class _Schedule:
+    """Which batch each element of a NaFlex stream is in, and its length.
+
+    The batches come in cycles of one batch per length in `lengths`, in an
+    order drawn from (seed, cycle) when `shuffled`; a batch of length L holds
+    ``budget // L`` elements, so every cycle holds the same elements and
+    batch k's first element is known from k alone."""
+
+    def __init__(self, lengths, budget, seed, shuffled):
+        self.sizes_list = [budget // length for length in lengths]
+        self.lengths = tf.constant(lengths, tf.int64)
+        self.sizes = tf.constant(self.sizes_list, tf.int64)
+        self.count, self.cycle = len(lengths), sum(self.sizes_list)
+        self.key = tf.random.experimental.stateless_fold_in(tf.constant([seed, 0], tf.int64), _BATCH)
+        self.shuffled = shuffled and len(lengths) > 1
+
+    def order(self, cycle):
+        """The length indices of the batches of `cycle`, in their order."""
+        indices = tf.range(self.count, dtype=tf.int64)
+        if not self.shuffled:
+            return indices
+        key = tf.random.experimental.stateless_fold_in(self.key, cycle)
+        return tf.random.experimental.index_shuffle(indices, key, self.count - 1)
+
+    def batch_of(self, j):
+        """(batch index, length index) of stream element `j`."""
+        cycle, offset = j // self.cycle, j % self.cycle
+        order = self.order(cycle)
+        ends = tf.cumsum(tf.gather(self.sizes, order))
+        position = tf.searchsorted(ends, offset[None], side="right", out_type=tf.int64)[0]
+        return cycle * self.count + position, order[position]
+
+    def size(self, batch):
+        """The number of elements of batch `batch` (int64)."""
+        return tf.gather(self.sizes, self.order(batch // self.count)[batch % self.count])
+
+    def first_element(self, batch):
+        """The stream index of the first element of batch `batch`."""
+        batch = tf.constant(batch, tf.int64)
+        order = self.order(batch // self.count)[:batch % self.count]
+        return batch // self.count * self.cycle + tf.reduce_sum(tf.gather(self.sizes, order))
+
+
+def _check_naflex(options):
+    """NaFlex mode's own arguments checked: returns the patch size and the
+    sorted sequence lengths."""
+    budget, lengths = options["max_num_patches"], options["seq_lens"]
+    if options["image_size"] is not None:
+        raise ValueError(
+            f"`image_size` ({options['image_size']!r}) with `max_num_patches`: NaFlex keeps each "
+            "image's size and aspect ratio within the patch budget. Leave `image_size` out.")
+    if options["patch_size"] is None or budget is None:
+        raise ValueError("NaFlex mode needs both `patch_size` and `max_num_patches`: the model's "
+                         "(`model.patch_size`, `model.max_num_patches`).")
+    patch_size = pair(options["patch_size"], "patch_size")
+    if not is_int(budget, 1):
+        raise ValueError(f"`max_num_patches` must be an int >= 1, got {budget!r}: a budget below one "
+                         "patch leaves no room for any image. Give the model's, e.g. 256.")
+    lengths = (budget,) if lengths is None else tuple(lengths)
+    if not lengths or not all(is_int(length, 1) and length <= budget for length in lengths):
+        raise ValueError(f"`seq_lens` must be ints in [1, max_num_patches={budget}], e.g. "
+                         f"({max(1, budget // 4)}, {max(1, budget // 2)}, {budget}); got {options['seq_lens']!r}.")
+    if not options["training"] and lengths != (budget,):
+        raise ValueError("`seq_lens` is for training; evaluation pads every image to "
+                         "`max_num_patches`. Leave `seq_lens` out.")
+    if options["shard"] is not None and options["shard"][1] != 1:
+        raise ValueError(f"`shard` {options['shard']!r}: a NaFlex stream is not yet split between "
+                         "hosts (its batches differ in size). Read it on one host (shard=None).")
+    if any(options["augment"]):
+        raise ValueError("RandAugment, MixUp and CutMix work on batches of one image size; NaFlex's "
+                         "images keep their own. Leave `randaugment`, `mixup` and `cutmix` out.")
+    return patch_size, tuple(sorted(set(lengths)))
 
 
 def _part(source, shard, batch_size, drop_remainder):

@@ -22,6 +22,7 @@ from keras_vit.data.preprocessing import decode_failure
 from keras_vit.data.preprocessing import random_crop
 from keras_vit.data.preprocessing import random_crop_encoded
 from keras_vit.data.preprocessing import to_rgb
+from keras_vit.naflex import antialiased_resize_matrix
 
 # TFDS image-classification datasets of the paper and its transfer tasks; any
 # other TFDS builder with "image" and "label" features works too.
@@ -41,6 +42,10 @@ DATASETS = (
 
 DIGITS_SIZE = 32
 DIGITS_TEST_SIZE = 360
+# The digits stretched to random aspect ratios (NaFlex's demo): height / width
+# drawn log-uniformly in [1 / STRETCH, STRETCH], the area about 32 x 32 pixels.
+STRETCHED_DIGITS = "digits_stretched"
+STRETCH = 3.0
 _FOLDER_SPLITS = ("train", "test", "validation")
 _FOLDER_LAYOUT = (
     "An image folder holds one sub-folder of images per class (root/<class>/<image>.jpg), "
@@ -157,7 +162,10 @@ def load_source(name, split, data_dir=None):
 
     Args:
         name: ``"digits"`` (scikit-learn's 8x8 digits, embedded: 1437
-            training and 360 test images, upscaled to 32x32 RGB), the name of
+            training and 360 test images, upscaled to 32x32 RGB),
+            ``"digits_stretched"`` (the same digits, each stretched to its own
+            aspect ratio between 1:3 and 3:1, about 32x32 pixels in area,
+            as PNG: images of many shapes, for NaFlex), the name of
             a TFDS image-classification dataset (see `DATASETS`), or the path
             of an image folder (one sub-folder per class).
         split: a split in TFDS syntax, e.g. ``"train"``, ``"test"``,
@@ -193,6 +201,8 @@ def load_source(name, split, data_dir=None):
         raise ValueError(f"`split` must be a split name such as 'train' or 'train[:90%]', got {split!r}.")
     if name == "digits":
         return _digits_source(split)
+    if name == STRETCHED_DIGITS:
+        return _stretched_digits_source(split)
     path = os.path.expanduser(os.fspath(name))
     if os.path.isdir(path):
         return _folder_source(path, split)
@@ -248,6 +258,35 @@ def _digits_source(split):
     table = {"image": images, "label": labels}
     return Source(tf.data.Dataset.from_tensor_slices(table), "digits", split, 10,
                   [str(i) for i in range(10)], len(labels), table=table)
+
+
+@functools.lru_cache(maxsize=1)
+def _stretched_digits_arrays():
+    """`_digits_arrays` with each image stretched to an aspect ratio of its
+    own (fixed: np.random.default_rng(1)), as PNG bytes."""
+    rng = np.random.default_rng(1)
+    arrays = {}
+    for key, (images, labels) in _digits_arrays().items():
+        ratios = np.exp(rng.uniform(-np.log(STRETCH), np.log(STRETCH), len(images)))
+        encoded = []
+        for image, ratio in zip(images, ratios):
+            size = (max(1, round(DIGITS_SIZE * ratio ** 0.5)), max(1, round(DIGITS_SIZE / ratio ** 0.5)))
+            rows, cols = (antialiased_resize_matrix(DIGITS_SIZE, n) for n in size)
+            stretched = np.einsum("hH,HWc,wW->hwc", rows, image.astype(np.float64), cols, optimize=True)
+            encoded.append(tf.io.encode_png(np.clip(np.round(stretched), 0, 255).astype(np.uint8)).numpy())
+        arrays[key] = (np.array(encoded, dtype=object), labels)
+    return arrays
+
+
+def _stretched_digits_source(split):
+    arrays = _stretched_digits_arrays()
+    sizes = {key: len(labels) for key, (_, labels) in arrays.items()}
+    parts = [(arrays[key][0][start:stop], arrays[key][1][start:stop])
+             for key, start, stop in _slices(STRETCHED_DIGITS, split, sizes)]
+    table = {"image": np.concatenate([images for images, _ in parts]),
+             "label": np.concatenate([labels for _, labels in parts])}
+    return Source(tf.data.Dataset.from_tensor_slices(table), STRETCHED_DIGITS, split, 10,
+                  [str(i) for i in range(10)], len(table["label"]), "bytes", table=table)
 
 
 # -- image folders -----------------------------------------------------------

@@ -208,7 +208,12 @@ class RunConfig:
     model: str = _flag("vit_b16", "a preset name such as vit_b16 or ViT-B/16")
     model_args: Mapping = _flag({}, "ViT arguments over the preset, e.g. num_layers=4,hidden_dim=64",
                                 _model_args, metavar="KEY=VALUE,...")
-    image_size: int = _flag(224, "training resolution in pixels", int, check=_positive_int)
+    image_size: int = _flag(224, "training resolution in pixels (with --max-num-patches: the "
+                            "size the position table is learned at)", int, check=_positive_int)
+    max_num_patches: int | None = _flag(
+        None, "NaFlex: train and evaluate on images at their own sizes and aspect ratios, each "
+        "resized to at most N patches (docs/naflex.md)", int,
+        check=_or_none(_positive_int, "square images of --image-size"), metavar="N")
     batch_size: int = _flag(512, "the GLOBAL batch (the paper's 4096 or 512)", int,
                             check=_positive_int)
     accum_steps: int = _flag(1, "micro-batches per update: each is batch-size / accum-steps images",
@@ -358,8 +363,25 @@ def check_config(config):
             f"{config.kind} run from fresh weights. Use `keras-vit finetune --init ... "
             "--lora-rank R`."
         )
+    _check_naflex(config)
     check_strategy(config.strategy)
     return config
+
+
+def _check_naflex(config):
+    """What `--max-num-patches` (NaFlex) does not combine with."""
+    if config.max_num_patches is None:
+        return
+    if config.kind == "masked_patch":
+        raise ValueError(
+            f"--max-num-patches trains a NaFlex classifier; config {config.name!r} is masked patch "
+            "prediction, which takes square images. Leave --max-num-patches out.")
+    mixing = [flag for flag, on in (("--randaugment", config.randaugment), ("--mixup", config.mixup),
+                                    ("--cutmix", config.cutmix)) if on]
+    if mixing:
+        raise ValueError(
+            f"{', '.join(mixing)} with --max-num-patches: these augment batches of one image size, "
+            "and NaFlex keeps each image's own. Leave them out.")
 
 
 def _check_model_args(model_args):

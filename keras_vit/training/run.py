@@ -40,6 +40,7 @@ import sys
 import time
 
 import keras
+import numpy as np
 
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
@@ -84,12 +85,14 @@ class DivergenceError(RunError):
 def run_architecture(config, num_classes, class_names=None):
     """The `keras_vit.ViTConfig` a run trains: the preset, the config's
     `model_args`, then the recipe's settings (resolution, classes,
-    regularisation)."""
+    regularisation, NaFlex's patch budget)."""
+    naflex = {} if config.max_num_patches is None else dict(
+        naflex=True, max_num_patches=config.max_num_patches)
     return preset_config(
         config.model, **config.model_args, image_size=config.image_size,
         num_classes=num_classes, class_names=class_names, dropout_rate=config.dropout_rate,
         drop_path_rate=config.drop_path_rate, representation_size=config.representation_size,
-        head_bias_init=config.head_bias_init,
+        head_bias_init=config.head_bias_init, **naflex,
     )
 
 
@@ -126,6 +129,8 @@ def model_for_run(config, source):
                                                  dtype=config.dtype)
     if config.kind == "finetune" and config.init:
         model = load_init(config.init, config, source.num_classes, source.class_names)
+        if config.max_num_patches is not None:
+            model = model.with_naflex(config.max_num_patches)
     else:
         model = ViT(run_architecture(config, source.num_classes, source.class_names), dtype=config.dtype)
     if config.lora_rank:  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
@@ -178,7 +183,7 @@ def train_dataset(config, source, start_batch=0, shard=None, scaling=None):
     streams = []
     for part in range(index * parts // count, (index + 1) * parts // count):
         dataset = vit_data.input_pipeline(
-            source, image_size=config.image_size, batch_size=micro_batch, training=True,
+            source, **_image_size(config), batch_size=micro_batch, training=True,
             preprocess=config.preprocess, seed=config.seed, area_range=config.area_range,
             flip=config.flip, randaugment=config.randaugment, mixup=config.mixup,
             cutmix=config.cutmix, start_batch=start_batch, shard=(part, parts), **(scaling or {}),
@@ -197,16 +202,26 @@ def eval_dataset(config, source, scaling=None):
     from keras_vit import data as vit_data
 
     return vit_data.input_pipeline(
-        source, image_size=config.image_size,
+        source, **_image_size(config),
         batch_size=min(config.batch_size, 256), training=False, **(scaling or {}),
     )
+
+
+def _image_size(config):
+    """``image_size`` for the input pipelines, but for NaFlex (`--max-num-patches`),
+    whose images keep their sizes (`pixel_scaling` gives its patch size and budget)."""
+    return {} if config.max_num_patches is not None else dict(image_size=config.image_size)
 
 
 def pixel_scaling(model):
     """The input pipelines' arguments for `model`'s recorded pixel scaling
     (a fine-tuning run from a keras-hub preset with ImageNet's mean and
-    standard deviation trains and evaluates on images so scaled)."""
-    return dict(pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
+    standard deviation trains and evaluates on images so scaled), and for a
+    NaFlex model its patch size and ``max_num_patches`` (NaFlex mode)."""
+    scaling = dict(pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
+    if getattr(model, "naflex", False):
+        scaling.update(patch_size=tuple(model.patch_size), max_num_patches=model.max_num_patches)
+    return scaling
 
 
 # -- the work directory -------------------------------------------------------
@@ -453,6 +468,7 @@ def plan(config, workdir, topology=None):
             f"of {config.accum_steps} micro-batches)."
         )
     config = config.replace(data_shards=data_shards(config, workdir, topology))
+    _check_naflex_run(config)
     workdir = prepare_workdir(workdir, config, write=False)
     keras.utils.set_random_seed(config.seed)  # initialisation and dropout; the data has its own
     from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
@@ -464,6 +480,23 @@ def plan(config, workdir, topology=None):
         updates_per_epoch=per_epoch, epochs=config.steps // per_epoch,
         micro_batches_per_epoch=micro_per_epoch,
     )
+
+
+def _check_naflex_run(config):
+    """What a NaFlex run (`--max-num-patches`) cannot be: a hybrid model's,
+    or one whose data is read as several parts."""
+    if config.max_num_patches is None:
+        return
+    if preset_config(config.model, **config.model_args).resnet_block_units is not None:
+        raise RunError(
+            f"--max-num-patches with --model {config.model}: a hybrid (ResNet + ViT) model embeds "
+            "ResNet features of a square image, and NaFlex cuts images into pixel patches. Use a "
+            "plain ViT preset, or leave --max-num-patches out.")
+    if config.data_shards > 1:
+        raise RunError(
+            f"--max-num-patches with {config.data_shards} data parts (--data-shards or --strategy "
+            f"{config.strategy}): NaFlex's batches differ in size and are not yet split between "
+            "input pipelines. Run it with one (--strategy none).")
 
 
 def build(run):
@@ -550,18 +583,43 @@ def finish(run, built, history, seconds, weights):
     if history.history.get("loss"):
         results["final_loss"] = float(history.history["loss"][-1])
     if config.kind != "masked_patch":
-        results["test_accuracy"] = evaluation.accuracy(model, built.test)
-        if config.few_shot:
-            results["few_shot"] = evaluation.few_shot_accuracy(
-                model, eval_dataset(config, run.source, pixel_scaling(model)), built.test,
-                run.source.num_classes, shots=config.few_shot,
-            )
+        results.update(_evaluate(model, run, built.test))
     model.save(run.workdir / "model.keras")
     path = run.workdir / "results.json"
     if path.exists():  # a finished run started again keeps what it recorded
         results = {**results, **files.read_json(path, "the results of the run")}
     files.write_json(path, results, indent=2)
     return model, results
+
+
+def _evaluate(model, run, test):
+    """``{"test_accuracy": ..., "few_shot": ...}`` of the trained `model` on
+    `test`, the few-shot accuracies where the config asks for them."""
+    config = run.config
+    train = eval_dataset(config, run.source, pixel_scaling(model)) if config.few_shot else None
+    if config.max_num_patches is None:
+        results = {"test_accuracy": evaluation.accuracy(model, test)}
+        if config.few_shot:
+            results["few_shot"] = evaluation.few_shot_accuracy(
+                model, train, test, run.source.num_classes, shots=config.few_shot)
+        return results
+    # NaFlex: the batches are dicts, which Keras's predict takes as they are
+    logits, labels = _naflex_outputs(model, test)
+    results = {"test_accuracy": float((logits.argmax(-1) == labels).mean())}
+    if config.few_shot:
+        extractor = evaluation.feature_extractor(model)
+        results["few_shot"] = evaluation.few_shot_from_features(
+            *_naflex_outputs(extractor, train), *_naflex_outputs(extractor, test),
+            run.source.num_classes, shots=config.few_shot)
+    return results
+
+
+def _naflex_outputs(model, dataset):
+    """``(outputs, labels)``: `model`'s outputs (float64) on the NaFlex
+    inputs of `dataset` and its one-hot labels as integers."""
+    outputs = model.predict(dataset.map(lambda inputs, labels: inputs), verbose=0)
+    labels = np.concatenate([labels.argmax(-1) for _, labels in dataset.as_numpy_iterator()])
+    return keras.ops.convert_to_numpy(outputs).astype("float64"), labels
 
 
 def _divergence(config, update, because, manager):
