@@ -600,20 +600,26 @@ class ViT(keras.Model):
         """Keras's ``export``, traced with Keras's layers alone
         (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
         every format Keras offers (docs/deploy.md); PyTorch's ONNX and
-        program through `keras_vit.export.pytorch`.
+        program through `keras_vit.export.pytorch`. A NaFlex model exports
+        with its dict of inputs (`export_signature`: ``"patches"``,
+        ``"patch_mask"``, ``"spatial_shapes"``, each a named input of the
+        artifact), its position table resized in the graph for any grids.
 
         ``quantize="int8"`` (``format="onnx"`` or ``"openvino"``) writes the
         model quantized with onnxruntime's tools for a fast CPU inference
         (`keras_vit.export.int8`): the projections' weights in int8,
         their inputs quantized dynamically, or, given
         ``calibration_images`` (float (N, H, W, C) as the model takes them,
-        a few hundred; OpenVINO needs them), with scales measured on them.
+        a few hundred; OpenVINO needs them), with scales measured on them;
+        not for a NaFlex model.
         """
-        if self.config.naflex:
-            raise ValueError(
-                f"Exporting a NaFlex model ({self.name}) is not yet available. Export the "
-                "fixed-size model: `model.with_config(naflex=False, max_num_patches=None)`.")
         if quantize is not None or calibration_images is not None:
+            if self.config.naflex:
+                raise ValueError(
+                    f"{self.name} is a NaFlex model: the int8 export quantizes a model with one "
+                    "image input, and this one takes NaFlex's dict. Export it in float32 (drop "
+                    "`quantize`), or quantize the fixed-size model: "
+                    "`model.with_config(naflex=False, max_num_patches=None)`.")
             from keras_vit.export import int8
 
             images = int8.check_request(self, format, quantize, calibration_images)
@@ -622,17 +628,32 @@ class ViT(keras.Model):
         if format in EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
             files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
         if input_signature is None:
-            images = self.inputs[0]
-            input_signature = [keras.InputSpec(shape=(None, *images.shape[1:]), dtype=images.dtype,
-                                               name="images")]
+            input_signature = self.export_signature()
+        traced = self
+        if self.config.naflex and keras.backend.backend() == "torch":
+            # PyTorch's tracers run `__call__`, whose NaFlex checks compare the inputs'
+            # batch sizes, symbolic there: they trace the functional graph (the same layers).
+            traced = keras.Model(self.input, self.output, name=self.name)
         with kernels.keras_layers_only():
             if keras.backend.backend() == "torch" and format == "torch":
-                return pytorch.torch_program(self, filepath, input_signature)
+                return pytorch.torch_program(traced, filepath, input_signature)
             if keras.backend.backend() == "torch" and format == "onnx":
-                return pytorch.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
+                return pytorch.torch_onnx(traced, filepath, input_signature, verbose=bool(verbose),
                                          **kwargs)
-            return super().export(filepath, format=format, verbose=verbose,
-                                  input_signature=input_signature, **kwargs)
+            return keras.Model.export(traced, filepath, format=format, verbose=verbose,
+                                      input_signature=input_signature, **kwargs)
+
+    def export_signature(self):
+        """`export`'s ``input_signature``: the model's input with a dynamic
+        batch, ``[InputSpec]`` named ``"images"``, or for a NaFlex model
+        ``[{"patches": ..., "patch_mask": ..., "spatial_shapes": ...}]``,
+        each spec named by its key."""
+        def spec(name, tensor):
+            return keras.InputSpec(shape=(None, *tensor.shape[1:]), dtype=tensor.dtype, name=name)
+
+        if self.config.naflex:
+            return [{name: spec(name, tensor) for name, tensor in self.input.items()}]
+        return [spec("images", self.inputs[0])]
 
     # -- serialization --------------------------------------------------------
 

@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 from helpers import save_and_reload
 from helpers import to_numpy
+from test_keras_features import FORMATS
+from test_keras_features import UPSTREAM
 
 import keras_vit
 from keras_vit import ViT
@@ -27,6 +29,7 @@ KINDS = {  # position embeddings and pooling: each path NaFlex changes
     "rope_registers": dict(position_embedding="rope", num_registers=2, pooling="gap"),
 }
 SIZES = [(40, 90), (64, 64), (7, 300), (33, 17), (32, 32)]
+BACKEND = keras.backend.backend()
 
 
 def _images(sizes=SIZES, seed=0, dtype=np.uint8):
@@ -329,3 +332,53 @@ def test_wrong_inputs_say_what_to_do(models):
         flex.predict(np.zeros((1, 32, 32, 3), "float32"), verbose=0)
     with pytest.raises(ValueError, match="not yet available"):
         flex.feature_model()
+    with pytest.raises(ValueError, match="NaFlex model: the int8 export.*drop `quantize`"):
+        flex.export("flex.onnx", format="onnx", quantize="int8")
+
+
+# -- export -----------------------------------------------------------------------------
+
+
+def run_naflex_export(fmt, path, inputs):
+    """The exported NaFlex model, loaded by its own runtime, run on the dict
+    `inputs`: each array fed to the artifact's input of its name."""
+    if fmt == "tf_saved_model":
+        import tensorflow as tf
+        loaded = tf.saved_model.load(path)  # kept: its variables die with it
+        return loaded.serve(inputs).numpy()
+    if fmt == "onnx":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(path)
+        return session.run(None, {i.name: inputs[i.name] for i in session.get_inputs()})[0]
+    if fmt == "openvino":
+        import openvino
+        compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        return compiled({i.get_any_name(): inputs[i.get_any_name()] for i in compiled.inputs})[0]
+    if fmt == "litert":
+        import tensorflow as tf
+        runner = tf.lite.Interpreter(model_path=path).get_signature_runner()
+        return next(iter(runner(**inputs).values()))
+    import torch
+    program = torch.export.load(path).module()
+    return program({key: torch.from_numpy(value) for key, value in inputs.items()}).detach().numpy()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_export_runs_in_its_runtime_with_a_dynamic_batch(models, fmt, tmp_path):
+    """One artifact, two batch sizes of images of mixed aspect ratios, each
+    grid its own: the Keras model's logits within 1e-4 (the position table is
+    resized per image inside the exported graph)."""
+    if BACKEND not in FORMATS[fmt]:
+        pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
+    if (fmt, BACKEND) in UPSTREAM:
+        pytest.skip(UPSTREAM[fmt, BACKEND])
+    _, flex, _ = models["learned_token"]
+    path = str(tmp_path / {"tf_saved_model": "saved", "onnx": "flex.onnx", "openvino": "flex.xml",
+                           "litert": "flex.tflite", "torch": "flex.pt2"}[fmt])
+    flex.export(path, format=fmt, verbose=False)
+    x = keras_vit.naflex_inputs(_images(SIZES + [(90, 20), (16, 160)], seed=5), 8, 16)
+    assert x["spatial_shapes"].tolist() == [[3, 5], [4, 4], [1, 16], [5, 3], [4, 4], [8, 2], [1, 10]]
+    for batch in (7, 2):
+        inputs = {key: value[:batch] for key, value in x.items()}
+        got = np.asarray(run_naflex_export(fmt, path, inputs))
+        np.testing.assert_allclose(got, to_numpy(flex(inputs)), atol=1e-4, rtol=1e-4)

@@ -18,25 +18,48 @@ import keras
 
 
 def _sample_and_dims(input_signature):
-    """A zero sample of `input_signature`'s one input (2 for each None axis)
-    and ``dynamic_shapes`` for a model whose ``forward`` takes ``*args``."""
+    """A zero sample of `input_signature`'s one input (an ``InputSpec``, or a
+    dict of them: NaFlex's), 2 for each None axis, and ``dynamic_shapes``
+    for a model whose ``forward`` takes ``*args``; every input's batch axis
+    is the one symbolic ``batch``."""
     import torch
 
-    spec = input_signature[0]
-    shape = tuple(2 if dim is None else dim for dim in spec.shape)
-    dynamic = {axis: torch.export.Dim("batch" if axis == 0 else f"dim_{axis}")
-               for axis, dim in enumerate(spec.shape) if dim is None}
-    sample = torch.zeros(shape, dtype=getattr(torch, keras.backend.standardize_dtype(spec.dtype)))
+    batch = torch.export.Dim("batch")
+
+    def sample_and_dims(spec):
+        shape = tuple(2 if dim is None else dim for dim in spec.shape)
+        dynamic = {axis: batch if axis == 0 else torch.export.Dim(f"{spec.name or 'images'}_dim_{axis}")
+                   for axis, dim in enumerate(spec.shape) if dim is None}
+        dtype = getattr(torch, keras.backend.standardize_dtype(spec.dtype))
+        return torch.zeros(shape, dtype=dtype), dynamic
+
+    structure = input_signature[0]
+    if isinstance(structure, dict):  # in Keras's order (sorted keys), which torch keeps
+        pairs = {key: sample_and_dims(structure[key]) for key in sorted(structure)}
+        return ({key: pair[0] for key, pair in pairs.items()},
+                (({key: pair[1] for key, pair in pairs.items()},),))
+    sample, dynamic = sample_and_dims(structure)
     return sample, ((dynamic,),)
+
+
+def _input_names(input_signature):
+    """The ONNX inputs' names: the spec's name (``"images"`` unnamed), or a
+    dict's keys in the order its sample is flattened."""
+    structure = input_signature[0]
+    if isinstance(structure, dict):
+        return sorted(structure)
+    return [structure.name or "images"]
 
 
 def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=False):
     """Writes `model` to `filepath` as ONNX with PyTorch's dynamo exporter.
 
     Args:
-        model: a Keras model on the PyTorch backend with one image input.
+        model: a Keras model on the PyTorch backend with one image input,
+            or NaFlex's dict of inputs.
         filepath: str or path, the ``.onnx`` file.
-        input_signature: ``[keras.InputSpec]``, its batch axis None (dynamic).
+        input_signature: ``[keras.InputSpec]`` or ``[{name: keras.InputSpec}]``
+            (`keras_vit.ViT.export_signature`), batch axes None (dynamic).
         opset_version: int or None (the exporter's default).
         verbose: bool.
     """
@@ -44,8 +67,10 @@ def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=Fal
 
     sample, dynamic_shapes = _sample_and_dims(input_signature)
     model.eval()
+    # The empty dict last is the keyword arguments: torch.onnx.export reads a dict last in
+    # its `args` as them, and NaFlex's one input is a dict.
     program = torch.onnx.export(
-        model, (sample,), dynamo=True, input_names=[input_signature[0].name or "images"],
+        model, (sample, {}), dynamo=True, input_names=_input_names(input_signature),
         dynamic_shapes=dynamic_shapes, opset_version=opset_version, verbose=verbose,
     )
     program.optimize()

@@ -142,7 +142,8 @@ def naflex_positions(spatial_shapes, num_patches):
     """
     shapes = ops.cast(spatial_shapes, "int32")
     heights, widths = shapes[:, :1], ops.maximum(shapes[:, 1:], 1)
-    index = ops.arange(num_patches, dtype="int32")[None, :]
+    # Constants, not traced ranges: jax2onnx cannot convert Keras's `arange(n)` (ONNX export).
+    index = ops.convert_to_tensor(np.arange(num_patches, dtype="int32")[None, :])
     valid = index < heights * widths
     rows = ops.where(valid, ops.floor_divide(index, widths), 0)
     cols = ops.where(valid, index - ops.floor_divide(index, widths) * widths, 0)
@@ -160,7 +161,7 @@ def naflex_resize_weights(index, out_size, in_size):
     scale = in_size / out_size
     support = ops.maximum(scale, 1.0)[..., None]
     centre = ((index + 0.5) * scale)[..., None]
-    source = ops.arange(in_size, dtype="float32") + 0.5
+    source = ops.convert_to_tensor(np.arange(in_size, dtype="float32") + 0.5)  # as in naflex_positions
     weights = ops.maximum(0.0, 1.0 - ops.abs(source - centre) / support)
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 
