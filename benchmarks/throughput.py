@@ -13,7 +13,10 @@ fraction of it. ``--dtype int8`` (``int4``, ``float8``) times the Keras
 models after ``model.quantize``; ``--runtime onnxruntime,openvino`` times
 keras_vit's float32 and int8 exports (`ViT.export`) in those runtimes beside
 them, and every quantized route's top-1 agreement with the float32 Keras
-model. See benchmarks/README.md.
+model. ``--naflex`` adds keras_vit's NaFlex model (`ViT.with_naflex`) in
+inference at a budget of the fixed model's patches (196 for B/16 at 224 px),
+its sequences full or half full, beside the fixed model. See
+benchmarks/README.md.
 
     python benchmarks/throughput.py --quick --json benchmarks/results/latest.json
 """
@@ -50,6 +53,9 @@ INSTALL = {
     "keras_hub": "pip install -r requirements/bench.txt --no-deps  (or: make bench)",
     "hf": "pip install transformers==5.23.0",
 }
+# NaFlex's rows (--naflex), in the variant slot of keras_vit's inference children: the sequences
+# full (square images at the fixed model's size) or half full (images of half its height).
+NAFLEX_VARIANTS = ("naflex-full", "naflex-half")
 RESULT_FIELDS = {
     "impl": str, "backend": str, "model": str, "mode": str, "image_size": int,
     "batch_size": int, "dtype": str, "images_per_s": float, "fraction_of_peak": float,
@@ -308,7 +314,8 @@ def _keras_model(spec, config):
         keras.config.set_dtype_policy("mixed_bfloat16")
     size = spec["image_size"]
     if spec["impl"] == "keras_vit":
-        model = _keras_vit_model(spec["model"], size, config)
+        model = _keras_vit_model(spec["model"], size, config, naflex_budget(config, size)
+                                 if spec.get("variant") in NAFLEX_VARIANTS else None)
         if spec.get("prepared"):
             model.load_weights(spec["prepared"]["weights"])
         if spec["dtype"] in QUANTIZED_DTYPES:
@@ -333,10 +340,56 @@ def _keras_model(spec, config):
     return classifier
 
 
-def _keras_vit_model(model, size, config):
+def _keras_vit_model(model, size, config, max_num_patches=None):
+    """The preset at `size` px; NaFlex with `max_num_patches` (the same weights)."""
     from keras_vit import ViT
+    naflex = dict(naflex=True, max_num_patches=max_num_patches) if max_num_patches else {}
     return ViT.from_preset(model, pretrained=False, image_size=size, num_classes=1000,
-                           num_layers=config["num_layers"])
+                           num_layers=config["num_layers"], **naflex)
+
+
+def naflex_budget(config, image_size):
+    """The NaFlex budget of --naflex: the fixed model's patches at
+    `image_size` (196 for a /16 model at 224 px)."""
+    return (image_size // config["patch_size"]) ** 2
+
+
+def naflex_grid(config, image_size, variant):
+    """The grid of `variant`'s images (`NAFLEX_VARIANTS`): the fixed model's
+    ``(g, g)`` ("naflex-full": every patch valid) or ``(g // 2, g)``
+    ("naflex-half": 7x14, 98 patches of 196 at 224 px, the rest padding);
+    None where ``g < 2``."""
+    grid = image_size // config["patch_size"]
+    if variant == "naflex-full":
+        return grid, grid
+    return (grid // 2, grid) if grid >= 2 else None
+
+
+def naflex_skip(spec, config):
+    """Why a NaFlex child cannot run, or None."""
+    if config.get("resnet_block_units") is not None:
+        return f"{spec['model']} is a hybrid (ResNet stem): it has no NaFlex form"
+    if not naflex_grid(config, spec["image_size"], spec["variant"]):
+        return f"a {spec['image_size']} px image is one patch: no half-full sequence"
+    return None
+
+
+def naflex_batch(spec, config):
+    """The NaFlex child's batch: `batch_size` random images of `naflex_grid`'s
+    size in pixels, cut into sequences of `naflex_budget` patches
+    (`keras_vit.naflex_inputs` at their own size, then padded)."""
+    import numpy as np
+    from keras_vit import naflex_inputs
+    p, size = config["patch_size"], spec["image_size"]
+    rows, cols = naflex_grid(config, size, spec["variant"])
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (rows * p, cols * p, 3), dtype=np.uint8)
+              for _ in range(spec["batch_size"])]
+    inputs = naflex_inputs(images, p, rows * cols)
+    padding = naflex_budget(config, size) - rows * cols
+    return {key: value if key == "spatial_shapes" else
+            np.pad(value, [(0, 0), (0, padding)] + [(0, 0)] * (value.ndim - 2))
+            for key, value in inputs.items()}
 
 
 def _keras_optimizer(name):
@@ -372,6 +425,9 @@ def _child_keras(spec, config):
     rng = np.random.default_rng(0)
     # On the device once, as HF's inputs: the timed steps do not copy the batch.
     x = keras.ops.convert_to_tensor(rng.standard_normal((b, s, s, 3), dtype=np.float32))
+    naflex = spec.get("variant") in NAFLEX_VARIANTS
+    if naflex:
+        x = {key: keras.ops.convert_to_tensor(v) for key, v in naflex_batch(spec, config).items()}
     y = keras.ops.convert_to_tensor(rng.integers(0, 1000, (b,)))
     start = time.perf_counter()
     model = _keras_model(spec, config)
@@ -426,12 +482,15 @@ def _child_keras(spec, config):
         "params": int(model.count_params()), "jit_compile": bool(getattr(model, "jit_compile", False)),
         "torch_threads": threads,
     }
+    if naflex:
+        out.update(max_num_patches=naflex_budget(config, s),
+                   valid_patches=int(keras.ops.convert_to_numpy(x["patch_mask"][0]).sum()))
     if spec["impl"] == "keras_vit":  # tokens its last block updates (1: the [class] token alone)
         last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output.shape[1]
         out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last)
-        if spec["dtype"] not in QUANTIZED_DTYPES:  # the backend's matmul at the run's dtype
+        if spec["dtype"] not in QUANTIZED_DTYPES and not naflex:  # the backend's matmul, this dtype
             out["gemm_ceiling_gflops"] = gemm_ceiling(spec, config)
-        if spec.get("agreement"):
+        if spec.get("agreement") and not naflex:
             out["agreement"] = _agreement(
                 lambda images: keras.ops.convert_to_numpy(model.predict_on_batch(images)),
                 spec["prepared"], b)
@@ -684,6 +743,9 @@ def child(spec):
         if spec["kind"] == "prepare":
             print("RESULT " + json.dumps(_child_prepare(spec, config)), flush=True)
             return
+        if spec.get("variant") in NAFLEX_VARIANTS and naflex_skip(spec, config):
+            print("RESULT " + json.dumps({"skipped": naflex_skip(spec, config)}), flush=True)
+            return
         if spec["impl"] in RUNTIMES:
             out = _child_runtime(spec)
         else:
@@ -874,10 +936,15 @@ def validate(doc):
         need(r["dtype"] in DTYPES, f"results[{i}].dtype {r['dtype']!r}")
         need(r.get("quantization") in (("dynamic", "static") if r["impl"] in RUNTIMES and r["dtype"] == "int8"
                                        else (None,)), f"results[{i}].quantization (int8 runtimes only)")
-        for key in ("agreement", "vs_keras_float32"):
+        for key in ("agreement", "vs_keras_float32", "vs_fixed"):
             need(key not in r or isinstance(r[key], float) and math.isfinite(r[key]) and r[key] >= 0,
                  f"results[{i}].{key} = {r.get(key)!r}")
         need(r["backend"] in ("tensorflow", "jax", "torch"), f"results[{i}].backend {r['backend']!r}")
+        need("naflex" not in r or (r["naflex"] in ("full", "half") and r["impl"] == "keras_vit"
+                                   and r["mode"] == "inference"
+                                   and 0 < r.get("valid_patches", 0) <= r.get("max_num_patches", 0)),
+             f"results[{i}].naflex (keras_vit inference: full or half, valid_patches <= max_num_patches)")
+        need("vs_fixed" not in r or "naflex" in r, f"results[{i}].vs_fixed (NaFlex rows only)")
         need((r.get("variant") in HF_VARIANTS) if r["impl"] == "hf" else "variant" not in r,
              f"results[{i}].variant (hf only, one of {HF_VARIANTS})")
 
@@ -918,6 +985,10 @@ def build_parser():
                    "of the top-1 agreement with the float32 Keras model (default 64)")
     p.add_argument("--calibration-images", type=int, default=64, help="training digits the static int8 "
                    "exports are calibrated on (default 64)")
+    p.add_argument("--naflex", action="store_true", help="also keras_vit's NaFlex model in inference "
+                   "(ViT.with_naflex) at a budget of the fixed model's patches (196 for B/16 at 224 px), "
+                   "on the fixed model's square images (sequences full) and on images of half their "
+                   "height (7x14 patches at 224 px: half full), with its rate over the fixed model's")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="Keras compile(jit_compile=...) for keras_vit and keras-hub (default auto, "
                    "what Keras users get: XLA on jax, on tensorflow with a GPU; never on torch)")
@@ -1082,6 +1153,9 @@ def main(argv=None):
             if mode == "inference" and config_dtype == all_dtypes[0] and (model, size) in prepared:
                 here += [(export_backend, runtime, quantization, dtype) for runtime, dtype, quantization
                          in RUNTIME_ROUTES if _route(runtime, dtype, quantization) in prepared[model, size]["exports"]]
+            if args.naflex and mode == "inference" and config_dtype not in QUANTIZED_DTYPES:
+                here += [(backend, "keras_vit", variant, config_dtype) for backend in backends
+                         for variant in NAFLEX_VARIANTS]
             for backend, impl, variant, dt in rotated(here, r):
                 key = (impl, variant, backend, model, mode, size, batch, dt)
                 if impl not in RUNTIMES and dt not in backend_dtypes(backend) or (
@@ -1165,6 +1239,9 @@ def main(argv=None):
                        gemm_ceiling_fraction_of_peak=float(ceiling / peak) if peak else 0.0)
         if variant and impl == "hf":
             row["variant"] = variant
+        if variant in NAFLEX_VARIANTS:
+            row.update(naflex=variant.split("-")[1], max_num_patches=outs[0]["max_num_patches"],
+                       valid_patches=outs[0]["valid_patches"])
         if impl in RUNTIMES:  # exported from `backend`
             row["export_s"] = float(prepared[model, size]["export_s"][_route(impl, dt, variant)])
             if variant:
@@ -1184,13 +1261,14 @@ def main(argv=None):
     # Each rate against the fastest Keras float32 backend (keras_vit's) on the same configuration.
     best_keras = {}
     for row in results:
-        if row["impl"] == "keras_vit" and row["dtype"] == "float32":
+        if row["impl"] == "keras_vit" and row["dtype"] == "float32" and "naflex" not in row:
             config = (row["model"], row["image_size"], row["batch_size"], row["mode"])
             best_keras[config] = max(best_keras.get(config, 0.0), row["images_per_s"])
     for row in results:
         best = best_keras.get((row["model"], row["image_size"], row["batch_size"], row["mode"]))
         if best:
             row["vs_keras_float32"] = float(row["images_per_s"] / best)
+    add_vs_fixed(results)
 
     _print_table(results)
     for item in skipped:
@@ -1219,6 +1297,7 @@ def main(argv=None):
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
                         "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,
                         "optimizer": args.optimizer, "num_layers": args.num_layers, "runtimes": runtimes,
+                        "naflex": args.naflex,
                         "export_backend": export_backend if prepared else None,
                         "agreement_images": args.agreement_images if prepared else None,
                         "calibration_images": args.calibration_images if runtimes else None,
@@ -1235,6 +1314,17 @@ def main(argv=None):
     return 0
 
 
+def add_vs_fixed(results):
+    """Each NaFlex row's rate over the fixed model's (keras_vit) on the same
+    backend, model, size, batch and dtype: ``vs_fixed``."""
+    def key(r):
+        return (r["backend"], r["model"], r["image_size"], r["batch_size"], r["mode"], r["dtype"])
+    fixed = {key(r): r["images_per_s"] for r in results if r["impl"] == "keras_vit" and "naflex" not in r}
+    for row in results:
+        if "naflex" in row and key(row) in fixed:
+            row["vs_fixed"] = float(row["images_per_s"] / fixed[key(row)])
+
+
 def _print_table(results):
     """One row per result, grouped by configuration; the ratios on keras_vit's rows."""
     def key(r):
@@ -1247,16 +1337,19 @@ def _print_table(results):
     rows = []
     # Per configuration: keras_vit then keras-hub on each backend, then the HF variants, then the runtimes.
     for r in sorted(results, key=lambda r: (key(r), r["impl"] in RUNTIMES, r["impl"] == "hf", r["backend"],
-                                            r["impl"] != "keras_vit", r["impl"], r.get("variant") or "",
+                                            r["impl"] != "keras_vit", r["impl"], r.get("naflex") or "",
+                                            r.get("variant") or "",
                                             r.get("quantization") or "")):
         vs_hub = vs_hf = ""
-        if r["impl"] == "keras_vit":
+        if r["impl"] == "keras_vit" and "naflex" not in r:
             if (key(r), r["backend"]) in hub:
                 vs_hub = f"{r['images_per_s'] / hub[(key(r), r['backend'])]:.3g}"
             if hf.get(key(r)):
                 vs_hf = f"{r['images_per_s'] / hf[key(r)]:.3g}"
         runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
         rows.append([r["impl"] + ("/" + r["variant"] if r.get("variant") else "")
+                     + (f" naflex {r['naflex']} {r['valid_patches']}/{r['max_num_patches']}"
+                        if r.get("naflex") else "")
                      + (" " + r["quantization"] if r.get("quantization") else ""), r["backend"], r["model"],
                      r["mode"], str(r["image_size"]), str(r["batch_size"]), r["dtype"],
                      f"{r['images_per_s']:.1f}", f"{min(runs):.1f}-{max(runs):.1f}",
@@ -1265,11 +1358,12 @@ def _print_table(results):
                      f"{100 * r['gemm_ceiling_fraction_of_peak']:.1f}%" if "gemm_ceiling_gflops" in r else "",
                      f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf,
                      f"{r['vs_keras_float32']:.2f}" if "vs_keras_float32" in r else "",
-                     f"{100 * r['agreement']:.1f}%" if "agreement" in r else ""])
+                     f"{100 * r['agreement']:.1f}%" if "agreement" in r else "",
+                     f"{r['vs_fixed']:.3f}" if "vs_fixed" in r else ""])
     head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "runs", "%peak", "%exec",
-            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF", "/kf32", "top1"]
+            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF", "/kf32", "top1", "/fixed"]
     right = {"img", "bs", "img/s", "runs", "%peak", "%exec", "%gemm", "gemm%pk", "peakMB", "first_s", "/hub",
-             "/HF", "/kf32", "top1"}
+             "/HF", "/kf32", "top1", "/fixed"}
     widths = [max(len(row[i]) for row in rows + [head]) for i in range(len(head))]
 
     def line(cells):
@@ -1284,7 +1378,9 @@ def _print_table(results):
           "ceiling: the most any implementation reaches there); gemm%pk: that ceiling / the matmul peak;\n"
           "/hub: keras_vit / keras-hub on the same backend; /HF: keras_vit / the fastest HF variant (torch);\n"
           "/kf32: the rate / the fastest Keras float32 backend's (keras_vit); top1: top-1 agreement with the\n"
-          "float32 Keras model on the held-out digits (runtimes: exported from the backend named).\n")
+          "float32 Keras model on the held-out digits (runtimes: exported from the backend named);\n"
+          "naflex full|half v/n: keras_vit's NaFlex model, v valid patches of its budget n per image;\n"
+          "/fixed: its rate / the fixed keras_vit model's on the same backend and configuration.\n")
 
 
 if __name__ == "__main__":

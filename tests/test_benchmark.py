@@ -68,6 +68,9 @@ def good_result(**changes):
         (good_result(images_per_s=0.0), "images_per_s > 0"),
         (good_result(batch_size=2.0), "batch_size is float, want int"),
         ({k: v for k, v in good_result().items() if k != "first_call_s"}, "first_call_s is NoneType"),
+        (good_result(naflex="full", max_num_patches=4, valid_patches=4), "naflex"),  # a train row
+        (good_result(mode="inference", naflex="half", max_num_patches=4, valid_patches=5), "naflex"),
+        (good_result(vs_fixed=1.0), "vs_fixed"),
     ],
 )
 def test_schema_check_names_what_is_wrong(result, message):
@@ -338,6 +341,36 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
         row = next(line for line in run.stdout.splitlines()
                    if line.startswith("keras_vit") and f" {r['mode']} " in line)
         assert f" {min(runs):.1f}-{max(runs):.1f} " in row, row
+
+
+@pytest.mark.slow
+def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tmp_path):
+    """--naflex at 32 px, patch 16 (a budget of 4 patches): the NaFlex model
+    on square images (4 of 4 patches valid) and on images of half their
+    height (2 of 4), each with its rate over the fixed model's."""
+    backend = keras.backend.backend()
+    out = tmp_path / "naflex.json"
+    args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
+            "--backends", backend, "--impls", "keras_vit", "--modes", "inference", "--naflex",
+            "--rounds", "1", "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128",
+            "--threads", "1", "--device", "cpu", "--num-layers", "1", "--json", str(out)]
+    run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    load_script().validate(doc)
+    assert doc["settings"]["naflex"] is True
+    rows = {r.get("naflex"): r for r in doc["results"]}
+    assert len(doc["results"]) == 3 and set(rows) == {None, "full", "half"}
+    fixed = rows[None]
+    assert "vs_fixed" not in fixed and "valid_patches" not in fixed
+    for fill, valid in (("full", 4), ("half", 2)):
+        row = rows[fill]
+        assert (row["backend"], row["mode"], row["valid_patches"], row["max_num_patches"]) == (
+            backend, "inference", valid, 4)
+        assert row["params"] == fixed["params"]  # the same weights, NaFlex's form
+        assert row["vs_fixed"] == pytest.approx(row["images_per_s"] / fixed["images_per_s"])
+        assert f"keras_vit naflex {fill} {valid}/4 " in run.stdout
+        assert f"keras_vit/naflex-{fill} {backend} vit_ti16 inference 32px bs2" in run.stdout
 
 
 @pytest.mark.backend_independent  # the script runs PyTorch in its own process, whatever the pass
