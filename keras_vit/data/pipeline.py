@@ -192,7 +192,16 @@ def input_pipeline(
     if image_size is None:
         raise ValueError("`image_size` is required: the height and width of the batches (or give "
                          "`max_num_patches` and `patch_size` for NaFlex, images at their own sizes).")
-    size = pair(image_size, "image_size")
+    return _fixed_pipeline(source, pair(image_size, "image_size"), batch_size, training, preprocess,
+                           seed, area_range, flip, (randaugment, mixup, cutmix), shuffle_buffer,
+                           repeat, drop_remainder, start_batch, shard, pixel_scale, pixel_offset)
+
+
+def _fixed_pipeline(source, size, batch_size, training, preprocess, seed, area_range, flip,
+                    augmentation, shuffle_buffer, repeat, drop_remainder, start_batch, shard,
+                    pixel_scale, pixel_offset):
+    """`input_pipeline` for images of one `size` (height, width): its
+    arguments, RandAugment, MixUp and CutMix as `augmentation`."""
     preprocess = preprocess or ("inception" if training else "resize")
     repeat = training if repeat is None else repeat
     drop_remainder = training if drop_remainder is None else drop_remainder
@@ -201,7 +210,7 @@ def input_pipeline(
                                   drop_remainder=drop_remainder, flip=flip)
     part, shard_index, shard_count = _part(source, shard, batch_size, drop_remainder)
     rows = batch_size // shard_count
-    augment = BatchAugment(randaugment, mixup, cutmix) if training else None
+    augment = BatchAugment(*augmentation) if training else None
 
     root = tf.constant([seed, 0], tf.int64)
     element_key, batch_key, shuffle_key = (
