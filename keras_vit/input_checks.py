@@ -81,9 +81,9 @@ def check_images(model, images):
 def check_naflex(model, inputs):
     """Raises a ValueError unless `inputs` is NaFlex's dict for `model`
     (`keras_vit.naflex_inputs`): the three keys, float ``"patches"``
-    ``(batch, max_num_patches, P_h * P_w * C)``, ``"patch_mask"`` ``(batch,
-    max_num_patches)`` and integer ``"spatial_shapes"`` ``(batch, 2)`` of
-    one batch size. Arrays (not tensors) are also checked for their values:
+    ``(batch, L, P_h * P_w * C)``, ``"patch_mask"`` ``(batch, L)`` (a
+    sequence length L up to ``max_num_patches``) and integer
+    ``"spatial_shapes"`` ``(batch, 2)`` of one batch size. Arrays (not tensors) are also checked for their values:
     each image's ``h * w`` patches fit and the mask counts them."""
     config, name = model.config, model.name
     expected = config.naflex_input_shapes
@@ -111,14 +111,20 @@ def check_naflex(model, inputs):
     if len(set(batches.values())) > 1:
         raise ValueError(f"{name}'s NaFlex inputs disagree on the batch size: "
                          f"{batches}. Give each the same images. {how}")
+    lengths = {key: shapes[key][1] for key in ("patches", "patch_mask")
+               if key in shapes and shapes[key][1] is not None}
+    if len(set(lengths.values())) > 1:
+        raise ValueError(f"{name}'s 'patches' and 'patch_mask' disagree on the sequence length: "
+                         f"{lengths}. Give both the same sequences. {how}")
     if all(isinstance(inputs[key], np.ndarray) for key in expected):
         grids = inputs["spatial_shapes"].astype(np.int64)
         counts = grids.prod(axis=1)
-        if (grids < 1).any() or (counts > config.max_num_patches).any() or (
+        if (grids < 1).any() or (counts > inputs["patch_mask"].shape[1]).any() or (
                 np.asarray(inputs["patch_mask"]).astype(bool).sum(axis=1) != counts).any():
             raise ValueError(
                 f"{name}'s 'spatial_shapes' and 'patch_mask' disagree: each image's grid (rows, "
-                f"columns) must be at least 1x1 with rows x columns <= {config.max_num_patches}, "
+                f"columns) must be at least 1x1 with rows x columns <= the sequence length "
+                f"(at most {config.max_num_patches}), "
                 f"and its mask must have that many ones, first. {how}")
 
 
@@ -131,9 +137,10 @@ def _naflex_shape(model, key, example, value, how):
         return None
     shape = tuple(shape)
     dtype = keras.backend.standardize_dtype(getattr(value, "dtype", "float32"))
-    if len(shape) != 1 + len(example) or any(
-            got is not None and got != want for got, want in zip(shape[1:], example)):
-        if key == "patches" and len(shape) == 3 and shape[1] == example[0] and shape[2] and (
+    if len(shape) != 1 + len(example) or any(  # a sequence may be shorter than the budget
+            got is not None and (got > want if i == 0 and key != "spatial_shapes" else got != want)
+            for i, (got, want) in enumerate(zip(shape[1:], example))):
+        if key == "patches" and len(shape) == 3 and (shape[1] or 0) <= example[0] and shape[2] and (
                 shape[2] % (config.patch_size[0] * config.patch_size[1]) == 0):
             channels = shape[2] // (config.patch_size[0] * config.patch_size[1])
             raise ValueError(

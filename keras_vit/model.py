@@ -360,8 +360,9 @@ class ViT(keras.Model):
         dtype, policy_map = variants.split_policy_map(dtype)
         parts = build_layers(config, dtype)
         if config.naflex:  # NaFlex (keras_vit.naflex): a dict of patches, mask and grids
-            images = {name: keras.Input(shape=shape, name=name,
-                                        dtype="float32" if name == "patches" else "int32")
+            # sequences of any length up to max_num_patches (a length per batch in training)
+            images = {name: keras.Input(shape=(None, *shape[1:]) if name != "spatial_shapes" else shape,
+                                        name=name, dtype="float32" if name == "patches" else "int32")
                       for name, shape in config.naflex_input_shapes.items()}
         else:
             images = keras.Input(shape=config.input_shape, name="images")
@@ -651,8 +652,10 @@ class ViT(keras.Model):
         def spec(name, tensor):
             return keras.InputSpec(shape=(None, *tensor.shape[1:]), dtype=tensor.dtype, name=name)
 
-        if self.config.naflex:
-            return [{name: spec(name, tensor) for name, tensor in self.input.items()}]
+        if self.config.naflex:  # the sequences padded to max_num_patches
+            shapes = self.config.naflex_input_shapes
+            return [{name: keras.InputSpec(shape=(None, *shapes[name]), dtype=tensor.dtype, name=name)
+                     for name, tensor in self.input.items()}]
         return [spec("images", self.inputs[0])]
 
     # -- serialization --------------------------------------------------------

@@ -286,3 +286,22 @@ def naflex_example(image, patch_size, max_num_patches, pixel_scale=1 / 127.5, pi
         "patch_mask": tf.ensure_shape(mask, (max_num_patches,)),
         "spatial_shapes": tf.stack([grid_h, grid_w]),
     }
+
+
+def train_seq_lens(max_num_patches):
+    """The sequence lengths NaFlex training draws per batch for a budget of
+    `max_num_patches`: a quarter, a half and all of it (as timm's
+    ``train_seq_lens``, a short list, so XLA compiles one program per
+    length). A batch of length L holds ``budget // L`` images
+    (`keras_vit.data.input_pipeline`), so the tokens per batch stay level.
+
+    Example:
+        ```python
+        from keras_vit.naflex import train_seq_lens
+
+        print(train_seq_lens(256), train_seq_lens(2))   # -> (64, 128, 256) (1, 2)
+        ```
+    """
+    if not is_int(max_num_patches, 1):
+        raise ValueError(f"`max_num_patches` must be an int >= 1, got {max_num_patches!r}.")
+    return tuple(sorted({max(1, max_num_patches // 4), max(1, max_num_patches // 2), max_num_patches}))

@@ -21,6 +21,8 @@ from keras_vit import ViT
 from keras_vit.cli import main
 from keras_vit.data import input_pipeline
 from keras_vit.data import load_source
+from keras_vit.naflex import naflex_inputs
+from keras_vit.naflex import train_seq_lens
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # 40 stretched digits, 4x4-px patches, a budget of 16 patches.
@@ -91,14 +93,25 @@ def test_bad_naflex_arguments_say_what_to_do(arguments, message):
         input_pipeline("digits", "train[:8]", training=True, **{**FLEX, **arguments})
 
 
-def test_fit_runs_on_the_pipeline():
+def test_fit_runs_on_the_pipeline_at_every_drawn_length():
+    """One model trains on batches of 4, 8 and 16 patches (budget // L
+    images each), and an image's logits do not change with the padding
+    that makes its sequence longer."""
     model = ViT(**{**TINY, "image_size": 16, "patch_size": 4, "num_classes": 10},
                 naflex=True, max_num_patches=16)
     model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=keras.losses.CategoricalCrossentropy(
         from_logits=True))
-    train = input_pipeline("digits_stretched", "train[:64]", training=True, **FLEX)
-    losses = model.fit(train, steps_per_epoch=4, epochs=2, verbose=0, shuffle=False).history["loss"]
+    train = input_pipeline("digits_stretched", "train[:8]", training=True,  # 8 to learn by heart
+                           **{**FLEX, "seq_lens": train_seq_lens(16)})
+    lengths = {int(x["patches"].shape[1]) for x, _ in train.take(6)}
+    assert lengths == {4, 8, 16}, lengths
+    losses = model.fit(train, steps_per_epoch=6, epochs=3, verbose=0, shuffle=False).history["loss"]
     assert np.isfinite(losses).all() and losses[-1] < losses[0], losses
+    short = naflex_inputs([np.full((8, 20, 3), 200, np.uint8)], 4, 8)
+    padded = {key: np.pad(value, ((0, 0), (0, 8), (0, 0))[:value.ndim]) if key != "spatial_shapes"
+              else value for key, value in short.items()}
+    np.testing.assert_allclose(to_numpy(model.predict_on_batch(short)),
+                               to_numpy(model.predict_on_batch(padded)), atol=1e-5)
 
 
 def test_a_run_with_max_num_patches_trains_and_evaluates_a_naflex_model(tmp_path, capsys):

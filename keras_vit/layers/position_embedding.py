@@ -131,6 +131,12 @@ def sincos_2d(grid, hidden_dim, temperature=10_000.0):
     return np.concatenate([np.sin(x), np.cos(x), np.sin(y), np.cos(y)], axis=1)
 
 
+def sequence_length(x):
+    """The length of the token sequence `x` ``(batch, tokens, ...)``: an
+    int, or a scalar tensor where it is unknown when traced."""
+    return x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+
+
 def naflex_positions(spatial_shapes, num_patches):
     """Each NaFlex sequence position's patch: ``(rows, cols, valid)``,
     int32, int32 and bool ``(batch, num_patches)``.
@@ -138,12 +144,17 @@ def naflex_positions(spatial_shapes, num_patches):
     Position ``n`` of an image whose grid is ``(h, w)`` (a row of
     `spatial_shapes`) is patch ``(n // w, n % w)`` (row-major) when ``n < h
     w``; the padding after it is ``valid`` False, at ``(0, 0)``. Traceable:
-    `num_patches` is static, the grids are tensors.
+    `num_patches` is an int, or a scalar tensor where the sequence length
+    is unknown when traced (TensorFlow's training step over batches of
+    several lengths); the grids are tensors.
     """
     shapes = ops.cast(spatial_shapes, "int32")
     heights, widths = shapes[:, :1], ops.maximum(shapes[:, 1:], 1)
-    # Constants, not traced ranges: jax2onnx cannot convert Keras's `arange(n)` (ONNX export).
-    index = ops.convert_to_tensor(np.arange(num_patches, dtype="int32")[None, :])
+    if isinstance(num_patches, int):
+        # A constant, not a traced range: jax2onnx cannot convert Keras's `arange(n)` (ONNX export).
+        index = ops.convert_to_tensor(np.arange(num_patches, dtype="int32")[None, :])
+    else:
+        index = ops.arange(num_patches, dtype="int32")[None, :]
     valid = index < heights * widths
     rows = ops.where(valid, ops.floor_divide(index, widths), 0)
     cols = ops.where(valid, index - ops.floor_divide(index, widths) * widths, 0)
@@ -284,12 +295,13 @@ class PositionEmbedding(keras.layers.Layer):
             return x + ops.cast(table, x.dtype)
         prefix, (grid_h, grid_w) = self.num_prefix_tokens, self.grid_size
         hidden_dim = x.shape[-1]
-        rows, cols, valid = naflex_positions(spatial_shapes, x.shape[1] - prefix)
+        patches = sequence_length(x) - prefix  # NaFlex: any length up to max_num_patches
+        rows, cols, valid = naflex_positions(spatial_shapes, patches)
         if self.kind == "learned":
             shapes = ops.cast(spatial_shapes, "float32")
             weights = (naflex_resize_weights(rows, shapes[:, :1], grid_h)[..., :, None]
                        * naflex_resize_weights(cols, shapes[:, 1:], grid_w)[..., None, :])
-            weights = ops.reshape(weights, (-1, x.shape[1] - prefix, grid_h * grid_w))
+            weights = ops.reshape(weights, (-1, patches, grid_h * grid_w))
             grid = ops.reshape(ops.cast(table[0, prefix:], "float32"), (grid_h * grid_w, hidden_dim))
             positions = ops.matmul(weights, grid)
         else:

@@ -9,6 +9,7 @@ from keras import ops
 from keras_vit.config import is_int
 from keras_vit.config import pair
 from keras_vit.layers.position_embedding import naflex_positions
+from keras_vit.layers.position_embedding import sequence_length
 
 
 def rope_angles(grid_size, head_dim, theta=100.0):
@@ -99,7 +100,7 @@ class RotaryPositionEmbedding(keras.layers.Layer):
             return x  # prefix tokens only: nothing to rotate
         patches = math.prod(self.grid_size)
         if spatial_shapes is not None:
-            angles = self._naflex_angles(spatial_shapes, tokens - prefix, x.shape[-1])
+            angles = self._naflex_angles(spatial_shapes, sequence_length(x) - prefix, x.shape[-1])
             cos, sin = ops.cos(angles), ops.sin(angles)
         elif tokens is not None and tokens != prefix + patches:
             raise ValueError(

@@ -183,7 +183,7 @@ def train_dataset(config, source, start_batch=0, shard=None, scaling=None):
     streams = []
     for part in range(index * parts // count, (index + 1) * parts // count):
         dataset = vit_data.input_pipeline(
-            source, **_image_size(config), batch_size=micro_batch, training=True,
+            source, **_image_size(config), **_seq_lens(config), batch_size=micro_batch, training=True,
             preprocess=config.preprocess, seed=config.seed, area_range=config.area_range,
             flip=config.flip, randaugment=config.randaugment, mixup=config.mixup,
             cutmix=config.cutmix, start_batch=start_batch, shard=(part, parts), **(scaling or {}),
@@ -211,6 +211,13 @@ def _image_size(config):
     """``image_size`` for the input pipelines, but for NaFlex (`--max-num-patches`),
     whose images keep their sizes (`pixel_scaling` gives its patch size and budget)."""
     return {} if config.max_num_patches is not None else dict(image_size=config.image_size)
+
+
+def _seq_lens(config):
+    """NaFlex training's sequence lengths, drawn per batch (`keras_vit.naflex.train_seq_lens`)."""
+    from keras_vit.naflex import train_seq_lens
+
+    return {} if config.max_num_patches is None else dict(seq_lens=train_seq_lens(config.max_num_patches))
 
 
 def pixel_scaling(model):
