@@ -107,12 +107,13 @@ def check_naflex(model, inputs):
     shapes = {key: _naflex_shape(model, key, example, inputs[key], how)
               for key, example in expected.items()}
     shapes = {key: shape for key, shape in shapes.items() if shape is not None}
-    batches = {key: shape[0] for key, shape in shapes.items() if shape[0] is not None}
+    # sizes known as ints (a tracer's symbolic batch is left to it)
+    batches = {key: shape[0] for key, shape in shapes.items() if isinstance(shape[0], int)}
     if len(set(batches.values())) > 1:
         raise ValueError(f"{name}'s NaFlex inputs disagree on the batch size: "
                          f"{batches}. Give each the same images. {how}")
     lengths = {key: shapes[key][1] for key in ("patches", "patch_mask")
-               if key in shapes and shapes[key][1] is not None}
+               if key in shapes and isinstance(shapes[key][1], int)}
     if len(set(lengths.values())) > 1:
         raise ValueError(f"{name}'s 'patches' and 'patch_mask' disagree on the sequence length: "
                          f"{lengths}. Give both the same sequences. {how}")

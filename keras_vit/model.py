@@ -630,18 +630,13 @@ class ViT(keras.Model):
             files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
         if input_signature is None:
             input_signature = self.export_signature()
-        traced = self
-        if self.config.naflex and keras.backend.backend() == "torch":
-            # PyTorch's tracers run `__call__`, whose NaFlex checks compare the inputs'
-            # batch sizes, symbolic there: they trace the functional graph (the same layers).
-            traced = keras.Model(self.input, self.output, name=self.name)
         with kernels.keras_layers_only():
             if keras.backend.backend() == "torch" and format == "torch":
-                return pytorch.torch_program(traced, filepath, input_signature)
+                return pytorch.torch_program(self, filepath, input_signature)
             if keras.backend.backend() == "torch" and format == "onnx":
-                return pytorch.torch_onnx(traced, filepath, input_signature, verbose=bool(verbose),
+                return pytorch.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
                                          **kwargs)
-            return keras.Model.export(traced, filepath, format=format, verbose=verbose,
+            return keras.Model.export(self, filepath, format=format, verbose=verbose,
                                       input_signature=input_signature, **kwargs)
 
     def export_signature(self):
