@@ -154,3 +154,16 @@ def value_and_gradient(f, x, w):
         (y.float() * keras.ops.convert_to_tensor(w)).sum().backward()
         g = x.grad
     return to_numpy(keras.ops.cast(y, "float32")).astype("float64"), to_numpy(keras.ops.cast(g, "float32")).astype("float64")
+
+
+def fails(argv, capsys, message):
+    """Runs the ``keras-vit`` command `argv`, which must exit with status 2
+    and print `message` on stderr; returns its stderr."""
+    from keras_vit.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err, err
+    return err

@@ -13,6 +13,7 @@ import tensorflow as tf
 from helpers import TINY
 from helpers import TINY_RUN
 from helpers import TINY_RUN_ARGS
+from helpers import fails
 from helpers import run_flags
 from helpers import to_numpy
 
@@ -27,14 +28,6 @@ from keras_vit.naflex import train_seq_lens
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # 40 stretched digits, 4x4-px patches, a budget of 16 patches.
 FLEX = dict(batch_size=4, patch_size=4, max_num_patches=16, flip=False)
-
-
-def fails(argv, capsys, message):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert message in err, err
 
 
 @pytest.mark.backend_independent

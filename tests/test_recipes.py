@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from helpers import TINY_RUN
 from helpers import TINY_RUN_ARGS
+from helpers import fails
 from helpers import run_flags
 from helpers import to_numpy
 
@@ -33,15 +34,6 @@ def run(argv, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     return out
-
-
-def fails(argv, capsys, message):
-    with pytest.raises(SystemExit) as exit_info:
-        main(argv)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert message in err, err
-    return err
 
 
 @pytest.mark.backend_independent
