@@ -41,17 +41,25 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
             before (a text tower's causal mask, CLIP's): always
             `attention_reference`, whose Keras op takes the mask.
         key_mask: None, or ``(batch, Tk)``, bool or 0/1: the keys each query
-            may attend to (NaFlex's padding left out). Always
-            `attention_reference`, whose Keras op takes the mask.
+            may attend to (NaFlex's padding left out); every query must have
+            a key left. Taken by the heads-first paths of JAX's and
+            TensorFlow's CPU, elsewhere by `attention_reference`.
 
     Returns:
         ``(batch, Tq, heads, head_dim)``, and the weights if `return_weights`.
     """
-    if causal or key_mask is not None:
+    if causal:
         return attention_reference(query, key, value, scale, training, dropout, return_weights,
                                    causal=causal, key_mask=key_mask)
     path = route("attention", query=query, key=key, training=training, weights=return_weights,
                  dropout=dropout is not None and dropout.rate > 0)
+    if key_mask is not None:
+        if path == "per_image":
+            return per_image_attention(query, key, value, scale, key_mask)
+        if path == "heads_first":
+            return heads_first_attention(query, key, value, scale, key_mask)
+        return attention_reference(query, key, value, scale, training, dropout, return_weights,
+                                   key_mask=key_mask)
     if path == "padded_cudnn":
         try:
             return padded_attention(query, key, value, scale, implementation="cudnn")
@@ -91,7 +99,7 @@ def attention_reference(query, key, value, scale, training=None, dropout=None, r
     return (x, weights) if return_weights else x
 
 
-def heads_first_attention(query, key, value, scale):
+def heads_first_attention(query, key, value, scale, key_mask=None):
     """``softmax(q kᵀ · scale) v`` as two batched matmuls over ``(batch, heads)``.
 
     The numbers of ``keras.ops.dot_product_attention`` (JAX's XLA attention:
@@ -99,7 +107,8 @@ def heads_first_attention(query, key, value, scale):
     weights cast to the value's dtype), in another layout: q, k and v are
     moved to ``(batch, heads, T, head_dim)`` first, so both products are plain
     batched matmuls with the batch dimensions leading. Its gradient is written
-    out (`_heads_first_softmax_attention`).
+    out (`_heads_first_softmax_attention`). `key_mask` ``(batch, Tk)``: the
+    keys where it is 0 get no weight (their logits -inf).
 
     Shapes as `fused_attention`.
     """
@@ -107,13 +116,16 @@ def heads_first_attention(query, key, value, scale):
     # 16-bit q and k: their products are exact in float32, as JAX's bf16 x bf16
     # -> f32 dot, and the logits and softmax stay in float32.
     q, k = (ops.cast(x, "float32") for x in (q, k))
-    x = _heads_first_softmax_attention(q, k, v, scale)  # (batch, heads, Tq, head_dim)
+    bias = () if key_mask is None else (  # (batch, 1, 1, Tk): 0, or -inf where left out
+        ops.where(ops.cast(key_mask, "bool")[:, None, None, :], 0.0, float("-inf")),)
+    x = _heads_first_softmax_attention(q, k, v, scale, *bias)  # (batch, heads, Tq, head_dim)
     return ops.transpose(x, (0, 2, 1, 3))
 
 
-def _heads_first_softmax_attention(q, k, v, scale):
-    """``softmax(q kᵀ · scale) v`` over ``(batch, heads, T, head_dim)``, float32
-    ``q`` and ``k``, with its gradient written out.
+def _heads_first_softmax_attention(q, k, v, scale, *bias):
+    """``softmax(q kᵀ · scale + bias) v`` over ``(batch, heads, T, head_dim)``,
+    float32 ``q`` and ``k``, with its gradient written out; `bias`: none, or
+    one float32 tensor that broadcasts to the logits (no gradient).
 
     With ``w = softmax(q kᵀ · scale)`` and ``dy`` the gradient of ``w v``:
     ``dv = wᵀ dy``, ``dl = w ⊙ (dy vᵀ - rowsum(dy vᵀ ⊙ w)) · scale``,
@@ -126,8 +138,9 @@ def _heads_first_softmax_attention(q, k, v, scale):
         return ops.swapaxes(x, -1, -2)
 
     @ops.custom_gradient
-    def attention(q, k, v):
-        weights = ops.softmax(ops.matmul(q, transposed(k)) * scale, axis=-1)
+    def attention(q, k, v, *bias):
+        logits = ops.matmul(q, transposed(k)) * scale
+        weights = ops.softmax(logits + bias[0] if bias else logits, axis=-1)
         cast_weights = ops.cast(weights, v.dtype)
 
         def grad(*args, upstream=None):
@@ -138,14 +151,15 @@ def _heads_first_softmax_attention(q, k, v, scale):
                 ops.matmul(dl, k),
                 transposed(ops.matmul(transposed(q), dl)),
                 transposed(ops.matmul(transposed(dy), cast_weights)),
+                *(ops.zeros_like(b) for b in bias),
             )
 
         return ops.matmul(cast_weights, v), grad
 
-    return attention(q, k, v)
+    return attention(q, k, v, *bias)
 
 
-def per_image_attention(query, key, value, scale):
+def per_image_attention(query, key, value, scale, key_mask=None):
     """`heads_first_attention` of one image at a time (``keras.ops.map``).
 
     For JAX's CPU inference: XLA:CPU runs the ``(batch * heads)``-batched
@@ -158,10 +172,11 @@ def per_image_attention(query, key, value, scale):
     Shapes as `fused_attention`.
     """
     def one_image(qkv):
-        q, k, v = (x[None] for x in qkv)
-        return heads_first_attention(q, k, v, scale)[0]
+        q, k, v, *mask = (x[None] for x in qkv)
+        return heads_first_attention(q, k, v, scale, *mask)[0]
 
-    return ops.map(one_image, (query, key, value))
+    masks = () if key_mask is None else (ops.cast(key_mask, "int32"),)
+    return ops.map(one_image, (query, key, value, *masks))
 
 
 def padded_attention(query, key, value, scale, implementation=None):
