@@ -34,9 +34,12 @@ def feature_extractor(model):
 
 
 def _batches(dataset):
+    """`dataset`'s (images, labels) batches as NumPy, integer labels; the
+    images an array, or NaFlex's dict (`keras_vit.naflex_inputs`), whose
+    ``"patches"`` must be float."""
     for images, labels in dataset:
-        images = keras.ops.convert_to_numpy(images)
-        _check_float_images(images)
+        images = keras.tree.map_structure(keras.ops.convert_to_numpy, images)
+        _check_float_images(images["patches"] if isinstance(images, dict) else images)
         labels = keras.ops.convert_to_numpy(labels)
         if labels.ndim > 1:  # one-hot
             labels = labels.argmax(-1)

@@ -40,7 +40,6 @@ import sys
 import time
 
 import keras
-import numpy as np
 
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
@@ -603,30 +602,12 @@ def _evaluate(model, run, test):
     """``{"test_accuracy": ..., "few_shot": ...}`` of the trained `model` on
     `test`, the few-shot accuracies where the config asks for them."""
     config = run.config
-    train = eval_dataset(config, run.source, pixel_scaling(model)) if config.few_shot else None
-    if config.max_num_patches is None:
-        results = {"test_accuracy": evaluation.accuracy(model, test)}
-        if config.few_shot:
-            results["few_shot"] = evaluation.few_shot_accuracy(
-                model, train, test, run.source.num_classes, shots=config.few_shot)
-        return results
-    # NaFlex: the batches are dicts, which Keras's predict takes as they are
-    logits, labels = _naflex_outputs(model, test)
-    results = {"test_accuracy": float((logits.argmax(-1) == labels).mean())}
+    results = {"test_accuracy": evaluation.accuracy(model, test)}
     if config.few_shot:
-        extractor = evaluation.feature_extractor(model)
-        results["few_shot"] = evaluation.few_shot_from_features(
-            *_naflex_outputs(extractor, train), *_naflex_outputs(extractor, test),
+        results["few_shot"] = evaluation.few_shot_accuracy(
+            model, eval_dataset(config, run.source, pixel_scaling(model)), test,
             run.source.num_classes, shots=config.few_shot)
     return results
-
-
-def _naflex_outputs(model, dataset):
-    """``(outputs, labels)``: `model`'s outputs (float64) on the NaFlex
-    inputs of `dataset` and its one-hot labels as integers."""
-    outputs = model.predict(dataset.map(lambda inputs, labels: inputs), verbose=0)
-    labels = np.concatenate([labels.argmax(-1) for _, labels in dataset.as_numpy_iterator()])
-    return keras.ops.convert_to_numpy(outputs).astype("float64"), labels
 
 
 def _divergence(config, update, because, manager):
