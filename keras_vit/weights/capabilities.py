@@ -111,21 +111,28 @@ def family(why, instead=TIMM):
     return refused(why, instead)
 
 
-_REGISTERS = family("it has {c.num_registers} register tokens, which {reader} has no key for")
-_LAYER_SCALE = family("it has LayerScale (layer_scale_init), which {reader} has no key for")
-_QK_NORM = family("qk_norm, which {reader} does not have")
-_NORM_PRE = family("norm_pre (CLIP's LayerNorm before the encoder), which {reader} does not have")
-_FC_NORM = family("fc_norm, which {reader} does not have")
-_PATCH_BIAS = family("its patch embedding has no bias (patch_bias=False), which {reader} requires")
-_DISTILLATION = family("distillation (DeiT's second token and head), which {reader} does not have")
-_NORM_BIAS = family("its LayerNorms have no bias (norm_bias=False, ViT-22B's), which {reader} requires",
-                    "Write it with format='npz', which has it; else keep it as a .keras file "
-                    "(`model.save`).")
-_CLASS_TOKEN = family("class_token={c.class_token} with {c.pooling!r} pooling, which {reader} does not have")
+# Family options that formats have no key for: field -> why, in every column that refuses it
+_FAMILY = {
+    "num_registers": "it has {c.num_registers} register tokens, which {reader} has no key for",
+    "layer_scale_init": "it has LayerScale (layer_scale_init), which {reader} has no key for",
+    "qk_norm": "qk_norm, which {reader} does not have",
+    "norm_pre": "norm_pre (CLIP's LayerNorm before the encoder), which {reader} does not have",
+    "fc_norm": "fc_norm, which {reader} does not have",
+    "patch_bias": "its patch embedding has no bias (patch_bias=False), which {reader} requires",
+    "mlp_bias": "its MLP has no biases (mlp_bias=False), which {reader} requires",
+    "norm_bias": "its LayerNorms have no bias (norm_bias=False, ViT-22B's), which {reader} requires",
+    "distillation": "distillation (DeiT's second token and head), which {reader} does not have",
+    "class_token": "class_token={c.class_token} with {c.pooling!r} pooling, which {reader} does not have",
+    "key_bias": "its key projection has no bias (key_bias=False), which {reader} requires",
+}
+_REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
+    family(_FAMILY[f]) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
+                                 "patch_bias", "distillation", "class_token"))
+_NORM_BIAS = family(_FAMILY["norm_bias"], "Write it with format='npz', which has it; else keep it as "
+                    "a .keras file (`model.save`).")
 _MLP_ACTIVATION = family("mlp_activation={c.mlp_activation!r}, which {reader} does not have")
-_KEY_BIAS = family("its key projection has no bias (key_bias=False), which {reader} requires",
-                   "DINOv3's formats have it (with rotary position embeddings); else keep it as a "
-                   ".keras file (`model.save`).")
+_KEY_BIAS = family(_FAMILY["key_bias"], "DINOv3's formats have it (with rotary position embeddings); "
+                   "else keep it as a .keras file (`model.save`).")
 _ROPE = "rotary position embeddings (position_embedding='rope', DINOv3's), which {reader} does not have"
 _TO_DINOV3 = ("Write it with format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a "
               "DINOV3Backbone), which have them.")
@@ -348,8 +355,7 @@ TABLE = {
                        keras_hub=written(values=(dict(patch_bias=False),))),
     "mlp_bias": dict(
         npz=written(values=(dict(mlp_bias=False, pooling="map"),)),
-        huggingface=family("its MLP has no biases (mlp_bias=False), which {reader} requires",
-                           "Write it with format='npz', which has it."),
+        huggingface=family(_FAMILY["mlp_bias"], "Write it with format='npz', which has it."),
         dinov2=_NOT_DINOV2, dinov3=written(values=(dict(mlp_bias=False),)),
         timm=refused("its MLP has no biases (mlp_bias=False), and timm's proj_bias removes the "
                      "attention output's bias with them", NPZ),
@@ -400,17 +406,13 @@ TABLE = {
 }
 
 
-def _siglip2(why):
-    """A family option that Siglip2VisionModel has no key for."""
-    return refused(why, _FIXED_SIZE)
-
-
 # Hugging Face's Siglip2VisionModel (SigLIP 2 NaFlex, model_type siglip2_vision_model): a
 # NaFlex tower of SigLIP's shape: a square position table, a MAP head, no [class] token
 _S2_SAME = ("mlp_dim", "num_channels", "num_heads", "num_layers", "hidden_dim", "pixel_scale",
             "pixel_offset")
 _SIGLIP2 = {
     **{field: W for field in _S2_SAME},
+    **{field: refused(why, _FIXED_SIZE) for field, why in _FAMILY.items()},
     **{field: LOADING for field in ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
                                     "data_format")},
     "image_size": written((lambda c: c.grid_size[0] != c.grid_size[1], "its position table is "
@@ -425,35 +427,23 @@ _SIGLIP2 = {
                             "(`model.save`).")),
     "pooling": written((lambda c: c.pooling != "map", "pooling {c.pooling!r}: {reader} pools with "
                         "its attention head (pooling='map')", _FIXED_SIZE)),
-    "representation_size": _siglip2("it has a pre-logits layer, which {reader} does not have"),
+    "representation_size": refused("it has a pre-logits layer, which {reader} does not have",
+                                   _FIXED_SIZE),
     "projection_dim": _PROJECTION, "normalize_features": _NORMALIZE,
     "layer_norm_epsilon": written(values=(dict(layer_norm_epsilon=1e-5),)),
     "gelu_approximate": written(values=(dict(gelu_approximate=False),)),
     "mlp_activation": written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', "
                                "which {reader} does not have", _FIXED_SIZE),
                               values=(dict(mlp_activation="quick_gelu"),)),
-    "qkv_bias": _siglip2("its attention has no query, key and value biases (qkv_bias=False), which "
-                         "{reader} requires"),
-    "key_bias": _siglip2("its key projection has no bias (key_bias=False), which {reader} requires"),
-    "layer_scale_init": _siglip2("it has LayerScale (layer_scale_init), which {reader} has no key for"),
-    "num_registers": _siglip2("it has {c.num_registers} register tokens, which {reader} has no key for"),
+    "qkv_bias": refused("its attention has no query, key and value biases (qkv_bias=False), which "
+                        "{reader} requires", _FIXED_SIZE),
     "position_embedding": written((lambda c: c.position_embedding != "learned", "its position "
                                    "embeddings are {c.position_embedding!r}, and {reader}'s a learned "
                                    "table", _FIXED_SIZE)),
     "rope_theta": with_("position_embedding"),
     "resnet_block_units": _HYBRID, "resnet_width_factor": with_("resnet_block_units"),
     "head_bias_init": Entry("loading", note="an initializer: no file holds it"),
-    "qk_norm": _siglip2("qk_norm, which {reader} does not have"),
-    "norm_pre": _siglip2("norm_pre (CLIP's LayerNorm before the encoder), which {reader} does not have"),
-    "fc_norm": _siglip2("fc_norm, which {reader} does not have"),
-    "patch_bias": _siglip2("its patch embedding has no bias (patch_bias=False), which {reader} requires"),
-    "mlp_bias": _siglip2("its MLP has no biases (mlp_bias=False), which {reader} requires"),
-    "norm_bias": _siglip2("its LayerNorms have no bias (norm_bias=False), which {reader} requires"),
-    "distillation": _siglip2("distillation (DeiT's second token and head), which {reader} does not "
-                             "have"),
     "distillation_head": with_("distillation"),
-    "class_token": _siglip2("class_token={c.class_token} with {c.pooling!r} pooling, which {reader} "
-                            "does not have"),
     "class_names": with_("num_classes"),
     "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "
                        "sequences", "Make it NaFlex first (`model.with_naflex(max_num_patches)`).")),
