@@ -11,25 +11,6 @@ from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.assign import assign_weights
 
 
-def check_dinov3(source, biases, gated, activation):
-    """Refuses a DINOv3 file's settings that keras_vit's DINOv3 does not
-    have, in the file's own words: `biases` (its query, value and output
-    projections' bias settings, name -> bool, in that order), `gated` and
-    `activation` ((name, value) each). keras_vit has an output bias, query
-    and value biases both or neither (ViT-7B has neither), and a gated MLP
-    with silu (SwiGLU) or a plain one with exact GELU."""
-    (query_name, query), (value_name, value), (out_name, out) = biases.items()
-    if query != value or not out:
-        raise CheckpointError(
-            f"{source}: {query_name}={query}, {value_name}={value}, {out_name}={out}; keras_vit's "
-            "DINOv3 has an output bias, and query and value biases both or neither (ViT-7B).")
-    (gated_name, is_gated), (activation_name, name) = gated, activation
-    if name != ("silu" if is_gated else "gelu"):
-        raise CheckpointError(
-            f"{source}: {activation_name} {name!r} with {gated_name}={is_gated}; keras_vit has "
-            "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
-
-
 @dataclasses.dataclass
 class Checkpoint:
     """A checkpoint translated to keras_vit's names and layouts.

@@ -15,7 +15,6 @@ from keras_vit.io.tensors import load_safetensors
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
@@ -55,14 +54,18 @@ def read_huggingface(directory, tensors=None):
     directory = weights_folder(directory)
     source = f"Hugging Face checkpoint {directory}"
     hf = _image_config(directory)
-    model_type = hf["model_type"]
+    family, read_config, prefix, _ = _MODEL_TYPES[hf["model_type"]]
     tensors = load_weights(directory) if tensors is None else tensors
-    for prefix in _PREFIXES[model_type]:
-        if any(k.startswith(prefix) for k in tensors):
-            tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
+    if any(k.startswith(prefix) for k in tensors):
+        tensors = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in tensors.items()}
     tensors = {k: v for k, v in tensors.items() if not k.startswith(_OTHER_TOWER)}
-    config = _shared_config(hf, model_type)
-    family, read_config = _FAMILIES[model_type]
+    size, patch = np.broadcast_to(hf.get("image_size", 224), (2,)), int(hf["patch_size"])
+    config = {
+        # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
+        "image_size": tuple(int(s) - int(s) % patch for s in size),
+        "gelu_approximate": _ACTIVATIONS.get(hf["hidden_act"]) == "gelu_approximate",
+        "mlp_activation": "quick_gelu" if hf["hidden_act"] == "quick_gelu" else "gelu", "pooling": "token",
+        **r.read_settings(SETTINGS[family], hf, f"{source}: config.json")}
     read_config(tensors, hf, config, source)
     names = class_names(hf.get("id2label"), config.get("num_classes", 0))
     if names:
@@ -87,46 +90,28 @@ def read_huggingface(directory, tensors=None):
 
 def _image_config(directory):
     """``config.json`` of an image model (a two-tower model's image tower),
-    its model type known and its sizes there."""
+    its model type known and its sizes there, with transformers' defaults of
+    the LayerNorm epsilon and ``hidden_act`` where it leaves them out."""
     hf = read_config_json(directory / "config.json")
     model_type = hf.get("model_type")
     if model_type in _TEXT_DEFAULTS:  # a two-tower model: its image tower
         hf = {**hf.get("vision_config", {}), "model_type": f"{model_type}_vision_model",
               "architectures": hf.get("architectures", [])}
         model_type = hf["model_type"]
-    if model_type not in _FAMILIES:
+    if model_type not in _MODEL_TYPES:
         raise CheckpointError(
             f"{directory}/config.json has model_type {model_type!r}; keras_vit reads Hugging Face "
-            f"{', '.join(map(repr, _FAMILIES))} checkpoints (the ViT family) and "
+            f"{', '.join(map(repr, _MODEL_TYPES))} checkpoints (the ViT family) and "
             f"{', '.join(map(repr, _TEXT_DEFAULTS))}."
         )
-    sizes = ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size")
-    require(hf, sizes + (("num_patches",) if model_type == "siglip2_vision_model" else ()),
+    hf = {"layer_norm_eps": _MODEL_TYPES[model_type][3], "hidden_act": "gelu", **hf}
+    require(hf, r.required(_SHARED) + (("num_patches",) if model_type == "siglip2_vision_model" else ()),
             directory / "config.json")
-    act = hf.get("hidden_act", "gelu")
-    if act not in _ACTIVATIONS and model_type != "dinov3_vit":  # which checks its own
+    if hf["hidden_act"] not in _ACTIVATIONS and model_type != "dinov3_vit":  # which checks its own
         raise CheckpointError(
-            f"Hugging Face checkpoint {directory}: hidden_act {act!r} is not supported; keras_vit "
-            f"has {sorted(_ACTIVATIONS)}.")
+            f"Hugging Face checkpoint {directory}: hidden_act {hf['hidden_act']!r} is not supported; "
+            f"keras_vit has {sorted(_ACTIVATIONS)}.")
     return hf
-
-
-def _shared_config(hf, model_type):
-    """The `ViT` arguments every Hugging Face image model's config.json gives."""
-    size = np.broadcast_to(hf.get("image_size", 224), (2,))
-    patch = int(hf["patch_size"])
-    act = hf.get("hidden_act", "gelu")
-    return dict(
-        hidden_dim=int(hf["hidden_size"]), num_layers=int(hf["num_hidden_layers"]),
-        num_heads=int(hf["num_attention_heads"]), patch_size=patch,
-        num_channels=int(hf.get("num_channels", 3)),
-        # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
-        image_size=tuple(int(s) - int(s) % patch for s in size),
-        layer_norm_epsilon=float(hf.get("layer_norm_eps", _EPSILON[model_type])),
-        gelu_approximate=_ACTIVATIONS.get(act) == "gelu_approximate",
-        mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
-        qkv_bias=bool(hf.get("qkv_bias", True)), pooling="token",
-    )
 
 
 def load_weights(directory):
@@ -198,16 +183,11 @@ def naflex_config(directory, hf, patch_size):
                 image_size=side * patch_size)
 
 
-def _intermediate_size(hf, source):
-    return int(require(hf, ("intermediate_size",), f"{source}: config.json")["intermediate_size"])
-
-
 def _vit_config(tensors, hf, config, source):
     """ViT and DeiT: ViT's ``pooler`` (the pre-logits layer) and
     ``classifier`` (also DeiT's without its distillation head), or the
     distilled DeiT's ``cls_classifier`` and ``distillation_classifier``
     (averaged)."""
-    config["mlp_dim"] = _intermediate_size(hf, source)
     if hf["model_type"] == "deit":
         config["distillation"] = True
         if "distillation_classifier.weight" not in tensors:  # DeiTForImageClassification, DeiTModel
@@ -228,8 +208,7 @@ def _dinov2_config(tensors, hf, config, source):
     swiglu = bool(hf.get("use_swiglu_ffn", False))
     fc2 = "encoder.layer.0.mlp." + ("weights_out" if swiglu else "fc2") + ".weight"
     r.require_keys(tensors, (fc2,), source)
-    config.update(layer_scale_init=float(hf.get("layerscale_value", 1.0)), num_classes=0,
-                  mlp_dim=int(tensors[fc2].shape[1]),
+    config.update(num_classes=0, mlp_dim=int(tensors[fc2].shape[1]),
                   mlp_activation="swiglu" if swiglu else config["mlp_activation"])
     if "embeddings.register_tokens" in tensors:
         config["num_registers"] = int(tensors["embeddings.register_tokens"].shape[1])
@@ -239,26 +218,16 @@ def _dinov3_config(tensors, hf, config, source):
     """DINOv3: rotary position embeddings (no table), registers, LayerScale,
     a key projection without bias, a gated MLP (SwiGLU) in the largest; the
     features are the normalised [class] token (``pooler_output``)."""
-    gated = bool(hf.get("use_gated_mlp", False))
-    check_dinov3(source, {name: bool(hf.get(name, True))
-                          for name in ("query_bias", "value_bias", "proj_bias")},
-                 ("use_gated_mlp", gated), ("hidden_act", hf.get("hidden_act", "gelu")))
-    qv_bias = bool(hf.get("query_bias", True))
+    r.check_dinov3(source, hf, _DINOV3_NAMES)
     r.require_keys(tensors, ("layer.0.mlp.down_proj.weight",), source)
-    config.update(
-        position_embedding="rope", rope_theta=float(hf.get("rope_theta", 100.0)),
-        qkv_bias=qv_bias, key_bias=bool(hf.get("key_bias", False)) or not qv_bias,
-        mlp_bias=bool(hf.get("mlp_bias", True)), num_registers=int(hf.get("num_register_tokens", 0)),
-        layer_scale_init=float(hf.get("layerscale_value", 1.0)),
-        mlp_activation="swiglu" if gated else "gelu", gelu_approximate=False,
-        mlp_dim=int(tensors["layer.0.mlp.down_proj.weight"].shape[1]), num_classes=0)
+    config.update(position_embedding="rope", key_bias=config["key_bias"] or not config["qkv_bias"],
+                  mlp_dim=int(tensors["layer.0.mlp.down_proj.weight"].shape[1]), num_classes=0)
 
 
 def _clip_config(tensors, hf, config, source):
     """CLIP's and SigLIP's image towers: CLIP's class embedding, LayerNorm
     before the encoder (``pre_layrnorm``), patch embedding without bias and
     projection without bias (the head, bias zero); SigLIP's MAP head."""
-    config["mlp_dim"] = _intermediate_size(hf, source)
     config["patch_bias"] = "embeddings.patch_embedding.bias" in tensors
     if hf["model_type"] == "clip_vision_model":
         config["norm_pre"] = True
@@ -276,7 +245,6 @@ def _siglip2_config(tensors, hf, config, source):
     """SigLIP 2 NaFlex's image tower: SigLIP's (`_clip_config`) with a
     linear patch embedding and a position table of ``num_patches`` rows,
     taking NaFlex sequences (`naflex_config`)."""
-    config["mlp_dim"] = _intermediate_size(hf, source)
     config["num_classes"] = 0
     if "head.probe" not in tensors:
         raise CheckpointError(f"{source}: a SigLIP 2 tower without its attention-pooling head "
@@ -408,22 +376,48 @@ def rows(c, family):
     return [*embed, *r.blocks(block, c.num_layers), *top]
 
 
+# config.json <-> ViTConfig, each family's `r.Setting`s (the readers' and the writers'):
+# the image size and hidden_act are read by `read_huggingface`, SigLIP 2's num_patches
+# by `naflex_config`, DINOv3's biases and activation checked by `r.check_dinov3`
+S = r.Setting
+_TOWER = [S("hidden_size", "hidden_dim"), S("num_hidden_layers", "num_layers"),
+          S("num_attention_heads", "num_heads"), S("layer_norm_eps", "layer_norm_epsilon", float)]
+_SHARED = [*_TOWER, S("patch_size", "patch_size", write=lambda c: c.patch_size[0]),
+           S("num_channels", "num_channels", default=3)]
+_MLP_DIM = S("intermediate_size", "mlp_dim")
+_QKV_BIAS = S("qkv_bias", "qkv_bias", bool, True)
+_LAYER_SCALE = S("layerscale_value", "layer_scale_init", float, 1.0)
+# transformers' name of the MLP's activation: QuickGELU, tanh or erf GELU
+_ACT = S("hidden_act", None, write=lambda c: "quick_gelu" if c.mlp_activation == "quick_gelu"
+         else "gelu_pytorch_tanh" if c.gelu_approximate else "gelu")
+_IMAGE_SIZE = S("image_size", None, write=lambda c: c.image_size[0] if c.image_size[0] == c.image_size[1]
+                else list(c.image_size))
+_DINOV3_NAMES = ("query_bias", "key_bias", "value_bias", "proj_bias", "use_gated_mlp", "hidden_act")
+SETTINGS = {
+    "vit": [*_SHARED, _MLP_DIM, _ACT, _IMAGE_SIZE, _QKV_BIAS,
+            S("encoder_stride", None, write=lambda c: c.patch_size[0])],
+    "dinov2": [*_SHARED, _QKV_BIAS, _LAYER_SCALE],
+    "dinov3": [*_SHARED, S("intermediate_size", None, write=lambda c: c.mlp_dim),  # read from the tensors
+               _IMAGE_SIZE, S("rope_theta", "rope_theta", float, 100.0),
+               *r.dinov3_settings(_DINOV3_NAMES, key_bias=False), S("mlp_bias", "mlp_bias", bool, True),
+               _LAYER_SCALE, S("num_register_tokens", "num_registers", int, 0)],
+    "clip": [*_SHARED, _MLP_DIM, _QKV_BIAS],
+    "siglip2": [*_SHARED, _MLP_DIM, _ACT, dataclasses.replace(_QKV_BIAS, when=r.never),
+                S("num_patches", None, write=lambda c: c.grid_size[0] * c.grid_size[1])],
+}
+
 _OTHER_TOWER = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 
-# model_type -> (family, its config reader)
-_FAMILIES = {"vit": ("vit", _vit_config), "deit": ("vit", _vit_config),
-             "dinov2": ("dinov2", _dinov2_config), "dinov2_with_registers": ("dinov2", _dinov2_config),
-             "dinov3_vit": ("dinov3", _dinov3_config), "clip_vision_model": ("clip", _clip_config),
-             "siglip_vision_model": ("clip", _clip_config),
-             "siglip2_vision_model": ("siglip2", _siglip2_config)}
-_PREFIXES = {"vit": ("vit.",), "deit": ("deit.",), "dinov2": ("dinov2.",),
-             "dinov2_with_registers": ("dinov2_with_registers.",), "dinov3_vit": ("model.",),
-             "clip_vision_model": ("vision_model.",), "siglip_vision_model": ("vision_model.",),
-             "siglip2_vision_model": ("vision_model.",)}
-# transformers' defaults where config.json leaves the epsilon out
-_EPSILON = {"vit": 1e-12, "deit": 1e-12, "dinov2": 1e-6, "dinov2_with_registers": 1e-6,
-            "dinov3_vit": 1e-5,
-            "clip_vision_model": 1e-5, "siglip_vision_model": 1e-6, "siglip2_vision_model": 1e-6}
+# model_type -> (family, its config reader, its weights' prefix, transformers' LayerNorm
+# epsilon where config.json leaves it out)
+_MODEL_TYPES = {
+    "vit": ("vit", _vit_config, "vit.", 1e-12), "deit": ("vit", _vit_config, "deit.", 1e-12),
+    "dinov2": ("dinov2", _dinov2_config, "dinov2.", 1e-6),
+    "dinov2_with_registers": ("dinov2", _dinov2_config, "dinov2_with_registers.", 1e-6),
+    "dinov3_vit": ("dinov3", _dinov3_config, "model.", 1e-5),
+    "clip_vision_model": ("clip", _clip_config, "vision_model.", 1e-5),
+    "siglip_vision_model": ("clip", _clip_config, "vision_model.", 1e-6),
+    "siglip2_vision_model": ("siglip2", _siglip2_config, "vision_model.", 1e-6)}
 
 
 # transformers' CLIPTextConfig, SiglipTextConfig and Siglip2TextConfig defaults, where
@@ -437,6 +431,9 @@ _TEXT_DEFAULTS = {
                    hidden_act="gelu_pytorch_tanh", layer_norm_eps=1e-6),
 }
 _TEXT_DEFAULTS["siglip2"] = _TEXT_DEFAULTS["siglip"]  # the same tower, a Gemma tokenizer
+# the text tower's config <-> `keras_vit.TextTransformer`'s arguments
+_TEXT_SETTINGS = [S("vocab_size", "vocab_size"), S("max_position_embeddings", "context_length"), *_TOWER,
+                  _MLP_DIM]
 
 
 @dataclasses.dataclass
@@ -514,13 +511,9 @@ def read_huggingface_text(directory, tensors=None):
                if k.startswith(("text_model.", "text_projection.", "logit_"))}
     tensors = {k[len("text_model."):] if k.startswith("text_model.") else k: v
                for k, v in tensors.items()}
-    config = dict(
-        vocab_size=int(text["vocab_size"]), context_length=int(text["max_position_embeddings"]),
-        hidden_dim=int(text["hidden_size"]), num_layers=int(text["num_hidden_layers"]),
-        num_heads=int(text["num_attention_heads"]), mlp_dim=int(text["intermediate_size"]),
-        layer_norm_epsilon=float(text["layer_norm_eps"]),
-        mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
-        gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate")
+    config = dict(r.read_settings(_TEXT_SETTINGS, text, source),
+                  gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate",
+                  mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu")
     if model_type == "clip":  # causal; the end-of-text token; a projection without bias
         eos = int(text["eos_token_id"])
         config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos,

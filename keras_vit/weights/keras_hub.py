@@ -17,6 +17,7 @@ setting missing from its config) raises a `CheckpointError` naming the
 file, what is wrong in it and what to do.
 """
 
+import dataclasses
 import pathlib
 
 import numpy as np
@@ -25,7 +26,6 @@ from keras_vit.io.tensors import load_h5
 from keras_vit.weights import rows as r
 from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.checkpoint import check_dinov3
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
@@ -36,12 +36,52 @@ CLASSIFIERS = ("ViTImageClassifier", "DeiTImageClassifier")
 # What to do about a preset whose files cannot be read
 _SAVE_AGAIN = ("Copy or download the whole preset folder again, or save it again with keras-hub's "
                "`save_to_preset`.")
-# The settings each backbone's reader needs from config.json's "config"
-_SHARED = ("image_shape", "patch_size", "num_layers", "num_heads")
-_SETTINGS = {"ViTBackbone": _SHARED + ("hidden_dim", "mlp_dim"),
-             "DeiTBackbone": _SHARED + ("hidden_dim", "intermediate_dim"),
-             "DINOV2Backbone": _SHARED,
-             "DINOV3Backbone": _SHARED + ("hidden_dim", "intermediate_dim")}
+
+# Each backbone's arguments (its config.json's "config") <-> ViTConfig, `r.Setting`s that
+# `read_keras_hub` reads and `write_keras_hub` passes; the image shape's channels,
+# use_mha_bias=False (refused), DINOv2's widths (the tensors') and DINOv3's biases and
+# activation (`r.check_dinov3`) are the reader's own code, and `_FIXED`.
+S = r.Setting
+_VIT = (lambda c: not c.distillation)  # DeiTBackbone has no such argument: its reader takes the default
+_SHAPE = [S("image_shape", "image_size", lambda shape: (int(shape[0]), int(shape[1])),
+            write=lambda c: (*c.image_size, c.num_channels)),
+          S("patch_size", "patch_size", lambda p: tuple(int(n) for n in np.broadcast_to(p, (2,)))),
+          S("num_layers", "num_layers"), S("num_heads", "num_heads")]
+_DINO_SHAPE = [_SHAPE[0], dataclasses.replace(_SHAPE[1], write=lambda c: c.patch_size[0]), *_SHAPE[2:]]
+_MHA = [S("dropout_rate", "dropout_rate", float, 0.0),
+        S("attention_dropout", "attention_dropout_rate", float, 0.0),
+        S("layer_norm_epsilon", "layer_norm_epsilon", float, 1e-6),
+        S("use_mha_bias", None, write=lambda c: True),
+        S("use_mlp_bias", "mlp_bias", bool, True, when=_VIT),
+        S("use_class_token", "pooling", lambda token: "token" if token else "gap", True,
+          lambda c: c.uses_class_token, _VIT),
+        S("use_patch_bias", "patch_bias", bool, True, when=_VIT)]
+_DINOV3_NAMES = ("use_query_bias", "use_key_bias", "use_value_bias", "use_proj_bias", "use_gated_mlp",
+                 "hidden_activation")
+_DINO = [S("layer_scale_init_value", "layer_scale_init", float, 1.0),
+         S("num_register_tokens", "num_registers", int, 0),
+         S("drop_path_rate", "drop_path_rate", float, 0.0)]
+SETTINGS = {
+    "ViT": [*_SHAPE, S("hidden_dim", "hidden_dim"), S("mlp_dim", "mlp_dim"), *_MHA],
+    "DeiT": [*_SHAPE, S("hidden_dim", "hidden_dim"), S("intermediate_dim", "mlp_dim"), *_MHA],
+    "DINOV2": [*_DINO_SHAPE, *_DINO, S("hidden_dim", None, write=lambda c: c.hidden_dim),
+               S("intermediate_dim", None, write=lambda c: swiglu_intermediate_dim(c.mlp_dim)
+                 if c.mlp_activation == "swiglu" else c.mlp_dim),
+               r.gated_mlp("use_swiglu_ffn"), S("dropout_rate", "dropout_rate", float, 0.0),
+               S("position_embedding_shape", None, write=lambda c: (*c.image_size, c.num_channels))],
+    "DINOV3": [*_DINO_SHAPE, S("hidden_dim", "hidden_dim"), S("intermediate_dim", "mlp_dim"), *_DINO,
+               *r.dinov3_settings(_DINOV3_NAMES, key_bias=True), S("use_mlp_bias", "mlp_bias", bool, True),
+               S("attention_dropout", "attention_dropout_rate", float, 0.0),
+               S("layer_norm_eps", "layer_norm_epsilon", float, 1e-5),
+               S("rope_theta", "rope_theta", float, 100.0),
+               S("dropout_rate", "dropout_rate", float, 0.0, when=r.never)],
+}
+# What each backbone's reader sets beyond its `SETTINGS`: ViT's and DeiT's
+# attention biases (DeiT's classifier reads the [class] token alone, no
+# distillation head), DINOv2's LayerNorm epsilon, DINOv3's rotary position embeddings
+_FIXED = {"ViT": dict(qkv_bias=True), "DeiT": dict(qkv_bias=True, distillation=True, distillation_head=False),
+          "DINOV2": dict(layer_norm_epsilon=1e-6, pooling="token"),
+          "DINOV3": dict(pooling="token", position_embedding="rope")}
 
 _ENCODERS = {"ViT": "layers/vi_t_encoder/encoder_layers/vi_t_encoder_block{n}/",
              "DeiT": "layers/dei_t_encoder/encoder_layers/dei_t_encoder_block{n}/",
@@ -146,8 +186,12 @@ def read_keras_hub(path):
     a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
     keras-hub need not be installed. The image converter's scale and offset
     (``image_converter.json``) are recorded as the model's ``pixel_scale``
-    and ``pixel_offset``. A folder or file that cannot be read raises a
-    `CheckpointError` naming it and what to do."""
+    and ``pixel_offset``. DINOv2's position table is the one keras-hub stores
+    interpolated to the preset's ``image_shape`` (exactly its numbers there),
+    which another ``image_size`` resamples as DINOv2 does; nothing of
+    DINOv3's (rotary position embeddings) depends on the image size. A
+    folder or file that cannot be read raises a `CheckpointError` naming it
+    and what to do."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
     if not folder.is_dir():
@@ -163,14 +207,16 @@ def read_keras_hub(path):
         raise CheckpointError(
             f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
             f"{', '.join(BACKBONES)} presets.")
-    hub = require(spec["config"], _SETTINGS[name], f"{config}'s \"config\"")
-    family = name[:-len("Backbone")]
-    config = {"DINOV2": _dinov2_config, "DINOV3": _dinov3_config}.get(family, _vit_config)(hub, family, source)
-    height, width, channels = hub["image_shape"]
-    config.update(image_size=(int(height), int(width)), num_channels=int(channels),
-                  num_layers=int(hub["num_layers"]), num_heads=int(hub["num_heads"]),
-                  patch_size=tuple(int(p) for p in np.broadcast_to(hub["patch_size"], (2,))),
-                  dropout_rate=float(hub.get("dropout_rate", 0.0)), gelu_approximate=False,
+    hub, family = spec["config"], name[:-len("Backbone")]
+    config = r.read_settings(SETTINGS[family], hub, f"{config}'s \"config\"")
+    if not hub.get("use_mha_bias", True):
+        raise CheckpointError(
+            f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
+            "keras_vit's qkv_bias=False leaves out the query, key and value biases only.")
+    if family == "DINOV3":
+        r.check_dinov3(source, hub, _DINOV3_NAMES)
+        config["key_bias"] = config["key_bias"] or not config["qkv_bias"]
+    config.update(_FIXED[family], num_channels=int(hub["image_shape"][2]), gelu_approximate=False,
                   data_format="channels_last", num_classes=0)
     arrays = load_h5(folder / "model.weights.h5", source, _SAVE_AGAIN)
     if family == "DINOV2":  # the width and the SwiGLU width: the tensors'
@@ -190,59 +236,6 @@ def read_keras_hub(path):
                           resample_method="dinov2" if family == "DINOV2" else "bilinear")
     patches = state["position_embedding/embeddings"].shape[1] - c.num_prefix_tokens
     return Checkpoint(config, state, source, square_grid(patches), patches)
-
-
-def _vit_config(hub, family, source):
-    """A ``ViTBackbone``'s or ``DeiTBackbone``'s `ViT` arguments."""
-    if not hub.get("use_mha_bias", True):
-        raise CheckpointError(
-            f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
-            "keras_vit's qkv_bias=False leaves out the query, key and value biases only.")
-    config = dict(
-        hidden_dim=int(hub["hidden_dim"]), mlp_dim=int(hub["mlp_dim" if family == "ViT" else "intermediate_dim"]),
-        attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
-        layer_norm_epsilon=float(hub.get("layer_norm_epsilon", 1e-6)),
-        qkv_bias=True, mlp_bias=bool(hub.get("use_mlp_bias", True)),
-        patch_bias=bool(hub.get("use_patch_bias", True)),
-        pooling="token" if hub.get("use_class_token", True) else "gap")
-    if family == "DeiT":  # its classifier reads the [class] token alone (no distillation head)
-        config.update(distillation=True, distillation_head=False)
-    return config
-
-
-def _dinov2_config(hub, family, source):
-    """A ``DINOV2Backbone``'s: DINOv2 (with registers, LayerScale and, for
-    giant, SwiGLU). Its position table is the one keras-hub stores
-    interpolated to the preset's ``image_shape`` (exactly its numbers
-    there); another ``image_size`` resamples it as DINOv2 does."""
-    return dict(
-        layer_scale_init=float(hub.get("layer_scale_init_value", 1.0)),
-        num_registers=int(hub.get("num_register_tokens", 0)),
-        mlp_activation="swiglu" if hub.get("use_swiglu_ffn", False) else "gelu",
-        layer_norm_epsilon=1e-6, pooling="token", drop_path_rate=float(hub.get("drop_path_rate", 0.0)))
-
-
-def _dinov3_config(hub, family, source):
-    """A ``DINOV3Backbone``'s: DINOv3 (rotary position embeddings,
-    registers, LayerScale, per-projection biases, a gated MLP in the
-    largest). Nothing depends on the image size: any ``image_size`` reads
-    it as it is."""
-    gated = bool(hub.get("use_gated_mlp", False))
-    check_dinov3(source, {name: bool(hub.get(name, True))
-                          for name in ("use_query_bias", "use_value_bias", "use_proj_bias")},
-                 ("use_gated_mlp", gated), ("hidden_activation", hub.get("hidden_activation", "gelu")))
-    qv_bias = bool(hub.get("use_query_bias", True))
-    return dict(
-        hidden_dim=int(hub["hidden_dim"]), mlp_dim=int(hub["intermediate_dim"]),
-        layer_scale_init=float(hub.get("layer_scale_init_value", 1.0)),
-        num_registers=int(hub.get("num_register_tokens", 0)),
-        mlp_activation="swiglu" if gated else "gelu",
-        layer_norm_epsilon=float(hub.get("layer_norm_eps", 1e-5)), pooling="token",
-        position_embedding="rope", rope_theta=float(hub.get("rope_theta", 100.0)),
-        qkv_bias=qv_bias, key_bias=bool(hub.get("use_key_bias", True)) or not qv_bias,
-        mlp_bias=bool(hub.get("use_mlp_bias", True)),
-        attention_dropout_rate=float(hub.get("attention_dropout", 0.0)),
-        drop_path_rate=float(hub.get("drop_path_rate", 0.0)))
 
 
 def _classifier_config(folder, source, config):
@@ -288,32 +281,6 @@ def family_of(config):
     return "DeiT" if config.distillation else "ViT"
 
 
-def _backbone(keras_hub, c, family):
-    """keras-hub's backbone of `family` for a `ViTConfig` `c`."""
-    shared = dict(image_shape=(*c.image_size, c.num_channels), num_layers=c.num_layers,
-                  num_heads=c.num_heads, hidden_dim=c.hidden_dim)
-    mha = dict(patch_size=c.patch_size, attention_dropout=c.attention_dropout_rate,
-               layer_norm_epsilon=c.layer_norm_epsilon, use_mha_bias=True, dropout_rate=c.dropout_rate)
-    swiglu = c.mlp_activation == "swiglu"
-    dino = dict(patch_size=c.patch_size[0], layer_scale_init_value=c.layer_scale_init,
-                num_register_tokens=c.num_registers, drop_path_rate=c.drop_path_rate)
-    if family == "DINOV3":
-        return keras_hub.models.DINOV3Backbone(
-            **shared, **dino, intermediate_dim=c.mlp_dim, hidden_activation="silu" if swiglu else "gelu",
-            use_gated_mlp=swiglu, use_query_bias=c.qkv_bias, use_key_bias=c.qkv_bias and c.key_bias,
-            use_value_bias=c.qkv_bias, use_mlp_bias=c.mlp_bias, attention_dropout=c.attention_dropout_rate,
-            layer_norm_eps=c.layer_norm_epsilon, rope_theta=c.rope_theta)
-    if family == "DINOV2":
-        return keras_hub.models.DINOV2Backbone(
-            **shared, **dino, dropout_rate=c.dropout_rate, use_swiglu_ffn=swiglu,
-            intermediate_dim=swiglu_intermediate_dim(c.mlp_dim) if swiglu else c.mlp_dim,
-            position_embedding_shape=shared["image_shape"])
-    if family == "DeiT":
-        return keras_hub.models.DeiTBackbone(**shared, **mha, intermediate_dim=c.mlp_dim)
-    return keras_hub.models.ViTBackbone(**shared, **mha, mlp_dim=c.mlp_dim, use_mlp_bias=c.mlp_bias,
-                                        use_class_token=c.uses_class_token, use_patch_bias=c.patch_bias)
-
-
 def write_keras_hub(model, path, ours):
     """`model` (its variables `ours`, path -> array) as a keras-hub preset
     folder at `path` (new): a ``ViTBackbone`` (``num_classes=0``) or a
@@ -333,7 +300,7 @@ def write_keras_hub(model, path, ours):
             "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
             "written. Reading one does not.") from error
     c, path, family = model.config, pathlib.Path(path), family_of(model.config)
-    backbone = _backbone(keras_hub, c, family)
+    backbone = getattr(keras_hub.models, f"{family}Backbone")(**r.write_settings(SETTINGS[family], c))
     scaling = {key: list(value) if isinstance(value, tuple) else value
                for key, value in (("scale", c.pixel_scale), ("offset", c.pixel_offset))}
     converter = getattr(keras_hub.layers, f"{family}ImageConverter")(image_size=c.image_size, **scaling)

@@ -6,12 +6,14 @@ theirs) and when the row applies (a predicate of the `ViTConfig`). The
 reader and the writer run the same rows (`move`), so what one writes the
 other reads back. A key starting with ``?`` is optional: a row whose
 tensors are not all there is skipped (a missing variable is then named by
-`keras_vit.weights.assign_weights`).
+`keras_vit.weights.assign_weights`). A format's settings (its config's
+keys) are `Setting`s the same way, run by `read_settings` and `write_settings`.
 
 The family's quirks are layouts here, each written once: `REGISTER_ROWS`
 (DINOv2's registers take no position embedding), `MASK_TOKEN` (the masked
 pre-training's token, dropped on reading, zero on writing) and `halves`
-(a gated MLP's two projections, keras_vit's one SwiGLU ``fc1``).
+(a gated MLP's two projections, keras_vit's one SwiGLU ``fc1``); and
+settings: `gated_mlp`, `dinov3_settings` (checked by `check_dinov3`).
 """
 
 import dataclasses
@@ -20,6 +22,7 @@ from collections.abc import Callable
 import numpy as np
 
 from keras_vit.weights.assign import CheckpointError
+from keras_vit.weights.checkpoint import require
 
 
 def always(c):
@@ -253,3 +256,94 @@ def write_rows(rows, state, config, name, format):
     variable no row takes is named (a writer missing a row)."""
     return move(rows, state, config, name, reading=False,
                 leftover="{source}: the " + format + " writer has no key for {keys}.")
+
+
+def never(c):
+    """The predicate of a `Setting` read, not written: the format has no such key (its default read)."""
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One key of a format's config (Hugging Face's config.json, a keras-hub
+    backbone's arguments) <-> one `ViTConfig` field.
+
+    Attributes:
+        theirs: their key (``"hidden_size"``).
+        ours: our field (``"hidden_dim"``); None: a key written and not
+            read (its reader's own code reads it, or nothing does).
+        read: their value -> ours (``int``, ``float``, ``bool``, ...).
+        default: their value where the config has no `theirs`; ``...``:
+            the key is required.
+        write: ``config -> their value``; None: the field's value.
+        when: ``config -> bool``: whether the key is written.
+    """
+
+    theirs: str
+    ours: str | None
+    read: Callable = int
+    default: object = ...
+    write: Callable = None
+    when: Callable = always
+
+
+def required(settings):
+    """The keys of `settings` that their config must have."""
+    return tuple(s.theirs for s in settings if s.ours and s.default is ...)
+
+
+def read_settings(settings, theirs, where):
+    """Our `ViT` arguments of their config `theirs` (a dict) by `settings`.
+
+    Raises:
+        CheckpointError: a required key is absent; the message names it and
+            `where` it came from (`keras_vit.weights.checkpoint.require`).
+    """
+    require(theirs, required(settings), where)
+    return {s.ours: s.read(theirs.get(s.theirs, s.default)) for s in settings if s.ours}
+
+
+def write_settings(settings, c):
+    """Their config of a `ViTConfig` `c` by `settings`: key -> value."""
+    return {s.theirs: s.write(c) if s.write else getattr(c, s.ours) for s in settings if s.when(c)}
+
+
+def gated_mlp(key):
+    """Their boolean `key` of a gated MLP <-> our ``mlp_activation``:
+    ``"swiglu"``, else ``"gelu"``."""
+    return Setting(key, "mlp_activation", lambda gated: "swiglu" if gated else "gelu", False,
+                   lambda c: c.mlp_activation == "swiglu")
+
+
+def dinov3_settings(names, key_bias):
+    """DINOv3's settings in a format's `names`: its keys of the query, key,
+    value and output projections' biases, the gated MLP and the MLP's
+    activation (`check_dinov3` refuses what keras_vit does not have);
+    `key_bias`: the key bias's default. The query and value biases are our
+    ``qkv_bias``; the output bias and the activation (silu for the gated
+    MLP, SwiGLU) are written, not read."""
+    query, key, value, out, gated, activation = names
+    return [Setting(query, "qkv_bias", bool, True),
+            Setting(key, "key_bias", bool, key_bias, lambda c: c.qkv_bias and c.key_bias),
+            Setting(value, None, write=lambda c: c.qkv_bias), Setting(out, None, write=lambda c: True),
+            gated_mlp(gated),
+            Setting(activation, None, write=lambda c: "silu" if c.mlp_activation == "swiglu" else "gelu")]
+
+
+def check_dinov3(source, theirs, names):
+    """Refuses a DINOv3 config's settings (`theirs`, a dict) that keras_vit's
+    DINOv3 does not have, in the file's own words (`names`, as
+    `dinov3_settings`'). keras_vit has an output bias, query and value
+    biases both or neither (ViT-7B has neither), and a gated MLP with silu
+    (SwiGLU) or a plain one with exact GELU."""
+    query_name, _, value_name, out_name, gated_name, activation_name = names
+    query, value, out = (bool(theirs.get(name, True)) for name in (query_name, value_name, out_name))
+    if query != value or not out:
+        raise CheckpointError(
+            f"{source}: {query_name}={query}, {value_name}={value}, {out_name}={out}; keras_vit's "
+            "DINOv3 has an output bias, and query and value biases both or neither (ViT-7B).")
+    is_gated, name = bool(theirs.get(gated_name, False)), theirs.get(activation_name, "gelu")
+    if name != ("silu" if is_gated else "gelu"):
+        raise CheckpointError(
+            f"{source}: {activation_name} {name!r} with {gated_name}={is_gated}; keras_vit has "
+            "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")

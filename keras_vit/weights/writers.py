@@ -21,9 +21,11 @@ from keras_vit.io import files
 from keras_vit.io.tensors import safetensors_bytes
 from keras_vit.weights.capabilities import COLUMNS
 from keras_vit.weights.capabilities import refusal
+from keras_vit.weights.huggingface import SETTINGS as huggingface_settings
 from keras_vit.weights.huggingface import rows as huggingface_rows
 from keras_vit.weights.npz import rows as npz_rows
 from keras_vit.weights.rows import write_rows
+from keras_vit.weights.rows import write_settings
 from keras_vit.weights.timm import rows as timm_rows
 
 
@@ -61,8 +63,8 @@ def save_checkpoint(model, path, format="npz"):
     path = check_output(path, format)
     column = _column(model.config, format)
     refuse(model, column)
-    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "dinov3": _write_dinov3,
-              "siglip2": _write_siglip2, "timm": _write_timm, "keras_hub": _write_keras_hub}[column]
+    writer = {"npz": _write_npz, "huggingface": _write_huggingface, "dinov3": _write_huggingface,
+              "siglip2": _write_huggingface, "timm": _write_timm, "keras_hub": _write_keras_hub}[column]
     if _is_folder(path, format):
         files.write_folder(path, lambda folder: writer(model, folder))
     else:
@@ -135,105 +137,58 @@ def _write_folder(folder, tensors, config, others=None):
         (folder / name).write_text(json.dumps(content, indent=2) + "\n")
 
 
-def _image_size(config):
-    height, width = config.image_size
-    return height if height == width else [height, width]
+# -- Hugging Face ------------------------------------------------------------------
 
+# `_column` -> (Hugging Face's family, `keras_vit.weights.huggingface.SETTINGS`), model class,
+# model type and the constants of its config.json
+_HUGGINGFACE = {
+    "huggingface": ("vit", "ViTModel", "vit",
+                    dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    "dinov3": ("dinov3", "DINOv3ViTModel", "dinov3_vit", {}),
+    "siglip2": ("siglip2", "Siglip2VisionModel", "siglip2_vision_model",
+                dict(attention_dropout=0.0, vision_use_head=True))}
 
-# -- Hugging Face ViT -------------------------------------------------------------
 
 def _write_huggingface(model, path):
+    """A ViT as transformers' ``ViTModel`` (with a head,
+    ``ViTForImageClassification``); a DINOv3 (rotary position embeddings) as
+    its ``DINOv3ViTModel`` (features: the normalised [class] token); a NaFlex
+    model as its ``Siglip2VisionModel`` (Tschannen et al., "SigLIP 2",
+    arXiv:2502.14786: its position table of ``num_patches`` = grid_h x
+    grid_w rows, its MAP head); each with its ``preprocessor_config.json``
+    (`_image_processor`)."""
     c = model.config
-    tensors = write_rows(huggingface_rows(c, "vit"), model_state(model), c, model.name, "Hugging Face")
-    if c.num_classes:  # ViTForImageClassification: the ViTModel under "vit.", its classifier
-        tensors = {key if key.startswith("classifier.") else "vit." + key: value
-                   for key, value in tensors.items()}
-    names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
-    config = {
-        "architectures": ["ViTForImageClassification" if c.num_classes else "ViTModel"],
-        "model_type": "vit",
-        "hidden_size": c.hidden_dim,
-        "num_hidden_layers": c.num_layers,
-        "num_attention_heads": c.num_heads,
-        "intermediate_size": c.mlp_dim,
-        "hidden_act": _hidden_act(c),
-        "layer_norm_eps": c.layer_norm_epsilon,
-        "image_size": _image_size(c),
-        "patch_size": c.patch_size[0],
-        "num_channels": c.num_channels,
-        "qkv_bias": c.qkv_bias,
-        "encoder_stride": c.patch_size[0],
-        "hidden_dropout_prob": 0.0,
-        "attention_probs_dropout_prob": 0.0,
-        "id2label": {str(i): name for i, name in enumerate(names)},
-        "label2id": {name: i for i, name in enumerate(names)},
-    }
-    if c.representation_size:
-        config.update(pooler_output_size=c.representation_size, pooler_act="tanh")
+    family, architecture, model_type, constants = _HUGGINGFACE[_column(c, "huggingface")]
+    tensors = write_rows(huggingface_rows(c, family), model_state(model), c, model.name, "Hugging Face")
+    if family == "vit":  # its labels (placeholders without names), pre-logits and head
+        names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
+        constants = {**constants, "id2label": {str(i): name for i, name in enumerate(names)},
+                     "label2id": {name: i for i, name in enumerate(names)}}
+        if c.representation_size:
+            constants.update(pooler_output_size=c.representation_size, pooler_act="tanh")
+        if c.num_classes:  # ViTForImageClassification: the ViTModel under "vit.", its classifier
+            architecture = "ViTForImageClassification"
+            tensors = {key if key.startswith("classifier.") else "vit." + key: value
+                       for key, value in tensors.items()}
+    config = {"architectures": [architecture], "model_type": model_type,
+              **write_settings(huggingface_settings[family], c), **constants}
     _write_folder(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
-
-
-def _write_dinov3(model, path):
-    """A DINOv3 (rotary position embeddings) as transformers' ``DINOv3ViTModel``
-    (``model_type`` ``dinov3_vit``): features, the normalised [class] token."""
-    c = model.config
-    gated = c.mlp_activation == "swiglu"
-    tensors = write_rows(huggingface_rows(c, "dinov3"), model_state(model), c, model.name, "Hugging Face")
-    config = {
-        "architectures": ["DINOv3ViTModel"], "model_type": "dinov3_vit",
-        "hidden_size": c.hidden_dim, "num_hidden_layers": c.num_layers,
-        "num_attention_heads": c.num_heads, "intermediate_size": c.mlp_dim,
-        "hidden_act": "silu" if gated else "gelu", "use_gated_mlp": gated,
-        "layer_norm_eps": c.layer_norm_epsilon, "rope_theta": c.rope_theta,
-        "image_size": _image_size(c), "patch_size": c.patch_size[0], "num_channels": c.num_channels,
-        "query_bias": c.qkv_bias, "key_bias": c.qkv_bias and c.key_bias, "value_bias": c.qkv_bias,
-        "proj_bias": True, "mlp_bias": c.mlp_bias, "layerscale_value": c.layer_scale_init,
-        "num_register_tokens": c.num_registers,
-    }
-    _write_folder(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
-
-
-def _write_siglip2(model, path):
-    """A NaFlex model as transformers' ``Siglip2VisionModel`` (``model_type``
-    ``siglip2_vision_model``; Tschannen et al., "SigLIP 2",
-    arXiv:2502.14786): its position table of ``num_patches`` = grid_h x
-    grid_w rows, its MAP head; ``preprocessor_config.json`` a
-    ``Siglip2ImageProcessor`` with the model's patch size, ``max_num_patches``
-    and pixel scaling."""
-    c = model.config
-    tensors = write_rows(huggingface_rows(c, "siglip2"), model_state(model), c, model.name, "Hugging Face")
-    config = {
-        "architectures": ["Siglip2VisionModel"], "model_type": "siglip2_vision_model",
-        "hidden_size": c.hidden_dim, "intermediate_size": c.mlp_dim,
-        "num_hidden_layers": c.num_layers, "num_attention_heads": c.num_heads,
-        "num_channels": c.num_channels, "patch_size": c.patch_size[0],
-        "num_patches": c.grid_size[0] * c.grid_size[1], "hidden_act": _hidden_act(c),
-        "layer_norm_eps": c.layer_norm_epsilon, "attention_dropout": 0.0, "vision_use_head": True,
-    }
-    mean, std = mean_and_std(c)
-    processor = {"image_processor_type": "Siglip2ImageProcessor", "do_resize": True, "resample": 2,
-                 "do_rescale": True, "rescale_factor": 1 / 255, "do_normalize": True,
-                 "image_mean": mean, "image_std": std, "patch_size": c.patch_size[0],
-                 "max_num_patches": c.max_num_patches}
-    _write_folder(path, tensors, config, {"preprocessor_config.json": processor})
-
-
-def _hidden_act(c):
-    """transformers' name of the MLP's activation: QuickGELU, tanh or erf GELU."""
-    return ("quick_gelu" if c.mlp_activation == "quick_gelu"
-            else "gelu_pytorch_tanh" if c.gelu_approximate else "gelu")
 
 
 def _image_processor(c):
-    """A ``ViTImageProcessor``'s ``preprocessor_config.json`` that resizes to
-    the model's size and scales pixels as the model records (``rescale /
-    std`` = ``pixel_scale``, ``-mean / std`` = ``pixel_offset``; the
-    paper's [-1, 1]: mean and std 0.5)."""
+    """The ``preprocessor_config.json`` of a ``ViTImageProcessor`` that
+    resizes to the model's size, for a NaFlex model a
+    ``Siglip2ImageProcessor`` with its patch size and ``max_num_patches``;
+    both scale pixels as the model records (``rescale / std`` =
+    ``pixel_scale``, ``-mean / std`` = ``pixel_offset``; the paper's [-1, 1]:
+    mean and std 0.5)."""
     mean, std = mean_and_std(c)
-    height, width = c.image_size
-    return {"image_processor_type": "ViTImageProcessor", "do_resize": True,
-            "size": {"height": height, "width": width}, "resample": 2, "do_rescale": True,
-            "rescale_factor": 1 / 255, "do_normalize": True, "image_mean": mean, "image_std": std}
+    own = ({"image_processor_type": "Siglip2ImageProcessor", "patch_size": c.patch_size[0],
+            "max_num_patches": c.max_num_patches} if c.naflex else
+           {"image_processor_type": "ViTImageProcessor",
+            "size": dict(zip(("height", "width"), c.image_size))})
+    return {**own, "do_resize": True, "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255,
+            "do_normalize": True, "image_mean": mean, "image_std": std}
 
 
 # -- timm VisionTransformer --------------------------------------------------------
