@@ -203,8 +203,6 @@ def _model_inputs(model, paths, max_num_patches, name):
     budget (`ViT.with_naflex`, the same weights)."""
     from keras_vit.data import read_images
 
-    if max_num_patches is None and not model.naflex:
-        return model, read_images(paths, model=model)
     if max_num_patches is not None and max_num_patches != model.max_num_patches:
         if model.resnet_block_units is not None:
             raise ValueError(
@@ -213,27 +211,7 @@ def _model_inputs(model, paths, max_num_patches, name):
                 "image. Leave --max-num-patches out; the images are then resized to "
                 f"{model.image_size[0]}x{model.image_size[1]}.")
         model = model.with_naflex(max_num_patches)
-    return model, _naflex_images(paths, model)
-
-
-def _naflex_images(paths, model):
-    """The image files decoded at their own sizes (RGB), as `model`'s NaFlex inputs."""
-    import tensorflow as tf
-
-    from keras_vit.data import op_message
-    from keras_vit.data.preprocessing import check_image_file
-    from keras_vit.data.preprocessing import decode_image
-    from keras_vit.naflex import naflex_inputs
-
-    images = []
-    for path in paths:
-        check_image_file(path)
-        try:
-            images.append(decode_image(tf.io.read_file(path)).numpy())
-        except tf.errors.OpError as error:
-            raise ValueError(f"Cannot decode image file {path}: {op_message(error)}") from error
-    return naflex_inputs(images, model.patch_size, model.max_num_patches, model.pixel_scale,
-                         model.pixel_offset)
+    return model, read_images(paths, model=model)
 
 
 def _softmax(logits):

@@ -17,6 +17,7 @@ from keras_vit.data import Source
 from keras_vit.data import input_pipeline
 from keras_vit.data import load_source
 from keras_vit.data import read_images
+from keras_vit.naflex import naflex_inputs
 
 pytestmark = pytest.mark.backend_independent  # tf.data: the same bytes on every backend (test_cross_backend)
 
@@ -326,3 +327,14 @@ def test_a_models_pixel_scaling_makes_the_images(tmp_path):
                                image * scaling["pixel_scale"] + scaling["pixel_offset"], atol=1e-5)
     with pytest.raises(ValueError, match="needs an image_size, or a model"):
         read_images(path)
+
+    class NaFlexModel(Model):  # a NaFlex model: the images at their own sizes, as its sequences
+        naflex, patch_size, max_num_patches = True, (4, 4), 6
+
+    wide = image[:8]
+    tf.io.write_file(path, tf.io.encode_png(wide))
+    sequences = read_images(path, model=NaFlexModel())
+    expected = naflex_inputs([wide], (4, 4), 6, scaling["pixel_scale"], scaling["pixel_offset"])
+    assert sorted(sequences) == sorted(expected)
+    for key in expected:
+        np.testing.assert_allclose(sequences[key], expected[key], atol=1e-6)

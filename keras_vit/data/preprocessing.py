@@ -201,7 +201,8 @@ def normalize(images, scale=None, offset=None):
 
 
 def read_images(paths, image_size=None, model=None):
-    """Image files decoded and resized as evaluation does.
+    """Image files decoded and resized as evaluation does; for a NaFlex
+    model, decoded at their own sizes and cut into its NaFlex sequences.
 
     Args:
         paths: a list of paths (or one path) to JPEG, PNG, BMP or GIF files
@@ -214,7 +215,9 @@ def read_images(paths, image_size=None, model=None):
 
     Returns:
         np.ndarray, float32 (n, height, width, 3): in [-1, 1], or scaled as
-        `model` records.
+        `model` records. For a NaFlex `model` (``naflex=True``) and no
+        `image_size`: `keras_vit.naflex_inputs` of the images at their own
+        sizes and aspect ratios, at most ``model.max_num_patches`` patches each.
 
     A missing or undecodable file raises an error naming it.
 
@@ -239,7 +242,6 @@ def read_images(paths, image_size=None, model=None):
     """
     if image_size is None and model is None:
         raise ValueError("read_images() needs an image_size, or a model to take it from.")
-    size = pair(model.image_size if image_size is None else image_size, "image_size")
     scaling = (getattr(model, "pixel_scale", None), getattr(model, "pixel_offset", None))
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -250,8 +252,13 @@ def read_images(paths, image_size=None, model=None):
     for path in paths:
         check_image_file(path)
         try:
-            image = decode_image(tf.io.read_file(path))
+            images.append(decode_image(tf.io.read_file(path)))
         except tf.errors.OpError as err:
             raise ValueError(f"Cannot decode image file {path}: {op_message(err)}") from err
-        images.append(normalize(resize(image, size), *scaling).numpy())
-    return np.stack(images)
+    if image_size is None and getattr(model, "naflex", False):
+        from keras_vit.naflex import naflex_inputs
+
+        return naflex_inputs([image.numpy() for image in images], model.patch_size,
+                             model.max_num_patches, *scaling)
+    size = pair(model.image_size if image_size is None else image_size, "image_size")
+    return np.stack([normalize(resize(image, size), *scaling).numpy() for image in images])
