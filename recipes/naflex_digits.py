@@ -36,9 +36,11 @@ from keras_vit.training import resolve_config
 from keras_vit.training import train
 
 
-def run(workdir, steps=800, max_num_patches=16, verbose=2):
+def run(workdir, steps=800, max_num_patches=16, verbose=2, **settings):
     """Trains the NaFlex and the squashed model on the stretched digits and
-    writes ``workdir/results.json``; returns its dict."""
+    writes ``workdir/results.json``; returns its dict. `settings`: other
+    run settings over the `digits` config's for both runs (`RunConfig`
+    fields, e.g. ``batch_size``, ``model_args``)."""
     workdir = pathlib.Path(workdir)
     start = time.perf_counter()
     results = {"backend": keras.backend.backend(), "steps": steps, "max_num_patches": max_num_patches,
@@ -48,7 +50,7 @@ def run(workdir, steps=800, max_num_patches=16, verbose=2):
         config = resolve_config("digits", {
             "dataset": "digits_stretched", "image_size": 16, "max_num_patches": budget,
             "steps": steps, "warmup_steps": min(100, steps // 10), "checkpoint_every": steps,
-            "few_shot": []})
+            "few_shot": [], **settings})
         _, run_results = train(config, workdir / name, verbose=verbose)
         results[f"{name}_accuracy"] = run_results["test_accuracy"]
         results[f"{name}_train_seconds"] = run_results["train_seconds"]

@@ -9,6 +9,10 @@ torch). Three markers decide where a test runs and which loop it is in:
   build); it runs in the `HOME_BACKEND` pass only.
 - ``cross_backend``: it starts the other backends itself and compares them
   with this one, every pair once; it runs in the `HOME_BACKEND` pass only.
+- ``one_pass(backend)``: it runs in that backend's pass only. The examples
+  of the docs and docstrings take turns (`take_turns`): each runs once, on
+  one backend, and every backend runs a third of them; what the examples
+  call is tested on every backend by the other files.
 - ``slow``: kept out of ``make test-fast`` (``pytest -m "not slow"``), the
   edit-run loop; ``make test`` runs it.
 
@@ -152,6 +156,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"backend_independent: runs in the KERAS_BACKEND={HOME_BACKEND} pass only")
     config.addinivalue_line("markers", f"cross_backend: starts the other backends; runs in the "
                                        f"KERAS_BACKEND={HOME_BACKEND} pass only")
+    config.addinivalue_line("markers", "one_pass(backend): runs in that backend's pass only")
     config.addinivalue_line("markers", "slow: left out of `make test-fast` (-m 'not slow'); `make test` runs it")
 
 
@@ -162,7 +167,20 @@ def pytest_report_header(config):
     if BACKEND != HOME_BACKEND:  # printed by xdist's controller too, whose workers deselect
         lines.append(f"backend-independent and cross-backend tests are deselected: they run once, "
                      f"in the KERAS_BACKEND={HOME_BACKEND} pass")
+    lines.append(f"the docs' examples take turns: this pass runs those marked one_pass({BACKEND!r}), "
+                 "the other passes the rest")
     return lines
+
+
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def take_turns(params):
+    """`params` (pytest.param each) marked ``one_pass`` by turns: the first
+    in the TensorFlow pass, the second in the JAX pass, the third in the
+    PyTorch pass, and so on."""
+    return [pytest.param(*p.values, id=p.id, marks=[*p.marks, pytest.mark.one_pass(BACKENDS[i % 3])])
+            for i, p in enumerate(params)]
 
 
 def pytest_addoption(parser):
@@ -170,15 +188,22 @@ def pytest_addoption(parser):
                      help=f"store this pass's seconds per test file in {os.path.basename(DURATIONS)}")
 
 
+def _elsewhere(item):
+    """Whether `item` runs in another backend's pass."""
+    turn = item.get_closest_marker("one_pass")
+    if turn is not None:
+        return turn.args[0] != BACKEND
+    return BACKEND != HOME_BACKEND and any(item.get_closest_marker(m) for m in ONCE)
+
+
 def pytest_collection_modifyitems(config, items):
-    if BACKEND != HOME_BACKEND:
-        kept, once = [], []
-        for item in items:
-            (once if any(item.get_closest_marker(m) for m in ONCE) else kept).append(item)
-        if once:
-            config.hook.pytest_deselected(items=once)
-            items[:] = kept
-        config.stash[_ONCE_KEY] = len(once)
+    kept, elsewhere = [], []
+    for item in items:
+        (elsewhere if _elsewhere(item) else kept).append(item)
+    if elsewhere:
+        config.hook.pytest_deselected(items=elsewhere)
+        items[:] = kept
+    config.stash[_ONCE_KEY] = len(elsewhere)
     _longest_files_first(items)
 
 
@@ -242,8 +267,8 @@ def pytest_terminal_summary(terminalreporter, config):
     count = config.stash.get(_ONCE_KEY, 0)
     if count:
         terminalreporter.write_line(
-            f"{count} deselected: backend-independent and cross-backend tests run once, "
-            f"in the KERAS_BACKEND={HOME_BACKEND} pass")
+            f"{count} deselected: backend-independent and cross-backend tests run once, in the "
+            f"KERAS_BACKEND={HOME_BACKEND} pass, and each of the docs' examples in one pass")
 
 
 @pytest.fixture(autouse=True)
@@ -298,15 +323,28 @@ def fit_digits(x, y, **options):
 
 
 @pytest.fixture(scope="session")
-def trained_digits():
+def trained_digits(tmp_path_factory, worker_id):
     """The demo's model (`helpers.DIGITS_MODEL`) trained for 8 epochs on the
     digits' train split (`fit_digits`), with the train and held-out digits:
     one model for every test that needs a trained one (quantization, LoRA,
-    bfloat16)."""
+    bfloat16). Under pytest-xdist the first worker to need it trains it and
+    saves it in the pass's common temporary folder; the other loads that
+    file (the same weights) instead of training its own."""
+    import filelock
+    import keras
     from helpers import to_numpy
 
     (x, y), (x_test, y_test) = digits("train", 16), digits("test", 16)
-    model = fit_digits(x, y)
+    if worker_id == "master":  # no workers: nothing to share
+        model = fit_digits(x, y)
+    else:
+        path = tmp_path_factory.getbasetemp().parent / "trained_digits.keras"
+        with filelock.FileLock(f"{path}.lock"):
+            if path.exists():
+                model = keras.saving.load_model(path)
+            else:
+                model = fit_digits(x, y)
+                model.save(path)
     accuracy = (to_numpy(model.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1) == y_test).mean()
     assert accuracy > 0.85, f"the float32 model must have learned the digits: {accuracy:.1%}"
     return model, (x, y), (x_test, y_test)

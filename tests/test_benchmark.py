@@ -292,21 +292,31 @@ def test_the_benchmark_names_the_cpu_kind(vendor, family, model, name, flags, ki
                     "2 cores; jax 0.10.2")
 
 
-@pytest.mark.slow
-def test_a_tiny_run_writes_the_documented_json(tmp_path):
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """One tiny run on this backend, fixed model and --naflex beside it:
+    ViT-Ti/16 of two blocks at 32 px, inference and training, with the
+    allocator's thresholds set. Returns (its JSON, its stdout, the environment)."""
     backend = keras.backend.backend()
-    out = tmp_path / "bench.json"
+    out = tmp_path_factory.mktemp("bench") / "bench.json"
     args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
-            "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", "--rounds", "1",
-            "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128", "--threads", "1",
-            "--device", "cpu", "--num-layers", "2", "--json", str(out)]
+            "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", "--naflex",
+            "--rounds", "1", "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128",
+            "--threads", "1", "--device", "cpu", "--num-layers", "2", "--json", str(out)]
     # glibc's two allocator thresholds (docs/deploy.md): recorded with the machine, since they change the speed
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="1073741824", MALLOC_TRIM_THRESHOLD_="17179869184")
     run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert run.returncode == 0, run.stderr[-3000:]
-    doc = json.loads(out.read_text())
+    return json.loads(out.read_text()), run.stdout, env
+
+
+@pytest.mark.slow
+def test_a_tiny_run_writes_the_documented_json(tiny_run):
+    backend = keras.backend.backend()
+    doc, stdout, env = tiny_run
     bench = load_script()
     bench.validate(doc)
+    fixed = [r for r in doc["results"] if not r.get("naflex")]  # NaFlex's rows: the test below
     speed = bench.speed_environment(env)
     assert doc["machine"]["environment"] == speed and speed["MALLOC_TRIM_THRESHOLD_"] == "17179869184"
     assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
@@ -315,14 +325,14 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
     kernels = doc["machine"]["matmul_gflops_by_kernel"][backend]
     assert sorted(kernels) == ["matmul"]
     assert doc["machine"]["matmul_gflops_by_backend"][backend] == max(kernels.values())
-    assert sorted(r["mode"] for r in doc["results"]) == ["inference", "train"]
+    assert sorted(r["mode"] for r in fixed) == ["inference", "train"]
     assert doc["settings"]["num_layers"] == 2
     assert doc["machine"]["cpu_info"] == bench.cpu_info()  # this machine's CPU, named
-    assert bench.machine_line(doc["machine"]) in run.stdout
-    assert "; MALLOC_MMAP_THRESHOLD_=1073741824; MALLOC_TRIM_THRESHOLD_=17179869184" in run.stdout
+    assert bench.machine_line(doc["machine"]) in stdout
+    assert "; MALLOC_MMAP_THRESHOLD_=1073741824; MALLOC_TRIM_THRESHOLD_=17179869184" in stdout
     two_blocks = count_params(preset_config("vit_ti16", image_size=32, num_layers=2))
     assert two_blocks == 5_680_552 - 10 * 444_864  # ViT-Ti/16 at 32 px less ten blocks of D 192
-    for r in doc["results"]:
+    for r in fixed:
         assert (r["impl"], r["backend"], r["params"]) == ("keras_vit", backend, two_blocks)
         assert r["gflops_per_image"] > 0 and 0 < r["fraction_of_peak"]
         # token pooling: the last block updates one token, so less is executed than the model counts
@@ -333,34 +343,30 @@ def test_a_tiny_run_writes_the_documented_json(tmp_path):
         assert r["gemm_ceiling_gflops"] > 0
         assert r["fraction_of_peak"] == pytest.approx(
             r["fraction_of_gemm_ceiling"] * r["gemm_ceiling_fraction_of_peak"])
-    assert "keras_vit" in run.stdout and "img/s" in run.stdout and "%gemm" in run.stdout
+    assert "keras_vit" in stdout and "img/s" in stdout and "%gemm" in stdout
     # each row shows the spread of its timed runs (slowest-fastest), the range of the JSON's runs
     for r in doc["results"]:
         runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
         assert len(runs) == 2 and min(runs) <= r["images_per_s"] <= max(runs)
-        row = next(line for line in run.stdout.splitlines()
-                   if line.startswith("keras_vit") and f" {r['mode']} " in line)
+        variant = ["naflex", r["naflex"]] if r.get("naflex") else []  # "keras_vit naflex full 4/4 ..."
+        row = next(line for line in stdout.splitlines() if line.split()[:1] == ["keras_vit"]
+                   and (line.split()[1:3] == variant or not variant and line.split()[1] != "naflex")
+                   and f" {r['mode']} " in line)
         assert f" {min(runs):.1f}-{max(runs):.1f} " in row, row
 
 
 @pytest.mark.slow
-def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tmp_path):
+def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tiny_run):
     """--naflex at 32 px, patch 16 (a budget of 4 patches): the NaFlex model
     on square images (4 of 4 patches valid) and on images of half their
     height (2 of 4), each with its rate over the fixed model's."""
     backend = keras.backend.backend()
-    out = tmp_path / "naflex.json"
-    args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
-            "--backends", backend, "--impls", "keras_vit", "--modes", "inference", "--naflex",
-            "--rounds", "1", "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128",
-            "--threads", "1", "--device", "cpu", "--num-layers", "1", "--json", str(out)]
-    run = subprocess.run(args, capture_output=True, text=True, timeout=600, cwd=ROOT)
-    assert run.returncode == 0, run.stderr[-3000:]
-    doc = json.loads(out.read_text())
-    load_script().validate(doc)
+    doc, stdout, _ = tiny_run
     assert doc["settings"]["naflex"] is True
-    rows = {r.get("naflex"): r for r in doc["results"]}
-    assert len(doc["results"]) == 3 and set(rows) == {None, "full", "half"}
+    inference = [r for r in doc["results"] if r["mode"] == "inference"]  # NaFlex's: inference only
+    rows = {r.get("naflex"): r for r in inference}
+    assert len(inference) == 3 and set(rows) == {None, "full", "half"}
+    assert {r.get("naflex") for r in doc["results"] if r["mode"] == "train"} == {None}
     fixed = rows[None]
     assert "vs_fixed" not in fixed and "valid_patches" not in fixed
     for fill, valid in (("full", 4), ("half", 2)):
@@ -369,8 +375,8 @@ def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tmp_path):
             backend, "inference", valid, 4)
         assert row["params"] == fixed["params"]  # the same weights, NaFlex's form
         assert row["vs_fixed"] == pytest.approx(row["images_per_s"] / fixed["images_per_s"])
-        assert f"keras_vit naflex {fill} {valid}/4 " in run.stdout
-        assert f"keras_vit/naflex-{fill} {backend} vit_ti16 inference 32px bs2" in run.stdout
+        assert f"keras_vit naflex {fill} {valid}/4 " in stdout
+        assert f"keras_vit/naflex-{fill} {backend} vit_ti16 inference 32px bs2" in stdout
 
 
 @pytest.mark.backend_independent  # the script runs PyTorch in its own process, whatever the pass

@@ -6,7 +6,9 @@
   reads the sources statically and does not depend on the Keras backend, so
   it runs under TensorFlow only.
 - The ```python blocks of README.md and docs/*.md run, in order, in one
-  namespace per file, in a temporary working directory, on every backend.
+  namespace per file, in a temporary working directory. The guides and
+  docstrings take turns (`conftest.take_turns`): each runs in one backend's
+  pass, and every backend runs a third of them.
   A block preceded by a line ``<!-- not-run: reason -->`` is skipped (it
   needs a download, an accelerator or a cluster); the reason is printed.
 - A result an example shows is compared with what it prints: the comments
@@ -31,6 +33,7 @@ import traceback
 
 import pytest
 import yaml
+from conftest import take_turns
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 GUIDES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -170,7 +173,7 @@ def test_not_run_markers_precede_python_blocks():
                 )
 
 
-@pytest.mark.parametrize("path", GUIDES, ids=[str(p.relative_to(ROOT)) for p in GUIDES])
+@pytest.mark.parametrize("path", take_turns(pytest.param(p, id=str(p.relative_to(ROOT))) for p in GUIDES))
 def test_guide_examples_run(path, tmp_path, monkeypatch):
     blocks = code_blocks(path)
     if not blocks:
@@ -318,14 +321,14 @@ DOCSTRING_EXAMPLES = docstring_examples()
 DOCTESTS = doctests()
 
 
-@pytest.mark.parametrize("path,code", DOCSTRING_EXAMPLES,
-                         ids=[path for path, _ in DOCSTRING_EXAMPLES])
+@pytest.mark.parametrize("path,code", take_turns(pytest.param(*example, id=example[0])
+                                                 for example in DOCSTRING_EXAMPLES))
 def test_docstring_examples_run(path, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_example(code, f"<docstring of {path}>", {"__name__": "__docs__"})
 
 
-@pytest.mark.parametrize("path,test", DOCTESTS, ids=[path for path, _ in DOCTESTS])
+@pytest.mark.parametrize("path,test", take_turns(pytest.param(*case, id=case[0]) for case in DOCTESTS))
 def test_docstring_doctests_pass(path, test, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

@@ -13,6 +13,7 @@ import tensorflow as tf
 from helpers import TINY
 from helpers import TINY_RUN
 from helpers import TINY_RUN_ARGS
+from helpers import TINY_RUN_MODEL
 from helpers import fails
 from helpers import run_flags
 from helpers import to_numpy
@@ -163,7 +164,7 @@ def test_predict_classifies_images_at_their_own_aspect_ratios(tmp_path, capsys):
 
 def test_the_recipe_writes_both_accuracies(tmp_path):
     recipe = runpy.run_path(str(ROOT / "recipes" / "naflex_digits.py"))
-    results = recipe["run"](tmp_path, steps=4, verbose=0)
+    results = recipe["run"](tmp_path, steps=4, verbose=0, batch_size=16, model_args=TINY_RUN_MODEL)
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved == results
     assert 0 <= saved["naflex_accuracy"] <= 1 and 0 <= saved["squashed_accuracy"] <= 1
