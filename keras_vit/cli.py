@@ -200,9 +200,17 @@ def _model_inputs(model, paths, max_num_patches, name):
     resized to its size, or, with `max_num_patches` (``--max-num-patches``)
     or for a NaFlex model, at their own sizes and aspect ratios as NaFlex
     sequences (`keras_vit.naflex_inputs`), the model made NaFlex of that
-    budget (`ViT.with_naflex`, the same weights)."""
+    budget (`_naflex_model`)."""
     from keras_vit.data import read_images
 
+    model = _naflex_model(model, max_num_patches, name)
+    return model, read_images(paths, model=model)
+
+
+def _naflex_model(model, max_num_patches, name):
+    """`model` (a ViT, named `name`) made NaFlex of budget `max_num_patches`
+    (``--max-num-patches``; `ViT.with_naflex`, the same weights); as it is
+    for None or its own budget. A hybrid is refused: NaFlex cuts pixels."""
     if max_num_patches is not None and max_num_patches != model.max_num_patches:
         if model.resnet_block_units is not None:
             raise ValueError(
@@ -211,7 +219,7 @@ def _model_inputs(model, paths, max_num_patches, name):
                 "image. Leave --max-num-patches out; the images are then resized to "
                 f"{model.image_size[0]}x{model.image_size[1]}.")
         model = model.with_naflex(max_num_patches)
-    return model, read_images(paths, model=model)
+    return model
 
 
 def _softmax(logits):
@@ -278,11 +286,12 @@ def _evaluate(args):
             f"{args.model} is a {type(model).__name__}, not a ViT: fine-tune it first "
             "(`keras-vit finetune --init ...`), then evaluate the ViT."
         )
-    size = tuple(model.image_size)
+    model = _naflex_model(model, args.max_num_patches, args.model)
+    # a NaFlex model's images keep their sizes: its patch size and budget (pixel_scaling)
+    size = {} if model.naflex else dict(image_size=tuple(model.image_size))
     source = vit_data.load_source(args.dataset, args.split, args.data_dir)
     scaling = pixel_scaling(model)
-    test = vit_data.input_pipeline(source, image_size=size, batch_size=args.batch_size,
-                                   training=False, **scaling)
+    test = vit_data.input_pipeline(source, **size, batch_size=args.batch_size, training=False, **scaling)
     if model.num_classes:
         if model.num_classes != source.num_classes:
             raise ValueError(
@@ -294,7 +303,7 @@ def _evaluate(args):
     if args.few_shot:
         train = vit_data.input_pipeline(
             vit_data.load_source(args.dataset, args.train_split, args.data_dir),
-            image_size=size, batch_size=args.batch_size, training=False, **scaling,
+            **size, batch_size=args.batch_size, training=False, **scaling,
         )
         results = evaluation.few_shot_accuracy(model, train, test, source.num_classes,
                                                shots=args.few_shot)
@@ -471,10 +480,14 @@ def _classify_flags(sub):
     sub.add_argument("images", nargs="+", help="JPEG, PNG, BMP or GIF files")
     sub.add_argument("--top-k", type=_positive_int, default=5, help="classes to print per image")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    _max_num_patches_flag(sub)
+    _dtype_flag(sub)
+
+
+def _max_num_patches_flag(sub):
     sub.add_argument("--max-num-patches", type=_positive_int, metavar="N",
                      help="NaFlex: each image at its own size and aspect ratio, resized to at most "
                      "N patches (the model made NaFlex with the same weights; docs/naflex.md)")
-    _dtype_flag(sub)
 
 
 def _convert_flags(sub):
@@ -542,6 +555,7 @@ def _add_evaluate(commands):
     sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
     sub.add_argument("--few-shot", type=parse_shots, metavar="K,K", help="e.g. 1,5,10,25")
+    _max_num_patches_flag(sub)
     _dtype_flag(sub)
 
 

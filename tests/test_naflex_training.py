@@ -125,6 +125,10 @@ def test_a_run_with_max_num_patches_trains_and_evaluates_a_naflex_model(tmp_path
     accuracy = (to_numpy(model.predict(x, verbose=0)).argmax(-1) == to_numpy(y).argmax(-1)).mean()
     assert accuracy == pytest.approx(results["test_accuracy"])
     assert "test accuracy:" in capsys.readouterr().out
+    # the command line evaluates the saved NaFlex model the same way, at its budget
+    assert main(["evaluate", str(workdir / "model.keras"), "--dataset", "digits_stretched",
+                 "--batch-size", "100"]) == 0
+    assert f"test accuracy: {accuracy:.3f}" in capsys.readouterr().out
 
 
 @pytest.mark.backend_independent
