@@ -80,3 +80,28 @@ def test_accuracy_and_features_of_a_model():
     np.testing.assert_array_equal(labels, y)
     with pytest.raises(ValueError, match=r"uint8 images; the model expects floats in \[-1, 1\]"):
         evaluation.accuracy(model, batches((x * 100).astype("uint8"), y))
+
+
+@pytest.mark.backend_independent  # a stand-in model: what goes to predict_on_batch, not how it runs
+def test_the_last_batch_is_padded_to_the_first_batchs_shape():
+    """A compiled backend traces each input shape: the smaller last batch
+    goes in padded (its last example repeated), and its outputs come back cut."""
+
+    class Recorder:
+        shapes = []
+
+        def predict_on_batch(self, images):
+            self.shapes.append(images["patches"].shape if isinstance(images, dict) else images.shape)
+            flat = images["patches"] if isinstance(images, dict) else images
+            return np.eye(3)[(flat.reshape(len(flat), -1).sum(1) > 0).astype(int)]
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (10, 4, 4, 3)).astype("float32")
+    y = (x.reshape(10, -1).sum(1) > 0).astype(int)
+    assert evaluation.accuracy(Recorder(), batches(x, y)) == 1.0
+    assert Recorder.shapes == [(4, 4, 4, 3)] * 3  # 4, 4 and 2 examples
+    naflex = [({"patches": x[i:i + 4].reshape(-1, 16, 3), "valid": np.ones((len(x[i:i + 4]), 16), bool)},
+               y[i:i + 4]) for i in range(0, 10, 4)]
+    Recorder.shapes = []
+    assert evaluation.accuracy(Recorder(), naflex) == 1.0
+    assert Recorder.shapes == [(4, 16, 3)] * 3

@@ -33,17 +33,28 @@ def feature_extractor(model):
     return keras.Model(model.input, model.parts.head.input, name=f"{model.name}_features")
 
 
-def _batches(dataset):
-    """`dataset`'s (images, labels) batches as NumPy, integer labels; the
-    images an array, or NaFlex's dict (`keras_vit.naflex_inputs`), whose
-    ``"patches"`` must be float."""
+def _outputs(model, dataset):
+    """`model`'s outputs (NumPy) on each of `dataset`'s (images, labels)
+    batches, with the batch's integer labels: ``(outputs, labels)`` per
+    batch. The images are an array, or NaFlex's dict
+    (`keras_vit.naflex_inputs`), whose ``"patches"`` must be float. A
+    batch smaller than the first (the last) is padded to the first's size
+    with copies of its last example, and its outputs cut back, so the model
+    runs one shape: a compiled backend (TensorFlow's `tf.function`, JAX's
+    `jit`) traces it once."""
+    rows = None
     for images, labels in dataset:
         images = keras.tree.map_structure(keras.ops.convert_to_numpy, images)
         _check_float_images(images["patches"] if isinstance(images, dict) else images)
         labels = keras.ops.convert_to_numpy(labels)
         if labels.ndim > 1:  # one-hot
             labels = labels.argmax(-1)
-        yield images, labels
+        n = len(labels)
+        rows = rows or n
+        if n < rows:
+            images = keras.tree.map_structure(
+                lambda x: np.pad(x, [(0, rows - n)] + [(0, 0)] * (x.ndim - 1), mode="edge"), images)
+        yield keras.ops.convert_to_numpy(model.predict_on_batch(images))[:n], labels
 
 
 def predict_features(model, dataset):
@@ -66,8 +77,8 @@ def predict_features(model, dataset):
     """
     extractor = feature_extractor(model)
     features, labels = [], []
-    for images, batch_labels in _batches(dataset):
-        features.append(keras.ops.convert_to_numpy(extractor.predict_on_batch(images)))
+    for batch_features, batch_labels in _outputs(extractor, dataset):
+        features.append(batch_features)
         labels.append(batch_labels)
     return np.concatenate(features).astype("float64"), np.concatenate(labels)
 
@@ -89,8 +100,7 @@ def accuracy(model, dataset):
         ```
     """
     correct = total = 0
-    for images, labels in _batches(dataset):
-        logits = keras.ops.convert_to_numpy(model.predict_on_batch(images))
+    for logits, labels in _outputs(model, dataset):
         correct += int((logits.argmax(-1) == labels).sum())
         total += len(labels)
     if not total:
