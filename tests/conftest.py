@@ -2,7 +2,7 @@
 on the backend, the compilation caches, and fixtures every file shares.
 
 `make test` runs the suite once per backend (KERAS_BACKEND=tensorflow, jax,
-torch). Three markers decide where a test runs and which loop it is in:
+torch). Four markers decide where a test runs and which loop it is in:
 
 - ``backend_independent``: its subject does not go through a Keras backend
   (a catalogue, a config, an argument check, a tf.data stream, a docs
