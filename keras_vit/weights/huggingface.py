@@ -25,6 +25,13 @@ _ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approxi
                 "quick_gelu": "quick_gelu"}
 
 
+def _activation(act):
+    """An HF ``hidden_act`` (a key of `_ACTIVATIONS`) as keras_vit's
+    ``mlp_activation`` and ``gelu_approximate`` (the writers' inverse: `_ACT`)."""
+    return dict(mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
+                gelu_approximate=_ACTIVATIONS.get(act) == "gelu_approximate")
+
+
 def class_names(id2label, num_classes):
     """The head's class names from an ``id2label`` mapping, or None when it
     holds only ``transformers``' placeholders (``LABEL_0``, ...) or does not
@@ -63,8 +70,7 @@ def read_huggingface(directory, tensors=None):
     config = {
         # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
         "image_size": tuple(int(s) - int(s) % patch for s in size),
-        "gelu_approximate": _ACTIVATIONS.get(hf["hidden_act"]) == "gelu_approximate",
-        "mlp_activation": "quick_gelu" if hf["hidden_act"] == "quick_gelu" else "gelu", "pooling": "token",
+        **_activation(hf["hidden_act"]), "pooling": "token",
         **r.read_settings(SETTINGS[family], hf, f"{source}: config.json")}
     read_config(tensors, hf, config, source)
     names = class_names(hf.get("id2label"), config.get("num_classes", 0))
@@ -218,10 +224,10 @@ def _dinov3_config(tensors, hf, config, source):
     """DINOv3: rotary position embeddings (no table), registers, LayerScale,
     a key projection without bias, a gated MLP (SwiGLU) in the largest; the
     features are the normalised [class] token (``pooler_output``)."""
-    r.check_dinov3(source, hf, _DINOV3_NAMES)
+    r.read_dinov3(source, hf, _DINOV3_NAMES, config)
     r.require_keys(tensors, ("layer.0.mlp.down_proj.weight",), source)
-    config.update(position_embedding="rope", key_bias=config["key_bias"] or not config["qkv_bias"],
-                  mlp_dim=int(tensors["layer.0.mlp.down_proj.weight"].shape[1]), num_classes=0)
+    config.update(position_embedding="rope", mlp_dim=int(tensors["layer.0.mlp.down_proj.weight"].shape[1]),
+                  num_classes=0)
 
 
 def _clip_config(tensors, hf, config, source):
@@ -378,7 +384,7 @@ def rows(c, family):
 
 # config.json <-> ViTConfig, each family's `r.Setting`s (the readers' and the writers'):
 # the image size and hidden_act are read by `read_huggingface`, SigLIP 2's num_patches
-# by `naflex_config`, DINOv3's biases and activation checked by `r.check_dinov3`
+# by `naflex_config`, DINOv3's biases and activation checked by `r.read_dinov3`
 S = r.Setting
 _TOWER = [S("hidden_size", "hidden_dim"), S("num_hidden_layers", "num_layers"),
           S("num_attention_heads", "num_heads"), S("layer_norm_eps", "layer_norm_epsilon", float)]
@@ -503,7 +509,7 @@ def read_huggingface_text(directory, tensors=None):
     source = f"Hugging Face checkpoint {directory}"
     text = {**_TEXT_DEFAULTS[model_type], **hf.get("text_config", {})}
     act = text["hidden_act"]
-    if act not in _ACTIVATIONS or _ACTIVATIONS[act] not in ("gelu", "gelu_approximate", "quick_gelu"):
+    if act not in _ACTIVATIONS:
         raise CheckpointError(f"{source}: the text tower's hidden_act {act!r} is not supported; "
                               f"keras_vit has {sorted(_ACTIVATIONS)}.")
     tensors = load_weights(directory) if tensors is None else tensors
@@ -511,9 +517,7 @@ def read_huggingface_text(directory, tensors=None):
                if k.startswith(("text_model.", "text_projection.", "logit_"))}
     tensors = {k[len("text_model."):] if k.startswith("text_model.") else k: v
                for k, v in tensors.items()}
-    config = dict(r.read_settings(_TEXT_SETTINGS, text, source),
-                  gelu_approximate=_ACTIVATIONS[act] == "gelu_approximate",
-                  mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu")
+    config = dict(r.read_settings(_TEXT_SETTINGS, text, source), **_activation(act))
     if model_type == "clip":  # causal; the end-of-text token; a projection without bias
         eos = int(text["eos_token_id"])
         config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos,

@@ -40,7 +40,7 @@ _SAVE_AGAIN = ("Copy or download the whole preset folder again, or save it again
 # Each backbone's arguments (its config.json's "config") <-> ViTConfig, `r.Setting`s that
 # `read_keras_hub` reads and `write_keras_hub` passes; the image shape's channels,
 # use_mha_bias=False (refused), DINOv2's widths (the tensors') and DINOv3's biases and
-# activation (`r.check_dinov3`) are the reader's own code, and `_FIXED`.
+# activation (`r.read_dinov3`) are the reader's own code, and `_FIXED`.
 S = r.Setting
 _VIT = (lambda c: not c.distillation)  # DeiTBackbone has no such argument: its reader takes the default
 _SHAPE = [S("image_shape", "image_size", lambda shape: (int(shape[0]), int(shape[1])),
@@ -214,8 +214,7 @@ def read_keras_hub(path):
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
             "keras_vit's qkv_bias=False leaves out the query, key and value biases only.")
     if family == "DINOV3":
-        r.check_dinov3(source, hub, _DINOV3_NAMES)
-        config["key_bias"] = config["key_bias"] or not config["qkv_bias"]
+        r.read_dinov3(source, hub, _DINOV3_NAMES, config)
     config.update(_FIXED[family], num_channels=int(hub["image_shape"][2]), gelu_approximate=False,
                   data_format="channels_last", num_classes=0)
     arrays = load_h5(folder / "model.weights.h5", source, _SAVE_AGAIN)

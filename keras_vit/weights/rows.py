@@ -13,7 +13,7 @@ The family's quirks are layouts here, each written once: `REGISTER_ROWS`
 (DINOv2's registers take no position embedding), `MASK_TOKEN` (the masked
 pre-training's token, dropped on reading, zero on writing) and `halves`
 (a gated MLP's two projections, keras_vit's one SwiGLU ``fc1``); and
-settings: `gated_mlp`, `dinov3_settings` (checked by `check_dinov3`).
+settings: `gated_mlp`, `dinov3_settings` (checked by `read_dinov3`).
 """
 
 import dataclasses
@@ -318,7 +318,7 @@ def gated_mlp(key):
 def dinov3_settings(names, key_bias):
     """DINOv3's settings in a format's `names`: its keys of the query, key,
     value and output projections' biases, the gated MLP and the MLP's
-    activation (`check_dinov3` refuses what keras_vit does not have);
+    activation (`read_dinov3` refuses what keras_vit does not have);
     `key_bias`: the key bias's default. The query and value biases are our
     ``qkv_bias``; the output bias and the activation (silu for the gated
     MLP, SwiGLU) are written, not read."""
@@ -330,12 +330,14 @@ def dinov3_settings(names, key_bias):
             Setting(activation, None, write=lambda c: "silu" if c.mlp_activation == "swiglu" else "gelu")]
 
 
-def check_dinov3(source, theirs, names):
+def read_dinov3(source, theirs, names, config):
     """Refuses a DINOv3 config's settings (`theirs`, a dict) that keras_vit's
     DINOv3 does not have, in the file's own words (`names`, as
-    `dinov3_settings`'). keras_vit has an output bias, query and value
-    biases both or neither (ViT-7B has neither), and a gated MLP with silu
-    (SwiGLU) or a plain one with exact GELU."""
+    `dinov3_settings`'), then sets `config`'s ``key_bias`` (read by
+    `dinov3_settings`) to its default where ``qkv_bias`` is False: without
+    query and value biases the key has none either way. keras_vit
+    has an output bias, query and value biases both or neither (ViT-7B has
+    neither), and a gated MLP with silu (SwiGLU) or a plain one with exact GELU."""
     query_name, _, value_name, out_name, gated_name, activation_name = names
     query, value, out = (bool(theirs.get(name, True)) for name in (query_name, value_name, out_name))
     if query != value or not out:
@@ -347,3 +349,4 @@ def check_dinov3(source, theirs, names):
         raise CheckpointError(
             f"{source}: {activation_name} {name!r} with {gated_name}={is_gated}; keras_vit has "
             "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
+    config["key_bias"] = config["key_bias"] or not config["qkv_bias"]
