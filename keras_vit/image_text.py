@@ -32,7 +32,7 @@ from keras_vit.released import locate
 from keras_vit.text_tokenizer import TextTokenizer
 from keras_vit.weights import CheckpointError
 from keras_vit.weights import assign_weights
-from keras_vit.weights.checkpoint import build_model
+from keras_vit.weights import build_model
 from keras_vit.weights.huggingface import read_image_text
 
 

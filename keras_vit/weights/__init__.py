@@ -1,13 +1,14 @@
 """Checkpoint formats: a reader and a writer per format (one key map each,
-`rows`), what each holds (`capabilities`), and a model built from a file."""
+`rows`), what each holds (`capabilities`), and a model built from a file
+(`load_checkpoint`, with `keras_vit.assign`'s `build_model`)."""
 
+from keras_vit.assign import assign_weights
+from keras_vit.assign import build_model
+from keras_vit.assign import transfer_weights
+from keras_vit.io.files import CheckpointError
 from keras_vit.released import imagenet1k_class_names
 from keras_vit.released import locate
-from keras_vit.weights.assign import CheckpointError
-from keras_vit.weights.assign import assign_weights
-from keras_vit.weights.assign import transfer_weights
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.checkpoint import build_model
 from keras_vit.weights.formats import read_checkpoint
 from keras_vit.weights.writers import check_output
 from keras_vit.weights.writers import save_checkpoint

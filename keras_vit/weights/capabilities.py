@@ -38,6 +38,7 @@ COLUMNS = {
                       "Hugging Face's Siglip2VisionModel"),
     "keras": Column("`.keras`", "a .keras file", "Keras"),
 }
+_FORMATS = ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")
 ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")
 
 
@@ -83,6 +84,12 @@ def refused(why, instead, bad=None):
     return Entry("refused", ((bad, why, instead),))
 
 
+def writes(**change):
+    """A field the format writes, all its values; `change` of a small model
+    is written and read back by the round-trip test."""
+    return Entry("written", values=(change,))
+
+
 LOADING = Entry("loading", note="chosen when loading")
 W = written()
 
@@ -90,6 +97,12 @@ W = written()
 def dropped(note):
     """Metadata the format has no place for; written without it (`note`: why)."""
     return Entry("dropped", note=note)
+
+
+def every(entry, **others):
+    """A row: `entry` in every format but `others` (format -> Entry); the
+    ``"siglip2"`` and ``"keras"`` columns are added below."""
+    return {**dict.fromkeys(_FORMATS, entry), **others}
 
 
 def with_(field):
@@ -182,26 +195,20 @@ def _swiglu_width(c):
 
 # field -> {format: Entry}; ".keras" holds everything (added below)
 TABLE = {
-    "image_size": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W,
-                       timm=written(values=(dict(image_size=(32, 16)),)), keras_hub=W),
-    "patch_size": dict(npz=W, huggingface=written(_SQUARE + ("Use format='timm'.",)),
-                       dinov2=_DINOV2_ONLY, dinov3=written(_SQUARE + (KERAS,)), timm=W, keras_hub=W),
-    "num_layers": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
-    "num_heads": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
-    "hidden_dim": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
-    "mlp_dim": dict(
-        npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, keras_hub=written(
+    "image_size": every(W, dinov2=_DINOV2_ONLY, timm=writes(image_size=(32, 16))),
+    "patch_size": every(W, huggingface=written(_SQUARE + ("Use format='timm'.",)), dinov2=_DINOV2_ONLY,
+                        dinov3=written(_SQUARE + (KERAS,))),
+    **{field: every(W, dinov2=_DINOV2_ONLY) for field in ("num_layers", "num_heads", "hidden_dim")},
+    "mlp_dim": every(
+        W, dinov2=_DINOV2_ONLY, keras_hub=written(
             (_swiglu_width, "a SwiGLU width of {c.mlp_dim}, which keras-hub's rounding to multiples "
              "of 8 does not give", HUB_FIX)),
         timm=written((lambda c: int(c.hidden_dim * (_gated(c) * c.mlp_dim / c.hidden_dim))
                       != _gated(c) * c.mlp_dim,
                       "timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
                       "{c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."))),
-    "num_classes": dict(npz=written(values=(dict(num_classes=0),)),
-                        huggingface=written(values=(dict(num_classes=0),)),
-                        dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
-                        timm=written(values=(dict(num_classes=0),)),
-                        keras_hub=written(_HUB_DINOV3, _HUB_DINOV2, values=(dict(num_classes=0),))),
+    "num_classes": every(writes(num_classes=0), dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
+                         keras_hub=written(_HUB_DINOV3, _HUB_DINOV2, values=(dict(num_classes=0),))),
     "pooling": dict(
         npz=written((lambda c: c.pooling == "none", "pooling='none' (the token sequence) has no "
                      "vit_jax classifier", "Use pooling 'token', 'gap' or 'map'."),
@@ -217,7 +224,7 @@ TABLE = {
             "ViTImageClassifier does not have (gap beside a [class] token neither)", HUB_FIX),
             values=(dict(pooling="gap"),))),
     "representation_size": dict(
-        npz=written(values=(dict(representation_size=8),)),
+        npz=writes(representation_size=8),
         huggingface=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
                              "layer and a head: ViTForImageClassification classifies the [class] "
                              "token without its pooler", "Drop the head (`model.with_config("
@@ -231,23 +238,17 @@ TABLE = {
                            "pre-logits layer and no head: a keras-hub ViTBackbone has no pre-logits "
                            "layer", "Write it with a head, or with format='npz'."),
                           values=(dict(representation_size=8),))),
-    "projection_dim": dict(npz=_PROJECTION, huggingface=_PROJECTION, dinov2=_NOT_DINOV2,
-                           dinov3=_PROJECTION, timm=_PROJECTION, keras_hub=_PROJECTION),
-    "normalize_features": dict(npz=_NORMALIZE, huggingface=_NORMALIZE, dinov2=_NOT_DINOV2,
-                               dinov3=_NORMALIZE, timm=_NORMALIZE, keras_hub=_NORMALIZE),
-    "dropout_rate": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING,
-                         timm=LOADING, keras_hub=written(values=(dict(dropout_rate=0.1),))),
-    "attention_dropout_rate": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING,
-                                   timm=LOADING,
-                                   keras_hub=written(values=(dict(attention_dropout_rate=0.1),))),
-    "drop_path_rate": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING,
-                           timm=LOADING, keras_hub=Entry("loading", note="DINO presets store it")),
+    "projection_dim": every(_PROJECTION, dinov2=_NOT_DINOV2),
+    "normalize_features": every(_NORMALIZE, dinov2=_NOT_DINOV2),
+    "dropout_rate": every(LOADING, keras_hub=writes(dropout_rate=0.1)),
+    "attention_dropout_rate": every(LOADING, keras_hub=writes(attention_dropout_rate=0.1)),
+    "drop_path_rate": every(LOADING, keras_hub=Entry("loading", note="DINO presets store it")),
     "layer_norm_epsilon": dict(
         npz=written((lambda c: c.layer_norm_epsilon != 1e-6, "its LayerNorm epsilon is "
                      "{c.layer_norm_epsilon:g}, and vit_jax's is 1e-6", "Use format='huggingface' "
                      "(it stores the epsilon).")),
-        huggingface=written(values=(dict(layer_norm_epsilon=1e-12),)), dinov2=_DINOV2_ONLY,
-        dinov3=W, keras_hub=written(values=(dict(layer_norm_epsilon=1e-5),)),
+        huggingface=writes(layer_norm_epsilon=1e-12), dinov2=_DINOV2_ONLY,
+        dinov3=W, keras_hub=writes(layer_norm_epsilon=1e-5),
         timm=written((lambda c: c.layer_norm_epsilon != _timm_epsilon(c),
                       "its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and timm's ViT uses 1e-6 "
                       "(its CLIP, with norm_pre, 1e-5)", "Use format='huggingface' (it stores the "
@@ -257,44 +258,39 @@ TABLE = {
                      "runs the tanh approximation", "Use format='timm' or 'huggingface', or accept "
                      "slightly different numbers: `model.with_config(gelu_approximate=True)"
                      ".save_checkpoint(...)`.")),
-        huggingface=written(values=(dict(gelu_approximate=False),)), dinov2=_DINOV2_ONLY,
+        huggingface=writes(gelu_approximate=False), dinov2=_DINOV2_ONLY,
         dinov3=written((lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,
                         "gelu_approximate=True, and DINOv3's MLP is exact GELU (or gated SiLU)",
                         KERAS)),
-        timm=written(values=(dict(gelu_approximate=False),)),
+        timm=writes(gelu_approximate=False),
         keras_hub=written((lambda c: c.gelu_approximate, "it uses tanh GELU (the paper's), and "
                            "keras-hub's ViT the exact (erf) form", "Accept slightly different "
                            "numbers with `model.with_config(gelu_approximate=False).save_checkpoint"
                            "(...)`, or use format='npz'."))),
-    "qkv_bias": dict(
-        npz=written(values=(dict(qkv_bias=False),)), huggingface=written(values=(dict(qkv_bias=False),)),
-        dinov2=_DINOV2_ONLY, dinov3=written(values=(dict(qkv_bias=False),)),
-        timm=written(values=(dict(qkv_bias=False),)),
+    "qkv_bias": every(
+        writes(qkv_bias=False), dinov2=_DINOV2_ONLY,
         keras_hub=written((lambda c: not c.qkv_bias and not _DINOV3_HUB(c), "qkv_bias=False, and "
                            "keras-hub's use_mha_bias=False also drops the attention output's bias",
                            HUB_FIX))),
-    "key_bias": dict(
-        npz=_KEY_BIAS, huggingface=_KEY_BIAS, dinov2=_NOT_DINOV2,
-        dinov3=written(values=(dict(key_bias=False),)), timm=_KEY_BIAS,
+    "key_bias": every(
+        _KEY_BIAS, dinov2=_NOT_DINOV2, dinov3=writes(key_bias=False),
         keras_hub=written((lambda c: not c.key_bias and not _DINOV3_HUB(c), "its key projection has "
                            "no bias (key_bias=False), which keras-hub has for DINOv3 (rotary "
                            "position embeddings) only", HUB_FIX))),
-    "layer_scale_init": dict(
-        npz=_LAYER_SCALE, huggingface=_LAYER_SCALE, dinov2=_DINOV2_ONLY,
+    "layer_scale_init": every(
+        _LAYER_SCALE, dinov2=_DINOV2_ONLY,
         dinov3=written((lambda c: c.layer_scale_init is None, "it has no LayerScale, which "
                         "DINOv3ViTModel has always", KERAS), values=(dict(layer_scale_init=0.1),)),
-        timm=written(values=(dict(layer_scale_init=0.1),)),
+        timm=writes(layer_scale_init=0.1),
         keras_hub=written(
             (lambda c: _DINOV2_HUB(c) and c.layer_scale_init is None, "registers without "
              "LayerScale, which keras-hub's DINOV2Backbone has always", HUB_FIX),
             (lambda c: _DINOV3_HUB(c) and c.layer_scale_init is None, "rotary position embeddings "
              "without LayerScale, which keras-hub's DINOV3Backbone has always", HUB_FIX),
             values=(dict(layer_scale_init=1.0, num_classes=0),))),
-    "num_registers": dict(
-        npz=_REGISTERS, huggingface=_REGISTERS, dinov2=_DINOV2_ONLY,
-        dinov3=written(values=(dict(num_registers=2),)),
-        timm=written(values=(dict(num_registers=2, layer_scale_init=0.1),)),
-        keras_hub=written(values=(dict(num_registers=2, layer_scale_init=1.0, num_classes=0),))),
+    "num_registers": every(_REGISTERS, dinov2=_DINOV2_ONLY, dinov3=writes(num_registers=2),
+                           timm=writes(num_registers=2, layer_scale_init=0.1),
+                           keras_hub=writes(num_registers=2, layer_scale_init=1.0, num_classes=0)),
     "position_embedding": dict(
         npz=written((lambda c: c.position_embedding == "rope", _ROPE, _TO_DINOV3),
                     values=(dict(position_embedding="sincos2d", pooling="gap"),)),
@@ -312,20 +308,15 @@ TABLE = {
                            "are sin-cos", "Use format='npz'."),
                           values=(dict(position_embedding="rope", layer_scale_init=1.0,
                                        num_classes=0),))),
-    "rope_theta": dict(npz=with_("position_embedding"), huggingface=with_("position_embedding"),
-                       dinov2=with_("position_embedding"), dinov3=W, timm=with_("position_embedding"),
-                       keras_hub=W),
+    "rope_theta": every(with_("position_embedding"), dinov3=W, keras_hub=W),
     "resnet_block_units": dict(
-        npz=written(values=(dict(image_size=64, patch_size=1, resnet_block_units=(1, 2),
-                                 resnet_width_factor=0.5),)),
+        npz=writes(image_size=64, patch_size=1, resnet_block_units=(1, 2), resnet_width_factor=0.5),
         huggingface=_HYBRID, dinov2=_NOT_DINOV2, dinov3=_HYBRID,
         timm=refused("it is a hybrid (ResNet stem); timm keeps those in another model class "
                      "(vision_transformer_hybrid)", NPZ),
         keras_hub=refused("it is a hybrid (ResNet stem)", "Use format='npz'.")),
-    "resnet_width_factor": {f: (W if f == "npz" else with_("resnet_block_units")) for f in
-                            ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
-    "head_bias_init": {f: Entry("loading", note="an initializer: no file holds it") for f in
-                       ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+    "resnet_width_factor": every(with_("resnet_block_units"), npz=W),
+    "head_bias_init": every(Entry("loading", note="an initializer: no file holds it")),
     "mlp_activation": dict(
         npz=_MLP_ACTIVATION,
         huggingface=written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', which "
@@ -339,70 +330,58 @@ TABLE = {
         keras_hub=written((lambda c: c.mlp_activation not in ("gelu", "swiglu") or (
             c.mlp_activation == "swiglu" and not _DINOV2_HUB(c) and not _DINOV3_HUB(c)),
             "mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", HUB_FIX))),
-    "qk_norm": dict(npz=_QK_NORM, huggingface=_QK_NORM, dinov2=_NOT_DINOV2, dinov3=_QK_NORM,
-                    timm=written(values=(dict(qk_norm=True),)), keras_hub=_QK_NORM),
-    "norm_pre": dict(
-        npz=_NORM_PRE, huggingface=_NORM_PRE, dinov2=_NOT_DINOV2, dinov3=_NORM_PRE, keras_hub=_NORM_PRE,
+    "qk_norm": every(_QK_NORM, dinov2=_NOT_DINOV2, timm=writes(qk_norm=True)),
+    "norm_pre": every(
+        _NORM_PRE, dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.norm_pre == c.patch_bias, "timm builds a LayerNorm before the "
                       "encoder exactly when the patch embedding has no bias (pre_norm), and this "
                       "model has norm_pre={c.norm_pre}, patch_bias={c.patch_bias}",
                       "Use format='huggingface' or 'npz' where they apply."),
                      values=(dict(norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5),))),
-    "fc_norm": dict(npz=_FC_NORM, huggingface=_FC_NORM, dinov2=_NOT_DINOV2, dinov3=_FC_NORM,
-                    timm=written(values=(dict(fc_norm=True, pooling="gap"),)), keras_hub=_FC_NORM),
-    "patch_bias": dict(npz=_PATCH_BIAS, huggingface=_PATCH_BIAS, dinov2=_NOT_DINOV2,
-                       dinov3=_PATCH_BIAS, timm=with_("norm_pre"),
-                       keras_hub=written(values=(dict(patch_bias=False),))),
+    "fc_norm": every(_FC_NORM, dinov2=_NOT_DINOV2, timm=writes(fc_norm=True, pooling="gap")),
+    "patch_bias": every(_PATCH_BIAS, dinov2=_NOT_DINOV2, timm=with_("norm_pre"),
+                        keras_hub=writes(patch_bias=False)),
     "mlp_bias": dict(
-        npz=written(values=(dict(mlp_bias=False, pooling="map"),)),
+        npz=writes(mlp_bias=False, pooling="map"),
         huggingface=family(_FAMILY["mlp_bias"], "Write it with format='npz', which has it."),
-        dinov2=_NOT_DINOV2, dinov3=written(values=(dict(mlp_bias=False),)),
+        dinov2=_NOT_DINOV2, dinov3=writes(mlp_bias=False),
         timm=refused("its MLP has no biases (mlp_bias=False), and timm's proj_bias removes the "
                      "attention output's bias with them", NPZ),
-        keras_hub=written(values=(dict(mlp_bias=False),))),
-    "norm_bias": dict(npz=written(values=(dict(norm_bias=False, pooling="map"),)),
-                      huggingface=_NORM_BIAS, dinov2=_NOT_DINOV2, dinov3=_NORM_BIAS, timm=_NORM_BIAS,
-                      keras_hub=_NORM_BIAS),
+        keras_hub=writes(mlp_bias=False)),
+    "norm_bias": every(_NORM_BIAS, npz=writes(norm_bias=False, pooling="map"), dinov2=_NOT_DINOV2),
     "distillation": dict(
         npz=_DISTILLATION, huggingface=read("distillation (DeiT's second token and head), which "
                                             "{reader} does not write", TIMM),
-        dinov2=_NOT_DINOV2, dinov3=_DISTILLATION, timm=written(values=(dict(distillation=True),)),
+        dinov2=_NOT_DINOV2, dinov3=_DISTILLATION, timm=writes(distillation=True),
         keras_hub=written(
             (lambda c: c.distills_by_head, "DeiT's two heads averaged (distillation_head=True), and "
              "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
             (lambda c: c.distillation and (not c.mlp_bias or not c.patch_bias or c.representation_size),
              "keras-hub's DeiT has neither unbiased MLPs or patches nor a pre-logits layer", HUB_FIX),
             values=(dict(distillation=True, distillation_head=False),))),
-    "distillation_head": dict(
-        npz=with_("distillation"), huggingface=with_("distillation"), dinov2=with_("distillation"),
-        dinov3=with_("distillation"), keras_hub=with_("distillation"),
+    "distillation_head": every(
+        with_("distillation"),
         timm=written((lambda c: c.distillation and not c.distillation_head, "its distillation token "
                       "has no head (distillation_head=False), and timm's distilled ViT has both "
                       "heads", KERAS))),
-    "class_token": dict(npz=_CLASS_TOKEN, huggingface=_CLASS_TOKEN, dinov2=_NOT_DINOV2,
-                        dinov3=_CLASS_TOKEN, keras_hub=_CLASS_TOKEN,
-                        timm=written(values=(dict(pooling="gap", class_token=True),
-                                             dict(pooling="map", class_token=True)))),
-    "num_channels": dict(npz=W, huggingface=W, dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
+    "class_token": every(_CLASS_TOKEN, dinov2=_NOT_DINOV2,
+                         timm=written(values=(dict(pooling="gap", class_token=True),
+                                              dict(pooling="map", class_token=True)))),
+    "num_channels": every(W, dinov2=_DINOV2_ONLY),
     "class_names": dict(npz=dropped("vit_jax files hold no class names"),
-                        huggingface=written(values=(dict(class_names=list("abcde")),)),
+                        huggingface=writes(class_names=list("abcde")),
                         dinov2=with_("num_classes"), dinov3=with_("num_classes"),
-                        timm=written(values=(dict(class_names=list("abcde")),)),
+                        timm=writes(class_names=list("abcde")),
                         keras_hub=dropped("keras-hub presets hold no class names")),
-    "pixel_scale": dict(npz=dropped("vit_jax files hold no pixel scaling"), huggingface=W,
-                        dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
-    "pixel_offset": dict(npz=dropped("vit_jax files hold no pixel scaling"), huggingface=W,
-                         dinov2=_DINOV2_ONLY, dinov3=W, timm=W, keras_hub=W),
-    "data_format": dict(npz=LOADING, huggingface=LOADING, dinov2=LOADING, dinov3=LOADING, timm=LOADING,
-                        keras_hub=written((lambda c: c.data_format != "channels_last",
-                                           "it takes channels-first images", HUB_FIX))),
+    **{field: every(W, npz=dropped("vit_jax files hold no pixel scaling"), dinov2=_DINOV2_ONLY)
+       for field in ("pixel_scale", "pixel_offset")},
+    "data_format": every(LOADING, keras_hub=written((lambda c: c.data_format != "channels_last",
+                                                     "it takes channels-first images", HUB_FIX))),
     # NaFlex (SigLIP 2's any-size sequences): format="huggingface" writes a Siglip2VisionModel
     # (the "siglip2" column); the other formats have no setting for it
-    "naflex": {**{f: refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
-                             _FIXED_SIZE) for f in ("npz", "dinov2", "dinov3", "timm", "keras_hub")},
-               "huggingface": written(note="NaFlex: written as a Siglip2VisionModel")},
-    "max_num_patches": {f: with_("naflex") for f in
-                        ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")},
+    "naflex": every(refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
+                            _FIXED_SIZE), huggingface=written(note="NaFlex: written as a Siglip2VisionModel")),
+    "max_num_patches": every(with_("naflex")),
 }
 
 
@@ -430,8 +409,8 @@ _SIGLIP2 = {
     "representation_size": refused("it has a pre-logits layer, which {reader} does not have",
                                    _FIXED_SIZE),
     "projection_dim": _PROJECTION, "normalize_features": _NORMALIZE,
-    "layer_norm_epsilon": written(values=(dict(layer_norm_epsilon=1e-5),)),
-    "gelu_approximate": written(values=(dict(gelu_approximate=False),)),
+    "layer_norm_epsilon": writes(layer_norm_epsilon=1e-5),
+    "gelu_approximate": writes(gelu_approximate=False),
     "mlp_activation": written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', "
                                "which {reader} does not have", _FIXED_SIZE),
                               values=(dict(mlp_activation="quick_gelu"),)),
@@ -447,7 +426,7 @@ _SIGLIP2 = {
     "class_names": with_("num_classes"),
     "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "
                        "sequences", "Make it NaFlex first (`model.with_naflex(max_num_patches)`).")),
-    "max_num_patches": written(values=(dict(max_num_patches=3),)),
+    "max_num_patches": writes(max_num_patches=3),
 }
 for _field, _entries in TABLE.items():
     _entries["siglip2"] = _SIGLIP2[_field]

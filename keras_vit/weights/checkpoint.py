@@ -1,4 +1,4 @@
-"""What every checkpoint reader returns, and how a model is made from it."""
+"""What every checkpoint reader returns, and the helpers the readers share."""
 
 import dataclasses
 import math
@@ -6,9 +6,7 @@ import math
 import numpy as np
 
 from keras_vit.io import files
-from keras_vit.layers.position_embedding import resample_position_embeddings
-from keras_vit.weights.assign import CheckpointError
-from keras_vit.weights.assign import assign_weights
+from keras_vit.io.files import CheckpointError
 
 
 @dataclasses.dataclass
@@ -82,53 +80,3 @@ def square_grid(num_patches):
     """(side, side) when `num_patches` is a square, else None."""
     side = math.isqrt(num_patches)
     return (side, side) if side * side == num_patches else None
-
-
-def _checkpoint_grid(checkpoint, model):
-    """The stored grid: the file's, or the model's when only that fits."""
-    if checkpoint.grid_size or checkpoint.num_patches is None:
-        return checkpoint.grid_size
-    if math.prod(model.grid_size) == checkpoint.num_patches:
-        return model.grid_size
-    raise CheckpointError(
-        f"{checkpoint.source}: the position embeddings hold {checkpoint.num_patches} "
-        f"patches, which a {model.grid_size[0]}x{model.grid_size[1]} grid does not "
-        "fit. Pass the checkpoint's own `image_size=(height, width)`, then use "
-        "`model.with_image_size(...)` for another resolution."
-    )
-
-
-def build_model(cls, checkpoint, image_size=None, num_classes=None,
-                resample_method=None, **overrides):
-    """The ViT described by ``checkpoint``, with its weights loaded."""
-    config = {**checkpoint.config, **overrides}
-    state = dict(checkpoint.state)
-    keep_initial = ()
-    if image_size is not None:
-        config["image_size"] = image_size
-    if "image_size" not in config:
-        why = ("it has no learned position embeddings" if checkpoint.num_patches is None
-               else f"its position embeddings hold {checkpoint.num_patches} patches, not a square grid")
-        raise CheckpointError(
-            f"{checkpoint.source}: the image size cannot be read from the file ({why}). "
-            "Pass `image_size=(height, width)`."
-        )
-    if not config.get("representation_size"):  # fine-tuning drops pre-logits
-        state = {k: v for k, v in state.items() if not k.startswith("pre_logits/")}
-    if num_classes is not None and num_classes != config.get("num_classes", 0):
-        config["num_classes"] = num_classes  # a new, zero-initialised head
-        config.pop("class_names", None)
-        heads = ("head", "head_dist")  # DeiT's distillation head goes with the head
-        state = {k: v for k, v in state.items() if k.split("/")[0] not in heads}
-        keep_initial = heads
-    model = cls(**config)
-    posemb = model.parts.position_embedding
-    key = "position_embedding/embeddings"
-    grid = _checkpoint_grid(checkpoint, model)
-    if key in state and tuple(posemb.grid_size) != tuple(grid):
-        state[key] = resample_position_embeddings(
-            state[key], grid, posemb.grid_size,
-            posemb.num_prefix_tokens, resample_method or checkpoint.resample_method,
-        )
-    assign_weights(model, state, checkpoint.source, keep_initial)
-    return model

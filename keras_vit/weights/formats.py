@@ -2,8 +2,8 @@
 
 import pathlib
 
+from keras_vit.io.files import CheckpointError
 from keras_vit.io.files import weights_folder
-from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.keras_hub import is_keras_hub_preset

@@ -10,10 +10,10 @@ import types
 import numpy as np
 
 from keras_vit.config import scaling_of_normalization
+from keras_vit.io.files import CheckpointError
 from keras_vit.io.files import weights_folder
 from keras_vit.io.tensors import load_safetensors
 from keras_vit.weights import rows as r
-from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
@@ -231,31 +231,21 @@ def _dinov3_config(tensors, hf, config, source):
 
 
 def _clip_config(tensors, hf, config, source):
-    """CLIP's and SigLIP's image towers: CLIP's class embedding, LayerNorm
-    before the encoder (``pre_layrnorm``), patch embedding without bias and
-    projection without bias (the head, bias zero); SigLIP's MAP head."""
-    config["patch_bias"] = "embeddings.patch_embedding.bias" in tensors
+    """CLIP's, SigLIP's and SigLIP 2's image towers: CLIP's class embedding,
+    LayerNorm before the encoder (``pre_layrnorm``), patch embedding without
+    bias and projection without bias (the head, bias zero); SigLIP's MAP
+    head (SigLIP 2's beside a linear patch embedding: `naflex_config`)."""
+    config.update(patch_bias="embeddings.patch_embedding.bias" in tensors, num_classes=0)
     if hf["model_type"] == "clip_vision_model":
         config["norm_pre"] = True
-    config["num_classes"] = 0
     if "visual_projection.weight" in tensors:  # CLIPVisionModelWithProjection: image_embeds
         config["num_classes"] = int(tensors["visual_projection.weight"].shape[0])
-    if hf["model_type"] == "siglip_vision_model":
+    if hf["model_type"] != "clip_vision_model":
         if "head.probe" not in tensors:
-            raise CheckpointError(f"{source}: a SigLIP tower without its attention-pooling "
-                                  "head (vision_use_head=False); keras_vit reads it with the head.")
+            name = "SigLIP 2" if hf["model_type"] == "siglip2_vision_model" else "SigLIP"
+            raise CheckpointError(f"{source}: a {name} tower without its attention-pooling head "
+                                  "(vision_use_head=False); keras_vit reads it with the head.")
         config["pooling"] = "map"
-
-
-def _siglip2_config(tensors, hf, config, source):
-    """SigLIP 2 NaFlex's image tower: SigLIP's (`_clip_config`) with a
-    linear patch embedding and a position table of ``num_patches`` rows,
-    taking NaFlex sequences (`naflex_config`)."""
-    config["num_classes"] = 0
-    if "head.probe" not in tensors:
-        raise CheckpointError(f"{source}: a SigLIP 2 tower without its attention-pooling head "
-                              "(vision_use_head=False); keras_vit reads it with the head.")
-    config["pooling"] = "map"
 
 
 _QKV = ("query", "key", "value")
@@ -423,7 +413,7 @@ _MODEL_TYPES = {
     "dinov3_vit": ("dinov3", _dinov3_config, "model.", 1e-5),
     "clip_vision_model": ("clip", _clip_config, "vision_model.", 1e-5),
     "siglip_vision_model": ("clip", _clip_config, "vision_model.", 1e-6),
-    "siglip2_vision_model": ("siglip2", _siglip2_config, "vision_model.", 1e-6)}
+    "siglip2_vision_model": ("siglip2", _clip_config, "vision_model.", 1e-6)}
 
 
 # transformers' CLIPTextConfig, SiglipTextConfig and Siglip2TextConfig defaults, where

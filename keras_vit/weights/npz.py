@@ -12,9 +12,9 @@ import re
 
 import numpy as np
 
+from keras_vit.io.files import CheckpointError
 from keras_vit.io.tensors import load_npz
 from keras_vit.weights import rows as r
-from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import square_grid

@@ -1,27 +1,21 @@
 """Checkpoint key maps as data, and the one mover of tensors between key spaces.
 
-A format's map is a list of `Row`s: our variable paths, their keys, how a
-tensor is converted each way (`read`: theirs -> ours, `write`: ours ->
-theirs) and when the row applies (a predicate of the `ViTConfig`). The
-reader and the writer run the same rows (`move`), so what one writes the
-other reads back. A key starting with ``?`` is optional: a row whose
-tensors are not all there is skipped (a missing variable is then named by
-`keras_vit.weights.assign_weights`). A format's settings (its config's
-keys) are `Setting`s the same way, run by `read_settings` and `write_settings`.
-
-The family's quirks are layouts here, each written once: `REGISTER_ROWS`
-(DINOv2's registers take no position embedding), `MASK_TOKEN` (the masked
-pre-training's token, dropped on reading, zero on writing) and `halves`
-(a gated MLP's two projections, keras_vit's one SwiGLU ``fc1``); and
-settings: `gated_mlp`, `dinov3_settings` (checked by `read_dinov3`).
+A format's map is a list of `Row`s and its config a list of `Setting`s; the
+reader and the writer run the same ones (`move`; `read_settings`,
+`write_settings`), so what one writes the other reads back. The family's
+quirks are written once each: `REGISTER_ROWS` (DINOv2's registers take no
+position embedding), `MASK_TOKEN` (the masked pre-training's token, dropped on
+reading, zero on writing), `halves` (a gated MLP's two projections, our one
+SwiGLU ``fc1``), `gated_mlp` and `dinov3_settings` (checked by `read_dinov3`).
 """
 
+import collections
 import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 
-from keras_vit.weights.assign import CheckpointError
+from keras_vit.io.files import CheckpointError
 from keras_vit.weights.checkpoint import require
 
 
@@ -40,6 +34,9 @@ class Row:
         read: ``(config, *theirs) -> ours``, a tuple of arrays.
         write: ``(config, *ours) -> theirs``, `read`'s inverse.
         when: ``config -> bool``: whether the model has these tensors.
+
+    A key starting with ``?`` is optional: a row whose tensors are not all
+    there is skipped (`keras_vit.assign_weights` names a variable left out).
     """
 
     ours: tuple
@@ -126,16 +123,8 @@ def row(ours, theirs, layout=SAME, when=always):
     return Row(as_tuple(ours), as_tuple(theirs), *layout, when)
 
 
-@dataclasses.dataclass(frozen=True)
-class Style:
-    """A format's leaf names: a layer's kernel and bias, a LayerNorm's scale and offset."""
-
-    kernel: str
-    bias: str
-    gamma: str
-    beta: str
-
-
+# A format's leaf names: a layer's kernel and bias, a LayerNorm's scale and offset
+Style = collections.namedtuple("Style", ("kernel", "bias", "gamma", "beta"))
 FLAX = Style("/kernel", "/bias", "/scale", "/bias")
 TORCH = Style(".weight", ".bias", ".weight", ".bias")
 H5 = Style("/vars/0", "/vars/1", "/vars/0", "/vars/1")
@@ -181,47 +170,20 @@ def blocks(rows, num_layers, name=lambda i: {"i": i}):
     return [r.at(**name(i)) for i in range(num_layers) for r in rows]
 
 
-class Mover:
-    """Tensors taken out of one key space, so what nothing took is named.
-
-    Args:
-        arrays: key -> array.
-        source: the file or model, for messages.
-        leftover: the message for keys nothing took, with ``{keys}``.
-    """
-
-    def __init__(self, arrays, source, leftover):
-        self.arrays, self.source, self.leftover = dict(arrays), source, leftover
-
-    def take(self, key):
-        """The array `key`, taken out; None for an absent optional ``?key``.
-
-        Raises:
-            CheckpointError: a required key is missing; the message names
-                it and the keys not taken yet.
-        """
-        if key.startswith("?"):
-            return self.arrays.pop(key[1:], None)
-        if key not in self.arrays:
-            left = sorted(self.arrays)
-            raise CheckpointError(
-                f"{self.source}: expected key '{key}' is missing."
-                + (f" The keys not read yet: {left[:6]}"
-                   + (f" and {len(left) - 6} more." if len(left) > 6 else ".") if left else ""))
-        return self.arrays.pop(key)
-
-    def finish(self):
-        """Raises a `CheckpointError` naming the keys nothing took."""
-        if self.arrays:
-            raise CheckpointError(self.leftover.format(source=self.source, keys=sorted(self.arrays)[:12]))
+def _missing(source, key, left):
+    """The `CheckpointError` of a required `key` that is not there; `left`:
+    the keys not read yet."""
+    left = sorted(left)
+    more = f" and {len(left) - 6} more." if len(left) > 6 else "."
+    return CheckpointError(f"{source}: expected key '{key}' is missing."
+                           + (f" The keys not read yet: {left[:6]}{more}" if left else ""))
 
 
 def require_keys(arrays, keys, source):
-    """Raises `Mover.take`'s `CheckpointError` for the first of `keys` not in `arrays`."""
-    mover = Mover(arrays, source, "")
+    """Raises `move`'s `CheckpointError` for the first of `keys` not in `arrays`."""
     for key in keys:
         if key not in arrays:
-            mover.take(key)
+            raise _missing(source, key, arrays)
 
 
 READ_LEFTOVER = ("{source} has keys keras_vit does not know, so it would load only part of "
@@ -230,24 +192,29 @@ READ_LEFTOVER = ("{source} has keys keras_vit does not know, so it would load on
 
 def move(rows, arrays, config, source, reading=True, leftover=READ_LEFTOVER):
     """`arrays` (theirs when `reading`, else ours) through `rows`: the
-    rows that apply to `config` take their tensors, convert them and give
-    the other side's; anything left over is refused (`leftover`).
+    rows that apply to `config` take their tensors (a required key that is
+    missing is refused, naming it), convert them and give the other side's;
+    anything left over is refused (`leftover`, with ``{source}`` and ``{keys}``).
 
     Returns:
         dict: key -> array, the other side's.
     """
-    mover = Mover(arrays, source, leftover)
-    out = {}
+    arrays, out = dict(arrays), {}
     for r in rows:
         if not r.when(config):
             continue
         keys, targets, convert = (r.theirs, r.ours, r.read) if reading else (r.ours, r.theirs, r.write)
-        values = [mover.take(key) for key in keys]
+        values = []
+        for key in keys:
+            if not key.startswith("?") and key not in arrays:
+                raise _missing(source, key, arrays)
+            values.append(arrays.pop(key.lstrip("?"), None))
         if any(value is None for value in values):
             continue
         out.update((target.lstrip("?"), value) for target, value
                    in zip(targets, convert(config, *values), strict=True) if value is not None)
-    mover.finish()
+    if arrays:
+        raise CheckpointError(leftover.format(source=source, keys=sorted(arrays)[:12]))
     return out
 
 

@@ -6,9 +6,9 @@ import re
 import numpy as np
 
 from keras_vit.config import scaling_of_normalization
+from keras_vit.io.files import CheckpointError
 from keras_vit.io.tensors import load_safetensors
 from keras_vit.weights import rows as r
-from keras_vit.weights.assign import CheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json

@@ -16,6 +16,7 @@ import json
 import numpy as np
 
 from keras_vit.arguments import WRITE_FORMATS
+from keras_vit.assign import model_state
 from keras_vit.config import mean_and_std
 from keras_vit.io import files
 from keras_vit.io.tensors import safetensors_bytes
@@ -27,13 +28,6 @@ from keras_vit.weights.npz import rows as npz_rows
 from keras_vit.weights.rows import write_rows
 from keras_vit.weights.rows import write_settings
 from keras_vit.weights.timm import rows as timm_rows
-
-
-def model_state(model):
-    """path -> float32 NumPy array, every variable of `model`."""
-    import keras
-
-    return {v.path: np.asarray(keras.ops.convert_to_numpy(v), np.float32) for v in model.weights}
 
 
 def save_checkpoint(model, path, format="npz"):
