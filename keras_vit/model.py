@@ -531,9 +531,9 @@ class ViT(keras.Model):
 
     def save_checkpoint(self, path, format="npz"):
         """`keras_vit.weights.save_checkpoint`: this model as a vit_jax
-        ``.npz`` (``format="npz"``), a Hugging Face ViT directory
-        (``"huggingface"``) or a timm ``.safetensors`` / hub directory
-        (``"timm"``), which `from_checkpoint` (and those libraries) read back."""
+        ``.npz`` (``format="npz"``), a Hugging Face directory (``"huggingface"``),
+        a timm ``.safetensors`` file or hub directory (``"timm"``) or a keras-hub
+        preset (``"keras_hub"``), which `from_checkpoint` (and those libraries) read back."""
         return save_checkpoint(self, path, format)
 
     def with_image_size(self, image_size, method="bilinear"):

@@ -28,7 +28,7 @@ BASES = {"npz": {}, "huggingface": {}, "timm": {}, "keras_hub": dict(gelu_approx
          "dinov3": dict(position_embedding="rope", layer_scale_init=1.0, num_classes=0,
                         gelu_approximate=False),
          "siglip2": dict(naflex=True, max_num_patches=6, pooling="map", num_classes=0)}
-# The formats whose writer format="huggingface" picks by the model (writers._column)
+# The formats whose writer format="huggingface" picks by the model (huggingface.written_as)
 HUGGINGFACE = ("dinov3", "siglip2")
 
 

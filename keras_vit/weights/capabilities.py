@@ -1,10 +1,7 @@
-"""What each checkpoint format holds of a `ViTConfig`, field by field.
+"""What each checkpoint format holds of a `ViTConfig`, field by field (`TABLE`).
 
-`TABLE` has an `Entry` for every `ViTConfig` field and every format: the
-field is written (and read back), read only, refused (with the reason and
-the format to use instead), a loading argument the files do not hold, or
-metadata the format drops. A writer refuses a model by this table before
-anything is written (`refusal`); a field without an entry is refused, and
+A writer refuses a model by this table before anything is written
+(`refusal`); a field without an entry is refused, and
 ``tests/test_capabilities.py`` fails until it has one, so a new option is
 never silently dropped. docs/checkpoints.md shows the table (`markdown`).
 """
@@ -73,15 +70,14 @@ def written(*checks, note="", values=()):
     return Entry("written", checks, note, values)
 
 
-def read(why, instead, note=""):
+def read(why, instead):
     """A field the format's files give, which its writer refuses (`why`, `instead`)."""
-    return Entry("read", ((None, why, instead),), note)
+    return Entry("read", ((None, why, instead),))
 
 
-def refused(why, instead, bad=None):
-    """A field the format has no place for: refused where `bad` (by
-    default: the value is not the default)."""
-    return Entry("refused", ((bad, why, instead),))
+def refused(why, instead):
+    """A field the format has no place for: a value other than the default is refused."""
+    return Entry("refused", ((None, why, instead),))
 
 
 def writes(**change):
@@ -119,12 +115,8 @@ _FIXED_SIZE = ("Write its fixed-size model (`model.with_config(naflex=False, max
                "in a format that has it, or keep it as a .keras file (`model.save`).")
 
 
-def family(why, instead=TIMM):
-    """A family option that a format has no key for: refused wherever it is not the default."""
-    return refused(why, instead)
-
-
 # Family options that formats have no key for: field -> why, in every column that refuses it
+# (instead: timm's, unless said)
 _FAMILY = {
     "num_registers": "it has {c.num_registers} register tokens, which {reader} has no key for",
     "layer_scale_init": "it has LayerScale (layer_scale_init), which {reader} has no key for",
@@ -139,13 +131,13 @@ _FAMILY = {
     "key_bias": "its key projection has no bias (key_bias=False), which {reader} requires",
 }
 _REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
-    family(_FAMILY[f]) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
-                                 "patch_bias", "distillation", "class_token"))
-_NORM_BIAS = family(_FAMILY["norm_bias"], "Write it with format='npz', which has it; else keep it as "
-                    "a .keras file (`model.save`).")
-_MLP_ACTIVATION = family("mlp_activation={c.mlp_activation!r}, which {reader} does not have")
-_KEY_BIAS = family(_FAMILY["key_bias"], "DINOv3's formats have it (with rotary position embeddings); "
-                   "else keep it as a .keras file (`model.save`).")
+    refused(_FAMILY[f], TIMM) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
+                                        "patch_bias", "distillation", "class_token"))
+_NORM_BIAS = refused(_FAMILY["norm_bias"], "Write it with format='npz', which has it; else keep it "
+                     "as a .keras file (`model.save`).")
+_MLP_ACTIVATION = refused("mlp_activation={c.mlp_activation!r}, which {reader} does not have", TIMM)
+_KEY_BIAS = refused(_FAMILY["key_bias"], "DINOv3's formats have it (with rotary position embeddings); "
+                    "else keep it as a .keras file (`model.save`).")
 _ROPE = "rotary position embeddings (position_embedding='rope', DINOv3's), which {reader} does not have"
 _TO_DINOV3 = ("Write it with format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a "
               "DINOV3Backbone), which have them.")
@@ -343,7 +335,7 @@ TABLE = {
                         keras_hub=writes(patch_bias=False)),
     "mlp_bias": dict(
         npz=writes(mlp_bias=False, pooling="map"),
-        huggingface=family(_FAMILY["mlp_bias"], "Write it with format='npz', which has it."),
+        huggingface=refused(_FAMILY["mlp_bias"], "Write it with format='npz', which has it."),
         dinov2=_NOT_DINOV2, dinov3=writes(mlp_bias=False),
         timm=refused("its MLP has no biases (mlp_bias=False), and timm's proj_bias removes the "
                      "attention output's bias with them", NPZ),
@@ -435,7 +427,7 @@ for _field, _entries in TABLE.items():
 
 def _timm_epsilon(c):
     """The LayerNorm epsilon of the timm architecture the writer names
-    (`_write_timm`): its CLIP's 1e-5 for norm_pre, unless DeiT or SwiGLU
+    (`keras_vit.weights.timm.write_timm`): its CLIP's 1e-5 for norm_pre, unless DeiT or SwiGLU
     (DINOv2 giant) name the model."""
     clip = c.norm_pre and not c.distillation and c.mlp_activation != "swiglu"
     return 1e-5 if clip else 1e-6

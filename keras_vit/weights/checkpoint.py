@@ -1,12 +1,14 @@
-"""What every checkpoint reader returns, and the helpers the readers share."""
+"""What every checkpoint reader returns, and the helpers the readers and writers share."""
 
 import dataclasses
+import json
 import math
 
 import numpy as np
 
 from keras_vit.io import files
 from keras_vit.io.files import CheckpointError
+from keras_vit.io.tensors import safetensors_bytes
 
 
 @dataclasses.dataclass
@@ -80,3 +82,11 @@ def square_grid(num_patches):
     """(side, side) when `num_patches` is a square, else None."""
     side = math.isqrt(num_patches)
     return (side, side) if side * side == num_patches else None
+
+
+def write_files(folder, tensors, config, others=None):
+    """``config.json`` and ``model.safetensors`` in `folder` (and `others`,
+    file name -> JSON)."""
+    (folder / "model.safetensors").write_bytes(safetensors_bytes(tensors))
+    for name, content in {"config.json": config, **(others or {})}.items():
+        (folder / name).write_text(json.dumps(content, indent=2) + "\n")

@@ -13,9 +13,9 @@ from keras_vit.weights.timm import read_timm
 
 PICKLE_SUFFIXES = (".bin", ".pth", ".pt", ".pkl", ".pickle", ".ckpt")
 FORMATS = (
-    "vit_jax / AugReg / big_vision .npz; a Hugging Face ViT directory "
-    "(config.json + model.safetensors); a timm ViT .safetensors file; a keras-hub "
-    "ViTBackbone or ViTImageClassifier preset folder"
+    "vit_jax / AugReg / big_vision .npz; a Hugging Face ViT, DeiT, DINOv2, DINOv3, CLIP, SigLIP or "
+    "SigLIP 2 directory (config.json + model.safetensors); a timm ViT .safetensors file or hub "
+    "folder; a keras-hub ViT, DeiT, DINOv2 or DINOv3 preset folder"
 )
 
 
@@ -55,8 +55,9 @@ def reader_for(path):
     """The reader a local checkpoint needs, decided from its name and
     ``config.json`` (safetensors: from its key names) before any weights are
     read: :func:`~keras_vit.weights.npz.read_npz`,
-    :func:`~keras_vit.weights.huggingface.read_huggingface` or
-    :func:`~keras_vit.weights.timm.read_timm`, each taking the path (a
+    :func:`~keras_vit.weights.huggingface.read_huggingface`,
+    :func:`~keras_vit.weights.timm.read_timm` or
+    :func:`~keras_vit.weights.keras_hub.read_keras_hub`, each taking the path (a
     Hugging Face ``model.safetensors`` is read with its folder).
 
     Raises:

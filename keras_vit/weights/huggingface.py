@@ -9,6 +9,8 @@ import types
 
 import numpy as np
 
+from keras_vit.assign import model_state
+from keras_vit.config import mean_and_std
 from keras_vit.config import scaling_of_normalization
 from keras_vit.io.files import CheckpointError
 from keras_vit.io.files import weights_folder
@@ -18,6 +20,7 @@ from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
+from keras_vit.weights.checkpoint import write_files
 
 # HF activation names -> keras_vit's.
 _ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approximate",
@@ -47,17 +50,11 @@ def class_names(id2label, num_classes):
 
 
 def read_huggingface(directory, tensors=None):
-    """Reads a directory saved by ``save_pretrained`` of a Hugging Face
-    ViT (``ViTModel``, ``ViTForImageClassification``), DeiT
-    (``DeiTForImageClassificationWithTeacher``), DINOv2 (``Dinov2Model``,
-    ``Dinov2WithRegistersModel``), DINOv3 (``DINOv3ViTModel``), CLIP (``CLIPVisionModel``,
-    ``CLIPVisionModelWithProjection``, or a whole ``CLIPModel``'s image
-    tower), SigLIP (``SiglipVisionModel``, or a ``SiglipModel``'s image
-    tower) or SigLIP 2 NaFlex (``Siglip2VisionModel``, or a ``Siglip2Model``'s
-    image tower: `naflex_config`) model; a model type or key it does not know
-    is refused by name.
-    `tensors`: its ``model.safetensors``, when already read
-    (`read_image_text`)."""
+    """A `Checkpoint` of a folder saved by ``save_pretrained`` of a Hugging Face
+    ViT or DeiT (with or without a head), DINOv2 (with registers), DINOv3,
+    CLIP or SigLIP image tower (or a two-tower model's), or SigLIP 2 NaFlex
+    (`naflex_config`); a model type or key it does not know is refused by
+    name. `tensors`: its ``model.safetensors``, when already read."""
     directory = weights_folder(directory)
     source = f"Hugging Face checkpoint {directory}"
     hf = _image_config(directory)
@@ -414,6 +411,59 @@ _MODEL_TYPES = {
     "clip_vision_model": ("clip", _clip_config, "vision_model.", 1e-5),
     "siglip_vision_model": ("clip", _clip_config, "vision_model.", 1e-6),
     "siglip2_vision_model": ("siglip2", _clip_config, "vision_model.", 1e-6)}
+
+
+# `written_as` -> (the family, `SETTINGS`'s and `rows`'), model class,
+# model type and the constants of its config.json
+_HUGGINGFACE = {
+    "huggingface": ("vit", "ViTModel", "vit",
+                    dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    "dinov3": ("dinov3", "DINOv3ViTModel", "dinov3_vit", {}),
+    "siglip2": ("siglip2", "Siglip2VisionModel", "siglip2_vision_model",
+                dict(attention_dropout=0.0, vision_use_head=True))}
+
+
+def written_as(c):
+    """The capability column (`keras_vit.weights.capabilities.COLUMNS`) that
+    format="huggingface" writes a model of config `c` as."""
+    return "siglip2" if c.naflex else "dinov3" if c.position_embedding == "rope" else "huggingface"
+
+
+def write_huggingface(model, path):
+    """`model` as transformers' ``ViTModel`` (with a head,
+    ``ViTForImageClassification``), ``DINOv3ViTModel`` (rotary position
+    embeddings) or ``Siglip2VisionModel`` (NaFlex: a table of grid_h x grid_w
+    rows), with its ``preprocessor_config.json`` (`_image_processor`)."""
+    c = model.config
+    family, architecture, model_type, constants = _HUGGINGFACE[written_as(c)]
+    tensors = r.write_rows(rows(c, family), model_state(model), c, model.name, "Hugging Face")
+    if family == "vit":  # its labels (placeholders without names), pre-logits and head
+        names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
+        constants = {**constants, "id2label": {str(i): name for i, name in enumerate(names)},
+                     "label2id": {name: i for i, name in enumerate(names)}}
+        if c.representation_size:
+            constants.update(pooler_output_size=c.representation_size, pooler_act="tanh")
+        if c.num_classes:  # ViTForImageClassification: the ViTModel under "vit.", its classifier
+            architecture = "ViTForImageClassification"
+            tensors = {key if key.startswith("classifier.") else "vit." + key: value
+                       for key, value in tensors.items()}
+    config = {"architectures": [architecture], "model_type": model_type,
+              **r.write_settings(SETTINGS[family], c), **constants}
+    write_files(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
+
+
+def _image_processor(c):
+    """The ``preprocessor_config.json`` of a ``ViTImageProcessor`` at the
+    model's size (NaFlex: a ``Siglip2ImageProcessor`` at its budget), scaling
+    pixels as the model does (``rescale / std`` = ``pixel_scale``, ``-mean /
+    std`` = ``pixel_offset``; the paper's [-1, 1]: mean and std 0.5)."""
+    mean, std = mean_and_std(c)
+    own = ({"image_processor_type": "Siglip2ImageProcessor", "patch_size": c.patch_size[0],
+            "max_num_patches": c.max_num_patches} if c.naflex else
+           {"image_processor_type": "ViTImageProcessor",
+            "size": dict(zip(("height", "width"), c.image_size))})
+    return {**own, "do_resize": True, "resample": 2, "do_rescale": True, "rescale_factor": 1 / 255,
+            "do_normalize": True, "image_mean": mean, "image_std": std}
 
 
 # transformers' CLIPTextConfig, SiglipTextConfig and Siglip2TextConfig defaults, where

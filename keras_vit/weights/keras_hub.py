@@ -1,20 +1,13 @@
 """keras-hub presets: read without keras-hub, written through it.
 
-A keras-hub preset is a folder: ``config.json`` (the backbone, with its
-``registered_name`` such as ``keras_hub>ViTBackbone``), ``model.weights.h5``
-(its variables, in Keras's HDF5 layout: ``layers/<attribute>/vars/<i>``),
-``metadata.json``, and for a classifier ``task.json`` and
-``task.weights.h5`` (the task's own layers) with ``preprocessor.json`` and
-``image_converter.json``. Keras-hub's ViT is the paper's with exact (erf)
-GELU, ``DINOV2Backbone`` DINOv2's and ``DINOV3Backbone`` DINOv3's; their
-attention kernels have keras_vit's ``(D, heads, head_dim)`` layout (DINOv3's
-``(D, D)``, reshaped), so every tensor maps by name, unchanged but for the
-position table's batch axis (and DINOv2's register rows).
-docs/checkpoints.md, "keras-hub presets".
-
-A preset that cannot be read (a file missing, cut short or edited, a
-setting missing from its config) raises a `CheckpointError` naming the
-file, what is wrong in it and what to do.
+A preset folder holds ``config.json`` (the backbone, ``registered_name``
+``keras_hub>ViTBackbone``, ...), ``model.weights.h5`` (its variables in Keras's
+HDF5 layout: ``layers/<attribute>/vars/<i>``), ``metadata.json``, and for a
+classifier ``task.json``, ``task.weights.h5``, ``preprocessor.json`` and
+``image_converter.json``. keras-hub's attention kernels have keras_vit's
+``(D, heads, head_dim)`` layout (DINOv3's ``(D, D)``), so every tensor maps by
+name (docs/checkpoints.md, "keras-hub presets"). A preset that cannot be read
+raises a `CheckpointError` naming the file, what is wrong and what to do.
 """
 
 import dataclasses
@@ -22,6 +15,7 @@ import pathlib
 
 import numpy as np
 
+from keras_vit.assign import model_state
 from keras_vit.io.files import CheckpointError
 from keras_vit.io.tensors import load_h5
 from keras_vit.weights import rows as r
@@ -182,16 +176,11 @@ def is_keras_hub_preset(folder):
 
 
 def read_keras_hub(path):
-    """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset folder as
-    a `Checkpoint`; h5py (Keras's own dependency) reads the weights, so
-    keras-hub need not be installed. The image converter's scale and offset
-    (``image_converter.json``) are recorded as the model's ``pixel_scale``
-    and ``pixel_offset``. DINOv2's position table is the one keras-hub stores
-    interpolated to the preset's ``image_shape`` (exactly its numbers there),
-    which another ``image_size`` resamples as DINOv2 does; nothing of
-    DINOv3's (rotary position embeddings) depends on the image size. A
-    folder or file that cannot be read raises a `CheckpointError` naming it
-    and what to do."""
+    """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset
+    folder as a `Checkpoint`, read with h5py (Keras's own dependency), without
+    keras-hub. The image converter's scale and offset are the model's
+    ``pixel_scale`` and ``pixel_offset``; DINOv2's position table is the one
+    stored at the preset's ``image_shape``, resampled as DINOv2 does."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
     if not folder.is_dir():
@@ -280,25 +269,28 @@ def family_of(config):
     return "DeiT" if config.distillation else "ViT"
 
 
-def write_keras_hub(model, path, ours):
-    """`model` (its variables `ours`, path -> array) as a keras-hub preset
-    folder at `path` (new): a ``ViTBackbone`` (``num_classes=0``) or a
-    ``ViTImageClassifier``, for DeiT without its distillation head a
-    ``DeiTBackbone`` or ``DeiTImageClassifier``, for a headless DINOv2 a
-    ``DINOV2Backbone``, for DINOv3 a ``DINOV3Backbone`` (`family_of`), a
-    classifier with its preprocessor, through keras-hub's own
-    ``save_to_preset``, then its weights files filled in by `rows` (the
-    keys the reader reads); the image converter (a classifier's, or beside
-    a backbone) scales pixels by the model's ``pixel_scale`` and
-    ``pixel_offset``. The writers check first what keras-hub can express
-    (`keras_vit.weights.save_checkpoint`)."""
+def write_keras_hub(model, path):
+    """`model` as a keras-hub preset folder at `path` (new), through
+    keras-hub's own ``save_to_preset``, its weights files then filled in by
+    `rows` (the keys the reader reads): the backbone `family_of` names
+    (``num_classes=0``), else a ``ViTImageClassifier`` (DeiT without its
+    distillation head: ``DeiTImageClassifier``) with its preprocessor. The
+    image converter scales pixels by the model's ``pixel_scale`` and
+    ``pixel_offset``. `keras_vit.weights.save_checkpoint` checks first what
+    keras-hub can express; DINOv2's register tokens take no position
+    embeddings, so non-zero rows are refused here (a check of weights)."""
+    c, ours = model.config, model_state(model)
+    if family_of(c) == "DINOV2" and np.any(ours["position_embedding/embeddings"][0, 1:1 + c.num_registers]):
+        raise ValueError(f"{model.name} cannot be written as a keras-hub ViT preset: its register "
+                         "tokens have position embeddings (non-zero rows), which DINOv2 does not add. "
+                         "Nothing was written. Write it with format='timm' or 'npz', where they apply.")
     try:
         import keras_hub
     except ImportError as error:
         raise ValueError(
             "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
             "written. Reading one does not.") from error
-    c, path, family = model.config, pathlib.Path(path), family_of(model.config)
+    path, family = pathlib.Path(path), family_of(c)
     backbone = getattr(keras_hub.models, f"{family}Backbone")(**r.write_settings(SETTINGS[family], c))
     scaling = {key: list(value) if isinstance(value, tuple) else value
                for key, value in (("scale", c.pixel_scale), ("offset", c.pixel_offset))}

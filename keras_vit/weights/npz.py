@@ -12,6 +12,8 @@ import re
 
 import numpy as np
 
+from keras_vit.assign import model_state
+from keras_vit.io import files
 from keras_vit.io.files import CheckpointError
 from keras_vit.io.tensors import load_npz
 from keras_vit.weights import rows as r
@@ -198,3 +200,10 @@ def read_npz(path):
         if grid:
             config["image_size"] = tuple(g * p * c.stem_stride for g, p in zip(grid, c.patch_size))
     return Checkpoint(config, state, source, grid, num_patches)
+
+
+def write_npz(model, path):
+    """`model` as a vit_jax ``.npz`` (big_vision's layout for MAP pooling): `rows` the other way."""
+    c = model.config
+    out = r.write_rows(rows(c, c.pooling == "map"), model_state(model), c, model.name, "npz")
+    files.write_atomic(path, lambda file: np.savez(file, **out))

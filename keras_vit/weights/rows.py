@@ -284,11 +284,9 @@ def gated_mlp(key):
 
 def dinov3_settings(names, key_bias):
     """DINOv3's settings in a format's `names`: its keys of the query, key,
-    value and output projections' biases, the gated MLP and the MLP's
-    activation (`read_dinov3` refuses what keras_vit does not have);
-    `key_bias`: the key bias's default. The query and value biases are our
-    ``qkv_bias``; the output bias and the activation (silu for the gated
-    MLP, SwiGLU) are written, not read."""
+    value and output biases (query and value: our ``qkv_bias``), the gated
+    MLP and its activation; `key_bias`: the key bias's default. The output
+    bias and the activation are written; `read_dinov3` checks them."""
     query, key, value, out, gated, activation = names
     return [Setting(query, "qkv_bias", bool, True),
             Setting(key, "key_bias", bool, key_bias, lambda c: c.qkv_bias and c.key_bias),
@@ -298,13 +296,11 @@ def dinov3_settings(names, key_bias):
 
 
 def read_dinov3(source, theirs, names, config):
-    """Refuses a DINOv3 config's settings (`theirs`, a dict) that keras_vit's
-    DINOv3 does not have, in the file's own words (`names`, as
-    `dinov3_settings`'), then sets `config`'s ``key_bias`` (read by
-    `dinov3_settings`) to its default where ``qkv_bias`` is False: without
-    query and value biases the key has none either way. keras_vit
-    has an output bias, query and value biases both or neither (ViT-7B has
-    neither), and a gated MLP with silu (SwiGLU) or a plain one with exact GELU."""
+    """Refuses in a DINOv3 config `theirs` (its keys `names`, as
+    `dinov3_settings`') what keras_vit's DINOv3 does not have: it has an
+    output bias, query and value biases both or neither (ViT-7B), and a gated
+    MLP with silu (SwiGLU) or a plain one with exact GELU. Without query and
+    value biases the key has none either way: `config`'s ``key_bias`` is then True."""
     query_name, _, value_name, out_name, gated_name, activation_name = names
     query, value, out = (bool(theirs.get(name, True)) for name in (query_name, value_name, out_name))
     if query != value or not out:

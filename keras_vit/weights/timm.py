@@ -1,18 +1,23 @@
-"""timm ``VisionTransformer`` state dicts saved as ``.safetensors``."""
+"""timm ``VisionTransformer`` state dicts saved as ``.safetensors``: read and written."""
 
 import pathlib
 import re
 
 import numpy as np
 
+from keras_vit.assign import model_state
+from keras_vit.config import mean_and_std
 from keras_vit.config import scaling_of_normalization
+from keras_vit.io import files
 from keras_vit.io.files import CheckpointError
 from keras_vit.io.tensors import load_safetensors
+from keras_vit.io.tensors import safetensors_bytes
 from keras_vit.weights import rows as r
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import square_grid
+from keras_vit.weights.checkpoint import write_files
 
 # timm state dicts do not store the head count. A timm hub config.json names
 # the architecture: its size word (``vit_base_...``, ``deit3_small_...``)
@@ -248,3 +253,44 @@ def read_timm(path, num_heads=None):
     state = r.move(rows(c), tensors, c, source)
     method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
+
+
+def write_timm(model, path):
+    """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
+    file, or a hub folder with its ``config.json`` (``model_args``)."""
+    c = model.config
+    gated = 2 if c.mlp_activation == "swiglu" else 1  # SwiGLUPacked's fc1 holds both halves
+    tensors = r.write_rows(rows(c), model_state(model), c, model.name, "timm")
+    if path.suffix == ".safetensors":
+        files.write_atomic(path, safetensors_bytes(tensors))
+        return
+    model_args = dict(
+        img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
+        embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
+        mlp_ratio=gated * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias,
+        num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
+        no_embed_class=False, global_pool={"token": "token", "gap": "avg", "map": "map"}[c.pooling],
+        fc_norm=c.fc_norm, qk_norm=c.qk_norm, pre_norm=c.norm_pre,
+    )
+    if c.mlp_activation != "swiglu":  # timm's SwiGLUPacked model (DINOv2 giant) has its own SiLU
+        model_args["act_layer"] = ("quick_gelu" if c.mlp_activation == "quick_gelu"
+                                   else "gelu_tanh" if c.gelu_approximate else "gelu")
+    if c.distillation:  # deit.py's VisionTransformerDistilled has no reg_tokens argument
+        del model_args["reg_tokens"]
+    if c.layer_scale_init is not None:
+        model_args["init_values"] = c.layer_scale_init
+    config = {
+        # the model class and what model_args cannot say; model_args give every size
+        "architecture": ("deit_base_distilled_patch16_224" if c.distillation
+                         else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
+                         else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224"),
+        "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],
+        "model_args": model_args,
+        # mean and std of pixels in [0, 1]: the model's scaling (the paper's [-1, 1]: 0.5 and 0.5)
+        "pretrained_cfg": {"input_size": [c.num_channels, *c.image_size], "interpolation": "bicubic",
+                           **dict(zip(("mean", "std"), mean_and_std(c))), "crop_pct": 1.0,
+                           "num_classes": c.num_classes, "classifier": "head"},
+    }
+    if c.class_names:
+        config["label_names"] = list(c.class_names)
+    write_files(path, tensors, config)
