@@ -6,21 +6,16 @@ A writer refuses a model by this table before anything is written
 never silently dropped. docs/checkpoints.md shows the table (`markdown`).
 """
 
+import collections
 import dataclasses
 
 from keras_vit.config import FIELDS
 from keras_vit.config import ViTConfig
 
 
-@dataclasses.dataclass(frozen=True)
-class Column:
-    """A format: its `title` in the docs, the phrase a refusal writes it
-    as (`writes`, None: never written) and its `owner` (``{reader}`` in the
-    texts)."""
-
-    title: str
-    writes: str | None
-    owner: str
+# A format: its title in the docs, the phrase a refusal writes it as (None: never
+# written) and its owner (``{reader}`` in the texts)
+Column = collections.namedtuple("Column", ("title", "writes", "owner"))
 
 
 COLUMNS = {
