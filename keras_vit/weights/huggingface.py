@@ -248,22 +248,12 @@ def _clip_config(tensors, hf, config, source):
 _QKV = ("query", "key", "value")
 
 
-def _block(theirs, norms, qkv, out, mlp, style=r.TORCH, layer_scale=False, qkv_bias=None,
-           key_bias=None, mlp_bias=None, fc1=None):
-    """A block's rows: `theirs` the block's prefix (with ``{i}``), its two
-    LayerNorms `norms`, projections `qkv` and `out`, MLP layers `mlp`, its
-    LayerScales where `layer_scale`; bias predicates (None: optional) and
-    `fc1`, rows that replace the first MLP layer's (a gated MLP's halves)."""
-    ours = "encoder_block_{i}/"
-    rows = [*r.norm_rows(ours + "norm1", theirs + norms[0], style),
-            *r.attention_rows(ours + "attention", theirs, (*qkv, out), style, (r.HEADS_IN, r.HEADS_OUT),
-                         (r.HEADS_BIAS, r.SAME), qkv_bias=qkv_bias, key_bias=key_bias),
-            *r.norm_rows(ours + "norm2", theirs + norms[1], style)]
-    rows += fc1 or r.dense_rows(ours + "mlp/fc1", theirs + mlp[0], style, r.LINEAR, has_bias=mlp_bias)
-    rows += r.dense_rows(ours + "mlp/fc2", theirs + mlp[1], style, r.LINEAR, has_bias=mlp_bias)
-    if layer_scale:
-        rows += [r.row(f"{ours}layer_scale_{j}", f"{theirs}layer_scale{j}.lambda1") for j in (1, 2)]
-    return rows
+def _block(theirs, norms, attention, mlp, layer_scale=False, **biases):
+    """A block's rows (`r.block_rows`) in transformers' layout: torch's
+    ``(out, in)`` kernels, the LayerScales' ``lambda1`` where `layer_scale`."""
+    return r.block_rows(theirs, norms, attention, mlp, r.TORCH, (r.HEADS_IN, r.HEADS_OUT),
+                        (r.HEADS_BIAS, r.SAME), r.LINEAR, scale="layer_scale{j}.lambda1" if layer_scale else None,
+                        **biases)
 
 
 # Siglip2's nn.Linear (D, P_h * P_w * C) over patches flattened in (row, column, channel)
@@ -280,21 +270,15 @@ def _patch(theirs, has_bias=r.always):
 
 
 _VIT_BLOCK = _block("encoder.layer.{i}.", ("layernorm_before", "layernorm_after"),
-                    [f"attention.attention.{n}" for n in _QKV], "attention.output.dense",
+                    [*(f"attention.attention.{n}" for n in _QKV), "attention.output.dense"],
                     ("intermediate.dense", "output.dense"), qkv_bias=lambda c: c.qkv_bias,
                     key_bias=lambda c: c.qkv_bias and c.key_bias)
-_DINOV2 = [f"attention.attention.{n}" for n in _QKV], "attention.output.dense"
-_DINOV3 = [f"attention.{n}_proj" for n in "qkv"], "attention.o_proj"
+_DINOV2 = [*(f"attention.attention.{n}" for n in _QKV), "attention.output.dense"]
+_DINOV3 = [*(f"attention.{n}_proj" for n in "qkv"), "attention.o_proj"]
 _SWIGLU = lambda c: c.mlp_activation == "swiglu"  # noqa: E731
 _DISTILLED = lambda c: c.distills_by_head  # noqa: E731
-_GATED_FC1 = [
-    r.row("encoder_block_{i}/mlp/fc1/kernel", ("layer.{i}.mlp.gate_proj.weight", "layer.{i}.mlp.up_proj.weight"),
-          r.halves(r.LINEAR, -1)),
-    r.row("encoder_block_{i}/mlp/fc1/bias", ("layer.{i}.mlp.gate_proj.bias", "layer.{i}.mlp.up_proj.bias"),
-          r.halves(r.SAME, 0), when=lambda c: c.mlp_bias),
-]
 _CLIP_BLOCK = _block("encoder.layers.{i}.", ("layer_norm1", "layer_norm2"),
-                     [f"self_attn.{n}_proj" for n in "qkv"], "self_attn.out_proj", ("mlp.fc1", "mlp.fc2"))
+                     [*(f"self_attn.{n}_proj" for n in "qkv"), "self_attn.out_proj"], ("mlp.fc1", "mlp.fc2"))
 # CLIP's visual_projection: the head, its bias zero
 _NO_BIAS = (lambda c, w: (w.T, np.zeros(w.shape[0], np.float32)), lambda c, k, b: (k.T,))
 _MAP = lambda c: c.pooling == "map"  # noqa: E731
@@ -328,7 +312,7 @@ FAMILY_ROWS = {
          r.row((), "?embeddings.mask_token", r.MASK_TOKEN),
          r.row("registers/tokens", "embeddings.register_tokens", when=lambda c: c.num_registers),
          r.row("position_embedding/embeddings", "embeddings.position_embeddings", r.REGISTER_ROWS)],
-        _block("encoder.layer.{i}.", ("norm1", "norm2"), *_DINOV2,
+        _block("encoder.layer.{i}.", ("norm1", "norm2"), _DINOV2,
                ("mlp.weights_in", "mlp.weights_out") if _SWIGLU(c) else ("mlp.fc1", "mlp.fc2"),
                layer_scale=True),
         r.norm_rows("encoder_norm", "layernorm", r.TORCH)),
@@ -337,9 +321,10 @@ FAMILY_ROWS = {
          r.row((), "embeddings.mask_token", r.MASK_TOKEN),
          r.row("registers/tokens", "embeddings.register_tokens", when=lambda c: c.num_registers),
          r.row((), "?embeddings.register_tokens", r.DROP, when=lambda c: not c.num_registers)],
-        _block("layer.{i}.", ("norm1", "norm2"), *_DINOV3, ("mlp.up_proj", "mlp.down_proj"),
+        _block("layer.{i}.", ("norm1", "norm2"), _DINOV3,
+               ("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj") if _SWIGLU(c) else ("mlp.up_proj", "mlp.down_proj"),
                layer_scale=True, qkv_bias=lambda c: c.qkv_bias, key_bias=lambda c: c.qkv_bias and c.key_bias,
-               mlp_bias=lambda c: c.mlp_bias, fc1=_GATED_FC1 if _SWIGLU(c) else None),
+               mlp_bias=lambda c: c.mlp_bias),
         r.norm_rows("encoder_norm", "norm", r.TORCH)),
     "clip": lambda c: (
         [*_patch("patch_embedding", has_bias=lambda c: c.patch_bias),

@@ -85,35 +85,22 @@ _QKVO = ("query_dense", "key_dense", "value_dense", "output_dense")
 
 
 def _block(family, c):
-    """One block's rows in `family`'s h5 layout (``{n}``: the block's
-    suffix, none for the first): LayerNorms, attention (DINOv3's Dense
-    ``(D, D)`` kernels), MLP (DINOv3's gated halves), LayerScales."""
-    theirs, ours = _ENCODERS[family], "encoder_block_{i}/"
-    vit = family in ("ViT", "DeiT")
-    norms = ("layer_norm_1", "layer_norm_2") if vit else ("norm1", "norm2")
+    """One block's rows in `family`'s h5 layout (`r.block_rows`; ``{n}``: the
+    block's suffix, none for the first): DINOv3's Dense ``(D, D)`` attention
+    kernels and gated MLP halves, LayerScales where the model has them."""
+    vit, dense, gated = family in ("ViT", "DeiT"), family == "DINOV3", c.mlp_activation == "swiglu"
     attention = {"ViT": "mha/", "DeiT": "mha/", "DINOV2": "attention/attention/", "DINOV3": "attention/"}[family]
-    dense = family == "DINOV3"
-    mlp_bias = (lambda c: c.mlp_bias)
-    rows = [*r.norm_rows(ours + "norm1", theirs + norms[0], r.H5),
-            *r.attention_rows(ours + "attention", theirs + attention, _QKVO, r.H5,
-                         (r.DENSE_IN, r.DENSE_OUT) if dense else (r.SAME, r.SAME),
-                         (r.HEADS_BIAS, r.SAME) if dense else (r.SAME, r.SAME),
-                         qkv_bias=lambda c: c.qkv_bias, key_bias=lambda c: c.qkv_bias and c.key_bias),
-            *r.norm_rows(ours + "norm2", theirs + norms[1], r.H5)]
     mlp = {"ViT": ("mlp/dense_1", "mlp/dense_2"), "DeiT": ("mlp/dense", "output_layer/dense"),
-           "DINOV2": ("mlp/weights_in", "mlp/weights_out") if c.mlp_activation == "swiglu"
-           else ("mlp/fc1", "mlp/fc2"), "DINOV3": ("mlp/up_proj", "mlp/down_proj")}[family]
-    if dense and c.mlp_activation == "swiglu":  # gate_proj and up_proj: our fc1
-        halves = (theirs + "mlp/gate_proj", theirs + "mlp/up_proj")
-        rows += [r.row(ours + "mlp/fc1/kernel", [h + "/vars/0" for h in halves], r.halves(r.SAME, -1)),
-                 r.row(ours + "mlp/fc1/bias", [h + "/vars/1" for h in halves], r.halves(r.SAME, 0),
-                       when=mlp_bias)]
-    else:
-        rows += r.dense_rows(ours + "mlp/fc1", theirs + mlp[0], r.H5, has_bias=mlp_bias)
-    rows += r.dense_rows(ours + "mlp/fc2", theirs + mlp[1], r.H5, has_bias=mlp_bias)
-    rows += [r.row(f"{ours}layer_scale_{j}", f"{theirs}layer_scale{j}/vars/0",
-                   when=lambda c: c.layer_scale_init is not None) for j in (1, 2)]
-    return rows
+           "DINOV2": ("mlp/weights_in", "mlp/weights_out") if gated else ("mlp/fc1", "mlp/fc2"),
+           "DINOV3": ("mlp/gate_proj", "mlp/up_proj", "mlp/down_proj") if gated
+           else ("mlp/up_proj", "mlp/down_proj")}[family]
+    return r.block_rows(_ENCODERS[family], ("layer_norm_1", "layer_norm_2") if vit else ("norm1", "norm2"),
+                        [attention + name for name in _QKVO], mlp, r.H5,
+                        (r.DENSE_IN, r.DENSE_OUT) if dense else (r.SAME, r.SAME),
+                        (r.HEADS_BIAS, r.SAME) if dense else (r.SAME, r.SAME), r.SAME,
+                        qkv_bias=lambda c: c.qkv_bias, key_bias=lambda c: c.qkv_bias and c.key_bias,
+                        mlp_bias=lambda c: c.mlp_bias, scale="layer_scale{j}/vars/0",
+                        scale_when=lambda c: c.layer_scale_init is not None)
 
 
 def _embedding(family, c, mask_token):

@@ -6,7 +6,8 @@ reader and the writer run the same ones (`move`; `read_settings`,
 quirks are written once each: `REGISTER_ROWS` (DINOv2's registers take no
 position embedding), `MASK_TOKEN` (the masked pre-training's token, dropped on
 reading, zero on writing), `halves` (a gated MLP's two projections, our one
-SwiGLU ``fc1``), `gated_mlp` and `dinov3_settings` (checked by `read_dinov3`).
+SwiGLU ``fc1``, in `block_rows`), `gated_mlp` and `dinov3_settings` (checked by
+`read_dinov3`).
 """
 
 import collections
@@ -161,6 +162,33 @@ def attention_rows(ours, theirs, names, style, kernels=(SAME, SAME), biases=(SAM
         out = ours_name == "out"
         rows += dense_rows(f"{ours}/{ours_name}", theirs + theirs_name, style, kernels[out], biases[out],
                            when, has_bias)
+    return rows
+
+
+def block_rows(theirs, norms, attention, mlp, style, kernels, biases, mlp_layout, qkv_bias=None,
+               key_bias=None, mlp_bias=None, scale=None, scale_when=always):
+    """One encoder block's rows, ours ``encoder_block_{i}/...``, theirs under
+    `theirs`: its LayerNorms `norms`; its query, key, value and output
+    projections `attention` (`attention_rows`, with `kernels` and `biases`);
+    its MLP's layers `mlp` in `mlp_layout` (three: a gated MLP's gate and up
+    projections, our SwiGLU ``fc1`` by `halves`, then its down projection);
+    its LayerScales' key `scale` (with ``{j}``; None: none), where `scale_when`.
+    Bias predicates of None: optional (`dense_rows`)."""
+    ours = "encoder_block_{i}/"
+    rows = [*norm_rows(ours + "norm1", theirs + norms[0], style),
+            *attention_rows(ours + "attention", theirs, attention, style, kernels, biases,
+                            qkv_bias=qkv_bias, key_bias=key_bias),
+            *norm_rows(ours + "norm2", theirs + norms[1], style)]
+    if len(mlp) == 3:
+        gate, up = theirs + mlp[0], theirs + mlp[1]
+        rows += [row(ours + "mlp/fc1/kernel", (gate + style.kernel, up + style.kernel), halves(mlp_layout, -1)),
+                 row(ours + "mlp/fc1/bias", (gate + style.bias, up + style.bias), halves(SAME, 0),
+                     when=mlp_bias or always)]
+    else:
+        rows += dense_rows(ours + "mlp/fc1", theirs + mlp[0], style, mlp_layout, has_bias=mlp_bias)
+    rows += dense_rows(ours + "mlp/fc2", theirs + mlp[-1], style, mlp_layout, has_bias=mlp_bias)
+    if scale:
+        rows += [row(f"{ours}layer_scale_{j}", theirs + scale.format(j=j), when=scale_when) for j in (1, 2)]
     return rows
 
 
