@@ -30,7 +30,8 @@ COLUMNS = {
                       "Hugging Face's Siglip2VisionModel"),
     "keras": Column("`.keras`", "a .keras file", "Keras"),
 }
-_FORMATS = ("npz", "huggingface", "dinov2", "dinov3", "timm", "keras_hub")
+# the columns a TABLE row names; "siglip2" and "keras" are added below
+_FORMATS = tuple(f for f in COLUMNS if f not in ("siglip2", "keras"))
 ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")
 
 
@@ -82,6 +83,7 @@ def writes(**change):
 
 
 LOADING = Entry("loading", note="chosen when loading")
+INITIALIZER = Entry("loading", note="an initializer: no file holds it")
 W = written()
 
 
@@ -303,7 +305,7 @@ TABLE = {
                      "(vision_transformer_hybrid)", NPZ),
         keras_hub=refused("it is a hybrid (ResNet stem)", "Use format='npz'.")),
     "resnet_width_factor": every(with_("resnet_block_units"), npz=W),
-    "head_bias_init": every(Entry("loading", note="an initializer: no file holds it")),
+    "head_bias_init": every(INITIALIZER),
     "mlp_activation": dict(
         npz=_MLP_ACTIVATION,
         huggingface=written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', which "
@@ -408,7 +410,7 @@ _SIGLIP2 = {
                                    "table", _FIXED_SIZE)),
     "rope_theta": with_("position_embedding"),
     "resnet_block_units": _HYBRID, "resnet_width_factor": with_("resnet_block_units"),
-    "head_bias_init": Entry("loading", note="an initializer: no file holds it"),
+    "head_bias_init": INITIALIZER,
     "distillation_head": with_("distillation"),
     "class_names": with_("num_classes"),
     "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "

@@ -181,9 +181,10 @@ def block_rows(theirs, norms, attention, mlp, style, kernels, biases, mlp_layout
             *norm_rows(ours + "norm2", theirs + norms[1], style)]
     if len(mlp) == 3:
         gate, up = theirs + mlp[0], theirs + mlp[1]
+        optional = "?" if mlp_bias is None else ""  # as `dense_rows`' bias
         rows += [row(ours + "mlp/fc1/kernel", (gate + style.kernel, up + style.kernel), halves(mlp_layout, -1)),
-                 row(ours + "mlp/fc1/bias", (gate + style.bias, up + style.bias), halves(SAME, 0),
-                     when=mlp_bias or always)]
+                 row(optional + ours + "mlp/fc1/bias", (optional + gate + style.bias, optional + up + style.bias),
+                     halves(SAME, 0), when=mlp_bias or always)]
     else:
         rows += dense_rows(ours + "mlp/fc1", theirs + mlp[0], style, mlp_layout, has_bias=mlp_bias)
     rows += dense_rows(ours + "mlp/fc2", theirs + mlp[-1], style, mlp_layout, has_bias=mlp_bias)
