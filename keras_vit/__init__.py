@@ -1,8 +1,10 @@
 """keras_vit: the Vision Transformer of Dosovitskiy et al. (ICLR 2021) for Keras 3."""
 
+import importlib as _importlib
 import typing as _typing
 
 from keras_vit.lazy import import_lazily as _import_lazily
+from keras_vit.lazy import when_imported as _when_imported
 
 __version__ = "0.1.0"
 
@@ -11,9 +13,7 @@ __version__ = "0.1.0"
 # backend, so the package imports them when they are first used
 # (`keras_vit.lazy.import_lazily`: each module by itself, the other names
 # all together), not with itself: modules that need no Keras (`keras_vit.cli`'s parser, for
-# ``keras-vit --help``) import none. Keras's `load_model` finds the package's
-# classes once one of these names, or the module that defines the class, has
-# been imported.
+# ``keras-vit --help``) import none.
 _MODULES = ("kernels", "layers")
 _NAMES = {
     "ImageTextModel": "keras_vit.image_text",
@@ -48,5 +48,24 @@ if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, 
     from keras_vit.released import pretrained
     from keras_vit.zero_shot import zero_shot_classifier
 
+# The modules that define every class a saved model may name (`ViT`,
+# `TextTransformer`, `ImageTextModel`, the layers, and the losses, metric,
+# optimizers and schedule that training saves; tests/test_install.py checks
+# the list against every `register_keras_serializable` in the package).
+# Keras's `load_model` finds a class only once its module has registered it,
+# so they are imported as soon as Keras is: at once if it has been imported,
+# else right after its import (`keras_vit.lazy.when_imported`). So
+# ``import keras_vit`` is all that `keras.saving.load_model` needs, and the
+# package's own import still imports no Keras.
+_SAVED = ("keras_vit.layers", "keras_vit.model", "keras_vit.image_text", "keras_vit.dense",
+          "keras_vit.training.losses", "keras_vit.training.masked_patch",
+          "keras_vit.training.optimizers", "keras_vit.training.schedules")
+
+
+def _register_saved_classes():
+    for module in _SAVED:
+        _importlib.import_module(module)
+
 
 _import_lazily(__name__, _NAMES, _MODULES)
+_when_imported("keras", _register_saved_classes)

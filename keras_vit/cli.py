@@ -28,9 +28,13 @@ command's ``--help`` print without importing Keras.
 import argparse
 import functools
 import gc
+import importlib.util
 import pathlib
 import sys
 
+import keras_vit
+
+from keras_vit import extras
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
@@ -428,11 +432,27 @@ def _calibration_images(model, data, split, count):
     return images
 
 
+BACKENDS = ("tensorflow", "jax", "torch")
+
+
 def _import_package():
     """Imports the package's names, and with them Keras and its backend, as
     `keras_vit` does: with the cyclic collector off, which makes the import
-    faster."""
-    from keras_vit import ViT  # noqa: F401
+    faster. A backend that is not installed raises a MissingDependency
+    naming the ones that are."""
+    try:
+        keras_vit.ViT  # noqa: B018
+    except ModuleNotFoundError as error:
+        backend = (error.name or "").partition(".")[0]
+        if backend not in BACKENDS:
+            raise
+        installed = [name for name in BACKENDS if importlib.util.find_spec(name) is not None]
+        instead = (f"set KERAS_BACKEND to one that is ({', '.join(installed)}), or "
+                   if installed else "")
+        raise extras.MissingDependency(
+            f"Keras's backend is {backend} (from KERAS_BACKEND, else ~/.keras/keras.json, else "
+            f"tensorflow), which is not installed: {instead}{extras.install_command(backend)}",
+            name=error.name) from None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -686,18 +706,21 @@ def main(argv=None):
     """
     parser = build_parser()
     args = parser.parse_args(argv)
-    _import_package()  # every command runs Keras
     try:
+        _import_package()  # every command runs Keras
         return HANDLERS[args.command](args)
-    except (ValueError, RuntimeError, OSError) as error:  # what was given, and what to do
+    except (ValueError, RuntimeError, OSError, ImportError) as error:  # what was given, and what to do
         parser.exit(2, f"keras-vit {args.command}: error: {_message(error)}\n")
 
 
 def _message(error):
     """The error's text; an operating-system error the package did not word
-    (a full disk, a permission) as its reason and path."""
+    (a full disk, a permission) as its reason and path; a missing optional
+    dependency with the extra that installs it (`keras_vit.extras`)."""
     if isinstance(error, OSError) and error.strerror and error.filename:
         return f"{error.filename}: {error.strerror}."
+    if isinstance(error, ModuleNotFoundError):
+        return str(extras.missing(error) or error)
     return str(error)
 
 

@@ -13,6 +13,7 @@ import time
 import keras
 import numpy as np
 
+from keras_vit.config import is_int
 from keras_vit.io import files
 from keras_vit.layers import LinearSegmentationHead
 
@@ -70,7 +71,7 @@ def segmentation_probe(model, num_classes, layers=None, norm=True, freeze=True, 
 
     Args:
         model: a `keras_vit.ViT`.
-        num_classes: int. Classes per pixel, the background included.
+        num_classes: int, at least 2. Classes per pixel, the background included.
         layers: the blocks whose maps are read, as `ViT.feature_model` takes
             them: None for DINOv3's four evenly spaced blocks ending at the
             last, an int for the last n, or a list of block indices.
@@ -113,6 +114,12 @@ def segmentation_probe(model, num_classes, layers=None, norm=True, freeze=True, 
         print(len(probe.trainable_weights))                    # -> 4  # the head's alone
         ```
     """
+    if not is_int(num_classes, 2):
+        raise ValueError(
+            f"`num_classes` must be an int of at least 2, the background and at least one "
+            f"class, got {num_classes!r}: with one class each pixel's softmax is 1 whatever "
+            "the image, so the probe would learn and predict nothing. Count the background "
+            "as a class: num_classes=2 for one kind of object on a background.")
     features = model.feature_model(layers=layers, norm=norm)
     if freeze:
         features.trainable = False
@@ -268,12 +275,12 @@ def plot_segmentation(images, masks, predictions, class_names, pixel_scale=1 / 1
             from pixels in [0, 255].
         pixel_offset: float or one per channel. See `pixel_scale`.
     """
+    from keras_vit.explain.plots import pyplot
+
+    plt = pyplot()  # first: a missing matplotlib is named with its extra
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    from keras_vit.explain.plots import pyplot
-
-    plt = pyplot()
     images = np.asarray(images, np.float64)
     if images.shape[-1] != 3:
         images = images.transpose(0, 2, 3, 1)

@@ -1,8 +1,13 @@
 """Packages whose public names import when first used (PEP 562), so that
-importing the package imports no Keras: `keras-vit --help` starts at once."""
+importing the package imports no Keras: `keras-vit --help` starts at once;
+and modules imported as soon as Keras is (`when_imported`), so that Keras's
+own `load_model` finds the package's classes after ``import keras_vit``."""
 
+import contextlib
 import gc
 import importlib
+import importlib.abc
+import importlib.util
 import sys
 import types
 
@@ -55,3 +60,52 @@ def import_lazily(package, names, modules=()):
 
     namespace.update(__getattr__=__getattr__, __dir__=__dir__)
     module.__class__ = Package
+
+
+def when_imported(name, callback):
+    """Calls `callback()` once the module `name` has been imported: at once
+    if it has been, else right after its first import has run (a post-import
+    hook on `sys.meta_path`, `ImportHook`). `keras_vit` registers its saved
+    classes with Keras this way, without importing Keras itself."""
+    if name in sys.modules:
+        callback()
+    else:
+        sys.meta_path.insert(0, ImportHook(name, after=callback))
+
+
+class ImportHook(importlib.abc.MetaPathFinder):
+    """Finds the module `name` as the other finders do, the first time it is
+    imported, and has it executed within `around()` (a context manager) and
+    then `after()` called; the module keeps its own loader. Once used (or
+    not found), the hook leaves `sys.meta_path`."""
+
+    def __init__(self, name, around=contextlib.nullcontext, after=None):
+        self.name, self.around, self.after = name, around, after
+
+    def find_spec(self, name, path=None, target=None):
+        """The spec the other finders give `name`, its loader wrapped; None
+        for every other module."""
+        if name != self.name:
+            return None
+        sys.meta_path.remove(self)  # once; and the search below is the others'
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _HookedLoader(spec.loader, self.around, self.after)
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    """`loader`, executing its module within `around()`, then calling `after()`."""
+
+    def __init__(self, loader, around, after):
+        self.loader, self.around, self.after = loader, around, after
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader
+        with self.around():
+            self.loader.exec_module(module)
+        if self.after is not None:
+            self.after()

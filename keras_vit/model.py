@@ -24,6 +24,7 @@ from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
 from keras_vit.export import EXPORT_SUFFIXES
 from keras_vit.export import pytorch
+from keras_vit.export import require_route
 from keras_vit.io import files
 from keras_vit.presets import preset_config
 from keras_vit.released import PRETRAINED
@@ -614,6 +615,7 @@ class ViT(keras.Model):
         a few hundred; OpenVINO needs them), with scales measured on them;
         not for a NaFlex model.
         """
+        require_route(format, keras.backend.backend(), quantize)
         if quantize is not None or calibration_images is not None:
             if self.config.naflex:
                 raise ValueError(

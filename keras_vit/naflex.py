@@ -34,6 +34,7 @@ import numpy as np
 from keras_vit.config import is_int
 from keras_vit.config import is_number
 from keras_vit.config import pair
+from keras_vit.extras import require
 
 KEYS = ("patches", "patch_mask", "spatial_shapes")
 
@@ -230,7 +231,7 @@ def naflex_example(image, patch_size, max_num_patches, pixel_scale=1 / 127.5, pi
         P_w * C)``, ``"patch_mask"`` int32 ``(max_num_patches,)``,
         ``"spatial_shapes"`` int32 ``(2,)``.
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "naflex_example (a tf.data step)")
 
     patch_h, patch_w = pair(patch_size, "patch_size")
     _check_budget(max_num_patches)

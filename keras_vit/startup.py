@@ -11,12 +11,12 @@ it is).
 """
 
 import contextlib
-import importlib.abc
-import importlib.util
 import os
 import re
 import sys
 import tempfile
+
+from keras_vit.lazy import ImportHook
 
 # TensorFlow's C++ logs, by TF_CPP_MIN_LOG_LEVEL: 0 all, 1 all but INFO, 2 no
 # WARNING either, 3 no ERROR either. The start-up lines are INFO.
@@ -92,31 +92,9 @@ def _filtered_stderr(level):
                 kept = kept[os.write(2, kept):]
 
 
-class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
-    """Finds TensorFlow as the other finders do, the first time it is imported,
-    and has it loaded with stderr filtered (`_filtered_stderr`)."""
+class _QuietTensorFlowImport(ImportHook):
+    """TensorFlow's first import, with stderr filtered by the level of
+    TF_CPP_MIN_LOG_LEVEL (`_filtered_stderr`)."""
 
-    def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
-            return None
-        sys.meta_path.remove(self)  # once; and the search below is the others'
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _FilteredLoader(spec.loader)
-        return spec
-
-
-class _FilteredLoader(importlib.abc.Loader):
-    """`loader`, executing its module with stderr filtered by the level of
-    TF_CPP_MIN_LOG_LEVEL; the module keeps `loader` as its own."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        module.__loader__ = module.__spec__.loader = self.loader
-        with _filtered_stderr(_level()):
-            self.loader.exec_module(module)
+    def __init__(self):
+        super().__init__("tensorflow", around=lambda: _filtered_stderr(_level()))

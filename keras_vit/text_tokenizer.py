@@ -34,12 +34,14 @@ from collections.abc import Mapping
 import numpy as np
 
 from keras_vit.config import is_int
+from keras_vit.extras import require
 from keras_vit.io.files import read_json
 
 TOKENIZER_KINDS = ("tokenizer.json", "bpe", "sentencepiece")
 _FILES = {"tokenizer.json": ("tokenizer.json",), "bpe": ("vocab.json", "merges.txt"),
           "sentencepiece": ("spiece.model",)}
 _CONFIG = "tokenizer_config.json"
+_TOKENIZERS = "CLIP's and SigLIP's tokenizers (keras_vit.TextTokenizer)"
 _SPECIAL_TOKENS = "special_tokens_map.json"
 # What to do about a tokenizer file that cannot be read
 _FIX = ("Save the tokenizer again beside the weights (`processor.save_pretrained(folder)`), or "
@@ -183,6 +185,7 @@ class TextTokenizer:
         return encode, tokenizer.get_vocab_size(with_added_tokens=True)
 
     def _make_tokenizer_json(self):
+        require("tokenizers", _TOKENIZERS)
         from tokenizers import Tokenizer
         from tokenizers import normalizers
 
@@ -202,6 +205,7 @@ class TextTokenizer:
         return self._fixed_length(tokenizer, pad, side)
 
     def _make_bpe(self):
+        require("tokenizers", _TOKENIZERS)
         from tokenizers import Regex
         from tokenizers import Tokenizer
         from tokenizers import normalizers
@@ -251,7 +255,7 @@ class TextTokenizer:
         return self._fixed_length(tokenizer, self._special("pad_token", "<|endoftext|>"))
 
     def _make_sentencepiece(self):
-        import sentencepiece
+        sentencepiece = require("sentencepiece", "SigLIP's SentencePiece tokenizer (keras_vit.TextTokenizer)")
 
         try:
             model = sentencepiece.SentencePieceProcessor(model_proto=self.files["spiece.model"])

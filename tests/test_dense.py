@@ -430,6 +430,10 @@ def test_held_out_canvases_hold_held_out_digits_only(monkeypatch):
 def test_wrong_probe_and_canvas_arguments_name_the_fix():
     for call, message in (
             (lambda: LinearSegmentationHead(0, 32), r"`num_classes` must be a positive int .* got 0"),
+            (lambda: segmentation_probe(ViT(**TINY), 1), r"`num_classes` must be an int of at "
+             r"least 2, the background and at least one class, got 1: with one class each pixel's "
+             r"softmax is 1 .* num_classes=2 for one kind of object on a background"),
+            (lambda: segmentation_probe(ViT(**TINY), 2.5), r"must be an int of at least 2, .* got 2.5"),
             (lambda: LinearSegmentationHead(3, 32, dropout=1.0), r"`dropout` must be a rate in "
                                                                  r"\[0, 1\), got 1.0"),
             (lambda: LinearSegmentationHead(3, 32)(np.zeros((2, 4, 8), "float32")),

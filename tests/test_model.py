@@ -267,6 +267,21 @@ def test_keras_files_saved_before_the_layer_norm_layer_load_with_their_logits(na
     assert sorted(calls) == sorted(norms)  # every LayerNorm through the kernel's route
 
 
+@pytest.mark.parametrize("name", ["run", "compiled", "convert"])
+def test_keras_files_saved_by_the_2026_11_28_version_load_with_their_logits(name):
+    # Saved on 2026-11-28 (JAX; tests/data/README.md): a training run's model.keras, a
+    # model compiled with the package's optimizer, schedule and loss after one update, and
+    # a `keras-vit convert` output of a timm folder (registers, qk-norm).
+    expected = np.load(DATA / "saved_2026_11_28_logits.npz")
+    model = keras.saving.load_model(DATA / f"saved_2026_11_28_{name}.keras")
+    assert isinstance(model, ViT)
+    np.testing.assert_allclose(to_numpy(model(expected["images"])), expected[name], rtol=1e-5, atol=1e-5)
+    if name == "compiled":
+        assert type(model.optimizer).__name__ == "AdamWeightDecay"
+        assert type(model.optimizer._learning_rate).__name__ == "WarmupDecaySchedule"
+        assert type(model.loss).__name__ == "SoftmaxCrossEntropy"
+
+
 @pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
 def test_dtype_policy_survives_config_save_and_resize(policy, tmp_path):
     model = ViT(**TINY, dtype=policy)

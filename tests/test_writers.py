@@ -3,6 +3,8 @@ directory and a timm .safetensors, read back by keras_vit (and by
 transformers) with the same logits; what a format cannot express refused."""
 
 import json
+import pathlib
+import tempfile
 
 import numpy as np
 import pytest
@@ -179,6 +181,10 @@ def test_a_folder_format_writes_into_an_empty_folder_only(tmp_path, format):
     model.save_checkpoint(empty, format=format)
     x = images(model)
     np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(empty)(x)), to_numpy(model(x)),
+                               rtol=0, atol=1e-6)
+    made = tempfile.mkdtemp(dir=tmp_path)  # a str, as users pass it (mkdtemp, os.mkdir)
+    assert model.save_checkpoint(made, format=format) == pathlib.Path(made)
+    np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(made)(x)), to_numpy(model(x)),
                                rtol=0, atol=1e-6)
     mine = tmp_path / "mine"
     mine.mkdir()

@@ -4,6 +4,11 @@ the paper's preprocessing, Keras core augmentations, exact determinism; and
 canvases of the embedded digits for semantic segmentation.
 """
 
+from keras_vit.extras import require
+
+# Every module here runs on tf.data: named with its extra when TensorFlow is missing.
+require("tensorflow", "keras_vit.data (tf.data pipelines, image decoding)")
+
 from keras_vit.data.pipeline import concatenate_shards
 from keras_vit.data.pipeline import input_pipeline
 from keras_vit.data.preprocessing import DecodeError

@@ -11,6 +11,7 @@ import json
 
 import numpy as np
 
+from keras_vit.extras import require
 from keras_vit.text_tokenizer import TextTokenizer
 
 DIGIT_NAMES = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
@@ -26,6 +27,7 @@ def caption_tokenizer(context_length=12):
     `PROMPTS` and `DIGIT_NAMES`, each text as ``<|startoftext|> words
     <|endoftext|>`` padded with ``<|pad|>``: CLIP's layout, for a text tower
     with ``pooling="eos"`` and ``eos_token_id=2``."""
+    require("tokenizers", "The captions' tokenizer")
     from tokenizers import Tokenizer
     from tokenizers import normalizers
     from tokenizers import pre_tokenizers

@@ -12,7 +12,6 @@ import os
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from keras_vit.config import is_int
 from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
@@ -22,6 +21,7 @@ from keras_vit.data.preprocessing import decode_failure
 from keras_vit.data.preprocessing import random_crop
 from keras_vit.data.preprocessing import random_crop_encoded
 from keras_vit.data.preprocessing import to_rgb
+from keras_vit.extras import require
 from keras_vit.naflex import antialiased_resize_matrix
 
 # TFDS image-classification datasets of the paper and its transfer tasks; any
@@ -212,6 +212,7 @@ def load_source(name, split, data_dir=None):
 def _slices(name, split, sizes):
     """[(split name, start, stop), ...] that the TFDS-syntax `split` selects
     from splits of the given `sizes` ({name: number of examples})."""
+    tfds = _tfds()
     infos = {
         key: tfds.core.SplitInfo(name=key, shard_lengths=[size], num_bytes=0)
         for key, size in sizes.items()
@@ -236,6 +237,7 @@ def _digits_arrays():
     """{"train": (images, labels), "test": (images, labels)}: scikit-learn's
     1797 digits as uint8 (n, 32, 32, 3) and int64 (n,), split by a fixed
     permutation."""
+    require("sklearn", "The embedded digits (scikit-learn's load_digits)")
     from sklearn.datasets import load_digits
 
     digits = load_digits()
@@ -381,7 +383,14 @@ def unreadable_files(source):
 # -- TFDS --------------------------------------------------------------------
 
 
+def _tfds():
+    """TensorFlow Datasets, which reads TFDS datasets and slices every
+    source's splits; imported when first used."""
+    return require("tensorflow_datasets", "Reading a dataset's splits (TFDS)")
+
+
 def _tfds_source(name, split, data_dir):
+    tfds = _tfds()
     try:
         builder = tfds.builder(name, data_dir=data_dir)
     except ValueError:  # DatasetNotFoundError, or a name TFDS cannot parse (a path)

@@ -7,21 +7,18 @@ function takes the numbers of `keras_vit.explain.analysis` and returns a
 
 import numpy as np
 
+from keras_vit.extras import require
+
 
 def pyplot():
     """`matplotlib.pyplot` on the non-interactive Agg backend (unless one is
-    already chosen), or an ImportError that says how to install it."""
-    try:
-        import matplotlib
+    already chosen), or a `keras_vit.extras.MissingDependency` that names
+    its extra."""
+    matplotlib = require("matplotlib", "Drawing keras_vit's figures (the numeric functions, "
+                         "attention_rollout, mean_attention_distance, ..., do not)")
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
 
-        matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-    except ImportError as error:
-        raise ImportError(
-            "The keras_vit.explain plots need matplotlib, an optional extra: "
-            'pip install "keras-vision-transformer[plots]" (or pip install matplotlib). The numeric '
-            "functions (attention_rollout, mean_attention_distance, ...) work without it."
-        ) from error
     return plt
 
 

@@ -23,6 +23,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from keras_vit.extras import install_command
+from keras_vit.extras import require
 from keras_vit.io.files import CheckpointError
 
 CACHE_ENV = "KERAS_VIT_CACHE"
@@ -112,13 +114,8 @@ def parse_hf_url(rest):
 
 def _fetch_huggingface(rest):
     repo_id, revision, path = parse_hf_url(rest)
-    try:
-        import huggingface_hub
-        from huggingface_hub import errors
-    except ImportError as error:
-        raise CheckpointError(
-            f"hf://{rest} needs huggingface_hub: pip install huggingface_hub "
-            '(or pip install "keras-vision-transformer[hub]").') from error
+    huggingface_hub = require("huggingface_hub", f"hf://{rest}")
+    from huggingface_hub import errors
     try:
         if path and path.endswith((".npz", ".safetensors", ".json")):
             return pathlib.Path(huggingface_hub.hf_hub_download(repo_id, path, revision=revision))
@@ -261,8 +258,8 @@ def _filesystem(url):
         from tensorflow.io import gfile
     except ImportError:
         raise CheckpointError(
-            f"Nothing here can read {url}: install fsspec with the scheme's driver (gcsfs for "
-            "gs://, s3fs for s3://), or TensorFlow for tf.io.gfile.") from None
+            f"Nothing here can read {url}: install fsspec with the scheme's driver (for gs://, "
+            f"{install_command('gcs')}; s3fs for s3://), or TensorFlow for tf.io.gfile.") from None
     return _Gfile(gfile)
 
 

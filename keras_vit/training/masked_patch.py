@@ -28,6 +28,7 @@ from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
 from keras_vit.config import pair
 from keras_vit.config import vit_config
+from keras_vit.extras import require
 from keras_vit.layers.patch_corruption import KEEP
 from keras_vit.layers.patch_corruption import MASK
 from keras_vit.layers.patch_corruption import REPLACE
@@ -91,7 +92,7 @@ def masked_patch_targets(images, patch_size, seed, corrupt_rate=0.5, mask_rate=0
         print(masked_patch_targets(white, 4, seed=(1, 2))[1].numpy())   # -> [[511 511 511 511]]
         ```
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "masked_patch_targets (a tf.data step)")
 
     images = tf.convert_to_tensor(images, tf.float32)
     (patch_h, patch_w), (grid_h, grid_w), num_corrupt = _check_corruption(
@@ -200,7 +201,7 @@ def masked_patch_dataset(dataset, patch_size, seed, start_batch=0, shard=None, *
         # -> (32, 16, 16, 3) (32, 16) <dtype: 'int32'>
         ```
     """
-    import tensorflow as tf
+    tf = require("tensorflow", "masked_patch_dataset (a tf.data pipeline)")
 
     shard_index, shard_count = shard or (0, 1)
 

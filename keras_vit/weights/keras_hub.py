@@ -15,6 +15,7 @@ import pathlib
 
 import numpy as np
 
+from keras_vit import extras
 from keras_vit.assign import model_state
 from keras_vit.io.files import CheckpointError
 from keras_vit.io.tensors import load_h5
@@ -271,12 +272,7 @@ def write_keras_hub(model, path):
         raise ValueError(f"{model.name} cannot be written as a keras-hub ViT preset: its register "
                          "tokens have position embeddings (non-zero rows), which DINOv2 does not add. "
                          "Nothing was written. Write it with format='timm' or 'npz', where they apply.")
-    try:
-        import keras_hub
-    except ImportError as error:
-        raise ValueError(
-            "Writing a keras-hub preset needs keras-hub (`pip install keras-hub`); nothing was "
-            "written. Reading one does not.") from error
+    keras_hub = extras.require("keras_hub", "Writing a keras-hub preset (reading one does not)")
     path, family = pathlib.Path(path), family_of(c)
     backbone = getattr(keras_hub.models, f"{family}Backbone")(**r.write_settings(SETTINGS[family], c))
     scaling = {key: list(value) if isinstance(value, tuple) else value

@@ -5,6 +5,8 @@ refused (`capabilities`) before anything is written; an existing file is never
 overwritten.
 """
 
+import pathlib
+
 from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.io import files
 from keras_vit.weights.capabilities import COLUMNS
@@ -51,8 +53,9 @@ def save_checkpoint(model, path, format="npz"):
 
 def _is_folder(path, format):
     """Whether `format` writes a folder at `path` (all but npz; timm's
-    unless `path` names a ``.safetensors`` file)."""
-    return format != "npz" and files.weights_folder(path) == path
+    unless `path` names a ``.safetensors`` file). `path`: a str or a
+    `pathlib.Path`."""
+    return format != "npz" and files.weights_folder(path) == pathlib.Path(path)
 
 
 def check_output(path, format):
