@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test test-durations test-fast docs clean bench
+.PHONY: demo test test-durations test-fast test-install docs clean bench
 
 # Python compiles each module to bytecode the first time a process imports it
 # and keeps it (__pycache__), so the build compiles none (pip's --no-compile)
@@ -46,6 +46,17 @@ test-durations: $(STAMP)
 	@for backend in $(BACKENDS); do \
 		KERAS_BACKEND=$$backend $(PYTEST) --write-durations || exit 1; \
 	done
+
+# A user's install (tests/test_install.py): the wheel built from this tree, installed into a
+# fresh virtual environment per extra set ([jax], [torch], [tensorflow], [jax,data]; kept in
+# ~/.cache/keras_vit/install and reused while the wheel and its requirements stay the same),
+# and each user journey run there as a process of its own. `make test` runs the [jax]
+# environment's alone. The test is backend-independent: it runs in the torch pass.
+INSTALL_ENVS := jax,torch,tensorflow,jax-data
+test-install: $(STAMP)
+	@start=$$(date +%s); \
+	KERAS_BACKEND=torch KERAS_VIT_INSTALL_ENVS=$(INSTALL_ENVS) $(PY) -m pytest tests/test_install.py; \
+	status=$$?; echo "=== test-install took $$(( $$(date +%s) - start )) s"; exit $$status
 
 # The edit-run loop: one backend, without the tests marked slow.
 FAST_BACKEND ?= torch

@@ -92,6 +92,16 @@ def test_a_bare_timm_safetensors_file(tmp_path):
     back = ViT.from_checkpoint(path, num_heads=2)
     x = images(model)
     np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+    # What the tensors alone cannot say is refused, not read back as timm's defaults.
+    for changes, lost in ((dict(gelu_approximate=True), r"gelu_approximate=True \(it would read as False\)"),
+                          (dict(mlp_activation="quick_gelu"), r"mlp_activation='quick_gelu' \(it would "
+                                                              r"read as 'gelu'\)\. Nothing"),
+                          (dict(pooling="gap", class_token=True), r"pooling='gap' \(it would read as 'token'\)")):
+        other = tmp_path / f"{sorted(changes)[0]}.safetensors"
+        with pytest.raises(ValueError, match=r"cannot be written as a bare timm \.safetensors file: .*"
+                           + lost + r".* Write the timm hub folder instead"):
+            model.with_config(**changes).save_checkpoint(other, format="timm")
+        assert not other.exists()
 
 
 @pytest.mark.parametrize("changes", [{}, dict(gelu_approximate=False, layer_norm_epsilon=1e-12),

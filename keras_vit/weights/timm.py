@@ -255,6 +255,34 @@ def read_timm(path, num_heads=None):
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
 
 
+# What a bare ``.safetensors`` file cannot record and a reader infers: each option that changes
+# the numbers, as a function of a config (None: the option does not apply; `_check_bare`).
+_BARE = {
+    "mlp_activation": lambda c: c.mlp_activation,
+    "gelu_approximate": lambda c: c.gelu_approximate if c.mlp_activation == "gelu" else None,
+    "layer_norm_epsilon": lambda c: c.layer_norm_epsilon,
+    "pooling": lambda c: c.pooling,
+}
+
+
+def _check_bare(model, tensors):
+    """Refuses to write `model` as a bare timm ``.safetensors`` file (its
+    `tensors` alone) where reading the file back would build another model:
+    the tensors do not record the activation's form, the LayerNorm epsilon
+    or the pooling, and a reader takes timm's defaults (exact GELU, 1e-6,
+    the [class] token)."""
+    c = model.config
+    read = config_view(_read_config(tensors, {}, c.num_heads, "the file"))
+    lost = [f"{name}={get(c)!r} (it would read as {get(read)!r})"
+            for name, get in _BARE.items() if get(c) is not None and get(read) != get(c)]
+    if lost:
+        raise ValueError(
+            f"{model.name} cannot be written as a bare timm .safetensors file: the file holds "
+            f"the tensors alone, and reading it would not give back {', '.join(lost)}. Nothing "
+            "was written. Write the timm hub folder instead (a path without .safetensors: its "
+            "config.json records them).")
+
+
 def write_timm(model, path):
     """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
     file, or a hub folder with its ``config.json`` (``model_args``)."""
@@ -262,6 +290,7 @@ def write_timm(model, path):
     gated = 2 if c.mlp_activation == "swiglu" else 1  # SwiGLUPacked's fc1 holds both halves
     tensors = r.write_rows(rows(c), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
+        _check_bare(model, tensors)
         files.write_atomic(path, safetensors_bytes(tensors))
         return
     model_args = dict(
