@@ -1,10 +1,9 @@
 """keras_vit: the Vision Transformer of Dosovitskiy et al. (ICLR 2021) for Keras 3."""
 
-import importlib as _importlib
 import typing as _typing
 
 from keras_vit.lazy import import_lazily as _import_lazily
-from keras_vit.lazy import when_imported as _when_imported
+from keras_vit.lazy import import_when_ready as _import_when_ready
 
 __version__ = "0.1.0"
 
@@ -50,22 +49,18 @@ if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, 
 
 # The modules that define every class a saved model may name (`ViT`,
 # `TextTransformer`, `ImageTextModel`, the layers, and the losses, metric,
-# optimizers and schedule that training saves; tests/test_install.py checks
+# optimizers and schedule that training saves; tests/test_extras.py checks
 # the list against every `register_keras_serializable` in the package).
 # Keras's `load_model` finds a class only once its module has registered it,
 # so they are imported as soon as Keras is: at once if it has been imported,
-# else right after its import (`keras_vit.lazy.when_imported`). So
-# ``import keras_vit`` is all that `keras.saving.load_model` needs, and the
-# package's own import still imports no Keras.
+# else right after its import, or after the package's module that imported
+# it (`keras_vit.lazy.import_when_ready`). So ``import keras_vit`` is all
+# that `keras.saving.load_model` needs, and the package's own import still
+# imports no Keras.
 _SAVED = ("keras_vit.layers", "keras_vit.model", "keras_vit.image_text", "keras_vit.dense",
           "keras_vit.training.losses", "keras_vit.training.masked_patch",
           "keras_vit.training.optimizers", "keras_vit.training.schedules")
 
 
-def _register_saved_classes():
-    for module in _SAVED:
-        _importlib.import_module(module)
-
-
 _import_lazily(__name__, _NAMES, _MODULES)
-_when_imported("keras", _register_saved_classes)
+_import_when_ready(__name__, "keras", _SAVED)

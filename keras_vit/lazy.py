@@ -1,9 +1,9 @@
 """Packages whose public names import when first used (PEP 562), so that
 importing the package imports no Keras: `keras-vit --help` starts at once;
 and modules imported as soon as Keras is (`when_imported`), so that Keras's
-own `load_model` finds the package's classes after ``import keras_vit``."""
+own `load_model` finds the package's classes after ``import keras_vit``
+(`import_when_ready`)."""
 
-import contextlib
 import gc
 import importlib
 import importlib.abc
@@ -62,25 +62,94 @@ def import_lazily(package, names, modules=()):
     module.__class__ = Package
 
 
-def when_imported(name, callback):
-    """Calls `callback()` once the module `name` has been imported: at once
-    if it has been, else right after its first import has run (a post-import
-    hook on `sys.meta_path`, `ImportHook`). `keras_vit` registers its saved
-    classes with Keras this way, without importing Keras itself."""
-    if name in sys.modules:
-        callback()
-    else:
-        sys.meta_path.insert(0, ImportHook(name, after=callback))
+def import_when_ready(package, trigger, modules):
+    """Imports `modules` once the module `trigger` (Keras) has been
+    imported, at a moment when no module of `package` is partway through
+    its own import: at once if that holds now, else right after the import
+    that makes it hold (of `trigger` itself, or of the outermost module of
+    `package` that was being imported when `trigger` was). From inside a
+    module of the package that imports Keras, the modules would find it,
+    and the modules importing it, partly run. `keras_vit` registers its
+    saved classes with Keras this way, without importing Keras itself."""
+    hook = _ImportWhenReady(package, trigger, tuple(modules))
+    hook.attempt()
+    if not hook.done:
+        sys.meta_path.insert(0, hook)
+
+
+def _other_spec(finder, name, path, target):
+    """The spec that the finders of `sys.meta_path` but `finder` give `name`."""
+    for other in sys.meta_path:
+        find = getattr(other, "find_spec", None)
+        if other is not finder and find is not None:
+            spec = find(name, path, target)
+            if spec is not None:
+                return spec
+    return None
+
+
+class _ImportWhenReady(importlib.abc.MetaPathFinder):
+    """`import_when_ready`'s hook: it counts the modules of `package` being
+    imported one inside another (`depth`), and after each import of one of
+    them or of `trigger` imports `modules` if the time has come; then it
+    leaves `sys.meta_path`."""
+
+    def __init__(self, package, trigger, modules):
+        self.package, self.trigger, self.modules = package, trigger, modules
+        self.depth, self.done = 0, False
+
+    def attempt(self):
+        """Imports `modules` if `trigger` is imported and no module of
+        `package` is being imported; once."""
+        if self.done or self.depth or self.trigger not in sys.modules:
+            return
+        self.done = True
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
+        for module in self.modules:
+            importlib.import_module(module)
+
+    def find_spec(self, name, path=None, target=None):
+        """The spec the other finders give `trigger` or a module of
+        `package`, its loader counted (`_CountedLoader`); None for every
+        other module."""
+        if self.done or (name != self.trigger and not name.startswith(self.package + ".")):
+            return None
+        spec = _other_spec(self, name, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _CountedLoader(spec.loader, self, counted=name != self.trigger)
+        return spec
+
+
+class _CountedLoader(importlib.abc.Loader):
+    """`loader`, its module's execution counted in `hook.depth` when
+    `counted`, and `hook.attempt()` called after it; the module keeps
+    `loader` as its own."""
+
+    def __init__(self, loader, hook, counted):
+        self.loader, self.hook, self.counted = loader, hook, counted
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = module.__spec__.loader = self.loader
+        self.hook.depth += self.counted
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.hook.depth -= self.counted
+        self.hook.attempt()
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
     """Finds the module `name` as the other finders do, the first time it is
-    imported, and has it executed within `around()` (a context manager) and
-    then `after()` called; the module keeps its own loader. Once used (or
-    not found), the hook leaves `sys.meta_path`."""
+    imported, and has it executed within `around()` (a context manager);
+    the module keeps its own loader. Once used (or not found), the hook
+    leaves `sys.meta_path`."""
 
-    def __init__(self, name, around=contextlib.nullcontext, after=None):
-        self.name, self.around, self.after = name, around, after
+    def __init__(self, name, around):
+        self.name, self.around = name, around
 
     def find_spec(self, name, path=None, target=None):
         """The spec the other finders give `name`, its loader wrapped; None
@@ -90,15 +159,15 @@ class ImportHook(importlib.abc.MetaPathFinder):
         sys.meta_path.remove(self)  # once; and the search below is the others'
         spec = importlib.util.find_spec(name)
         if spec is not None and spec.loader is not None:
-            spec.loader = _HookedLoader(spec.loader, self.around, self.after)
+            spec.loader = _HookedLoader(spec.loader, self.around)
         return spec
 
 
 class _HookedLoader(importlib.abc.Loader):
-    """`loader`, executing its module within `around()`, then calling `after()`."""
+    """`loader`, executing its module within `around()`."""
 
-    def __init__(self, loader, around, after):
-        self.loader, self.around, self.after = loader, around, after
+    def __init__(self, loader, around):
+        self.loader, self.around = loader, around
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
@@ -107,5 +176,3 @@ class _HookedLoader(importlib.abc.Loader):
         module.__loader__ = module.__spec__.loader = self.loader
         with self.around():
             self.loader.exec_module(module)
-        if self.after is not None:
-            self.after()

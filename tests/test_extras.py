@@ -31,9 +31,14 @@ def _registered_in_source():
 
 
 @pytest.mark.backend_independent
-@pytest.mark.parametrize("imports", ["import keras, keras_vit", "import keras_vit; import keras"])
+@pytest.mark.parametrize("imports", [
+    "import keras, keras_vit", "import keras_vit; import keras",
+    # A module of the package that imports Keras, imported first: the classes are imported
+    # once it has run, not while it and the modules importing it are partly run.
+    "from keras_vit.model import ViT; import keras", "from keras_vit.layers import PatchEmbedding; import keras",
+    "from keras_vit.weights import save_checkpoint; import keras"])
 def test_import_keras_vit_registers_every_saved_class_before_load_model(imports):
-    """After nothing but the imports, in either order, Keras's registry holds
+    """After nothing but the imports, in any order, Keras's registry holds
     every class a saved model may name (so `keras.saving.load_model` finds
     them), and keras_vit's own import imported no Keras."""
     code = (f"import sys; import keras_vit; before = 'keras' in sys.modules; {imports}; "
