@@ -399,11 +399,14 @@ def _export(args):
         calibration = _calibration_images(model, args.calibration, args.calibration_split,
                                           args.calibration_count)
     model.export(args.output, format=args.format, verbose=False, quantize=args.quantize,
-                 calibration_images=calibration)
+                 calibration_images=calibration, preprocessing=args.preprocessing,
+                 dynamic_image_size=args.dynamic_image_size)
     quantized = "" if args.quantize is None else f", {args.quantize} " + (
         f"calibrated on {len(calibration)} images" if calibration is not None else "dynamic")
+    takes = ("uint8 images of any size in, logits and probabilities out" if args.preprocessing
+             else f"{'x'.join(map(str, model.input_shape[1:]))} input")
     print(f"wrote {args.output}: {args.format} from {backend}{quantized}, {type(model).__name__} "
-          f"{'x'.join(map(str, model.input_shape[1:]))} input, dynamic batch")
+          f"{takes}, dynamic batch")
     return 0
 
 
@@ -620,6 +623,12 @@ def _add_export(commands):
                      "(.onnx, .xml, .tflite, .pt2)")
     sub.add_argument("--format", required=True, choices=tuple(EXPORT_FORMATS))
     sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings first")
+    sub.add_argument("--preprocessing", action="store_true",
+                     help="images in, classes out: one input 'images', uint8 (batch, height, width, 3) "
+                     "of any size, resized and scaled in the graph as predict does; outputs 'logits' "
+                     "and 'probabilities'")
+    sub.add_argument("--dynamic-image-size", action="store_true",
+                     help="free height and width without preprocessing (not available yet: refused)")
     sub.add_argument("--quantize", choices=QUANTIZE_MODES,
                      help="int8: the projections quantized with onnxruntime's tools, for a fast CPU "
                      "inference (--format onnx or openvino; docs/deploy.md)")

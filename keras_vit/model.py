@@ -23,7 +23,9 @@ from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
 from keras_vit.export import EXPORT_SUFFIXES
+from keras_vit.export import metadata
 from keras_vit.export import pytorch
+from keras_vit.export import serving
 from keras_vit.export import require_route
 from keras_vit.io import files
 from keras_vit.presets import preset_config
@@ -598,7 +600,8 @@ class ViT(keras.Model):
         return variants.merge_lora(self)
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
-               quantize=None, calibration_images=None, **kwargs):
+               quantize=None, calibration_images=None, *, preprocessing=False,
+               dynamic_image_size=False, **kwargs):
         """Keras's ``export``, traced with Keras's layers alone
         (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
         every format Keras offers (docs/deploy.md); PyTorch's ONNX and
@@ -607,15 +610,25 @@ class ViT(keras.Model):
         ``"patch_mask"``, ``"spatial_shapes"``, each a named input of the
         artifact), its position table resized in the graph for any grids.
 
+        ``preprocessing=True`` exports images in, classes out
+        (`keras_vit.export.serving`): one input ``images``, uint8 ``(batch,
+        height, width, 3)`` of any size, resized and scaled in the graph as
+        `keras_vit.data.read_images` does; outputs ``logits`` and
+        ``probabilities``. Every artifact but LiteRT's carries the model's
+        class names and a record of its input
+        (`keras_vit.export.class_names`, `keras_vit.export.artifact_info`).
+        ``dynamic_image_size=True`` is not available yet and is refused.
+
         ``quantize="int8"`` (``format="onnx"`` or ``"openvino"``) writes the
         model quantized with onnxruntime's tools for a fast CPU inference
         (`keras_vit.export.int8`): the projections' weights in int8,
         their inputs quantized dynamically, or, given
         ``calibration_images`` (float (N, H, W, C) as the model takes them,
         a few hundred; OpenVINO needs them), with scales measured on them;
-        not for a NaFlex model.
+        not for a NaFlex model. With ``preprocessing=True``, dynamically.
         """
         require_route(format, keras.backend.backend(), quantize)
+        serving.check_request(self, preprocessing, dynamic_image_size, input_signature)
         if quantize is not None or calibration_images is not None:
             if self.config.naflex:
                 raise ValueError(
@@ -623,21 +636,36 @@ class ViT(keras.Model):
                     "image input, and this one takes NaFlex's dict. Export it in float32 (drop "
                     "`quantize`), or quantize the fixed-size model: "
                     "`model.with_config(naflex=False, max_num_patches=None)`.")
+            if preprocessing and calibration_images is not None:
+                raise ValueError(
+                    "calibration_images with preprocessing=True are not available yet: export "
+                    "int8 with preprocessing dynamically (format='onnx', no calibration_images), "
+                    "or calibrated without preprocessing.")
             from keras_vit.export import int8
 
             images = int8.check_request(self, format, quantize, calibration_images)
-            return int8.export_int8(self, filepath, format, images, verbose=bool(verbose),
-                                                input_signature=input_signature, **kwargs)
+            int8.export_int8(self, filepath, format, images, verbose=bool(verbose),
+                             input_signature=input_signature, preprocessing=preprocessing, **kwargs)
+        else:
+            self._export_float(filepath, format, verbose, input_signature, preprocessing, kwargs)
+        metadata.write(filepath, format, self, preprocessing,
+                       outputs=serving.OUTPUTS if preprocessing else None)
+
+    def _export_float(self, filepath, format, verbose, input_signature, preprocessing, kwargs):
+        """`export` in float32: the artifact of `format` at `filepath`."""
         if format in EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
             files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
-        if input_signature is None:
-            input_signature = self.export_signature()
         with kernels.keras_layers_only():
+            if preprocessing:
+                return serving.export(self, filepath, format, verbose, **kwargs)
+            if input_signature is None:
+                input_signature = self.export_signature()
             if keras.backend.backend() == "torch" and format == "torch":
-                return pytorch.torch_program(self, filepath, input_signature)
+                return pytorch.torch_program(self, filepath, input_signature,
+                                             extra_files=metadata.torch_extra_files(self, False))
             if keras.backend.backend() == "torch" and format == "onnx":
                 return pytorch.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
-                                         **kwargs)
+                                          **kwargs)
             return keras.Model.export(self, filepath, format=format, verbose=verbose,
                                       input_signature=input_signature, **kwargs)
 

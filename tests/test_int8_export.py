@@ -75,6 +75,32 @@ def test_int8_exports_keep_the_float_models_classes(trained_digits, tmp_path):
         "vit.bin", "vit.onnx", "vit.xml", "vit_static.onnx"]  # no temporary file left
 
 
+def test_int8_with_preprocessing_takes_the_raw_digits(trained_digits, tmp_path):
+    """``quantize="int8", preprocessing=True``: the artifact takes the held-out
+    digits as they are stored (uint8, 32 px), resizes them to the model's
+    16 px in the graph, and gives the float32 model's class (on
+    `read_images`' preprocessing of the same pixels) on at least 99% of
+    them."""
+    import onnxruntime
+    import tensorflow as tf
+
+    from keras_vit.data.sources import load_source
+    from keras_vit.export import class_names
+
+    model, _, (x_test, _) = trained_digits
+    full = to_numpy(model.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1)
+    raw = next(iter(load_source("digits", "test").dataset.batch(2000)))["image"]
+    assert raw.dtype == tf.uint8 and tuple(raw.shape[1:]) == (32, 32, 3)
+    path = str(tmp_path / "vit_int8.onnx")
+    model.export(path, format="onnx", quantize="int8", preprocessing=True)
+    session = onnxruntime.InferenceSession(path)
+    [probabilities] = session.run(["probabilities"], {"images": raw.numpy()})
+    agreement = (probabilities.argmax(-1) == full).mean()
+    print(f"{BACKEND} int8 with preprocessing: top-1 agreement {agreement:.2%} on {len(full)} digits")
+    assert agreement >= 0.99, agreement
+    assert class_names(path) is None  # the digits model has none
+
+
 def channels_first_model():
     return ViT(**TINY, data_format="channels_first")
 

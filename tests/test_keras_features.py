@@ -18,6 +18,8 @@ from helpers import to_numpy
 from keras_vit import ViT
 from keras_vit import kernels
 from keras_vit import variants
+from keras_vit.export import artifact_info
+from keras_vit.export import class_names
 
 BACKEND = keras.backend.backend()
 
@@ -252,20 +254,122 @@ def test_export_reloads_in_its_runtime_with_a_dynamic_batch(fmt, tmp_path):
     if (fmt, BACKEND) in UPSTREAM:
         pytest.skip(UPSTREAM[fmt, BACKEND])
     model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64,
-                num_classes=10)
+                num_classes=10, class_names=[f"class {i}" for i in range(10)])
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
-    path = str(tmp_path / {"tf_saved_model": "saved", "onnx": "vit.onnx", "openvino": "vit.xml",
-                           "litert": "vit.tflite", "torch": "vit.pt2"}[fmt])
+    path = str(tmp_path / ARTIFACT[fmt])
     model.export(path, format=fmt, verbose=False)
     assert os.path.exists(path)
     assert kernels.fast_paths_enabled()  # export's switch is off again afterwards
+    if fmt != "litert":  # the class names travel inside, and the record says what goes in
+        assert class_names(path) == list(model.class_names)
+        assert artifact_info(path)["keras_vit"]["preprocessing"] is False
     for batch in (3, 5):  # one artifact, two batch sizes
         images = np.random.default_rng(batch).normal(size=(batch, 32, 32, 3)).astype("float32")
         got = np.asarray(run_exported(fmt, path, images))
         want = to_numpy(model.predict(images, verbose=0))
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
+ARTIFACT = {"tf_saved_model": "saved", "onnx": "vit.onnx", "openvino": "vit.xml", "litert": "vit.tflite",
+            "torch": "vit.pt2"}
+
+
+def run_serving(fmt, path, pixels):
+    """An artifact exported with ``preprocessing=True``, loaded by its own
+    runtime and run on uint8 `pixels`, by its outputs' names: (logits,
+    probabilities)."""
+    if fmt == "onnx":
+        import onnxruntime
+        session = onnxruntime.InferenceSession(path)
+        assert [i.name for i in session.get_inputs()] == ["images"]
+        return session.run(["logits", "probabilities"], {"images": pixels})
+    if fmt == "tf_saved_model":
+        import tensorflow as tf
+        loaded = tf.saved_model.load(path)
+        out = loaded.signatures["serve"](images=tf.constant(pixels))
+        return out["logits"].numpy(), out["probabilities"].numpy()
+    if fmt == "openvino":
+        import openvino
+        compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        out = compiled(pixels)
+        return out[compiled.output("logits")], out[compiled.output("probabilities")]
+    if fmt == "litert":
+        import tensorflow as tf
+        out = tf.lite.Interpreter(model_path=path).get_signature_runner()(images=pixels)
+        return out["logits"], out["probabilities"]
+    import torch
+    out = torch.export.load(path).module()(torch.from_numpy(pixels))
+    return out["logits"].detach().numpy(), out["probabilities"].detach().numpy()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
+    """``export(..., preprocessing=True)``: uint8 images of three sizes, larger
+    and smaller than the model's, square, wide and tall, in the runtime give
+    the Keras model's logits and probabilities on `read_images` of the same
+    PNG files, within 1e-4 (LiteRT 1e-3); the class names read back."""
+    import tensorflow as tf
+
+    from keras_vit.data import read_images
+
+    if BACKEND not in FORMATS[fmt]:
+        pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
+    if (fmt, BACKEND) in UPSTREAM:
+        pytest.skip(UPSTREAM[fmt, BACKEND])
+    model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=5, class_names=list("abcde"), pixel_scale=(0.017, 0.0175, 0.0174),
+                pixel_offset=-2.0)
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    path = str(tmp_path / ARTIFACT[fmt])
+    model.export(path, format=fmt, verbose=False, preprocessing=True)
+    tolerance = 1e-3 if fmt == "litert" else 1e-4
+    rng = np.random.default_rng(0)
+    for size in [(32, 32), (57, 41), (19, 24)]:
+        pixels = rng.integers(0, 256, (2, *size, 3), dtype=np.uint8)
+        paths = []
+        for i, image in enumerate(pixels):
+            paths.append(str(tmp_path / f"{size[0]}x{size[1]}_{i}.png"))
+            tf.io.write_file(paths[-1], tf.io.encode_png(image))
+        want = to_numpy(model.predict(read_images(paths, model=model), verbose=0))
+        logits, probabilities = (np.asarray(x) for x in run_serving(fmt, path, pixels))
+        np.testing.assert_allclose(logits, want, atol=tolerance, rtol=tolerance, err_msg=str(size))
+        np.testing.assert_allclose(probabilities, keras.ops.convert_to_numpy(keras.ops.softmax(want)),
+                                   atol=tolerance, rtol=tolerance, err_msg=str(size))
+    if fmt != "litert":
+        assert class_names(path) == list("abcde")
+        assert artifact_info(path)["keras_vit"]["preprocessing"] is True
+
+
+def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, capsys):
+    from keras_vit.cli import main
+
+    tiny = dict(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16)
+    model = ViT(**tiny, num_classes=3)
+    out = str(tmp_path / "vit.onnx")
+    for call, error, message in (
+            (dict(dynamic_image_size=True), ValueError, r"dynamic_image_size=True is not available yet"),
+            (dict(preprocessing="yes"), TypeError, r"`preprocessing` must be True or False, got 'yes'"),
+            (dict(preprocessing=True, input_signature=model.export_signature()), ValueError,
+             r"preprocessing=True fixes the artifact's input .* leave input_signature out"),
+    ):
+        with pytest.raises(error, match=message):
+            model.export(out, format="onnx", **call)
+    for other, message in ((ViT(**tiny, num_classes=0), r"has no classification head"),
+                           (model.with_naflex(16), r"is a NaFlex model: it takes patch sequences")):
+        with pytest.raises(ValueError, match=message):
+            other.export(out, format="onnx", preprocessing=True)
+    with pytest.raises(ValueError, match=r"calibration_images with preprocessing=True are not available"):
+        model.export(out, format="onnx", quantize="int8", preprocessing=True,
+                     calibration_images=np.zeros((4, 16, 16, 3), "float32"))
+    assert not os.path.exists(out)
+    model.save(tmp_path / "m.keras")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["export", str(tmp_path / "m.keras"), out, "--format", "onnx", "--dynamic-image-size"])
+    assert exit_info.value.code == 2
+    assert "keras-vit export: error: dynamic_image_size=True is not available yet" in capsys.readouterr().err
 
 
 # DINOv3's options: rotary position embeddings, four registers, LayerScale, a key without bias.

@@ -36,3 +36,22 @@ def require_route(format, backend, quantize=None):
     for module in dict.fromkeys(modules):
         require(module, f"An export to {format} from {backend}",
                 extra="tensorflow" if module == "tensorflow" else None)
+
+
+def class_names(path):
+    """The class names an artifact that `keras_vit.ViT.export` wrote carries
+    (a list of str, or None where the model had none), read with the
+    format's own library: an ``.onnx``, ``.xml`` (OpenVINO) or ``.pt2`` file,
+    or a SavedModel folder (`keras_vit.export.metadata`)."""
+    from keras_vit.export import metadata
+
+    return metadata.artifact_info(path)["class_names"]
+
+
+def artifact_info(path):
+    """The whole record an exported artifact carries: ``{"class_names":
+    ..., "keras_vit": {image size, pixel scaling, preprocessing, inputs,
+    outputs}}`` (`keras_vit.export.metadata.artifact_info`)."""
+    from keras_vit.export import metadata
+
+    return metadata.artifact_info(path)

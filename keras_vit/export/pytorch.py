@@ -51,7 +51,7 @@ def _input_names(input_signature):
     return [structure.name or "images"]
 
 
-def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=False):
+def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=False, output_names=None):
     """Writes `model` to `filepath` as ONNX with PyTorch's dynamo exporter.
 
     Args:
@@ -62,6 +62,7 @@ def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=Fal
             (`keras_vit.ViT.export_signature`), batch axes None (dynamic).
         opset_version: int or None (the exporter's default).
         verbose: bool.
+        output_names: list of str or None (the exporter's names).
     """
     import torch
 
@@ -72,17 +73,19 @@ def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=Fal
     program = torch.onnx.export(
         model, (sample, {}), dynamo=True, input_names=_input_names(input_signature),
         dynamic_shapes=dynamic_shapes, opset_version=opset_version, verbose=verbose,
+        output_names=output_names,
     )
     program.optimize()
     program.save(str(filepath))
 
 
-def torch_program(model, filepath, input_signature):
+def torch_program(model, filepath, input_signature, extra_files=None):
     """Writes `model` to `filepath` as a ``torch.export`` program (``.pt2``)
-    that takes any batch size; ``torch.export.load(filepath).module()`` runs it."""
+    that takes any batch size, with `extra_files` (name -> text) beside it;
+    ``torch.export.load(filepath).module()`` runs it."""
     import torch
 
     sample, dynamic_shapes = _sample_and_dims(input_signature)
     model.eval()
     torch.export.save(torch.export.export(model, (sample,), dynamic_shapes=dynamic_shapes),
-                      str(filepath))
+                      str(filepath), extra_files=extra_files)

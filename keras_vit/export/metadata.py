@@ -1,0 +1,144 @@
+"""What an exported artifact carries about itself: the model's class names,
+and a ``keras_vit`` record (its image size, pixel scaling, whether the
+preprocessing is inside, its inputs and outputs), in each format's own
+place for such data, so that a deployer needs nothing beside the file:
+
+- ONNX: ``metadata_props`` ``class_names`` (a JSON list) and ``keras_vit``;
+- OpenVINO: ``rt_info`` ``keras_vit/class_names`` and ``keras_vit/info``;
+- SavedModel: ``assets.extra/keras_vit.json`` (TF Serving's folder for
+  extra files, which ``tf.saved_model.load`` leaves alone);
+- ``.pt2``: the extra files ``class_names.json`` and ``keras_vit.json``.
+
+`class_names` and `artifact_info` read them back, each with the format's
+own library.
+"""
+
+import json
+import pathlib
+import tempfile
+
+from keras_vit.io import files
+
+_ONNX_KEYS = ("class_names", "keras_vit")
+_SAVED_MODEL_FILE = ("assets.extra", "keras_vit.json")
+_PT2_FILES = {"class_names": "class_names.json", "keras_vit": "keras_vit.json"}
+
+
+def record(model, preprocessing):
+    """``{"class_names": [...] or None, "keras_vit": {...}}`` of `model`'s
+    artifact."""
+    c = model.config
+    inputs = "images: uint8 (batch, height, width, 3), any size" if preprocessing else (
+        "images: float32 (batch, " + ", ".join(map(str, model.input_shape[1:])) + ")")
+    info = {"image_size": list(c.image_size), "pixel_scale": c.pixel_scale, "pixel_offset": c.pixel_offset,
+            "data_format": c.data_format, "preprocessing": bool(preprocessing), "input": inputs,
+            "outputs": ["logits", "probabilities"] if preprocessing else ["logits"]}
+    return {"class_names": list(c.class_names) if c.class_names else None, "keras_vit": info}
+
+
+def torch_extra_files(model, preprocessing):
+    """The ``.pt2`` extra files (name -> JSON text) of `model`'s record."""
+    return {_PT2_FILES[key]: json.dumps(value) for key, value in record(model, preprocessing).items()}
+
+
+def write(path, format, model, preprocessing, outputs=None):
+    """Puts `model`'s record (`record`) into the artifact at `path`, written
+    in `format`; with `outputs`, the ONNX or OpenVINO outputs renamed to
+    them in order (exporters that name them their own way). A ``.pt2``
+    file has it already (`torch_extra_files`); a LiteRT file does not yet."""
+    data = record(model, preprocessing)
+    path = pathlib.Path(path)
+    if format == "onnx":
+        _write_onnx(path, data, outputs)
+    elif format == "openvino":
+        _write_openvino(path, data, outputs)
+    elif format == "tf_saved_model":
+        path.joinpath(_SAVED_MODEL_FILE[0]).mkdir(exist_ok=True)
+        files.write_json(path.joinpath(*_SAVED_MODEL_FILE), data)
+
+
+def _write_onnx(path, data, outputs):
+    import onnx
+
+    proto = onnx.load(str(path))
+    kept = [entry for entry in proto.metadata_props if entry.key not in _ONNX_KEYS]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(kept)
+    for key, value in data.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = key, json.dumps(value)
+    if outputs:
+        _rename_onnx_outputs(proto.graph, outputs)
+    files.write_atomic(path, proto.SerializeToString())
+
+
+def _rename_onnx_outputs(graph, names):
+    """The graph's outputs named `names`, in order, wherever they appear."""
+    renames = {output.name: name for output, name in zip(graph.output, names) if output.name != name}
+    if not renames:
+        return
+    for node in graph.node:
+        node.output[:] = [renames.get(name, name) for name in node.output]
+        node.input[:] = [renames.get(name, name) for name in node.input]
+    for output in graph.output:
+        output.name = renames.get(output.name, output.name)
+
+
+def _write_openvino(path, data, outputs):
+    import openvino
+
+    model = openvino.Core().read_model(str(path))
+    for key, value in data.items():
+        model.set_rt_info(json.dumps(value), ["keras_vit", "class_names" if key == "class_names" else "info"])
+    for output, name in zip(model.outputs, outputs or ()):
+        output.get_tensor().set_names({name})
+    with tempfile.TemporaryDirectory(prefix=".keras_vit_", dir=path.parent) as work:
+        staged = pathlib.Path(work) / path.name
+        openvino.save_model(model, str(staged), compress_to_fp16=False)
+        del model  # its weights may be mapped from the .bin being replaced
+        staged.with_suffix(".bin").replace(path.with_suffix(".bin"))
+        staged.replace(path)
+
+
+def artifact_info(path):
+    """The record an exported artifact carries: ``{"class_names": [...] or
+    None, "keras_vit": {...}}``, read with the format's own library (onnx,
+    openvino, torch; a SavedModel's is a JSON file).
+
+    Args:
+        path: an ``.onnx``, ``.xml`` or ``.pt2`` file, or a SavedModel folder.
+
+    Raises:
+        ValueError: a path of another kind, or an artifact without the record
+            (exported by an earlier version: export it again).
+    """
+    path = pathlib.Path(path)
+    if (path / "saved_model.pb").is_file():
+        found = path.joinpath(*_SAVED_MODEL_FILE)
+        data = files.read_json(found, "keras_vit's record of the export") if found.is_file() else None
+    elif path.suffix == ".onnx":
+        import onnx
+
+        props = {e.key: e.value for e in onnx.load(str(path), load_external_data=False).metadata_props}
+        data = {key: json.loads(props[key]) for key in _ONNX_KEYS} if "keras_vit" in props else None
+    elif path.suffix == ".xml":
+        import openvino
+
+        model = openvino.Core().read_model(str(path))
+        keys = {"class_names": "class_names", "keras_vit": "info"}
+        data = ({key: json.loads(model.get_rt_info(["keras_vit", name]).astype(str)) for key, name in keys.items()}
+                if model.has_rt_info(["keras_vit", "info"]) else None)
+    elif path.suffix == ".pt2":
+        import torch
+
+        extra = {name: "" for name in _PT2_FILES.values()}
+        torch.export.load(str(path), extra_files=extra)
+        data = ({key: json.loads(extra[name]) for key, name in _PT2_FILES.items()}
+                if extra["keras_vit.json"] else None)
+    else:
+        raise ValueError(f"{path} is not an artifact keras_vit exports with its class names: an .onnx, "
+                         ".xml (OpenVINO) or .pt2 file, or a SavedModel folder.")
+    if data is None:
+        raise ValueError(f"{path} carries no keras_vit record (it was exported by an earlier version, "
+                         "or by other code): export the model again.")
+    return data
