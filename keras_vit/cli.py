@@ -191,11 +191,50 @@ def _configs(args):
 def _predict(args):
     import keras
 
+    from keras_vit.export import runtime
+
+    if runtime.is_artifact(args.model):
+        return _predict_artifact(args)
     model = _classifier(_load_model(args.model, dtype=args.dtype), args.model)
     model, images = _model_inputs(model, args.images, args.max_num_patches, args.model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
     _print_top(args.images, _softmax(logits), names, args.top_k)
+    return 0
+
+
+def _predict_artifact(args):
+    """``keras-vit predict ARTIFACT IMAGE...``: the artifact run in its own
+    runtime (`keras_vit.export.runtime`), on the images decoded at their own
+    sizes where its preprocessing is inside, else read as `read_images`
+    reads them for the model it was exported from (its record:
+    `keras_vit.export.artifact_info`)."""
+    import types
+
+    import numpy as np
+
+    from keras_vit.data import read_images
+    from keras_vit.data import read_pixels
+    from keras_vit.export import artifact_info
+    from keras_vit.export import runtime
+
+    for flag, value in (("--dtype", args.dtype), ("--max-num-patches", args.max_num_patches)):
+        if value is not None:
+            raise ValueError(f"{flag} does not apply to {args.model}, an exported artifact: its "
+                             "dtype and input are fixed. Leave it out, or predict with the model.")
+    info = artifact_info(args.model)
+    record, run = info["keras_vit"], runtime.load(args.model)
+    if record["preprocessing"]:  # each image at its own size: one per call
+        logits = np.concatenate([run(pixels[None])["logits"] for pixels in read_pixels(args.images)])
+    else:
+        scaling = types.SimpleNamespace(pixel_scale=record["pixel_scale"],
+                                        pixel_offset=record["pixel_offset"])
+        images = read_images(args.images, image_size=record["image_size"], model=scaling)
+        if record["data_format"] == "channels_first":
+            images = images.transpose(0, 3, 1, 2)
+        logits = np.concatenate([run(images[i:i + args.batch_size])["logits"]
+                                 for i in range(0, len(images), args.batch_size)])
+    _print_top(args.images, _softmax(np.asarray(logits, np.float64)), info["class_names"], args.top_k)
     return 0
 
 
@@ -545,7 +584,9 @@ def _add_predict(commands):
     """``predict``: the top-k classes of image files."""
     sub = commands.add_parser("predict", help="classify image files",
                               description="Print the top-k classes of each image file. The "
-                              "images are read, resized and scaled to [-1, 1] for you.")
+                              "images are read, resized and scaled to [-1, 1] for you. MODEL may also "
+                              "be an artifact of keras-vit export (.onnx, .xml, .tflite, .pt2, a "
+                              "SavedModel folder), run in its own runtime with the class names it holds.")
     sub.add_argument("model", help=MODEL_HELP)
     _classify_flags(sub)
 

@@ -14,6 +14,7 @@ from keras_vit.data.pipeline import input_pipeline
 from keras_vit.data.preprocessing import DecodeError
 from keras_vit.data.preprocessing import op_message
 from keras_vit.data.preprocessing import read_images
+from keras_vit.data.preprocessing import read_pixels
 from keras_vit.data.segmentation import SEGMENTATION_CLASSES
 from keras_vit.data.segmentation import digit_segmentation
 from keras_vit.data.sources import DATASETS
@@ -32,5 +33,6 @@ __all__ = [
     "load_source",
     "op_message",
     "read_images",
+    "read_pixels",
     "unreadable_files",
 ]

@@ -243,22 +243,30 @@ def read_images(paths, image_size=None, model=None):
     if image_size is None and model is None:
         raise ValueError("read_images() needs an image_size, or a model to take it from.")
     scaling = (getattr(model, "pixel_scale", None), getattr(model, "pixel_offset", None))
+    images = read_pixels(paths, "read_images()")
+    if image_size is None and getattr(model, "naflex", False):
+        from keras_vit.naflex import naflex_inputs
+
+        return naflex_inputs(images, model.patch_size, model.max_num_patches, *scaling)
+    size = pair(model.image_size if image_size is None else image_size, "image_size")
+    return np.stack([normalize(resize(image, size), *scaling).numpy() for image in images])
+
+
+def read_pixels(paths, caller="read_pixels()"):
+    """Image files decoded as `read_images` decodes them, at their own sizes:
+    a list of uint8 arrays ``(height, width, 3)`` (what an artifact exported
+    with ``preprocessing=True`` takes). A missing or undecodable file raises
+    an error naming it."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     paths = [os.fspath(path) for path in paths]
     if not paths:
-        raise ValueError("read_images() got no paths; pass a list of image files.")
+        raise ValueError(f"{caller} got no paths; pass a list of image files.")
     images = []
     for path in paths:
         check_image_file(path)
         try:
-            images.append(decode_image(tf.io.read_file(path)))
+            images.append(decode_image(tf.io.read_file(path)).numpy())
         except tf.errors.OpError as err:
             raise ValueError(f"Cannot decode image file {path}: {op_message(err)}") from err
-    if image_size is None and getattr(model, "naflex", False):
-        from keras_vit.naflex import naflex_inputs
-
-        return naflex_inputs([image.numpy() for image in images], model.patch_size,
-                             model.max_num_patches, *scaling)
-    size = pair(model.image_size if image_size is None else image_size, "image_size")
-    return np.stack([normalize(resize(image, size), *scaling).numpy() for image in images])
+    return images
