@@ -26,6 +26,7 @@ from keras_vit.export import EXPORT_SUFFIXES
 from keras_vit.export import metadata
 from keras_vit.export import pytorch
 from keras_vit.export import serving
+from keras_vit.export import check_arguments
 from keras_vit.export import require_route
 from keras_vit.io import files
 from keras_vit.presets import preset_config
@@ -614,8 +615,10 @@ class ViT(keras.Model):
         (`keras_vit.export.serving`): one input ``images``, uint8 ``(batch,
         height, width, 3)`` of any size, resized and scaled in the graph as
         `keras_vit.data.read_images` does; outputs ``logits`` and
-        ``probabilities``. Every artifact but LiteRT's carries the model's
-        class names and a record of its input
+        ``probabilities``; a SavedModel also has the signature
+        ``serving_encoded``, for a batch of encoded image files
+        (`keras_vit.export.serving.saved_model`). Every artifact carries the
+        model's class names and a record of its input
         (`keras_vit.export.class_names`, `keras_vit.export.artifact_info`).
         ``dynamic_image_size=True`` is not available yet and is refused.
 
@@ -628,6 +631,7 @@ class ViT(keras.Model):
         not for a NaFlex model. With ``preprocessing=True``, dynamically.
         """
         require_route(format, keras.backend.backend(), quantize)
+        check_arguments(format, keras.backend.backend(), quantize, kwargs)
         serving.check_request(self, preprocessing, dynamic_image_size, input_signature)
         if quantize is not None or calibration_images is not None:
             if self.config.naflex:

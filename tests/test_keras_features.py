@@ -261,9 +261,9 @@ def test_export_reloads_in_its_runtime_with_a_dynamic_batch(fmt, tmp_path):
     model.export(path, format=fmt, verbose=False)
     assert os.path.exists(path)
     assert kernels.fast_paths_enabled()  # export's switch is off again afterwards
-    if fmt != "litert":  # the class names travel inside, and the record says what goes in
-        assert class_names(path) == list(model.class_names)
-        assert artifact_info(path)["keras_vit"]["preprocessing"] is False
+    # the class names travel inside, and the record says what goes in
+    assert class_names(path) == list(model.class_names)
+    assert artifact_info(path)["keras_vit"]["preprocessing"] is False
     for batch in (3, 5):  # one artifact, two batch sizes
         images = np.random.default_rng(batch).normal(size=(batch, 32, 32, 3)).astype("float32")
         got = np.asarray(run_exported(fmt, path, images))
@@ -309,7 +309,10 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
     """``export(..., preprocessing=True)``: uint8 images of three sizes, larger
     and smaller than the model's, square, wide and tall, in the runtime give
     the Keras model's logits and probabilities on `read_images` of the same
-    PNG files, within 1e-4 (LiteRT 1e-3); the class names read back."""
+    PNG files, within 1e-4 (LiteRT 1e-3); the class names read back. A
+    SavedModel's ``serving_encoded`` signature takes the PNG files' bytes,
+    the three sizes in one batch, and gives the same within 1e-4;
+    ``serving_default`` is ``serve``."""
     import tensorflow as tf
 
     from keras_vit.data import read_images
@@ -327,6 +330,7 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
     model.export(path, format=fmt, verbose=False, preprocessing=True)
     tolerance = 1e-3 if fmt == "litert" else 1e-4
     rng = np.random.default_rng(0)
+    every_path, every_want = [], []
     for size in [(32, 32), (57, 41), (19, 24)]:
         pixels = rng.integers(0, 256, (2, *size, 3), dtype=np.uint8)
         paths = []
@@ -338,9 +342,52 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
         np.testing.assert_allclose(logits, want, atol=tolerance, rtol=tolerance, err_msg=str(size))
         np.testing.assert_allclose(probabilities, keras.ops.convert_to_numpy(keras.ops.softmax(want)),
                                    atol=tolerance, rtol=tolerance, err_msg=str(size))
-    if fmt != "litert":
-        assert class_names(path) == list("abcde")
-        assert artifact_info(path)["keras_vit"]["preprocessing"] is True
+        every_path += paths
+        every_want.append(want)
+    if fmt == "tf_saved_model":  # encoded files in, the sizes mixed in one batch
+        loaded = tf.saved_model.load(path)
+        pixels = tf.constant(pixels)
+        np.testing.assert_array_equal(loaded.signatures["serving_default"](images=pixels)["logits"],
+                                      loaded.signatures["serve"](images=pixels)["logits"])
+        order = [0, 2, 4, 1, 5, 3]  # each size beside the others
+        contents = [pathlib.Path(every_path[i]).read_bytes() for i in order]
+        out = loaded.signatures["serving_encoded"](images=tf.constant(contents))
+        want = np.concatenate(every_want)[order]
+        np.testing.assert_allclose(out["logits"].numpy(), want, atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(out["probabilities"].numpy(),
+                                   keras.ops.convert_to_numpy(keras.ops.softmax(want)), atol=1e-4, rtol=1e-4)
+        assert loaded.signatures["serving_encoded"](images=tf.constant([], tf.string))["logits"].shape == (0, 5)
+    assert class_names(path) == list("abcde")
+    assert artifact_info(path)["keras_vit"]["preprocessing"] is True
+
+
+@pytest.mark.skipif(BACKEND != "tensorflow", reason="LiteRT's converter runs on TensorFlow")
+def test_a_litert_model_with_its_weights_after_the_flatbuffer_keeps_them_and_its_record(tmp_path):
+    """A LiteRT model over 2 GB keeps its weights after the flatbuffer, at
+    offsets from the file's start (the converter's buffer offsets, forced
+    here on a small model): the record written into the flatbuffer moves
+    them with it, and the model gives the same logits; written again, the
+    record replaces its entries."""
+    from tensorflow.lite.python import schema_py_generated as schema_fb
+
+    from keras_vit.export import metadata
+
+    model = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=3, class_names=["x", "y", "z"])
+    head = model.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    path = str(tmp_path / "vit.tflite")
+    model.export(path, format="litert", verbose=False, _experimental_use_buffer_offset=True)
+    images = np.random.default_rng(0).normal(size=(2, 32, 32, 3)).astype("float32")
+    want = to_numpy(model.predict(images, verbose=0))
+    for _ in range(2):
+        flatbuffer = schema_fb.Model.GetRootAs(pathlib.Path(path).read_bytes(), 0)
+        assert any(flatbuffer.Buffers(i).Offset() > 1 for i in range(flatbuffer.BuffersLength()))
+        names = [flatbuffer.Metadata(i).Name() for i in range(flatbuffer.MetadataLength())]
+        assert b"buffer_location" in names and names.count(b"class_names") == names.count(b"keras_vit") == 1
+        assert class_names(path) == ["x", "y", "z"]
+        np.testing.assert_allclose(run_exported("litert", path, images), want, atol=1e-4, rtol=1e-4)
+        metadata.write(path, "litert", model, preprocessing=False)
 
 
 def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, capsys):
@@ -354,6 +401,10 @@ def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, caps
             (dict(preprocessing="yes"), TypeError, r"`preprocessing` must be True or False, got 'yes'"),
             (dict(preprocessing=True, input_signature=model.export_signature()), ValueError,
              r"preprocessing=True fixes the artifact's input .* leave input_signature out"),
+            # An argument the route would drop without a word is named.
+            (dict(strict=False, opset_version=18), TypeError,
+             rf"An export to onnx from {BACKEND} does not use strict: it takes opset_version besides "
+             r"ViT.export's own argument. Nothing was exported."),
     ):
         with pytest.raises(error, match=message):
             model.export(out, format="onnx", **call)

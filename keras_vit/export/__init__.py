@@ -18,6 +18,33 @@ ROUTE_NEEDS = {
 }
 INT8_NEEDS = ("onnxruntime",)
 
+# The keyword arguments each export route uses beyond `ViT.export`'s own, by (format, backend),
+# as Keras 3.15 passes them on; None: any (LiteRT's converter checks its own). An int8 export
+# passes them to its float32 ONNX export. Every other argument would be dropped without a
+# word, so `check_arguments` refuses it by name.
+ROUTE_ARGUMENTS = {
+    ("tf_saved_model", "jax"): ("is_static", "jax2tf_kwargs"),
+    ("openvino", "jax"): ("is_static", "jax2tf_kwargs"),
+    ("onnx", "tensorflow"): ("opset_version",),
+    ("onnx", "jax"): ("opset_version",),
+    ("onnx", "torch"): ("opset_version",),
+    ("litert", "tensorflow"): None,
+    ("litert", "torch"): None,
+}
+
+
+def check_arguments(format, backend, quantize, kwargs):
+    """Raises a TypeError naming each of `kwargs` that the export route of
+    `format` from `backend` (its float32 ONNX export for an int8 one) does
+    not use (`ROUTE_ARGUMENTS`), and the ones it does."""
+    route = ("onnx", backend) if quantize is not None else (format, backend)
+    takes = ROUTE_ARGUMENTS.get(route, ())
+    unused = [] if takes is None else sorted(set(kwargs) - set(takes))
+    if unused:
+        others = f"it takes {', '.join(takes)} besides ViT.export's own" if takes else "it takes no other"
+        raise TypeError(f"An export to {format} from {backend} does not use {', '.join(unused)}: {others} "
+                        "argument. Nothing was exported.")
+
 
 def require_route(format, backend, quantize=None):
     """Checks that what an export to `format` from `backend` (quantized as
@@ -41,8 +68,8 @@ def require_route(format, backend, quantize=None):
 def class_names(path):
     """The class names an artifact that `keras_vit.ViT.export` wrote carries
     (a list of str, or None where the model had none), read with the
-    format's own library: an ``.onnx``, ``.xml`` (OpenVINO) or ``.pt2`` file,
-    or a SavedModel folder (`keras_vit.export.metadata`)."""
+    format's own library: an ``.onnx``, ``.xml`` (OpenVINO), ``.pt2`` or
+    ``.tflite`` file, or a SavedModel folder (`keras_vit.export.metadata`)."""
     from keras_vit.export import metadata
 
     return metadata.artifact_info(path)["class_names"]

@@ -7,7 +7,10 @@ place for such data, so that a deployer needs nothing beside the file:
 - OpenVINO: ``rt_info`` ``keras_vit/class_names`` and ``keras_vit/info``;
 - SavedModel: ``assets.extra/keras_vit.json`` (TF Serving's folder for
   extra files, which ``tf.saved_model.load`` leaves alone);
-- ``.pt2``: the extra files ``class_names.json`` and ``keras_vit.json``.
+- ``.pt2``: the extra files ``class_names.json`` and ``keras_vit.json``;
+- LiteRT (``.tflite``): the flatbuffer's metadata entries ``class_names``
+  and ``keras_vit``, each naming a buffer of UTF-8 JSON (as TensorFlow's
+  converter adds its own ``CONVERSION_METADATA``).
 
 `class_names` and `artifact_info` read them back, each with the format's
 own library.
@@ -22,6 +25,7 @@ from keras_vit.io import files
 _ONNX_KEYS = ("class_names", "keras_vit")
 _SAVED_MODEL_FILE = ("assets.extra", "keras_vit.json")
 _PT2_FILES = {"class_names": "class_names.json", "keras_vit": "keras_vit.json"}
+_TFLITE_KEYS = ("class_names", "keras_vit")
 
 
 def record(model, preprocessing):
@@ -45,7 +49,7 @@ def write(path, format, model, preprocessing, outputs=None):
     """Puts `model`'s record (`record`) into the artifact at `path`, written
     in `format`; with `outputs`, the ONNX or OpenVINO outputs renamed to
     them in order (exporters that name them their own way). A ``.pt2``
-    file has it already (`torch_extra_files`); a LiteRT file does not yet."""
+    file has it already (`torch_extra_files`)."""
     data = record(model, preprocessing)
     path = pathlib.Path(path)
     if format == "onnx":
@@ -55,6 +59,8 @@ def write(path, format, model, preprocessing, outputs=None):
     elif format == "tf_saved_model":
         path.joinpath(_SAVED_MODEL_FILE[0]).mkdir(exist_ok=True)
         files.write_json(path.joinpath(*_SAVED_MODEL_FILE), data)
+    elif format == "litert":
+        _write_tflite(path, data)
 
 
 def _write_onnx(path, data, outputs):
@@ -100,13 +106,91 @@ def _write_openvino(path, data, outputs):
         staged.replace(path)
 
 
+def _write_tflite(path, data):
+    """`data`'s entries as metadata of the LiteRT flatbuffer at `path`, as
+    TensorFlow's converter adds its ``CONVERSION_METADATA``
+    (``tensorflow/lite/python/util.py``): a buffer of the entry's bytes,
+    here its UTF-8 JSON, and a ``Metadata`` naming it; an entry of the
+    same name has its buffer replaced. A model over 2 GB keeps its weights
+    after the flatbuffer, at offsets from the file's start (its
+    ``buffer_location`` entry): they are carried over, moved by the
+    flatbuffer's growth rounded up to 64 bytes, so their alignment holds."""
+    import flatbuffers
+    import numpy as np
+    from tensorflow.lite.python import schema_py_generated as schema_fb
+
+    content = path.read_bytes()
+    model = schema_fb.ModelT.InitFromObj(schema_fb.Model.GetRootAs(content, 0))
+    model.metadata = model.metadata or []
+    present = {entry.name.decode("utf-8"): entry for entry in model.metadata}
+    for key in _TFLITE_KEYS:
+        buffer = schema_fb.BufferT()
+        buffer.data = np.frombuffer(json.dumps(data[key]).encode("utf-8"), dtype=np.uint8)
+        if key in present:
+            model.buffers[present[key].buffer] = buffer
+            continue
+        model.buffers.append(buffer)
+        entry = schema_fb.MetadataT()
+        entry.name, entry.buffer = key, len(model.buffers) - 1
+        model.metadata.append(entry)
+    outside = _outside_offsets(model)
+    start = min((offset for _, _, offset in outside), default=len(content))  # where the flatbuffer ends
+
+    def pack():
+        builder = flatbuffers.Builder(min(start + 65536, flatbuffers.Builder.MAX_BUFFER_SIZE))
+        builder.Finish(model.Pack(builder), file_identifier=b"TFL3")
+        return memoryview(builder.Bytes)[builder.Head():]
+
+    flatbuffer = pack()
+    if not outside:
+        return files.write_atomic(path, flatbuffer)
+    shift = (len(flatbuffer) - start + 63) // 64 * 64
+    for holder, field, offset in outside:
+        setattr(holder, field, offset + shift)
+    flatbuffer = pack()  # as long as before: only the offsets' values changed
+    padding = bytes(start + shift - len(flatbuffer))
+    files.write_atomic(path, lambda file: (file.write(flatbuffer), file.write(padding),
+                                           file.write(memoryview(content)[start:])))
+
+
+def _outside_offsets(model):
+    """``(object, field, offset)`` of each buffer and custom options that a
+    LiteRT model keeps after its flatbuffer (offset > 1, as TFLite reads
+    them)."""
+    found = [(buffer, "offset", buffer.offset) for buffer in model.buffers if buffer.offset > 1]
+    for subgraph in model.subgraphs or ():
+        found += [(op, "largeCustomOptionsOffset", op.largeCustomOptionsOffset)
+                  for op in subgraph.operators or () if op.largeCustomOptionsOffset > 1]
+    return found
+
+
+def _read_tflite(path):
+    """The metadata `_write_tflite` wrote into the LiteRT file at `path`,
+    or None; the file mapped, not read (it may hold gigabytes of weights)."""
+    import mmap
+
+    from tensorflow.lite.python import schema_py_generated as schema_fb
+
+    found = {}
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as content:
+        model = schema_fb.Model.GetRootAs(content, 0)
+        for i in range(model.MetadataLength()):
+            entry = model.Metadata(i)
+            name = entry.Name().decode("utf-8")
+            if name in _TFLITE_KEYS:
+                found[name] = json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+    return found if "keras_vit" in found else None
+
+
 def artifact_info(path):
     """The record an exported artifact carries: ``{"class_names": [...] or
     None, "keras_vit": {...}}``, read with the format's own library (onnx,
-    openvino, torch; a SavedModel's is a JSON file).
+    openvino, torch, TensorFlow's LiteRT schema; a SavedModel's is a JSON
+    file).
 
     Args:
-        path: an ``.onnx``, ``.xml`` or ``.pt2`` file, or a SavedModel folder.
+        path: an ``.onnx``, ``.xml``, ``.pt2`` or ``.tflite`` file, or a
+            SavedModel folder.
 
     Raises:
         ValueError: a path of another kind, or an artifact without the record
@@ -135,9 +219,11 @@ def artifact_info(path):
         torch.export.load(str(path), extra_files=extra)
         data = ({key: json.loads(extra[name]) for key, name in _PT2_FILES.items()}
                 if extra["keras_vit.json"] else None)
+    elif path.suffix == ".tflite":
+        data = _read_tflite(path)
     else:
         raise ValueError(f"{path} is not an artifact keras_vit exports with its class names: an .onnx, "
-                         ".xml (OpenVINO) or .pt2 file, or a SavedModel folder.")
+                         ".xml (OpenVINO), .pt2 or .tflite file, or a SavedModel folder.")
     if data is None:
         raise ValueError(f"{path} carries no keras_vit record (it was exported by an earlier version, "
                          "or by other code): export the model again.")

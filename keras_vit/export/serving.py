@@ -150,8 +150,12 @@ def export(model, filepath, format, verbose=None, **kwargs):
     """Writes `model`'s serving artifact (`serving_model`) to `filepath` in
     `format`, traced by the backend's exporter with a free batch, height and
     width; on PyTorch with PyTorch's own exporters (`keras_vit.export.pytorch`),
-    OpenVINO through its ONNX. Call it within `keras_vit.kernels.keras_layers_only`."""
+    OpenVINO through its ONNX; a SavedModel with a second signature for
+    encoded images (`saved_model`). Call it within
+    `keras_vit.kernels.keras_layers_only`."""
     served = serving_model(model)
+    if format == "tf_saved_model" and keras.backend.backend() in ("tensorflow", "jax"):
+        return saved_model(served, filepath, model.config.num_classes, verbose, **kwargs)
     if keras.backend.backend() != "torch" or format == "litert":
         return keras.Model.export(served, filepath, format=format, verbose=verbose,
                                   input_signature=input_signature(), **kwargs)
@@ -170,3 +174,39 @@ def export(model, filepath, format, verbose=None, **kwargs):
         pytorch.torch_onnx(served, source, input_signature(), output_names=list(OUTPUTS),
                            verbose=bool(verbose), **kwargs)
         openvino.save_model(openvino.convert_model(str(source)), str(filepath), compress_to_fp16=False)
+
+
+def saved_model(served, filepath, num_classes, verbose=None, **kwargs):
+    """Writes `served` (`serving_model`) as a SavedModel with two signatures,
+    through Keras's ``ExportArchive`` (on JAX through jax2tf, `kwargs` its
+    ``is_static`` and ``jax2tf_kwargs``):
+
+    - ``serve`` (also ``serving_default``): uint8 ``images`` ``(batch, H, W,
+      3)``, as every format takes them;
+    - ``serving_encoded``: ``images``, a batch of encoded JPEG, PNG, GIF or
+      BMP files (tf.string ``(batch,)``, TF Serving's ``{"b64": ...}``),
+      each decoded to RGB as `keras_vit.data.read_images` decodes a file
+      (`keras_vit.data.preprocessing.decode_image`) and run through
+      ``serve`` alone, so the images of a batch may differ in size.
+
+    Both return ``{"logits", "probabilities"}``, float32 ``(batch,
+    num_classes)``."""
+    import tensorflow as tf
+
+    from keras_vit.data.preprocessing import decode_image
+
+    archive = keras.export.ExportArchive()
+    serve = archive.track_and_add_endpoint("serve", served, input_signature(), **kwargs)
+    spec = {name: tf.TensorSpec((num_classes,), tf.float32) for name in OUTPUTS}
+
+    def one(contents):
+        outputs = serve(decode_image(contents)[None])
+        return {name: outputs[name][0] for name in OUTPUTS}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="images")], autograph=False)
+    def serving_encoded(images):
+        return tf.map_fn(one, images, fn_output_signature=spec)
+
+    serving_encoded.get_concrete_function()  # traced once: add_endpoint takes a traced tf.function
+    archive.add_endpoint("serving_encoded", serving_encoded)
+    archive.write_out(filepath, verbose=True if verbose is None else verbose)
