@@ -304,6 +304,20 @@ def run_serving(fmt, path, pixels):
     return out["logits"].detach().numpy(), out["probabilities"].detach().numpy()
 
 
+# Wrong input to an artifact with preprocessing, and what each runtime does with it
+# (docs/deploy.md#images-in-classes-out): the (input, format, backend) triples that return
+# logits; every other one raises the runtime's own error.
+BAD_INPUTS = {"float32 batch": np.zeros((2, 32, 32, 3), "float32"), "empty batch": np.zeros((0, 32, 32, 3), "uint8"),
+              "1 channel": np.zeros((2, 32, 32, 1), "uint8"), "4 channels": np.zeros((2, 32, 32, 4), "uint8")}
+HANDLED = {("float32 batch", "openvino", backend) for backend in ("tensorflow", "torch")} | {
+    ("empty batch", fmt, backend) for fmt, backend in (("tf_saved_model", "tensorflow"), ("openvino", "tensorflow"),
+                                                       ("onnx", "torch"), ("torch", "torch"), ("openvino", "torch"),
+                                                       ("onnx", "jax"))} | {
+    # TensorFlow's SavedModel does not check the channels against its signature: one channel
+    # times this model's per-channel pixel scale broadcasts to three (a grey image as RGB).
+    ("1 channel", "tf_saved_model", "tensorflow")}
+
+
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
     """``export(..., preprocessing=True)``: uint8 images of three sizes, larger
@@ -359,6 +373,13 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
         assert loaded.signatures["serving_encoded"](images=tf.constant([], tf.string))["logits"].shape == (0, 5)
     assert class_names(path) == list("abcde")
     assert artifact_info(path)["keras_vit"]["preprocessing"] is True
+    for name, x in BAD_INPUTS.items():  # handled (logits of the batch's length), or the runtime's error
+        try:
+            logits = np.asarray(run_serving(fmt, path, x)[0])
+        except Exception:  # noqa: BLE001 (each runtime raises its own type)
+            assert (name, fmt, BACKEND) not in HANDLED, name
+        else:
+            assert (name, fmt, BACKEND) in HANDLED and logits.shape == (len(x), 5), (name, logits.shape)
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="LiteRT's converter runs on TensorFlow")

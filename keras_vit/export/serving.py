@@ -35,9 +35,10 @@ def _interpolation(x, axis, size):
     its lower and upper source pixel (TF's ``HalfPixelScaler``: source
     ``(o + 0.5) * in / out - 0.5``, indices clamped to the image). The
     input's length and positions are counted from its values (sums of
-    ones), never read from its shape, so exporters keep it free."""
-    probe = x[0, :, 0, 0] if axis == 1 else x[0, 0, :, 0]
-    ones = ops.ones_like(probe)
+    ones), never read from its shape, so exporters keep it free; summed
+    over the batch, so an empty batch has them too."""
+    probe = x[:, :, 0, 0] if axis == 1 else x[:, 0, :, 0]
+    ones = ops.sum(ops.zeros_like(probe), axis=0) + 1.0
     positions = ops.cumsum(ones) - 1.0
     length = ops.sum(ones)
     centres = ops.convert_to_tensor(np.arange(size, dtype="float32") + 0.5)
