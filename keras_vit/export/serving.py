@@ -166,7 +166,8 @@ def export(model, filepath, format, verbose=None, **kwargs):
     if format == "onnx":
         return pytorch.torch_onnx(served, filepath, input_signature(), output_names=list(OUTPUTS),
                                   verbose=bool(verbose), **kwargs)
-    # OpenVINO: Keras traces a PyTorch model for it with torch.jit, which takes no dict of outputs.
+    # OpenVINO through PyTorch's ONNX: Keras's own route (torch.jit's trace, converted by OpenVINO)
+    # fails on this model ("a Tensor without names").
     for module in ("onnx", "onnxscript"):
         require(module, "An export to openvino from torch with preprocessing", extra="export")
     openvino = require("openvino", "An export to openvino", extra="export")
