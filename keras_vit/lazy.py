@@ -129,6 +129,9 @@ class _CountedLoader(importlib.abc.Loader):
     def __init__(self, loader, hook, counted):
         self.loader, self.hook, self.counted = loader, hook, counted
 
+    def __getattr__(self, name):  # the rest of the loader's protocol (runpy's get_code, ...)
+        return getattr(self.loader, name)
+
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
