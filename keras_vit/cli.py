@@ -223,7 +223,12 @@ def _predict_artifact(args):
             raise ValueError(f"{flag} does not apply to {args.model}, an exported artifact: its "
                              "dtype and input are fixed. Leave it out, or predict with the model.")
     info = artifact_info(args.model)
-    record, run = info["keras_vit"], runtime.load(args.model)
+    record = info["keras_vit"]
+    if record.get("naflex"):
+        raise ValueError(f"{args.model} is a NaFlex model's artifact (three inputs, NaFlex's "
+                         "sequences): predict runs artifacts of one image input. Predict with the "
+                         "model itself, which reads NaFlex sequences for you.")
+    run = runtime.load(args.model)
     if record["preprocessing"]:  # each image at its own size: one per call
         logits = np.concatenate([run(pixels[None])["logits"] for pixels in read_pixels(args.images)])
     else:

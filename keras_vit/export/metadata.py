@@ -32,10 +32,15 @@ def record(model, preprocessing):
     """``{"class_names": [...] or None, "keras_vit": {...}}`` of `model`'s
     artifact."""
     c = model.config
-    inputs = "images: uint8 (batch, height, width, 3), any size" if preprocessing else (
-        "images: float32 (batch, " + ", ".join(map(str, model.input_shape[1:])) + ")")
+    if preprocessing:
+        inputs = "images: uint8 (batch, height, width, 3), any size"
+    elif c.naflex:
+        inputs = "NaFlex sequences: patches, patch_mask, spatial_shapes (keras_vit.naflex_inputs)"
+    else:
+        inputs = "images: float32 (batch, " + ", ".join(map(str, model.input_shape[1:])) + ")"
     info = {"image_size": list(c.image_size), "pixel_scale": c.pixel_scale, "pixel_offset": c.pixel_offset,
-            "data_format": c.data_format, "preprocessing": bool(preprocessing), "input": inputs,
+            "data_format": c.data_format, "naflex": bool(c.naflex), "max_num_patches": c.max_num_patches,
+            "patch_size": list(c.patch_size), "preprocessing": bool(preprocessing), "input": inputs,
             "outputs": ["logits", "probabilities"] if preprocessing else ["logits"]}
     return {"class_names": list(c.class_names) if c.class_names else None, "keras_vit": info}
 
