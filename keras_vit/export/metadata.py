@@ -22,10 +22,10 @@ import tempfile
 
 from keras_vit.io import files
 
-_ONNX_KEYS = ("class_names", "keras_vit")
+_KEYS = ("class_names", "keras_vit")  # the record's entries (`record`): ONNX's and LiteRT's names
 _SAVED_MODEL_FILE = ("assets.extra", "keras_vit.json")
 _PT2_FILES = {"class_names": "class_names.json", "keras_vit": "keras_vit.json"}
-_TFLITE_KEYS = ("class_names", "keras_vit")
+_OPENVINO_KEYS = {"class_names": "class_names", "keras_vit": "info"}  # under rt_info's "keras_vit"
 
 
 def record(model, preprocessing):
@@ -72,7 +72,7 @@ def _write_onnx(path, data, outputs):
     import onnx
 
     proto = onnx.load(str(path))
-    kept = [entry for entry in proto.metadata_props if entry.key not in _ONNX_KEYS]
+    kept = [entry for entry in proto.metadata_props if entry.key not in _KEYS]
     del proto.metadata_props[:]
     proto.metadata_props.extend(kept)
     for key, value in data.items():
@@ -100,7 +100,7 @@ def _write_openvino(path, data, outputs):
 
     model = openvino.Core().read_model(str(path))
     for key, value in data.items():
-        model.set_rt_info(json.dumps(value), ["keras_vit", "class_names" if key == "class_names" else "info"])
+        model.set_rt_info(json.dumps(value), ["keras_vit", _OPENVINO_KEYS[key]])
     for output, name in zip(model.outputs, outputs or ()):
         output.get_tensor().set_names({name})
     with tempfile.TemporaryDirectory(prefix=".keras_vit_", dir=path.parent) as work:
@@ -128,7 +128,7 @@ def _write_tflite(path, data):
     model = schema_fb.ModelT.InitFromObj(schema_fb.Model.GetRootAs(content, 0))
     model.metadata = model.metadata or []
     present = {entry.name.decode("utf-8"): entry for entry in model.metadata}
-    for key in _TFLITE_KEYS:
+    for key in _KEYS:
         buffer = schema_fb.BufferT()
         buffer.data = np.frombuffer(json.dumps(data[key]).encode("utf-8"), dtype=np.uint8)
         if key in present:
@@ -182,7 +182,7 @@ def _read_tflite(path):
         for i in range(model.MetadataLength()):
             entry = model.Metadata(i)
             name = entry.Name().decode("utf-8")
-            if name in _TFLITE_KEYS:
+            if name in _KEYS:
                 found[name] = json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
     return found if "keras_vit" in found else None
 
@@ -209,14 +209,14 @@ def artifact_info(path):
         import onnx
 
         props = {e.key: e.value for e in onnx.load(str(path), load_external_data=False).metadata_props}
-        data = {key: json.loads(props[key]) for key in _ONNX_KEYS} if "keras_vit" in props else None
+        data = {key: json.loads(props[key]) for key in _KEYS} if "keras_vit" in props else None
     elif path.suffix == ".xml":
         import openvino
 
         model = openvino.Core().read_model(str(path))
-        keys = {"class_names": "class_names", "keras_vit": "info"}
-        data = ({key: json.loads(model.get_rt_info(["keras_vit", name]).astype(str)) for key, name in keys.items()}
-                if model.has_rt_info(["keras_vit", "info"]) else None)
+        data = ({key: json.loads(model.get_rt_info(["keras_vit", name]).astype(str))
+                 for key, name in _OPENVINO_KEYS.items()}
+                if model.has_rt_info(["keras_vit", _OPENVINO_KEYS["keras_vit"]]) else None)
     elif path.suffix == ".pt2":
         import torch
 
