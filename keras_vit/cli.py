@@ -199,7 +199,7 @@ def _predict(args):
     model, images = _model_inputs(model, args.images, args.max_num_patches, args.model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
-    _print_top(args.images, _softmax(logits), names, args.top_k)
+    _print_top(args.images, _probabilities(logits, model.config.head_activation), names, args.top_k)
     return 0
 
 
@@ -239,7 +239,8 @@ def _predict_artifact(args):
             images = images.transpose(0, 3, 1, 2)
         logits = np.concatenate([run(images[i:i + args.batch_size])["logits"]
                                  for i in range(0, len(images), args.batch_size)])
-    _print_top(args.images, _softmax(np.asarray(logits, np.float64)), info["class_names"], args.top_k)
+    probabilities = _probabilities(np.asarray(logits, np.float64), record.get("activation", "softmax"))
+    _print_top(args.images, probabilities, info["class_names"], args.top_k)
     return 0
 
 
@@ -270,9 +271,15 @@ def _naflex_model(model, max_num_patches, name):
     return model
 
 
-def _softmax(logits):
+def _probabilities(logits, activation):
+    """The classes' probabilities of `logits` by the head's `activation`
+    (``ViTConfig.head_activation``): a softmax over the classes, or SigLIP's
+    sigmoid, each class on its own."""
     import numpy as np
 
+    logits = np.asarray(logits, np.float64)
+    if activation == "sigmoid":
+        return 1 / (1 + np.exp(-logits))
     shifted = np.exp(logits - logits.max(-1, keepdims=True))
     return shifted / shifted.sum(-1, keepdims=True)
 
@@ -302,8 +309,8 @@ def _zero_shot(args):
     logits = keras.ops.convert_to_numpy(classifier.predict(images, batch_size=args.batch_size,
                                                            verbose=0)).astype(np.float64)
     # SigLIP: each class on its own, a sigmoid; CLIP: a softmax over the classes
-    probabilities = 1 / (1 + np.exp(-logits)) if model.logit_bias is not None else _softmax(logits)
-    _print_top(args.images, probabilities, labels, args.top_k)
+    _print_top(args.images, _probabilities(logits, classifier.config.head_activation), labels,
+               args.top_k)
     return 0
 
 
@@ -447,8 +454,13 @@ def _export(args):
                  dynamic_image_size=args.dynamic_image_size)
     quantized = "" if args.quantize is None else f", {args.quantize} " + (
         f"calibrated on {len(calibration)} images" if calibration is not None else "dynamic")
-    takes = ("uint8 images of any size in, logits and probabilities out" if args.preprocessing
-             else f"{'x'.join(map(str, model.input_shape[1:]))} input")
+    if args.preprocessing:
+        takes = "uint8 images of any size in, logits and probabilities out"
+    elif args.dynamic_image_size:
+        takes = (f"float images of any height and width in (multiples of {model.patch_size[0]}x"
+                 f"{model.patch_size[1]}), the position embeddings resampled in the graph")
+    else:
+        takes = f"{'x'.join(map(str, model.input_shape[1:]))} input"
     print(f"wrote {args.output}: {args.format} from {backend}{quantized}, {type(model).__name__} "
           f"{takes}, dynamic batch")
     return 0
@@ -674,7 +686,9 @@ def _add_export(commands):
                      "of any size, resized and scaled in the graph as predict does; outputs 'logits' "
                      "and 'probabilities'")
     sub.add_argument("--dynamic-image-size", action="store_true",
-                     help="free height and width without preprocessing (not available yet: refused)")
+                     help="without --preprocessing: float images of any height and width, "
+                     "multiples of the patch size, the position embeddings resampled in the graph "
+                     "as --image-size resamples them (with it, the images are resized anyway)")
     sub.add_argument("--quantize", choices=QUANTIZE_MODES,
                      help="int8: the projections quantized with onnxruntime's tools, for a fast CPU "
                      "inference (--format onnx or openvino; docs/deploy.md)")

@@ -8,6 +8,7 @@ import numbers
 POOLINGS = ("token", "gap", "map", "none")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
+HEAD_ACTIVATIONS = ("softmax", "sigmoid")
 
 
 def uses_class_token(pooling, position_embedding):
@@ -63,6 +64,12 @@ class ViTConfig:
     CLIP's ``visual_projection``; 0, the default, none) and
     ``normalize_features`` (the features divided by their L2 norm before
     the head: a zero-shot classifier's, `keras_vit.zero_shot_classifier`).
+
+    ``head_activation`` records how the head's logits become
+    probabilities: ``"softmax"`` over the classes (the paper's), or
+    ``"sigmoid"``, each class on its own (a SigLIP zero-shot classifier,
+    a multi-label head). The model gives logits either way; ``keras-vit
+    predict`` and an exported artifact's ``probabilities`` apply it.
 
     ``pixel_scale`` and ``pixel_offset`` record how the model's input is
     made from pixels in [0, 255]: ``pixels * pixel_scale + pixel_offset``
@@ -132,6 +139,7 @@ class ViTConfig:
     class_token: bool | None = None
     num_channels: int = 3
     class_names: tuple | None = None
+    head_activation: str = "softmax"
     pixel_scale: float | tuple = 1 / 127.5
     pixel_offset: float | tuple = -1.0
     data_format: str | None = None
@@ -172,6 +180,9 @@ class ViTConfig:
             raise ValueError(
                 f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
             )
+        if self.head_activation not in HEAD_ACTIVATIONS:
+            raise ValueError(f"Unknown head_activation {self.head_activation!r}; use one of "
+                             f"{HEAD_ACTIVATIONS} (how the logits become probabilities).")
         for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "patch_bias",
                      "mlp_bias", "norm_bias", "distillation", "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):

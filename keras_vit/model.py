@@ -29,6 +29,7 @@ from keras_vit.export import serving
 from keras_vit.export import check_arguments
 from keras_vit.export import require_route
 from keras_vit.io import files
+from keras_vit.layers.position_embedding import grid_positions
 from keras_vit.presets import preset_config
 from keras_vit.released import PRETRAINED
 from keras_vit.released import default_pretrained
@@ -233,7 +234,8 @@ def build_layers(config, dtype=None):
     return ViTParts(**made)
 
 
-def forward(parts, images, training=None, record=None, corruption=None, class_only=False):
+def forward(parts, images, training=None, record=None, corruption=None, class_only=False,
+            resample_method=None):
     """Eq. 1-4 over `parts` (a `ViTParts`).
 
     Args:
@@ -251,6 +253,12 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
             DeiT's distillation token; its queries attend to every token).
             Eq. 4 reads only z_L^0, so with token pooling the logits are the
             same for 85% less of a block's work (`ViT.call`).
+        resample_method: None, or one of
+            `keras_vit.layers.position_embedding.RESAMPLE_METHODS`: `images`
+            of any height and width (multiples of the patch size), the
+            position embeddings resampled in the graph to their patch grid
+            by that method, as `ViT.with_image_size` resamples them (what
+            ``ViT.export(..., dynamic_image_size=True)`` traces).
 
     Returns:
         What the last layer gives: logits ``(batch, classes)``, features, or
@@ -270,7 +278,15 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
             pooled = {"patch_mask": patch_mask}
     if p.resnet is not None:
         x = p.resnet(x)
-    x = p.patch_embedding(x)                                  # x_p E
+    placed = {}  # the position embedding's grid, for images of any size
+    if resample_method is None:
+        x = p.patch_embedding(x)                              # x_p E
+    else:
+        embedding = p.patch_embedding
+        placed = {"grid": grid_positions(x, embedding.patch_size, embedding.data_format),
+                  "resample_method": resample_method}
+        x = embedding.token_map(x)  # flattened with -1: jax2onnx maps no product of free sizes
+        x = keras.ops.reshape(x, (keras.ops.shape(x)[0], -1, x.shape[-1]))
     if p.patch_corruption is not None:                        # Sec. 4.6
         x = p.patch_corruption(x, *corruption)
     for token in p.prefix_tokens:
@@ -278,7 +294,7 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
     if naflex:
         x = p.position_embedding(x, spatial_shapes=naflex["spatial_shapes"])
     else:
-        x = p.position_embedding(x)                           # + E_pos
+        x = p.position_embedding(x, **placed)                 # + E_pos
     x = p.embedding_dropout(x, training=training)
     if p.norm_pre is not None:
         x = p.norm_pre(x)
@@ -602,7 +618,7 @@ class ViT(keras.Model):
 
     def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
                quantize=None, calibration_images=None, *, preprocessing=False,
-               dynamic_image_size=False, **kwargs):
+               dynamic_image_size=False, resample_method="bilinear", **kwargs):
         """Keras's ``export``, traced with Keras's layers alone
         (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
         every format Keras offers (docs/deploy.md); PyTorch's ONNX and
@@ -620,19 +636,30 @@ class ViT(keras.Model):
         (`keras_vit.export.serving.saved_model`). Every artifact carries the
         model's class names and a record of its input
         (`keras_vit.export.class_names`, `keras_vit.export.artifact_info`).
-        ``dynamic_image_size=True`` is not available yet and is refused.
+
+        ``dynamic_image_size=True`` without preprocessing exports the model
+        on float images of any height and width, multiples of the patch size
+        (one size per batch): the position embeddings are resampled in the
+        graph to the batch's patch grid by `resample_method` (``"bilinear"``,
+        ``"bicubic"``, ``"dinov2"``), giving what ``with_image_size((height,
+        width), method=resample_method)`` gives (`keras_vit.export.serving.
+        dynamic_model`). With preprocessing the images are resized to the
+        model's size, as always.
 
         ``quantize="int8"`` (``format="onnx"`` or ``"openvino"``) writes the
         model quantized with onnxruntime's tools for a fast CPU inference
         (`keras_vit.export.int8`): the projections' weights in int8,
         their inputs quantized dynamically, or, given
-        ``calibration_images`` (float (N, H, W, C) as the model takes them,
-        a few hundred; OpenVINO needs them), with scales measured on them;
-        not for a NaFlex model. With ``preprocessing=True``, dynamically.
+        ``calibration_images`` (a few hundred; OpenVINO needs them), with
+        scales measured on them: float (N, H, W, C) as the model takes
+        them, or with ``preprocessing=True`` uint8 pixels (N, H, W, 3) of
+        one size, as the artifact takes them. Not for a NaFlex model.
         """
         require_route(format, keras.backend.backend(), quantize)
         check_arguments(format, keras.backend.backend(), quantize, kwargs)
-        serving.check_request(self, preprocessing, dynamic_image_size, input_signature)
+        serving.check_request(self, format, preprocessing, dynamic_image_size, input_signature,
+                              resample_method)
+        dynamic = dynamic_image_size and not preprocessing  # with preprocessing: resized to the model's
         if quantize is not None or calibration_images is not None:
             if self.config.naflex:
                 raise ValueError(
@@ -640,28 +667,27 @@ class ViT(keras.Model):
                     "image input, and this one takes NaFlex's dict. Export it in float32 (drop "
                     "`quantize`), or quantize the fixed-size model: "
                     "`model.with_config(naflex=False, max_num_patches=None)`.")
-            if preprocessing and calibration_images is not None:
-                raise ValueError(
-                    "calibration_images with preprocessing=True are not available yet: export "
-                    "int8 with preprocessing dynamically (format='onnx', no calibration_images), "
-                    "or calibrated without preprocessing.")
             from keras_vit.export import int8
 
-            images = int8.check_request(self, format, quantize, calibration_images)
+            images = int8.check_request(self, format, quantize, calibration_images, preprocessing)
             int8.export_int8(self, filepath, format, images, verbose=bool(verbose),
-                             input_signature=input_signature, preprocessing=preprocessing, **kwargs)
+                             input_signature=input_signature, preprocessing=preprocessing,
+                             dynamic_image_size=dynamic, resample_method=resample_method, **kwargs)
         else:
-            self._export_float(filepath, format, verbose, input_signature, preprocessing, kwargs)
+            self._export_float(filepath, format, verbose, input_signature, preprocessing, dynamic,
+                               resample_method, kwargs)
         metadata.write(filepath, format, self, preprocessing,
-                       outputs=serving.OUTPUTS if preprocessing else None)
+                       outputs=serving.OUTPUTS if preprocessing else None, dynamic_image_size=dynamic)
 
-    def _export_float(self, filepath, format, verbose, input_signature, preprocessing, kwargs):
+    def _export_float(self, filepath, format, verbose, input_signature, preprocessing, dynamic,
+                      resample_method, kwargs):
         """`export` in float32: the artifact of `format` at `filepath`."""
         if format in EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
             files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
         with kernels.keras_layers_only():
-            if preprocessing:
-                return serving.export(self, filepath, format, verbose, **kwargs)
+            if preprocessing or dynamic:
+                return serving.export(self, filepath, format, verbose, preprocessing,
+                                      resample_method, **kwargs)
             if input_signature is None:
                 input_signature = self.export_signature()
             if keras.backend.backend() == "torch" and format == "torch":

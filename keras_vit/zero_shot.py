@@ -149,8 +149,9 @@ def zero_shot_classifier(model, class_names, templates="imagenet", name=None):
         classes' averaged, normalised prompt embeddings (`class_embeddings`)
         times ``exp(logit_scale)``, its bias ``logit_bias`` (SigLIP) or 0:
         logits ``(batch, classes)`` equal to
-        ``model.logits(model.encode_images(x), class_embeddings(...).T)``, and
-        ``class_names`` set. The image tower's configuration is kept whole:
+        ``model.logits(model.encode_images(x), class_embeddings(...).T)``,
+        ``class_names`` set, and ``head_activation`` SigLIP's ``"sigmoid"``
+        (each class on its own) or CLIP's ``"softmax"``. The image tower's configuration is kept whole:
         a NaFlex tower (SigLIP 2's, ``naflex=True``) gives a NaFlex `ViT`,
         which takes `keras_vit.naflex_inputs`' dict of images of any size.
 
@@ -163,7 +164,8 @@ def zero_shot_classifier(model, class_names, templates="imagenet", name=None):
     weights = class_embeddings(model, class_names, templates)
     tower = model.image_model
     config = tower.config.replace(num_classes=weights.shape[1], normalize_features=True,
-                                  class_names=list(class_names), head_bias_init=0.0)
+                                  class_names=list(class_names), head_bias_init=0.0,
+                                  head_activation="softmax" if model.logit_bias is None else "sigmoid")
     classifier = ViT(config, dtype=tower.dtype_policy, name=name or f"{model.name}_zero_shot")
     state = {variable.path: keras.ops.convert_to_numpy(variable) for variable in tower.weights}
     scale = float(np.exp(keras.ops.convert_to_numpy(model.logit_scale)))

@@ -9,6 +9,7 @@ from conftest import BACKEND
 
 from keras_vit import ViT
 from keras_vit.cli import main
+from keras_vit.data import read_images
 
 # Per backend, the formats it exports whose runtimes are in the dev set: ONNX everywhere,
 # and the backend's own.
@@ -26,12 +27,13 @@ def _top(out):
 def test_predict_on_an_artifact_prints_the_models_top_five(tmp_path, capsys):
     """Exported with and without preprocessing, each artifact gives the
     model's top 5 with its class names, in the same order, the
-    probabilities within 0.1 points (the printed rounding), for images of
-    three sizes; the flags an artifact cannot take are refused."""
+    probabilities (the head's sigmoid) within 0.1 points (the printed
+    rounding), for images of three sizes; the flags an artifact cannot take
+    are refused."""
     import tensorflow as tf
 
     model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-                num_classes=7, class_names=[f"c{i}" for i in range(7)])
+                num_classes=7, class_names=[f"c{i}" for i in range(7)], head_activation="sigmoid")
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
     model.save(tmp_path / "m.keras")
@@ -43,6 +45,10 @@ def test_predict_on_an_artifact_prints_the_models_top_five(tmp_path, capsys):
     assert main(["predict", str(tmp_path / "m.keras"), *images]) == 0
     want = _top(capsys.readouterr().out)
     assert all(len(top) == 5 for top in want.values()), want
+    # the head's sigmoid, each class on its own (head_activation), not a softmax over them
+    logits = np.asarray(model.predict(read_images(images, model=model), verbose=0))
+    for image, row in zip(images, 100 / (1 + np.exp(-logits))):
+        np.testing.assert_allclose([p for _, p in want[image]], np.sort(row)[::-1][:5], atol=0.051)
     for fmt in FORMATS[BACKEND]:
         for preprocessing in (False, True):
             path = tmp_path / f"{int(preprocessing)}_{ARTIFACT[fmt]}"

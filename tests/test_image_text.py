@@ -261,6 +261,8 @@ def test_zero_shot_classifier_is_a_vit_with_the_prompts_top_1(two_towers):
     model = ImageTextModel.from_checkpoint(folder)
     classifier = zero_shot_classifier(model, LABELS, templates=PROMPTS)
     assert isinstance(classifier, ViT) and classifier.class_names == LABELS
+    # SigLIP's classes each on their own (a sigmoid), CLIP's a softmax over them
+    assert classifier.config.head_activation == ("sigmoid" if kind == "siglip" else "softmax")
     # the prompts' similarity, averaged by hand: each class's prompts embedded, averaged, normalised
     texts = model.encode_text(model.tokenize([p.format(c) for c in LABELS for p in PROMPTS]))
     mean = to_numpy(texts).reshape(len(LABELS), len(PROMPTS), -1).mean(1)

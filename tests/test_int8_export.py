@@ -12,6 +12,7 @@ import keras
 import numpy as np
 import onnx
 import pytest
+from conftest import digits
 from helpers import TINY
 from helpers import to_numpy
 
@@ -22,18 +23,21 @@ BACKEND = keras.backend.backend()
 CALIBRATION = 256  # training digits the static exports are calibrated on
 
 
-def run_onnx(path, images):
+def run_onnx(path, images, output=None):
+    """The ONNX file's first output on `images`, or the one named `output`."""
     import onnxruntime
 
     session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-    return session.run(None, {session.get_inputs()[0].name: images})[0]
+    return session.run(None if output is None else [output], {session.get_inputs()[0].name: images})[0]
 
 
-def run_openvino(path, images):
+def run_openvino(path, images, output=None):
+    """The OpenVINO model's first output on `images`, or the one named `output`."""
     import openvino
 
     # float32 for the parts that stay float, as Keras computes (docs/deploy.md)
-    return openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(images)[0]
+    compiled = openvino.Core().compile_model(path, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    return compiled(images)[0 if output is None else compiled.output(output)]
 
 
 def op_counts(path):
@@ -80,8 +84,8 @@ def test_int8_with_preprocessing_takes_the_raw_digits(trained_digits, tmp_path):
     digits as they are stored (uint8, 32 px), resizes them to the model's
     16 px in the graph, and gives the float32 model's class (on
     `read_images`' preprocessing of the same pixels) on at least 99% of
-    them."""
-    import onnxruntime
+    them: onnxruntime's dynamically quantized model, and OpenVINO's
+    calibrated on the raw training digits."""
     import tensorflow as tf
 
     from keras_vit.data.sources import load_source
@@ -91,14 +95,34 @@ def test_int8_with_preprocessing_takes_the_raw_digits(trained_digits, tmp_path):
     full = to_numpy(model.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1)
     raw = next(iter(load_source("digits", "test").dataset.batch(2000)))["image"]
     assert raw.dtype == tf.uint8 and tuple(raw.shape[1:]) == (32, 32, 3)
+    train = next(iter(load_source("digits", "train").dataset.batch(CALIBRATION)))["image"].numpy()
+    for route, fmt, calibration, run in (("onnx dynamic", "onnx", None, run_onnx),
+                                         ("openvino static", "openvino", train, run_openvino)):
+        path = str(tmp_path / f"vit_int8.{'xml' if fmt == 'openvino' else fmt}")
+        model.export(path, format=fmt, quantize="int8", preprocessing=True, calibration_images=calibration)
+        probabilities = np.asarray(run(path, raw.numpy(), "probabilities"))
+        agreement = (probabilities.argmax(-1) == full).mean()
+        print(f"{BACKEND} int8 with preprocessing, {route}: top-1 agreement {agreement:.2%} on {len(full)} digits")
+        assert agreement >= 0.99, (route, agreement)
+        assert class_names(path) is None  # the digits model has none
+
+
+@pytest.mark.skipif(BACKEND == "jax", reason="dynamic_image_size is not exported to ONNX from JAX "
+                    "(jax2onnx cannot trace a sequence of free length; refused, tests/test_keras_features.py)")
+def test_int8_with_dynamic_image_size_keeps_with_image_sizes_classes(trained_digits, tmp_path):
+    """``quantize="int8", dynamic_image_size=True``: one int8 ONNX file gives
+    the float32 model's class on at least 99% of the held-out digits at its
+    16 px, and ``with_image_size(24)``'s on at least 98% at 24 px."""
+    model, _, (x_test, _) = trained_digits
     path = str(tmp_path / "vit_int8.onnx")
-    model.export(path, format="onnx", quantize="int8", preprocessing=True)
-    session = onnxruntime.InferenceSession(path)
-    [probabilities] = session.run(["probabilities"], {"images": raw.numpy()})
-    agreement = (probabilities.argmax(-1) == full).mean()
-    print(f"{BACKEND} int8 with preprocessing: top-1 agreement {agreement:.2%} on {len(full)} digits")
-    assert agreement >= 0.99, agreement
-    assert class_names(path) is None  # the digits model has none
+    model.export(path, format="onnx", quantize="int8", dynamic_image_size=True)
+    for size, images, reference in ((16, x_test, model), (24, digits("test", 24)[0], model.with_image_size(24))):
+        want = to_numpy(reference.predict(images, batch_size=len(images), verbose=0)).argmax(-1)
+        agreement = (np.asarray(run_onnx(path, images)).argmax(-1) == want).mean()
+        print(f"{BACKEND} int8 with dynamic_image_size at {size} px: top-1 agreement {agreement:.2%}")
+        # at 24 px the float model is less sure of itself (resampled, not trained there): 99.17% on
+        # PyTorch (3 of 360 digits) on an AVX-512 Zen 4/5 EPYC, so the bound leaves room for other CPUs
+        assert agreement >= (0.99 if size == 16 else 0.98), (size, agreement)
 
 
 def channels_first_model():

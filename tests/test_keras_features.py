@@ -322,8 +322,9 @@ HANDLED = {("float32 batch", "openvino", backend) for backend in ("tensorflow", 
 def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
     """``export(..., preprocessing=True)``: uint8 images of three sizes, larger
     and smaller than the model's, square, wide and tall, in the runtime give
-    the Keras model's logits and probabilities on `read_images` of the same
-    PNG files, within 1e-4 (LiteRT 1e-3); the class names read back. A
+    the Keras model's logits and probabilities (its softmax; ONNX's model has
+    a sigmoid head) on `read_images` of the same PNG files, within 1e-4
+    (LiteRT 1e-3); the class names and the activation read back. A
     SavedModel's ``serving_encoded`` signature takes the PNG files' bytes,
     the three sizes in one batch, and gives the same within 1e-4;
     ``serving_default`` is ``serve``."""
@@ -335,9 +336,11 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
         pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
     if (fmt, BACKEND) in UPSTREAM:
         pytest.skip(UPSTREAM[fmt, BACKEND])
+    activation = "sigmoid" if fmt == "onnx" else "softmax"  # SigLIP's head: each class on its own
     model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
                 num_classes=5, class_names=list("abcde"), pixel_scale=(0.017, 0.0175, 0.0174),
-                pixel_offset=-2.0)
+                pixel_offset=-2.0, head_activation=activation)
+    probabilities_of = getattr(keras.ops, activation)
     head = model.get_layer("head")
     head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
     path = str(tmp_path / ARTIFACT[fmt])
@@ -354,7 +357,7 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
         want = to_numpy(model.predict(read_images(paths, model=model), verbose=0))
         logits, probabilities = (np.asarray(x) for x in run_serving(fmt, path, pixels))
         np.testing.assert_allclose(logits, want, atol=tolerance, rtol=tolerance, err_msg=str(size))
-        np.testing.assert_allclose(probabilities, keras.ops.convert_to_numpy(keras.ops.softmax(want)),
+        np.testing.assert_allclose(probabilities, keras.ops.convert_to_numpy(probabilities_of(want)),
                                    atol=tolerance, rtol=tolerance, err_msg=str(size))
         every_path += paths
         every_want.append(want)
@@ -373,6 +376,7 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
         assert loaded.signatures["serving_encoded"](images=tf.constant([], tf.string))["logits"].shape == (0, 5)
     assert class_names(path) == list("abcde")
     assert artifact_info(path)["keras_vit"]["preprocessing"] is True
+    assert artifact_info(path)["keras_vit"]["activation"] == activation
     for name, x in BAD_INPUTS.items():  # handled (logits of the batch's length), or the runtime's error
         try:
             logits = np.asarray(run_serving(fmt, path, x)[0])
@@ -380,6 +384,72 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
             assert (name, fmt, BACKEND) not in HANDLED, name
         else:
             assert (name, fmt, BACKEND) in HANDLED and logits.shape == (len(x), 5), (name, logits.shape)
+
+
+# Variants whose position embeddings `dynamic_image_size` handles differently: a learned table with
+# registers (three prefix rows), channels-first images; fixed sin-cos without a [class] token; MAP.
+ANY_SIZE_VARIANTS = (dict(num_registers=2, data_format="channels_first"),
+                     dict(position_embedding="sincos2d", pooling="gap"), dict(pooling="map"))
+
+
+def test_the_any_size_model_is_with_image_size_at_each_size():
+    """`keras_vit.export.serving.dynamic_model` (what ``dynamic_image_size=True``
+    traces) on float images of sizes other than the model's gives
+    ``with_image_size((h, w), method)``'s logits within 1e-5 (each
+    resampling method on the first variant), and with DINOv2's the model's
+    own at its own size (where its offset would otherwise move the table)."""
+    from keras_vit.export.serving import dynamic_model
+
+    rng = np.random.default_rng(0)
+    for variant in ANY_SIZE_VARIANTS:
+        model = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                    num_classes=5, **variant)
+        model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5 for w in model.get_weights()])
+        first = variant.get("data_format") == "channels_first"
+        methods = ("bilinear", "bicubic", "dinov2") if variant is ANY_SIZE_VARIANTS[0] else ("bilinear",)
+        for method in methods:
+            any_size = dynamic_model(model, method)
+            for size in ((16, 40), (48, 24), (32, 32))[:None if method == "dinov2" else 2]:
+                x = rng.normal(size=(2, 3, *size) if first else (2, *size, 3)).astype("float32")
+                want = logits_of(model.with_image_size(size, method=method), x)
+                np.testing.assert_allclose(to_numpy(any_size(x)), want, atol=1e-5, rtol=1e-5,
+                                           err_msg=f"{variant} {method} {size}")
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_an_artifact_with_dynamic_image_size_is_with_image_size_at_each_size(fmt, tmp_path):
+    """``export(..., dynamic_image_size=True)``: one artifact takes float images
+    of three sizes (wide, tall, larger; multiples of the patch size) and gives
+    ``with_image_size``'s logits within 1e-4 in its runtime; its record says
+    so, and a height of no multiple of the patch size is refused by the
+    runtime (the graph's reshape, or the program's guard)."""
+    from keras_vit.export import runtime
+
+    if BACKEND not in FORMATS[fmt]:
+        pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
+    if (fmt, BACKEND) in UPSTREAM:
+        pytest.skip(UPSTREAM[fmt, BACKEND])
+    model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=5, class_names=list("abcde"))
+    rng = np.random.default_rng(1)
+    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5 for w in model.get_weights()])
+    path = str(tmp_path / ARTIFACT[fmt])
+    if (fmt, BACKEND) == ("onnx", "jax"):
+        with pytest.raises(ValueError, match=r"cannot be exported to onnx from jax: jax2onnx gives the wrong "
+                           r"length .* Export onnx from tensorflow or torch"):
+            model.export(path, format=fmt, dynamic_image_size=True)
+        pytest.skip("jax2onnx 0.17 cannot trace a sequence of free length (refused, as checked)")
+    model.export(path, format=fmt, verbose=False, dynamic_image_size=True)
+    record = artifact_info(path)
+    assert record["class_names"] == list("abcde")
+    assert record["keras_vit"]["dynamic_image_size"] is True and record["keras_vit"]["preprocessing"] is False
+    run = runtime.load(path)
+    for size in ((16, 40), (48, 24), (64, 64)):
+        x = rng.normal(size=(3, *size, 3)).astype("float32")
+        np.testing.assert_allclose(run(x)["logits"], logits_of(model.with_image_size(size), x),
+                                   atol=1e-4, rtol=1e-4, err_msg=str(size))
+    with pytest.raises(Exception):  # noqa: B017 (each runtime raises its own type)
+        run(np.zeros((2, 20, 32, 3), "float32"))
 
 
 @pytest.mark.skipif(BACKEND != "tensorflow", reason="LiteRT's converter runs on TensorFlow")
@@ -418,8 +488,14 @@ def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, caps
     model = ViT(**tiny, num_classes=3)
     out = str(tmp_path / "vit.onnx")
     for call, error, message in (
-            (dict(dynamic_image_size=True), ValueError, r"dynamic_image_size=True is not available yet"),
             (dict(preprocessing="yes"), TypeError, r"`preprocessing` must be True or False, got 'yes'"),
+            (dict(dynamic_image_size=1), TypeError, r"`dynamic_image_size` must be True or False, got 1"),
+            (dict(dynamic_image_size=True, resample_method="nearest"), ValueError,
+             r"resample_method='nearest' is not one of \('bilinear', 'bicubic', 'dinov2'\)"),
+            (dict(resample_method="bicubic"), ValueError,
+             r"resample_method='bicubic' is used by dynamic_image_size=True without preprocessing"),
+            (dict(dynamic_image_size=True, input_signature=model.export_signature()), ValueError,
+             r"dynamic_image_size=True fixes the artifact's input .* leave input_signature out"),
             (dict(preprocessing=True, input_signature=model.export_signature()), ValueError,
              r"preprocessing=True fixes the artifact's input .* leave input_signature out"),
             # An argument the route would drop without a word is named.
@@ -433,15 +509,21 @@ def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, caps
                            (model.with_naflex(16), r"is a NaFlex model: it takes patch sequences")):
         with pytest.raises(ValueError, match=message):
             other.export(out, format="onnx", preprocessing=True)
-    with pytest.raises(ValueError, match=r"calibration_images with preprocessing=True are not available"):
+    for other, message in ((model.with_naflex(16), r"is a NaFlex model: it takes images of any size already"),
+                           (ViT(**tiny, position_embedding="rope"), r"has rotary position embeddings"),
+                           (ViT(**{**tiny, "patch_size": 1}, resnet_block_units=(1,)), r"is a hybrid")):
+        with pytest.raises(ValueError, match=message):
+            other.export(out, format="onnx", dynamic_image_size=True)
+    with pytest.raises(ValueError, match=r"calibration_images are float32 of shape \(4, 16, 16, 3\)\. With "
+                       r"preprocessing=True the calibration images are raw pixels .* uint8"):
         model.export(out, format="onnx", quantize="int8", preprocessing=True,
                      calibration_images=np.zeros((4, 16, 16, 3), "float32"))
     assert not os.path.exists(out)
-    model.save(tmp_path / "m.keras")
+    ViT(**tiny, num_classes=3, position_embedding="rope").save(tmp_path / "m.keras")
     with pytest.raises(SystemExit) as exit_info:
         main(["export", str(tmp_path / "m.keras"), out, "--format", "onnx", "--dynamic-image-size"])
     assert exit_info.value.code == 2
-    assert "keras-vit export: error: dynamic_image_size=True is not available yet" in capsys.readouterr().err
+    assert re.search(r"keras-vit export: error: \w+ has rotary position embeddings", capsys.readouterr().err)
 
 
 # DINOv3's options: rotary position embeddings, four registers, LayerScale, a key without bias.

@@ -62,24 +62,51 @@ CALIBRATION_BATCH = 16
 RANGE_SLACK = 0.1
 
 
-def check_request(model, format, quantize, calibration_images):
+def check_request(model, format, quantize, calibration_images, preprocessing=False):
     """Checks `ViT.export`'s ``quantize`` and ``calibration_images`` against
-    `format` and `model` (`check_mode`, `calibration_array`), before
-    anything is exported.
+    `format` and `model` (`check_mode`, `calibration_array`,
+    `pixel_array`), before anything is exported.
 
     Args:
         model: a `keras_vit.ViT`.
         format: str, the export format.
         quantize: None (float32) or one of `QUANTIZE_MODES`.
-        calibration_images: None, or images as `model` takes them: float
-            (N, H, W, C) (channels_first: (N, C, H, W)) at its image size,
-            scaled as its ``pixel_scale`` and ``pixel_offset`` say.
+        calibration_images: None, or images as the artifact takes them:
+            float (N, H, W, C) (channels_first: (N, C, H, W)) at the model's
+            image size, scaled as its ``pixel_scale`` and ``pixel_offset``
+            say; with `preprocessing`, uint8 pixels (N, H, W, 3) of one size.
+        preprocessing: bool, ``ViT.export``'s.
 
     Returns:
-        The calibration images as a float32 NumPy array, or None.
+        The calibration images as a float32 (uint8) NumPy array, or None.
     """
     check_mode(format, quantize, calibrated=calibration_images is not None)
-    return None if calibration_images is None else calibration_array(model, calibration_images)
+    if calibration_images is None:
+        return None
+    if preprocessing:
+        return pixel_array(calibration_images)
+    return calibration_array(model, calibration_images)
+
+
+def pixel_array(images):
+    """`images` as a uint8 NumPy array after checking that an artifact with
+    preprocessing takes them: a non-empty uint8 batch (N, H, W, 3). Raises a
+    TypeError or ValueError naming the problem and the fix."""
+    import keras
+    import numpy as np
+
+    how = ("With preprocessing=True the calibration images are raw pixels as the artifact takes "
+           "them: uint8 (N, height, width, 3) of one size (keras_vit.data.read_pixels gives each "
+           "file's).")
+    if not hasattr(images, "shape") or isinstance(images, (str, bytes, os.PathLike)):
+        raise TypeError(f"calibration_images must be an array, got a {type(images).__name__}. {how}")
+    array = np.asarray(keras.ops.convert_to_numpy(images))
+    if array.dtype != np.uint8 or array.ndim != 4 or array.shape[-1] != 3:
+        raise ValueError(f"calibration_images are {array.dtype} of shape {array.shape}. {how}")
+    if len(array) == 0:
+        raise ValueError(f"calibration_images is empty: give a few hundred images like those the "
+                         f"artifact will see. {how}")
+    return array
 
 
 def check_mode(format, quantize, calibrated):
@@ -252,8 +279,8 @@ def quantize_onnx(source, target, calibration_images=None):
     Args:
         source: path of a float32 ONNX model (after ``quant_pre_process``).
         target: path of the quantized model.
-        calibration_images: None, or a float32 array that `source`'s one
-            input takes.
+        calibration_images: None, or an array that `source`'s one input
+            takes.
     """
     from onnxruntime import quantization
 
@@ -334,8 +361,7 @@ def export_int8(model, filepath, format, calibration_images=None, verbose=False,
         model: a `keras_vit.ViT`.
         filepath: str or path, ending in ``.onnx`` or ``.xml``.
         format: one of `QUANTIZED_FORMATS`.
-        calibration_images: None, or the float32 array `check_request`
-            returned.
+        calibration_images: None, or the array `check_request` returned.
         verbose: bool, the float32 export's messages.
         **export_kwargs: the float32 ONNX export's other arguments
             (``input_signature``, ...).
@@ -361,8 +387,8 @@ def write_int8(source, path, format, calibration_images=None):
         path: str or path, the ``.onnx`` file, or the ``.xml`` file of
             OpenVINO's pair (the ``.bin`` is written beside it).
         format: one of `QUANTIZED_FORMATS`.
-        calibration_images: None (dynamic quantization; onnx only), or a
-            float32 array that `source`'s input takes (static).
+        calibration_images: None (dynamic quantization; onnx only), or an
+            array that `source`'s input takes (static).
     """
     import onnx
     from onnxruntime.quantization import quant_pre_process

@@ -28,34 +28,42 @@ _PT2_FILES = {"class_names": "class_names.json", "keras_vit": "keras_vit.json"}
 _OPENVINO_KEYS = {"class_names": "class_names", "keras_vit": "info"}  # under rt_info's "keras_vit"
 
 
-def record(model, preprocessing):
+def record(model, preprocessing, dynamic_image_size=False):
     """``{"class_names": [...] or None, "keras_vit": {...}}`` of `model`'s
     artifact."""
     c = model.config
     if preprocessing:
         inputs = "images: uint8 (batch, height, width, 3), any size"
+    elif dynamic_image_size:
+        axes = (f"{c.num_channels}, height, width" if c.data_format == "channels_first"
+                else f"height, width, {c.num_channels}")
+        inputs = (f"images: float32 (batch, {axes}), height and width multiples of the patch size "
+                  f"{c.patch_size[0]}x{c.patch_size[1]}")
     elif c.naflex:
         inputs = "NaFlex sequences: patches, patch_mask, spatial_shapes (keras_vit.naflex_inputs)"
     else:
         inputs = "images: float32 (batch, " + ", ".join(map(str, model.input_shape[1:])) + ")"
     info = {"image_size": list(c.image_size), "pixel_scale": c.pixel_scale, "pixel_offset": c.pixel_offset,
             "data_format": c.data_format, "naflex": bool(c.naflex), "max_num_patches": c.max_num_patches,
-            "patch_size": list(c.patch_size), "preprocessing": bool(preprocessing), "input": inputs,
+            "patch_size": list(c.patch_size), "preprocessing": bool(preprocessing),
+            "dynamic_image_size": bool(dynamic_image_size), "activation": c.head_activation,
+            "input": inputs,
             "outputs": ["logits", "probabilities"] if preprocessing else ["logits"]}
     return {"class_names": list(c.class_names) if c.class_names else None, "keras_vit": info}
 
 
-def torch_extra_files(model, preprocessing):
+def torch_extra_files(model, preprocessing, dynamic_image_size=False):
     """The ``.pt2`` extra files (name -> JSON text) of `model`'s record."""
-    return {_PT2_FILES[key]: json.dumps(value) for key, value in record(model, preprocessing).items()}
+    data = record(model, preprocessing, dynamic_image_size)
+    return {_PT2_FILES[key]: json.dumps(value) for key, value in data.items()}
 
 
-def write(path, format, model, preprocessing, outputs=None):
+def write(path, format, model, preprocessing, outputs=None, dynamic_image_size=False):
     """Puts `model`'s record (`record`) into the artifact at `path`, written
     in `format`; with `outputs`, the ONNX or OpenVINO outputs renamed to
     them in order (exporters that name them their own way). A ``.pt2``
     file has it already (`torch_extra_files`)."""
-    data = record(model, preprocessing)
+    data = record(model, preprocessing, dynamic_image_size)
     path = pathlib.Path(path)
     if format == "onnx":
         _write_onnx(path, data, outputs)
@@ -99,6 +107,9 @@ def _write_openvino(path, data, outputs):
     import openvino
 
     model = openvino.Core().read_model(str(path))
+    for result in model.get_results():  # scalars of the graph that Keras's route from TensorFlow
+        if result.get_output_partial_shape(0).rank.get_length() == 0:  # leaves as outputs
+            model.remove_result(result)
     for key, value in data.items():
         model.set_rt_info(json.dumps(value), ["keras_vit", _OPENVINO_KEYS[key]])
     for output, name in zip(model.outputs, outputs or ()):

@@ -17,18 +17,26 @@ Both trace a sample batch of 2 with the batch as a symbolic dimension.
 import keras
 
 
-def _sample_and_dims(input_signature):
+def _sample_and_dims(input_signature, multiples=None):
     """A zero sample of `input_signature`'s one input (an ``InputSpec``, or a
     dict of them: NaFlex's), 2 for each None axis, and ``dynamic_shapes``
     for a model whose ``forward`` takes ``*args``; every input's batch axis
-    is the one symbolic ``batch``."""
+    is the one symbolic ``batch``. `multiples` (axis -> int) makes an axis
+    a multiple of that number (an image's height and width, of the patch
+    size): 2 of them in the sample."""
     import torch
 
     batch = torch.export.Dim("batch")
+    multiples = multiples or {}
+
+    def free(spec, axis):
+        dim = torch.export.Dim(f"{spec.name or 'images'}_dim_{axis}")
+        return multiples[axis] * dim if axis in multiples else dim
 
     def sample_and_dims(spec):
-        shape = tuple(2 if dim is None else dim for dim in spec.shape)
-        dynamic = {axis: batch if axis == 0 else torch.export.Dim(f"{spec.name or 'images'}_dim_{axis}")
+        shape = tuple(2 * multiples.get(axis, 1) if dim is None else dim
+                      for axis, dim in enumerate(spec.shape))
+        dynamic = {axis: batch if axis == 0 else free(spec, axis)
                    for axis, dim in enumerate(spec.shape) if dim is None}
         dtype = getattr(torch, keras.backend.standardize_dtype(spec.dtype))
         return torch.zeros(shape, dtype=dtype), dynamic
@@ -51,7 +59,8 @@ def _input_names(input_signature):
     return [structure.name or "images"]
 
 
-def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=False, output_names=None):
+def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=False, output_names=None,
+               multiples=None):
     """Writes `model` to `filepath` as ONNX with PyTorch's dynamo exporter.
 
     Args:
@@ -63,10 +72,12 @@ def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=Fal
         opset_version: int or None (the exporter's default).
         verbose: bool.
         output_names: list of str or None (the exporter's names).
+        multiples: None, or {axis: int}: free axes that are multiples of
+            that number (`_sample_and_dims`).
     """
     import torch
 
-    sample, dynamic_shapes = _sample_and_dims(input_signature)
+    sample, dynamic_shapes = _sample_and_dims(input_signature, multiples)
     model.eval()
     # The empty dict last is the keyword arguments: torch.onnx.export reads a dict last in
     # its `args` as them, and NaFlex's one input is a dict.
@@ -79,13 +90,14 @@ def torch_onnx(model, filepath, input_signature, opset_version=None, verbose=Fal
     program.save(str(filepath))
 
 
-def torch_program(model, filepath, input_signature, extra_files=None):
+def torch_program(model, filepath, input_signature, extra_files=None, multiples=None):
     """Writes `model` to `filepath` as a ``torch.export`` program (``.pt2``)
-    that takes any batch size, with `extra_files` (name -> text) beside it;
+    that takes any batch size (and any multiple of `multiples` on those
+    axes: `_sample_and_dims`), with `extra_files` (name -> text) beside it;
     ``torch.export.load(filepath).module()`` runs it."""
     import torch
 
-    sample, dynamic_shapes = _sample_and_dims(input_signature)
+    sample, dynamic_shapes = _sample_and_dims(input_signature, multiples)
     model.eval()
     torch.export.save(torch.export.export(model, (sample,), dynamic_shapes=dynamic_shapes),
                       str(filepath), extra_files=extra_files)

@@ -7,10 +7,16 @@ preprocessing=True)``).
 image size as `keras_vit.data.read_images` resizes them (TensorFlow's
 bilinear resize: half-pixel centres, no antialias) and scaled by the
 model's ``pixel_scale`` and ``pixel_offset``; the outputs are ``logits``
-and ``probabilities`` (their softmax). The resize is TensorFlow's kernel
-written in `keras.ops` gathers (`ServingPreprocessing`), which every
-exporter traces with a free height and width, reads no shape as a number,
-and costs O(output) whatever the photo's size.
+and ``probabilities`` (their softmax, or the sigmoid of a model whose
+``head_activation`` is ``"sigmoid"``). The resize is TensorFlow's kernel
+written in `keras.ops` (`ServingPreprocessing`), which every exporter
+traces with a free height and width and which reads no shape as a number.
+
+`dynamic_model` (``ViT.export(..., dynamic_image_size=True)`` without
+preprocessing) takes the model's float images at any height and width,
+multiples of the patch size: the position embeddings are resampled in the
+graph to each batch's patch grid (`AnyImageSize`), as
+``model.with_image_size((height, width))`` resamples them.
 """
 
 import pathlib
@@ -24,6 +30,7 @@ from keras_vit.config import pair
 from keras_vit.export import metadata
 from keras_vit.export import pytorch
 from keras_vit.extras import require
+from keras_vit.layers.position_embedding import RESAMPLE_METHODS
 
 OUTPUTS = ("logits", "probabilities")  # the artifact's outputs, in the order exporters flatten them
 
@@ -93,18 +100,52 @@ class ServingPreprocessing(keras.layers.Layer):
                 "pixel_offset": self.pixel_offset, "data_format": self.data_format}
 
 
-def check_request(model, preprocessing, dynamic_image_size, input_signature):
-    """Refuses, naming the fix, an export with `preprocessing` that
-    `model` cannot serve, and `dynamic_image_size` (not built yet)."""
+class AnyImageSize(keras.layers.Layer):
+    """A `keras_vit.ViT` on float images of any height and width, multiples
+    of its patch size (one size per batch): its position embeddings
+    resampled in the graph to the batch's patch grid by `resample_method`
+    (`keras_vit.model.forward`), so that it gives what
+    ``model.with_image_size((height, width), method=resample_method)``
+    gives. Made for an export (`dynamic_model`), not for saving.
+
+    Input shape: ``(batch, H, W, C)`` (or ``(batch, C, H, W)``).
+    Output shape: the model's, for the batch's patch grid.
+    """
+
+    def __init__(self, model, resample_method="bilinear", **kwargs):
+        super().__init__(dtype=model.dtype_policy, **kwargs)
+        self.model = model
+        self.resample_method = resample_method
+
+    def call(self, images):
+        from keras_vit.model import forward  # the model imports this module
+
+        return forward(self.model.parts, images, class_only=self.model.config.pooling == "token",
+                       resample_method=self.resample_method)
+
+    def compute_output_shape(self, input_shape):
+        shape = self.model.output.shape
+        tokens = (None,) if self.model.config.pooling == "none" else ()  # the sequence's length varies
+        return (input_shape[0], *tokens, *shape[1 + len(tokens):])
+
+
+def check_request(model, format, preprocessing, dynamic_image_size, input_signature,
+                  resample_method="bilinear"):
+    """Refuses, naming the fix, an export to `format` with `preprocessing`
+    or `dynamic_image_size` that `model` cannot serve."""
     for name, value in (("preprocessing", preprocessing), ("dynamic_image_size", dynamic_image_size)):
         if not isinstance(value, bool):
             raise TypeError(f"`{name}` must be True or False, got {value!r}.")
-    if dynamic_image_size:
+    if resample_method not in RESAMPLE_METHODS:
+        raise ValueError(f"resample_method={resample_method!r} is not one of {RESAMPLE_METHODS} "
+                         "(how `with_image_size` resamples the position embeddings).")
+    if resample_method != "bilinear" and not (dynamic_image_size and not preprocessing):
         raise ValueError(
-            "dynamic_image_size=True is not available yet: the artifact takes the model's one "
-            "image size. Export `model.with_image_size((height, width))` for another size, or "
-            "export with preprocessing=True, which takes images of any size and resizes them "
-            "to the model's.")
+            f"resample_method={resample_method!r} is used by dynamic_image_size=True without "
+            "preprocessing, where the position embeddings are resampled in the graph; this export "
+            "takes the model's own size. Leave resample_method out.")
+    if dynamic_image_size and not preprocessing:
+        _check_dynamic(model, format, input_signature)
     if not preprocessing:
         return
     c = model.config
@@ -127,14 +168,71 @@ def check_request(model, preprocessing, dynamic_image_size, input_signature):
                          "leave input_signature out.")
 
 
-def input_signature():
-    """The artifact's one input: uint8 ``images`` ``(batch, H, W, 3)``, all free."""
-    return [keras.InputSpec(shape=(None, None, None, 3), dtype="uint8", name="images")]
+def _check_dynamic(model, format, input_signature):
+    """Refuses, naming the fix, ``dynamic_image_size=True`` without
+    preprocessing for a model whose grid cannot vary in the graph, or to
+    `format` where the exporter cannot trace it."""
+    c = model.config
+    fixed = ("Export `model.with_image_size((height, width))` for each size you serve, or export "
+             "with preprocessing=True, which takes images of any size and resizes them to the "
+             "model's.")
+    if c.naflex:
+        raise ValueError(
+            f"{model.name} is a NaFlex model: it takes images of any size already, as NaFlex "
+            "sequences (its dict of inputs). Export it without dynamic_image_size.")
+    if c.position_embedding == "rope":
+        raise ValueError(
+            f"{model.name} has rotary position embeddings (position_embedding='rope'), which "
+            "each block computes for the model's patch grid; dynamic_image_size=True resamples "
+            f"added position embeddings only. {fixed}")
+    if c.resnet_block_units is not None:
+        raise ValueError(
+            f"{model.name} is a hybrid (ResNet + ViT): dynamic_image_size=True resamples the "
+            f"position embeddings of a patch grid cut from pixels. {fixed}")
+    if input_signature is not None:
+        raise ValueError("dynamic_image_size=True fixes the artifact's input (float images, any "
+                         "height and width): leave input_signature out.")
+    if format == "onnx" and keras.backend.backend() == "jax":
+        raise ValueError(
+            "dynamic_image_size=True cannot be exported to onnx from jax: jax2onnx gives the "
+            "wrong length when it joins the [class] token to a sequence of free length (its "
+            "concatenate keeps the first operand's size). Export onnx from tensorflow or torch "
+            "(KERAS_BACKEND), or a tf_saved_model from jax, which takes any size.")
+
+
+def input_signature(model=None):
+    """The artifact's one input, ``images``: uint8 ``(batch, H, W, 3)``, all
+    free (preprocessing inside); with `model`, its float images of a free
+    height and width (`dynamic_model`)."""
+    if model is None:
+        return [keras.InputSpec(shape=(None, None, None, 3), dtype="uint8", name="images")]
+    channels = model.config.num_channels
+    shape = (None, channels, None, None) if model.config.data_format == "channels_first" else (
+        None, None, None, channels)
+    return [keras.InputSpec(shape=shape, dtype="float32", name="images")]
+
+
+def _spatial_axes(model):
+    """The image input's (height, width) axes."""
+    return (2, 3) if model.config.data_format == "channels_first" else (1, 2)
+
+
+def dynamic_model(model, resample_method="bilinear"):
+    """`model` (a `keras_vit.ViT`) as a functional model that takes its
+    float images at any height and width, multiples of its patch size
+    (`AnyImageSize`): its outputs, those of ``model.with_image_size((H,
+    W), method=resample_method)``."""
+    c = model.config
+    shape = input_signature(model)[0].shape[1:]
+    images = keras.Input(shape, name="images")
+    outputs = AnyImageSize(model, resample_method, name=model.name)(images)
+    return keras.Model(images, outputs, name=f"{model.name}_any_size")
 
 
 def serving_model(model, as_list=False):
     """`model` (a `keras_vit.ViT` with a head) behind `ServingPreprocessing`:
-    a functional model ``images -> {"logits", "probabilities"}`` (a list in
+    a functional model ``images -> {"logits", "probabilities"}`` (the
+    softmax or sigmoid of the logits, by its ``head_activation``; a list in
     that order with `as_list`, for exporters that take no dict), float32
     outputs whatever the model's dtype policy."""
     c = model.config
@@ -142,40 +240,65 @@ def serving_model(model, as_list=False):
     x = ServingPreprocessing(c.image_size, c.pixel_scale, c.pixel_offset, c.data_format,
                              name="preprocessing")(images)
     logits = keras.layers.Activation("linear", dtype="float32", name="logits")(model(x))
-    probabilities = keras.layers.Activation("softmax", dtype="float32", name="probabilities")(logits)
+    probabilities = keras.layers.Activation(c.head_activation, dtype="float32",
+                                            name="probabilities")(logits)
     outputs = [logits, probabilities] if as_list else dict(zip(OUTPUTS, (logits, probabilities)))
     return keras.Model(images, outputs, name=f"{model.name}_serving")
 
 
-def export(model, filepath, format, verbose=None, **kwargs):
-    """Writes `model`'s serving artifact (`serving_model`) to `filepath` in
-    `format`, traced by the backend's exporter with a free batch, height and
-    width; on PyTorch with PyTorch's own exporters (`keras_vit.export.pytorch`),
-    OpenVINO through its ONNX; a SavedModel with a second signature for
-    encoded images (`saved_model`). Call it within
+def export(model, filepath, format, verbose=None, preprocessing=True, resample_method="bilinear",
+           **kwargs):
+    """Writes `model`'s serving artifact to `filepath` in `format`: with
+    `preprocessing`, `serving_model` (uint8 images of any size in, logits
+    and probabilities out); else `dynamic_model` (float images of any
+    height and width, multiples of the patch size). Traced by the backend's
+    exporter with a free batch, height and width; on PyTorch with
+    PyTorch's own exporters (`keras_vit.export.pytorch`, the height and
+    width multiples of the patch size), OpenVINO through its ONNX; a
+    SavedModel with preprocessing has a second signature for encoded
+    images (`saved_model`). Call it within
     `keras_vit.kernels.keras_layers_only`."""
-    served = serving_model(model)
-    if format == "tf_saved_model" and keras.backend.backend() in ("tensorflow", "jax"):
+    if preprocessing:
+        served, signature, names, multiples = serving_model(model), input_signature(), list(OUTPUTS), None
+    else:
+        served, signature, names = dynamic_model(model, resample_method), input_signature(model), None
+        multiples = dict(zip(_spatial_axes(model), model.config.patch_size))
+    backend = keras.backend.backend()
+    if preprocessing and format == "tf_saved_model" and backend in ("tensorflow", "jax"):
         return saved_model(served, filepath, model.config.num_classes, verbose, **kwargs)
-    if keras.backend.backend() != "torch" or format == "litert":
+    if not preprocessing and backend == "jax":  # jax2tf's symbolic sizes: multiples of the patch size
+        jax2tf = dict(kwargs.pop("jax2tf_kwargs", None) or {})
+        jax2tf.setdefault("polymorphic_shapes", ["(" + ", ".join(_symbolic_shape(model)) + ")"])
+        kwargs["jax2tf_kwargs"] = jax2tf
+    if backend != "torch" or format == "litert":
         return keras.Model.export(served, filepath, format=format, verbose=verbose,
-                                  input_signature=input_signature(), **kwargs)
+                                  input_signature=signature, **kwargs)
     if format == "torch":
-        return pytorch.torch_program(served, filepath, input_signature(),
-                                     extra_files=metadata.torch_extra_files(model, True))
+        return pytorch.torch_program(
+            served, filepath, signature, multiples=multiples,
+            extra_files=metadata.torch_extra_files(model, preprocessing, not preprocessing))
     if format == "onnx":
-        return pytorch.torch_onnx(served, filepath, input_signature(), output_names=list(OUTPUTS),
-                                  verbose=bool(verbose), **kwargs)
+        return pytorch.torch_onnx(served, filepath, signature, output_names=names,
+                                  verbose=bool(verbose), multiples=multiples, **kwargs)
     # OpenVINO through PyTorch's ONNX: Keras's own route (torch.jit's trace, converted by OpenVINO)
     # fails on this model ("a Tensor without names").
     for module in ("onnx", "onnxscript"):
-        require(module, "An export to openvino from torch with preprocessing", extra="export")
+        require(module, "An export to openvino from torch", extra="export")
     openvino = require("openvino", "An export to openvino", extra="export")
     with tempfile.TemporaryDirectory(prefix="keras_vit_serving_") as work:
         source = pathlib.Path(work) / "served.onnx"
-        pytorch.torch_onnx(served, source, input_signature(), output_names=list(OUTPUTS),
-                           verbose=bool(verbose), **kwargs)
+        pytorch.torch_onnx(served, source, signature, output_names=names, verbose=bool(verbose),
+                           multiples=multiples, **kwargs)
         openvino.save_model(openvino.convert_model(str(source)), str(filepath), compress_to_fp16=False)
+
+
+def _symbolic_shape(model):
+    """The image input's shape for jax2tf: ``["batch", "8*h", "8*w", "3"]``
+    for patches of 8, each side a multiple of the patch size."""
+    c = model.config
+    shape = ["batch", f"{c.patch_size[0]}*h", f"{c.patch_size[1]}*w"]
+    return ([*shape[:1], str(c.num_channels), *shape[1:]] if c.data_format == "channels_first"
+            else [*shape, str(c.num_channels)])
 
 
 def saved_model(served, filepath, num_classes, verbose=None, **kwargs):

@@ -149,11 +149,17 @@ class PatchEmbedding(keras.layers.Layer):
             kernel = ops.cast(self.projection.kernel, images.dtype)
             x = ops.matmul(images, ops.reshape(kernel, (-1, self.hidden_dim)))
             return x + ops.cast(self.projection.bias, images.dtype) if self.use_bias else x
-        if self.data_format == "channels_first":
-            images = ops.transpose(images, (0, 2, 3, 1))
-        x = self.projection(images)
+        x = self.token_map(images)
         shape = ops.shape(x)
         return ops.reshape(x, (shape[0], shape[1] * shape[2], self.hidden_dim))
+
+    def token_map(self, images):
+        """The patches' embeddings on their grid, before `call` flattens
+        them: ``(batch, gh, gw, hidden_dim)`` for images ``(batch, H, W, C)``
+        (or channels first)."""
+        if self.data_format == "channels_first":
+            images = ops.transpose(images, (0, 2, 3, 1))
+        return self.projection(images)
 
     def compute_output_shape(self, input_shape):
         if len(tuple(input_shape)) == 3:

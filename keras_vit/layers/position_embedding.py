@@ -177,6 +177,53 @@ def naflex_resize_weights(index, out_size, in_size):
     return weights / ops.sum(weights, axis=-1, keepdims=True)
 
 
+def grid_positions(images, patch_size, data_format="channels_last"):
+    """The patch rows and columns of `images` ``(batch, H, W, C)`` (or
+    channels first): float32 ``(H / P_h,)`` and ``(W / P_w,)``, ``0, 1,
+    ...``. They are counted from the images' values (sums of ones reshaped
+    to rows of a patch), never read from their shape, so an exporter keeps
+    the size free (`keras_vit.ViT.export` with ``dynamic_image_size=True``),
+    and a height or width that is not a multiple of the patch size fails
+    in the graph (the reshape), in every runtime; summed over the batch, so
+    an empty batch has them too."""
+    if data_format == "channels_first":
+        images = ops.transpose(images, (0, 2, 3, 1))
+    ones = ops.sum(ops.zeros_like(ops.cast(images[..., 0], "float32")), axis=0) + 1.0  # (H, W)
+    return tuple(ops.cumsum(ops.reshape(line, (-1, patch))[:, 0]) - 1.0
+                 for line, patch in ((ones[:, 0], patch_size[0]), (ones[0, :], patch_size[1])))
+
+
+def resize_weights(positions, old, method="bilinear"):
+    """`resample_position_embeddings`' weights in `keras.ops`, for a new
+    grid known only as it runs: float32 ``(new, old)``, the rows of
+    `_linear_matrix` (``"bilinear"``) or `_cubic_matrix` (``"bicubic"``;
+    ``"dinov2"``: its 0.1 offset) for the output positions `positions`
+    (float32 ``(new,)``, ``0 .. new - 1``: `grid_positions`)."""
+    new = ops.sum(ops.ones_like(positions))
+    source = ops.convert_to_tensor(np.arange(old, dtype="float32"))[None, :]
+    if method == "bilinear":  # scipy's zoom(order=1): corners aligned
+        coords = positions * ((old - 1) / ops.maximum(new - 1.0, 1.0))
+        return ops.maximum(0.0, 1.0 - ops.abs(coords[:, None] - source))
+    a = -0.75  # PyTorch's bicubic convolution, half-pixel centres
+    coords = (positions + 0.5) * (old / (new + (0.1 if method == "dinov2" else 0.0))) - 0.5
+    base = ops.floor(coords)
+    weights = 0.0
+    for step in (-1.0, 0.0, 1.0, 2.0):
+        t = ops.abs(coords - (base + step))
+        kernel = ops.where(t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
+                           ops.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
+        index = ops.clip(base + step, 0.0, old - 1.0)
+        weights = weights + ops.cast(ops.equal(index[:, None], source), "float32") * kernel[:, None]
+    return weights
+
+
+def _one_hot_rows(positions, old):
+    """float32 ``(new, old)``: row ``i`` one-hot at ``positions[i]`` (the
+    identity where ``new == old``)."""
+    source = ops.convert_to_tensor(np.arange(old, dtype="float32"))
+    return ops.cast(ops.equal(positions[:, None], source[None, :]), "float32")
+
+
 def sincos_2d_at(rows, cols, hidden_dim, temperature=10_000.0):
     """`sincos_2d` at given patch rows and columns (int tensors of any
     shape), in float32: shape ``(*rows.shape, hidden_dim)``."""
@@ -218,6 +265,13 @@ class PositionEmbedding(keras.layers.Layer):
             `naflex_resize_weights`, one row of weights per patch, so the
             shapes are static and it traces); sin-cos ones are computed at
             each patch's row and column; the padding gets none.
+        grid: None, or ``(rows, cols)`` (`grid_positions` of the images):
+            images of any size, ``x`` holding
+            ``num_prefix_tokens + len(rows) * len(cols)`` tokens. Learned
+            embeddings are resampled to that grid in the graph as
+            `resampled` resamples them (`resize_weights`, by
+            `resample_method`); sin-cos ones are computed on it.
+        resample_method: one of `RESAMPLE_METHODS`, with `grid`.
 
     Output shape: that of ``x``.
 
@@ -280,10 +334,12 @@ class PositionEmbedding(keras.layers.Layer):
             table[0, self.num_prefix_tokens:] = sincos_2d(self.grid_size, hidden_dim)
             self._table = table
 
-    def call(self, x, spatial_shapes=None):
+    def call(self, x, spatial_shapes=None, grid=None, resample_method="bilinear"):
         if self.kind == "rope":
             return x
         table = self.embeddings if self.kind == "learned" else self._table
+        if grid is not None:
+            return self._add_on_grid(x, table, *grid, resample_method)
         if spatial_shapes is None:
             length = x.shape[1]
             if length is not None and length != self.sequence_length:
@@ -307,6 +363,29 @@ class PositionEmbedding(keras.layers.Layer):
         else:
             positions = sincos_2d_at(rows, cols, hidden_dim)
         positions = ops.where(valid[..., None], positions, 0.0)
+        grid = x[:, prefix:] + ops.cast(positions, x.dtype)
+        if not prefix:
+            return grid
+        return ops.concatenate([x[:, :prefix] + ops.cast(table[:, :prefix], x.dtype), grid], axis=1)
+
+    def _add_on_grid(self, x, table, rows, cols, method):
+        """`call` on the grid of `rows` and `cols` (`grid_positions`)."""
+        prefix, (grid_h, grid_w) = self.num_prefix_tokens, self.grid_size
+        hidden_dim = x.shape[-1]
+        if self.kind == "learned":
+            # the table's own grid keeps the table (`keras_vit.assign.transfer_weights`, DINOv2)
+            same = ops.logical_and(ops.equal(ops.sum(ops.ones_like(rows)), grid_h),
+                                   ops.equal(ops.sum(ops.ones_like(cols)), grid_w))
+            row_weights, col_weights = (
+                ops.where(same, _one_hot_rows(positions, old), resize_weights(positions, old, method))
+                for positions, old in ((rows, grid_h), (cols, grid_w)))
+            old = ops.reshape(ops.cast(table[0, prefix:], "float32"), (grid_h, grid_w, hidden_dim))
+            positions = ops.einsum("Hh,hwd->Hwd", row_weights, old)
+            positions = ops.einsum("Ww,Hwd->HWd", col_weights, positions)
+        else:  # sin-cos on the new grid
+            positions = sincos_2d_at(rows[:, None] + 0.0 * cols[None, :],
+                                     cols[None, :] + 0.0 * rows[:, None], hidden_dim)
+        positions = ops.reshape(positions, (1, -1, hidden_dim))
         grid = x[:, prefix:] + ops.cast(positions, x.dtype)
         if not prefix:
             return grid

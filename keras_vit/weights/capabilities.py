@@ -362,6 +362,8 @@ TABLE = {
                         dinov2=with_("num_classes"), dinov3=with_("num_classes"),
                         timm=writes(class_names=list("abcde")),
                         keras_hub=dropped("keras-hub presets hold no class names")),
+    "head_activation": every(dropped("the format records no output activation"),
+                             dinov2=with_("num_classes"), dinov3=with_("num_classes")),
     **{field: every(W, npz=dropped("vit_jax files hold no pixel scaling"), dinov2=_DINOV2_ONLY)
        for field in ("pixel_scale", "pixel_offset")},
     "data_format": every(LOADING, keras_hub=written((lambda c: c.data_format != "channels_last",
@@ -413,6 +415,7 @@ _SIGLIP2 = {
     "head_bias_init": INITIALIZER,
     "distillation_head": with_("distillation"),
     "class_names": with_("num_classes"),
+    "head_activation": with_("num_classes"),
     "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "
                        "sequences", "Make it NaFlex first (`model.with_naflex(max_num_patches)`).")),
     "max_num_patches": writes(max_num_patches=3),
