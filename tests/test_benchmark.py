@@ -1,5 +1,7 @@
 """benchmarks/throughput.py: its FLOP count, its JSON schema, and one tiny run
-end to end on the backend under test (keras_vit only: the peers are extras)."""
+end to end on the backend under test (keras_vit only: the peers are extras);
+benchmarks/gelu_forms.py and benchmarks/serving_latency.py, each cut to a
+tiny run."""
 
 import importlib.util
 import json
@@ -429,3 +431,30 @@ def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
         assert allowed == pytest.approx(total / 1.1 - kernels, abs=0.05)
         assert hub_rest == pytest.approx(gelu + rest, abs=0.025)
     assert len(lines) == 12, lines
+
+
+@pytest.mark.backend_independent  # the script exports in children of their own backends
+def test_the_serving_latency_script_times_each_artifact_and_its_ratio(tmp_path):
+    """benchmarks/serving_latency.py, cut to one block at 32 px: the artifact
+    with preprocessing, exported from TensorFlow to ONNX and OpenVINO in one
+    child and timed in onnxruntime and OpenVINO in this one on uint8 photos;
+    each row's images per second and ratio to onnxruntime are its printed
+    and stored milliseconds', and the machine is named."""
+    out = tmp_path / "serving.json"
+    script = os.path.join(ROOT, "benchmarks", "serving_latency.py")
+    run = subprocess.run([sys.executable, script, "--model", "vit_ti16", "--num-layers", "1", "--image-size", "32",
+                          "--photo", "40x56", "--batches", "1,2", "--formats", "onnx,openvino", "--runs", "2",
+                          "--rounds", "2", "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    assert run.stdout.splitlines()[0] == load_script().machine_line(doc["machine"])
+    assert doc["settings"]["preprocessing"] is True and doc["settings"]["photo"] == [40, 56]
+    rows = {(r["format"], r["batch"]): r for r in doc["results"]}
+    assert sorted(rows) == [("onnx", 1), ("onnx", 2), ("openvino", 1), ("openvino", 2)]
+    for (fmt, batch), row in rows.items():
+        assert len(row["ms_rounds"]) == 2 and min(row["ms_rounds"]) <= row["ms"] <= max(row["ms_rounds"])
+        assert row["images_per_s"] == pytest.approx(1000 * batch / row["ms"])
+        assert row["vs_onnx"] == pytest.approx(rows["onnx", batch]["ms"] / row["ms"])
+    table = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith(("onnxruntime", "OpenVINO"))}
+    for fmt, name in (("onnx", "onnxruntime"), ("openvino", "OpenVINO")):
+        assert f" {rows[fmt, 2]['ms']:12.1f} {rows[fmt, 2]['images_per_s']:13.1f} " in table[name], table[name]
