@@ -95,6 +95,26 @@ def time_artifacts(args, paths):
     return times
 
 
+def validate(doc):
+    """Raises AssertionError naming what is wrong unless `doc` is this
+    script's ``--json`` output: the machine, the settings, and per format
+    and batch a row whose rate and ratio are its milliseconds'."""
+    assert doc.get("benchmark") == "serving_latency.py", "not a serving_latency.py result"
+    for key in ("date", "machine", "settings", "results"):
+        assert key in doc, f"no {key!r}"
+    assert doc["machine"].get("cpu_info", {}).get("kind"), "the CPU is not named"
+    settings = doc["settings"]
+    reference = {}
+    for row in doc["results"]:
+        assert row["format"] in ARTIFACT and row["batch"] in settings["batches"], row
+        assert row["ms"] > 0 and len(row["ms_rounds"]) == settings["rounds"], row
+        assert abs(row["images_per_s"] - 1000 * row["batch"] / row["ms"]) <= 1e-6 * row["images_per_s"], row
+        reference.setdefault(row["batch"], row)  # the first format's row of each batch
+        base = reference[row["batch"]]
+        ratio = row[f"vs_{base['format']}"]
+        assert abs(ratio - base["ms"] / row["ms"]) <= 1e-9 * ratio, row
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="vit_b16")
@@ -144,7 +164,7 @@ def main(argv=None):
         print(f"{RUNTIME[fmt]:18s} {EXPORTED_FROM[fmt]:11s}" + "".join(f" {r['ms']:12.1f}" for r in rows)
               + f" {rows[-1]['images_per_s']:13.1f} {rows[-1][f'vs_{reference}']:15.2f}x")
     if args.json:
-        doc = {"date": time.strftime("%Y-%m-%d"), "machine": machine,
+        doc = {"benchmark": "serving_latency.py", "date": time.strftime("%Y-%m-%d"), "machine": machine,
                "settings": {"model": args.model, "image_size": args.image_size, "photo": list(args.photo),
                             "batches": args.batches, "runs": args.runs, "rounds": args.rounds,
                             "num_layers": args.num_layers, "preprocessing": True},

@@ -19,8 +19,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "benchmarks", "throughput.py")
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location("throughput", SCRIPT)
+def load_script(name="throughput.py"):
+    """A script of benchmarks/ as a module."""
+    spec = importlib.util.spec_from_file_location(name[:-3], os.path.join(ROOT, "benchmarks", name))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -210,17 +211,19 @@ def check_summary(doc, name, bench):
 @pytest.mark.backend_independent
 def test_the_dated_results_follow_their_schema():
     """Every dated file of benchmarks/results/ (the measurements' history):
-    throughput.py's own --json output, checked by its `validate`, or the
-    summary form benchmarks/README.md describes."""
+    throughput.py's or serving_latency.py's own --json output, checked by its
+    `validate`, or the summary form benchmarks/README.md describes."""
     names = dated_results()
     assert names, "benchmarks/results/ keeps the dated measurements"
-    bench = load_script()
+    bench, serving = load_script(), load_script("serving_latency.py")
     kinds = set()
     for name in names:
         with open(os.path.join(RESULTS, name)) as file:
             doc = json.load(file)
         if doc.get("form") == "summary":
             check_summary(doc, name, bench)
+        elif doc.get("benchmark") == "serving_latency.py":
+            serving.validate(doc)
         else:
             bench.validate(doc)
         kinds.add(name[len("2026-01-01-"):-len(".json")])
@@ -447,6 +450,7 @@ def test_the_serving_latency_script_times_each_artifact_and_its_ratio(tmp_path):
                           "--rounds", "2", "--json", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert run.returncode == 0, run.stderr[-3000:]
     doc = json.loads(out.read_text())
+    load_script("serving_latency.py").validate(doc)
     assert run.stdout.splitlines()[0] == load_script().machine_line(doc["machine"])
     assert doc["settings"]["preprocessing"] is True and doc["settings"]["photo"] == [40, 56]
     rows = {(r["format"], r["batch"]): r for r in doc["results"]}
