@@ -30,6 +30,8 @@ from keras_vit.export import check_arguments
 from keras_vit.export import require_route
 from keras_vit.io import files
 from keras_vit.layers.position_embedding import grid_positions
+from keras_vit.layers.position_embedding import RESAMPLE_METHODS
+from keras_vit.layers.position_embedding import grid_shapes
 from keras_vit.presets import preset_config
 from keras_vit.released import PRETRAINED
 from keras_vit.released import default_pretrained
@@ -257,7 +259,8 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
             `keras_vit.layers.position_embedding.RESAMPLE_METHODS`: `images`
             of any height and width (multiples of the patch size), the
             position embeddings resampled in the graph to their patch grid
-            by that method, as `ViT.with_image_size` resamples them (what
+            by that method, as `ViT.with_image_size` resamples them, or
+            rotary ones turned on that grid (what
             ``ViT.export(..., dynamic_image_size=True)`` traces).
 
     Returns:
@@ -278,7 +281,7 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
             pooled = {"patch_mask": patch_mask}
     if p.resnet is not None:
         x = p.resnet(x)
-    placed = {}  # the position embedding's grid, for images of any size
+    placed, rotary = {}, {}  # for images of any size: the position embedding's grid, the blocks'
     if resample_method is None:
         x = p.patch_embedding(x)                              # x_p E
     else:
@@ -287,6 +290,8 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
                   "resample_method": resample_method}
         x = embedding.token_map(x)  # flattened with -1: jax2onnx maps no product of free sizes
         x = keras.ops.reshape(x, (keras.ops.shape(x)[0], -1, x.shape[-1]))
+        if p.position_embedding.kind == "rope":  # each block turns queries and keys on this grid
+            rotary = {"spatial_shapes": grid_shapes(*placed["grid"], x)}
     if p.patch_corruption is not None:                        # Sec. 4.6
         x = p.patch_corruption(x, *corruption)
     for token in p.prefix_tokens:
@@ -303,12 +308,13 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
     for i, block in enumerate(p.blocks):                      # Eq. 2-3
         if record is not None:
             x, record[f"attention_{i}"] = block(x, training=training,
-                                                return_attention_scores=True, **naflex)
+                                                return_attention_scores=True, **naflex, **rotary)
             record[block.name] = x
         else:
             last = class_only and i == len(p.blocks) - 1
             queries = 1 + (p.distillation_token is not None)  # the tokens read
-            x = block(x, training=training, num_queries=queries if last else None, **naflex)
+            x = block(x, training=training, num_queries=queries if last else None, **naflex,
+                      **rotary)
     if p.encoder_norm is not None:
         x = p.encoder_norm(x)                                 # LN, Eq. 4
     if record is not None:
@@ -401,7 +407,7 @@ class ViT(keras.Model):
         self.dtype_policy = parts.patch_embedding.dtype_policy
         variants.apply_policy_map(self, policy_map)
 
-    def call(self, images, training=None, mask=None, class_only=None):
+    def call(self, images, training=None, mask=None, class_only=None, resample_method=None):
         """The functional graph's computation, eagerly or traced.
 
         `class_only`: the last block updates the [class] (and distillation)
@@ -409,8 +415,18 @@ class ViT(keras.Model):
         logits for 7% fewer FLOPs (docs/performance.md). None: where the
         model has token pooling. False: every token, as the functional graph
         (``keras.Model(model.input, model.output)``) computes them.
+
+        `resample_method`: None, or one of ``"bilinear"``, ``"bicubic"``,
+        ``"dinov2"``: `images` of any height and width, multiples of the
+        patch size, the position embeddings resampled in the graph to their
+        patch grid as ``with_image_size(..., method=resample_method)``
+        resamples them (`forward`); what ``export(...,
+        dynamic_image_size=True)`` traces (`keras_vit.export.serving.AnyImageSize`).
         """
-        input_checks.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
+        if resample_method is None:
+            input_checks.check_images(self, images)  # JAX's trainer calls `call`, not `__call__`
+        elif resample_method not in RESAMPLE_METHODS:
+            raise ValueError(f"resample_method={resample_method!r} is not one of {RESAMPLE_METHODS}.")
         if class_only is None:
             class_only = self.config.pooling == "token"
         elif class_only and self.config.pooling != "token":
@@ -418,7 +434,8 @@ class ViT(keras.Model):
                 f"class_only=True needs token pooling, which reads only the [class] token; "
                 f"this model pools with {self.config.pooling!r}, which reads every token. "
                 "Leave class_only at None.")
-        return forward(self.parts, images, training, class_only=class_only)
+        return forward(self.parts, images, training, class_only=class_only,
+                       resample_method=resample_method)
 
     def compute_output_spec(self, images, training=None, mask=None):
         """The output's ``KerasTensor`` for images given as arrays, tensors

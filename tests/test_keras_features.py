@@ -387,17 +387,22 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
 
 
 # Variants whose position embeddings `dynamic_image_size` handles differently: a learned table with
-# registers (three prefix rows), channels-first images; fixed sin-cos without a [class] token; MAP.
+# registers (three prefix rows), channels-first images; fixed sin-cos without a [class] token; MAP;
+# DINOv3's rotary embeddings, turned on the grid in every block.
 ANY_SIZE_VARIANTS = (dict(num_registers=2, data_format="channels_first"),
-                     dict(position_embedding="sincos2d", pooling="gap"), dict(pooling="map"))
+                     dict(position_embedding="sincos2d", pooling="gap"), dict(pooling="map"),
+                     dict(position_embedding="rope", key_bias=False, num_registers=1))
+# The first variant's sizes by resampling method; DINOv2's at the model's own size too.
+ANY_SIZE_CASES = {"bilinear": ((16, 40),), "bicubic": ((48, 24),), "dinov2": ((48, 24), (32, 32))}
 
 
 def test_the_any_size_model_is_with_image_size_at_each_size():
     """`keras_vit.export.serving.dynamic_model` (what ``dynamic_image_size=True``
     traces) on float images of sizes other than the model's gives
     ``with_image_size((h, w), method)``'s logits within 1e-5 (each
-    resampling method on the first variant), and with DINOv2's the model's
-    own at its own size (where its offset would otherwise move the table)."""
+    resampling method on the first variant, wide and tall), and with
+    DINOv2's the model's own at its own size (where its offset would
+    otherwise move the table)."""
     from keras_vit.export.serving import dynamic_model
 
     rng = np.random.default_rng(0)
@@ -406,10 +411,10 @@ def test_the_any_size_model_is_with_image_size_at_each_size():
                     num_classes=5, **variant)
         model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5 for w in model.get_weights()])
         first = variant.get("data_format") == "channels_first"
-        methods = ("bilinear", "bicubic", "dinov2") if variant is ANY_SIZE_VARIANTS[0] else ("bilinear",)
-        for method in methods:
+        cases = ANY_SIZE_CASES if variant is ANY_SIZE_VARIANTS[0] else {"bilinear": ((48, 24),)}
+        for method, sizes in cases.items():
             any_size = dynamic_model(model, method)
-            for size in ((16, 40), (48, 24), (32, 32))[:None if method == "dinov2" else 2]:
+            for size in sizes:
                 x = rng.normal(size=(2, 3, *size) if first else (2, *size, 3)).astype("float32")
                 want = logits_of(model.with_image_size(size, method=method), x)
                 np.testing.assert_allclose(to_numpy(any_size(x)), want, atol=1e-5, rtol=1e-5,
@@ -420,17 +425,22 @@ def test_the_any_size_model_is_with_image_size_at_each_size():
 def test_an_artifact_with_dynamic_image_size_is_with_image_size_at_each_size(fmt, tmp_path):
     """``export(..., dynamic_image_size=True)``: one artifact takes float images
     of three sizes (wide, tall, larger; multiples of the patch size) and gives
-    ``with_image_size``'s logits within 1e-4 in its runtime; its record says
-    so, and a height of no multiple of the patch size is refused by the
-    runtime (the graph's reshape, or the program's guard)."""
+    ``with_image_size``'s logits within 1e-4 in its runtime (a SavedModel and
+    a ``.pt2`` of a model with DINOv3's rotary embeddings, the others of a
+    learned table); its record says so, and a height of no multiple of the
+    patch size is refused by the runtime (the graph's reshape, or the
+    program's guard)."""
     from keras_vit.export import runtime
 
     if BACKEND not in FORMATS[fmt]:
         pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
     if (fmt, BACKEND) in UPSTREAM:
         pytest.skip(UPSTREAM[fmt, BACKEND])
+    # DINOv3's rotary embeddings where the format is the backend's own, a learned table elsewhere
+    rope = dict(position_embedding="rope", key_bias=False, num_registers=2) if fmt in (
+        "tf_saved_model", "torch") else {}
     model = ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
-                num_classes=5, class_names=list("abcde"))
+                num_classes=5, class_names=list("abcde"), **rope)
     rng = np.random.default_rng(1)
     model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.5 for w in model.get_weights()])
     path = str(tmp_path / ARTIFACT[fmt])
@@ -510,20 +520,23 @@ def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, caps
         with pytest.raises(ValueError, match=message):
             other.export(out, format="onnx", preprocessing=True)
     for other, message in ((model.with_naflex(16), r"is a NaFlex model: it takes images of any size already"),
-                           (ViT(**tiny, position_embedding="rope"), r"has rotary position embeddings"),
                            (ViT(**{**tiny, "patch_size": 1}, resnet_block_units=(1,)), r"is a hybrid")):
         with pytest.raises(ValueError, match=message):
             other.export(out, format="onnx", dynamic_image_size=True)
+    with pytest.raises(ValueError, match=r"has rotary position embeddings, which LiteRT's converter turns"):
+        ViT(**tiny, position_embedding="rope").export(str(tmp_path / "vit.tflite"), format="litert",
+                                                      dynamic_image_size=True)
     with pytest.raises(ValueError, match=r"calibration_images are float32 of shape \(4, 16, 16, 3\)\. With "
                        r"preprocessing=True the calibration images are raw pixels .* uint8"):
         model.export(out, format="onnx", quantize="int8", preprocessing=True,
                      calibration_images=np.zeros((4, 16, 16, 3), "float32"))
     assert not os.path.exists(out)
-    ViT(**tiny, num_classes=3, position_embedding="rope").save(tmp_path / "m.keras")
+    model.with_naflex(16).save(tmp_path / "m.keras")
     with pytest.raises(SystemExit) as exit_info:
         main(["export", str(tmp_path / "m.keras"), out, "--format", "onnx", "--dynamic-image-size"])
     assert exit_info.value.code == 2
-    assert re.search(r"keras-vit export: error: \w+ has rotary position embeddings", capsys.readouterr().err)
+    assert re.search(r"keras-vit export: error: \w+ is a NaFlex model: it takes images of any size already",
+                     capsys.readouterr().err)
 
 
 # DINOv3's options: rotary position embeddings, four registers, LayerScale, a key without bias.

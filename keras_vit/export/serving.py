@@ -103,8 +103,9 @@ class ServingPreprocessing(keras.layers.Layer):
 class AnyImageSize(keras.layers.Layer):
     """A `keras_vit.ViT` on float images of any height and width, multiples
     of its patch size (one size per batch): its position embeddings
-    resampled in the graph to the batch's patch grid by `resample_method`
-    (`keras_vit.model.forward`), so that it gives what
+    resampled in the graph to the batch's patch grid by `resample_method`,
+    or rotary ones turned on it (``ViT.call``'s ``resample_method``), so
+    that it gives what
     ``model.with_image_size((height, width), method=resample_method)``
     gives. Made for an export (`dynamic_model`), not for saving.
 
@@ -118,10 +119,7 @@ class AnyImageSize(keras.layers.Layer):
         self.resample_method = resample_method
 
     def call(self, images):
-        from keras_vit.model import forward  # the model imports this module
-
-        return forward(self.model.parts, images, class_only=self.model.config.pooling == "token",
-                       resample_method=self.resample_method)
+        return self.model.call(images, resample_method=self.resample_method)
 
     def compute_output_shape(self, input_shape):
         shape = self.model.output.shape
@@ -180,11 +178,6 @@ def _check_dynamic(model, format, input_signature):
         raise ValueError(
             f"{model.name} is a NaFlex model: it takes images of any size already, as NaFlex "
             "sequences (its dict of inputs). Export it without dynamic_image_size.")
-    if c.position_embedding == "rope":
-        raise ValueError(
-            f"{model.name} has rotary position embeddings (position_embedding='rope'), which "
-            "each block computes for the model's patch grid; dynamic_image_size=True resamples "
-            f"added position embeddings only. {fixed}")
     if c.resnet_block_units is not None:
         raise ValueError(
             f"{model.name} is a hybrid (ResNet + ViT): dynamic_image_size=True resamples the "
@@ -192,6 +185,12 @@ def _check_dynamic(model, format, input_signature):
     if input_signature is not None:
         raise ValueError("dynamic_image_size=True fixes the artifact's input (float images, any "
                          "height and width): leave input_signature out.")
+    if format == "litert" and c.position_embedding == "rope":
+        raise ValueError(
+            f"{model.name} has rotary position embeddings, which LiteRT's converter turns, on a "
+            "grid of free size, into a TensorFlow op (FlexStridedSlice) that the LiteRT "
+            f"interpreter does not run. Export it with dynamic_image_size=True to onnx, openvino "
+            f"or tf_saved_model, or to litert at a fixed size. {fixed}")
     if format == "onnx" and keras.backend.backend() == "jax":
         raise ValueError(
             "dynamic_image_size=True cannot be exported to onnx from jax: jax2onnx gives the "

@@ -193,6 +193,16 @@ def grid_positions(images, patch_size, data_format="channels_last"):
                  for line, patch in ((ones[:, 0], patch_size[0]), (ones[0, :], patch_size[1])))
 
 
+def grid_shapes(rows, cols, tokens):
+    """NaFlex's ``spatial_shapes`` of a batch whose images share the grid of
+    `rows` and `cols` (`grid_positions`): int32 ``(batch, 2)``, the batch
+    that of `tokens` ``(batch, ...)``; what rotary embeddings turn the
+    patches of images of any size by (`keras_vit.layers.RotaryPositionEmbedding`)."""
+    size = ops.stack([ops.sum(ops.ones_like(rows)), ops.sum(ops.ones_like(cols))])
+    batch = ops.sum(ops.zeros_like(ops.cast(tokens, "float32")), axis=(1, 2))  # (batch,) zeros
+    return ops.cast(batch[:, None] + size[None, :], "int32")
+
+
 def resize_weights(positions, old, method="bilinear"):
     """`resample_position_embeddings`' weights in `keras.ops`, for a new
     grid known only as it runs: float32 ``(new, old)``, the rows of

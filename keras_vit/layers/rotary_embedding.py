@@ -100,7 +100,10 @@ class RotaryPositionEmbedding(keras.layers.Layer):
             return x  # prefix tokens only: nothing to rotate
         patches = math.prod(self.grid_size)
         if spatial_shapes is not None:
-            angles = self._naflex_angles(spatial_shapes, sequence_length(x) - prefix, x.shape[-1])
+            patches = sequence_length(x) - prefix
+            if ops.is_tensor(patches):  # TensorFlow's traced length: maybe prefix tokens only
+                patches = ops.maximum(patches, 0)
+            angles = self._naflex_angles(spatial_shapes, patches, x.shape[-1])
             cos, sin = ops.cos(angles), ops.sin(angles)
         elif tokens is not None and tokens != prefix + patches:
             raise ValueError(
