@@ -387,10 +387,10 @@ def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
 
 
 # Variants whose position embeddings `dynamic_image_size` handles differently: a learned table with
-# registers (three prefix rows), channels-first images; fixed sin-cos without a [class] token; MAP;
-# DINOv3's rotary embeddings, turned on the grid in every block.
+# registers (three prefix rows), channels-first images; fixed sin-cos without a [class] token, MAP
+# pooling; DINOv3's rotary embeddings, turned on the grid in every block.
 ANY_SIZE_VARIANTS = (dict(num_registers=2, data_format="channels_first"),
-                     dict(position_embedding="sincos2d", pooling="gap"), dict(pooling="map"),
+                     dict(position_embedding="sincos2d", pooling="map"),
                      dict(position_embedding="rope", key_bias=False, num_registers=1))
 # The first variant's sizes by resampling method; DINOv2's at the model's own size too.
 ANY_SIZE_CASES = {"bilinear": ((16, 40),), "bicubic": ((48, 24),), "dinov2": ((48, 24), (32, 32))}
