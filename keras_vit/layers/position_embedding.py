@@ -193,12 +193,18 @@ def grid_positions(images, patch_size, data_format="channels_last"):
                  for line, patch in ((ones[:, 0], patch_size[0]), (ones[0, :], patch_size[1])))
 
 
+def _count(vector):
+    """float32 scalar: the length of `vector`, counted from its values (a
+    sum of ones), so that an exporter keeps it free."""
+    return ops.sum(ops.ones_like(vector))
+
+
 def grid_shapes(rows, cols, tokens):
     """NaFlex's ``spatial_shapes`` of a batch whose images share the grid of
     `rows` and `cols` (`grid_positions`): int32 ``(batch, 2)``, the batch
     that of `tokens` ``(batch, ...)``; what rotary embeddings turn the
     patches of images of any size by (`keras_vit.layers.RotaryPositionEmbedding`)."""
-    size = ops.stack([ops.sum(ops.ones_like(rows)), ops.sum(ops.ones_like(cols))])
+    size = ops.stack([_count(rows), _count(cols)])
     batch = ops.sum(ops.zeros_like(ops.cast(tokens, "float32")), axis=(1, 2))  # (batch,) zeros
     return ops.cast(batch[:, None] + size[None, :], "int32")
 
@@ -209,10 +215,10 @@ def resize_weights(positions, old, method="bilinear"):
     `_linear_matrix` (``"bilinear"``) or `_cubic_matrix` (``"bicubic"``;
     ``"dinov2"``: its 0.1 offset) for the output positions `positions`
     (float32 ``(new,)``, ``0 .. new - 1``: `grid_positions`)."""
-    new = ops.sum(ops.ones_like(positions))
-    source = ops.convert_to_tensor(np.arange(old, dtype="float32"))[None, :]
+    new = _count(positions)
     if method == "bilinear":  # scipy's zoom(order=1): corners aligned
         coords = positions * ((old - 1) / ops.maximum(new - 1.0, 1.0))
+        source = ops.convert_to_tensor(np.arange(old, dtype="float32"))[None, :]
         return ops.maximum(0.0, 1.0 - ops.abs(coords[:, None] - source))
     a = -0.75  # PyTorch's bicubic convolution, half-pixel centres
     coords = (positions + 0.5) * (old / (new + (0.1 if method == "dinov2" else 0.0))) - 0.5
@@ -223,7 +229,7 @@ def resize_weights(positions, old, method="bilinear"):
         kernel = ops.where(t <= 1, ((a + 2) * t - (a + 3)) * t * t + 1,
                            ops.where(t < 2, ((a * t - 5 * a) * t + 8 * a) * t - 4 * a, 0.0))
         index = ops.clip(base + step, 0.0, old - 1.0)
-        weights = weights + ops.cast(ops.equal(index[:, None], source), "float32") * kernel[:, None]
+        weights = weights + _one_hot_rows(index, old) * kernel[:, None]
     return weights
 
 
@@ -373,10 +379,7 @@ class PositionEmbedding(keras.layers.Layer):
         else:
             positions = sincos_2d_at(rows, cols, hidden_dim)
         positions = ops.where(valid[..., None], positions, 0.0)
-        grid = x[:, prefix:] + ops.cast(positions, x.dtype)
-        if not prefix:
-            return grid
-        return ops.concatenate([x[:, :prefix] + ops.cast(table[:, :prefix], x.dtype), grid], axis=1)
+        return self._add(x, table, positions)
 
     def _add_on_grid(self, x, table, rows, cols, method):
         """`call` on the grid of `rows` and `cols` (`grid_positions`)."""
@@ -384,8 +387,7 @@ class PositionEmbedding(keras.layers.Layer):
         hidden_dim = x.shape[-1]
         if self.kind == "learned":
             # the table's own grid keeps the table (`keras_vit.assign.transfer_weights`, DINOv2)
-            same = ops.logical_and(ops.equal(ops.sum(ops.ones_like(rows)), grid_h),
-                                   ops.equal(ops.sum(ops.ones_like(cols)), grid_w))
+            same = ops.logical_and(ops.equal(_count(rows), grid_h), ops.equal(_count(cols), grid_w))
             row_weights, col_weights = (
                 ops.where(same, _one_hot_rows(positions, old), resize_weights(positions, old, method))
                 for positions, old in ((rows, grid_h), (cols, grid_w)))
@@ -395,7 +397,12 @@ class PositionEmbedding(keras.layers.Layer):
         else:  # sin-cos on the new grid
             positions = sincos_2d_at(rows[:, None] + 0.0 * cols[None, :],
                                      cols[None, :] + 0.0 * rows[:, None], hidden_dim)
-        positions = ops.reshape(positions, (1, -1, hidden_dim))
+        return self._add(x, table, ops.reshape(positions, (1, -1, hidden_dim)))
+
+    def _add(self, x, table, positions):
+        """`x` plus the prefix rows of `table` and, after them, `positions`
+        (one row per patch of `x`)."""
+        prefix = self.num_prefix_tokens
         grid = x[:, prefix:] + ops.cast(positions, x.dtype)
         if not prefix:
             return grid
