@@ -90,6 +90,14 @@ class ViTConfig:
     is learned at (the table is resized to each image's grid); the weights
     are those of the fixed-size model (`keras_vit.ViT.with_naflex`).
 
+    ``token_merging`` (ToMe's ``r``, Bolya et al., "Token Merging: Your
+    ViT But Faster", ICLR 2023; docs/token_merging.md) merges that many
+    pairs of similar tokens in every block (a list: one count per block),
+    between its attention and its MLP, so that later blocks run on fewer
+    tokens: faster, with the same weights. ``proportional_attention`` (True,
+    ToMe's default for a model trained without merging) adds ``log(size)``
+    of each merged token to its attention logits.
+
     Example:
         ```python
         from keras_vit import ViTConfig
@@ -145,6 +153,8 @@ class ViTConfig:
     data_format: str | None = None
     naflex: bool = False
     max_num_patches: int | None = None
+    token_merging: int | tuple = 0
+    proportional_attention: bool = True
 
     def __post_init__(self):
         self._check_sizes_and_kinds()
@@ -153,6 +163,7 @@ class ViTConfig:
         self._check_pixels_and_names()
         self._check_naflex()
         self._check_grid()
+        self._check_token_merging()
 
     def _put(self, name, value):
         object.__setattr__(self, name, value)  # the dataclass is frozen
@@ -298,6 +309,32 @@ class ViTConfig:
                     + f". Use an image size that is a multiple of {patch * stride}."
                 )
 
+    def _check_token_merging(self):
+        """ToMe's r: an int, or one per block; where merging cannot work."""
+        schedule = merge_schedule(self.token_merging, self.num_layers)
+        if not isinstance(self.token_merging, numbers.Integral):
+            self._put("token_merging", schedule)
+        if not isinstance(self.proportional_attention, bool):
+            raise ValueError(f"`proportional_attention` must be True or False, got "
+                             f"{self.proportional_attention!r}.")
+        if not any(schedule):
+            return
+        why = ("NaFlex inputs (naflex=True): their padding would be merged with the patches"
+               if self.naflex else
+               "rotary position embeddings (position_embedding='rope'): each block turns the "
+               "queries and keys by their patch's place on the grid, and a merged token has none"
+               if self.position_embedding == "rope" else None)
+        if why:
+            raise ValueError(
+                f"token_merging={self.token_merging!r} cannot merge the tokens of a model with "
+                f"{why}. Use token_merging=0 for this model.")
+
+    @property
+    def merge_counts(self):
+        """Tokens merged away in each block (`token_merging`, ToMe's ``r``),
+        before the cap at half of the tokens that are not prefix tokens."""
+        return merge_schedule(self.token_merging, self.num_layers)
+
     # -- derived ----------------------------------------------------------------
 
     @property
@@ -405,6 +442,8 @@ class ViTConfig:
             qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
             qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
             norm_bias=self.norm_bias, rope=self.rope,
+            token_merging=self.merge_counts[index], num_prefix_tokens=self.num_prefix_tokens,
+            proportional_attention=self.proportional_attention,
         )
 
     @property
@@ -471,6 +510,31 @@ def constructor_config(owner, config, kwargs, fields=None, note=""):
             f"{', '.join(fields)}, and config, dtype, name, trainable{note}."
         )
     return vit_config(config, architecture)
+
+
+def merge_schedule(r, num_layers):
+    """Tokens removed in each of `num_layers` blocks, as ToMe's ``parse_r``:
+    an int: that many in every block; a list or tuple of ints: one per block,
+    a shorter one padded with zeros.
+
+    Returns:
+        A tuple of `num_layers` ints.
+    """
+    def count(value):
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool) and value >= 0
+
+    if count(r):
+        return (int(r),) * num_layers
+    if isinstance(r, (list, tuple)) and all(count(v) for v in r):
+        if len(r) > num_layers:
+            raise ValueError(
+                f"token_merging={list(r)} gives {len(r)} blocks' counts, and the model has "
+                f"{num_layers} blocks: give at most {num_layers} (missing ones are 0).")
+        return tuple(int(v) for v in r) + (0,) * (num_layers - len(r))
+    raise ValueError(
+        f"token_merging must be an int >= 0 (the tokens merged away in every block) or a list "
+        f"of them, one per block (ToMe's r), got {r!r}.")
+
 
 
 def is_int(value, at_least=None):

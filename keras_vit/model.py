@@ -32,6 +32,7 @@ from keras_vit.io import files
 from keras_vit.layers.position_embedding import grid_positions
 from keras_vit.layers.position_embedding import RESAMPLE_METHODS
 from keras_vit.layers.position_embedding import grid_shapes
+from keras_vit.layers import token_merging
 from keras_vit.presets import preset_config
 from keras_vit.released import PRETRAINED
 from keras_vit.released import default_pretrained
@@ -305,16 +306,23 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
         x = p.norm_pre(x)
     if record is not None:
         record["embeddings"] = x
+    merging = {}  # token merging (ToMe): the tokens' sizes once merged; with `record`, sources
+    if record is not None and any(block.token_merging for block in p.blocks):
+        merging["token_sources"] = token_merging.initial_sources(x.shape[1], x)
     for i, block in enumerate(p.blocks):                      # Eq. 2-3
+        last = class_only and record is None and i == len(p.blocks) - 1
+        queries = 1 + (p.distillation_token is not None) if last else None  # the tokens read
+        outputs = block(x, training=training, num_queries=queries,
+                        return_attention_scores=record is not None, **naflex, **rotary, **merging)
+        x, *outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
+        if block.merges(queries):                             # ToMe, after the attention
+            merging["token_sizes"], *outputs = outputs
+            if "token_sources" in merging:
+                merging["token_sources"], *outputs = outputs
         if record is not None:
-            x, record[f"attention_{i}"] = block(x, training=training,
-                                                return_attention_scores=True, **naflex, **rotary)
-            record[block.name] = x
-        else:
-            last = class_only and i == len(p.blocks) - 1
-            queries = 1 + (p.distillation_token is not None)  # the tokens read
-            x = block(x, training=training, num_queries=queries if last else None, **naflex,
-                      **rotary)
+            record[f"attention_{i}"], record[block.name] = outputs[0], x
+    if "token_sources" in merging:
+        record["token_sources"] = merging["token_sources"]
     if p.encoder_norm is not None:
         x = p.encoder_norm(x)                                 # LN, Eq. 4
     if record is not None:

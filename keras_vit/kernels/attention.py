@@ -10,7 +10,7 @@ from keras_vit.kernels.routes import route
 
 
 def fused_attention(query, key, value, scale, training=None, dropout=None, return_weights=False,
-                    causal=False, key_mask=None):
+                    causal=False, key_mask=None, key_offsets=None):
     """``softmax(q kᵀ · scale) v`` through the path `routes.route` picks.
 
     `attention_reference` (``keras.ops.dot_product_attention``, or Eq. 5-8
@@ -44,6 +44,9 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
             may attend to (NaFlex's padding left out); every query must have
             a key left. Taken by the heads-first paths of JAX's and
             TensorFlow's CPU, elsewhere by `attention_reference`.
+        key_offsets: None, or float ``(batch, Tk)``: added to every query's
+            logit of that key (token merging's proportional attention,
+            ``log(size)``). Taken as `key_mask` is.
 
     Returns:
         ``(batch, Tq, heads, head_dim)``, and the weights if `return_weights`.
@@ -53,13 +56,14 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
                                    causal=causal, key_mask=key_mask)
     path = route("attention", query=query, key=key, training=training, weights=return_weights,
                  dropout=dropout is not None and dropout.rate > 0)
-    if key_mask is not None:
+    if key_mask is not None or key_offsets is not None:
+        keys = dict(key_mask=key_mask, key_offsets=key_offsets)
         if path == "per_image":
-            return per_image_attention(query, key, value, scale, key_mask)
+            return per_image_attention(query, key, value, scale, **keys)
         if path == "heads_first":
-            return heads_first_attention(query, key, value, scale, key_mask)
+            return heads_first_attention(query, key, value, scale, **keys)
         return attention_reference(query, key, value, scale, training, dropout, return_weights,
-                                   key_mask=key_mask)
+                                   **keys)
     if path == "padded_cudnn":
         try:
             return padded_attention(query, key, value, scale, implementation="cudnn")
@@ -73,7 +77,7 @@ def fused_attention(query, key, value, scale, training=None, dropout=None, retur
 
 
 def attention_reference(query, key, value, scale, training=None, dropout=None, return_weights=False,
-                        causal=False, key_mask=None):
+                        causal=False, key_mask=None, key_offsets=None):
     """`fused_attention` in Keras alone: ``keras.ops.dot_product_attention``;
     with the weights returned or dropped out, Eq. 5-8 written out: the
     logits ``q kᵀ``, their softmax in float32 (under mixed precision too),
@@ -82,12 +86,18 @@ def attention_reference(query, key, value, scale, training=None, dropout=None, r
     later keys' logits are set to -inf before the softmax). `key_mask`
     ``(batch, Tk)``: the keys where it is 0 or False get no weight (Keras's
     ``mask``; written out, their logits are -inf); every query must have a
-    key left."""
+    key left. `key_offsets` ``(batch, Tk)``: added to each key's logits
+    (Keras's ``bias``)."""
     mask = None if key_mask is None else ops.cast(key_mask, "bool")[:, None, None, :]
+    bias = None if key_offsets is None else ops.cast(key_offsets, "float32")[:, None, None, :]
     if not return_weights and not (training and dropout is not None and dropout.rate > 0):
-        return ops.dot_product_attention(query, key, value, mask=mask, scale=scale,
+        if bias is not None:
+            bias = ops.cast(bias, query.dtype)
+        return ops.dot_product_attention(query, key, value, bias=bias, mask=mask, scale=scale,
                                          is_causal=causal)
     logits = ops.cast(ops.einsum("bqhd,bkhd->bhqk", query, key), "float32") * scale
+    if bias is not None:
+        logits = logits + bias
     if causal:
         allowed = ops.arange(ops.shape(key)[1])[None, :] <= ops.arange(ops.shape(query)[1])[:, None]
         logits = ops.where(allowed, logits, float("-inf"))
@@ -99,7 +109,7 @@ def attention_reference(query, key, value, scale, training=None, dropout=None, r
     return (x, weights) if return_weights else x
 
 
-def heads_first_attention(query, key, value, scale, key_mask=None):
+def heads_first_attention(query, key, value, scale, key_mask=None, key_offsets=None):
     """``softmax(q kᵀ · scale) v`` as two batched matmuls over ``(batch, heads)``.
 
     The numbers of ``keras.ops.dot_product_attention`` (JAX's XLA attention:
@@ -108,7 +118,8 @@ def heads_first_attention(query, key, value, scale, key_mask=None):
     moved to ``(batch, heads, T, head_dim)`` first, so both products are plain
     batched matmuls with the batch dimensions leading. Its gradient is written
     out (`_heads_first_softmax_attention`). `key_mask` ``(batch, Tk)``: the
-    keys where it is 0 get no weight (their logits -inf).
+    keys where it is 0 get no weight (their logits -inf); `key_offsets`
+    ``(batch, Tk)``: added to each key's logits.
 
     Shapes as `fused_attention`.
     """
@@ -116,10 +127,21 @@ def heads_first_attention(query, key, value, scale, key_mask=None):
     # 16-bit q and k: their products are exact in float32, as JAX's bf16 x bf16
     # -> f32 dot, and the logits and softmax stay in float32.
     q, k = (ops.cast(x, "float32") for x in (q, k))
-    bias = () if key_mask is None else (  # (batch, 1, 1, Tk): 0, or -inf where left out
-        ops.where(ops.cast(key_mask, "bool")[:, None, None, :], 0.0, float("-inf")),)
+    bias = _key_bias(key_mask, key_offsets)
     x = _heads_first_softmax_attention(q, k, v, scale, *bias)  # (batch, heads, Tq, head_dim)
     return ops.transpose(x, (0, 2, 1, 3))
+
+
+def _key_bias(key_mask, key_offsets):
+    """None, or ``(batch, 1, 1, Tk)`` float32 added to the logits: each
+    key's offset (0 without), -inf where `key_mask` leaves it out; as a
+    tuple of none or one."""
+    if key_mask is None and key_offsets is None:
+        return ()
+    bias = 0.0 if key_offsets is None else ops.cast(key_offsets, "float32")[:, None, None, :]
+    if key_mask is not None:
+        bias = ops.where(ops.cast(key_mask, "bool")[:, None, None, :], bias, float("-inf"))
+    return (bias,)
 
 
 def _heads_first_softmax_attention(q, k, v, scale, *bias):
@@ -159,7 +181,7 @@ def _heads_first_softmax_attention(q, k, v, scale, *bias):
     return attention(q, k, v, *bias)
 
 
-def per_image_attention(query, key, value, scale, key_mask=None):
+def per_image_attention(query, key, value, scale, key_mask=None, key_offsets=None):
     """`heads_first_attention` of one image at a time (``keras.ops.map``).
 
     For JAX's CPU inference: XLA:CPU runs the ``(batch * heads)``-batched
@@ -171,12 +193,15 @@ def per_image_attention(query, key, value, scale, key_mask=None):
 
     Shapes as `fused_attention`.
     """
-    def one_image(qkv):
-        q, k, v, *mask = (x[None] for x in qkv)
-        return heads_first_attention(q, k, v, scale, *mask)[0]
-
     masks = () if key_mask is None else (ops.cast(key_mask, "int32"),)
-    return ops.map(one_image, (query, key, value, *masks))
+    offsets = () if key_offsets is None else (key_offsets,)
+
+    def one_image(inputs):
+        q, k, v, *rest = (x[None] for x in inputs)
+        mask, rest = (rest[0], rest[1:]) if masks else (None, rest)
+        return heads_first_attention(q, k, v, scale, mask, *rest)[0]
+
+    return ops.map(one_image, (query, key, value, *masks, *offsets))
 
 
 def padded_attention(query, key, value, scale, implementation=None):

@@ -1,6 +1,7 @@
 """Multi-head dot-product attention (Eq. 5-8 of the paper's Appendix A)."""
 
 import keras
+from keras import ops
 
 from keras_vit import kernels
 from keras_vit.layers.layer_norm import LayerNormalization
@@ -55,8 +56,15 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             may be attended to; the others (NaFlex's padding) get no weight.
         spatial_shapes: None, or int ``(batch, 2)``: NaFlex's patch grid of
             each image, for the rotary embeddings (`rope`).
+        token_sizes: None, or ``(batch, Tv, 1)``: the patches each token
+            holds after token merging; ``log(size)`` is added to each key's
+            logits (ToMe's proportional attention, Bolya et al., 2023).
+        return_keys: bool. Also return the keys ``(batch, Tv, heads,
+            head_dim)`` (after `qk_norm`, before `rope`): token merging's
+            metric.
 
-    Output shape: ``(batch, Tq, D)``.
+    Output shape: ``(batch, Tq, D)``; then the weights and the keys, each if
+    asked for.
 
     The query, key and value projections are ``EinsumDense`` layers with
     kernels ``(D, heads, head_dim)`` and biases ``(heads, head_dim)``; the
@@ -151,23 +159,26 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             self.key_norm.build(value_shape[:-1] + (self.num_heads, head_dim))
 
     def call(self, query, value=None, training=None, return_attention_scores=False,
-             key_mask=None, spatial_shapes=None):
+             key_mask=None, spatial_shapes=None, token_sizes=None, return_keys=False):
         value = query if value is None else value
         q = kernels.dense(self.query, query)  # (batch, Tq, heads, head_dim)
         k = kernels.dense(self.key, value)    # (batch, Tv, heads, head_dim)
         v = kernels.dense(self.value, value)
         if self.qk_norm:
             q, k = self.query_norm(q), self.key_norm(k)
+        keys = k
         if self.rotary is not None:
             grids = {} if spatial_shapes is None else {"spatial_shapes": spatial_shapes}
             q, k = self.rotary(q, **grids), self.rotary(k, **grids)
         x = kernels.fused_attention(q, k, v, self._head_dim**-0.5, training=training,
                                     dropout=self.dropout, return_weights=return_attention_scores,
-                                    causal=self.causal, key_mask=key_mask)
+                                    causal=self.causal, key_mask=key_mask,
+                                    key_offsets=None if token_sizes is None else ops.log(token_sizes[..., 0]))
         if return_attention_scores:
             x, weights = x
         x = kernels.dense(self.out, x)  # (batch, Tq, D)
-        return (x, weights) if return_attention_scores else x
+        outputs = (x, *([weights] if return_attention_scores else []), *([keys] if return_keys else []))
+        return outputs if len(outputs) > 1 else x
 
     def compute_output_shape(self, query_shape, value_shape=None):
         return tuple(query_shape)

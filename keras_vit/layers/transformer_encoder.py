@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.config import is_int
+from keras_vit.layers import token_merging as tome
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_norm import LayerNormalization
@@ -44,6 +45,16 @@ class TransformerEncoder(keras.layers.Layer):
             keys (`MultiHeadDotProductAttention`'s ``rope``: DINOv3's).
         causal: bool. Each token attends to itself and the tokens before it
             (CLIP's text tower, `keras_vit.TextTransformer`).
+        token_merging: int. Tokens merged away between the attention and the
+            MLP (ToMe's ``r``, Bolya et al., "Token Merging: Your ViT But
+            Faster", ICLR 2023; `keras_vit.layers.token_merging`): the most
+            similar pairs by the cosine of their keys averaged over heads,
+            averaged weighted by their sizes; capped at half of the tokens
+            that are not prefix tokens. 0: none.
+        num_prefix_tokens: int. The first tokens ([class], distillation,
+            registers), which token merging never merges.
+        proportional_attention: bool. With `token_sizes`, ``log(size)``
+            added to each key's logits (ToMe's ``prop_attn``).
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -60,8 +71,16 @@ class TransformerEncoder(keras.layers.Layer):
             not the padding).
         spatial_shapes: None, or int ``(batch, 2)``: NaFlex's patch grid of
             each image, for rotary position embeddings (`rope`).
+        token_sizes: None, or float32 ``(batch, tokens, 1)``: the patches
+            each token holds, after an earlier block's token merging.
+        token_sources: None, or float32 ``(batch, tokens, N)``: which of the
+            `N` first tokens each token holds (ToMe's source tracking),
+            merged with the tokens.
 
-    Output shape: ``(batch, tokens, D)``, or ``(batch, num_queries, D)``.
+    Output shape: ``(batch, tokens, D)``, or ``(batch, num_queries, D)``;
+    with `token_merging` (and no `num_queries`), ``(x, sizes)`` or ``(x,
+    sizes, sources)`` with `token_sources`, ``tokens - r`` each; then the
+    attention weights if asked for.
 
     In `ViT` the blocks are ``encoder_block_0`` ... ``encoder_block_{L-1}``.
     Their sublayers are ``norm1``, ``attention`` (a `MultiHeadDotProductAttention`
@@ -106,10 +125,16 @@ class TransformerEncoder(keras.layers.Layer):
         key_bias=True,
         rope=None,
         causal=False,
+        token_merging=0,
+        num_prefix_tokens=0,
+        proportional_attention=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.causal = bool(causal)
+        self.token_merging = int(token_merging)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.proportional_attention = bool(proportional_attention)
         self.num_heads = int(num_heads)
         self.mlp_dim = int(mlp_dim)
         self.dropout_rate = float(dropout_rate)
@@ -168,40 +193,79 @@ class TransformerEncoder(keras.layers.Layer):
             return x
         return x * ops.cast(self.layer_scale[index], x.dtype)
 
+    def merges(self, num_queries=None):
+        """Whether a call merges tokens (and returns their sizes)."""
+        return self.token_merging > 0 and num_queries is None
+
+    def merged_count(self, tokens):
+        """The tokens this block merges away from `tokens` (an int)."""
+        if tokens is None:
+            raise ValueError(
+                "token merging needs the sequence length as a number, and this one is free "
+                "(an image size or a sequence given at run time): give images of the model's "
+                "image_size, or use a model without token merging (`with_token_merging(0)`).")
+        return tome.merged_count(tokens, self.token_merging, self.num_prefix_tokens)
+
     def call(self, x, training=None, return_attention_scores=False, num_queries=None,
-             key_mask=None, spatial_shapes=None):
+             key_mask=None, spatial_shapes=None, token_sizes=None, token_sources=None):
         tokens = self.norm1(x)
         queries = tokens
         if num_queries is not None:
             if not is_int(num_queries, 1):
                 raise ValueError(f"num_queries must be a positive int or None, got {num_queries!r}.")
             x, queries = x[:, :num_queries], tokens[:, :num_queries]
-        naflex = {name: value for name, value in (("key_mask", key_mask),
-                                                  ("spatial_shapes", spatial_shapes))
-                  if value is not None}
+        merges = self.merges(num_queries)
+        extra = {name: value for name, value in (("key_mask", key_mask),
+                                                 ("spatial_shapes", spatial_shapes))
+                 if value is not None}
+        if token_sizes is not None and self.proportional_attention:
+            extra["token_sizes"] = token_sizes
         y = self.attention(
             queries, tokens, training=training,
-            return_attention_scores=return_attention_scores, **naflex,
+            return_attention_scores=return_attention_scores, return_keys=merges, **extra,
         )
-        if return_attention_scores:
-            y, scores = y
+        if return_attention_scores or merges:
+            y, *rest = y
+            scores = rest[0] if return_attention_scores else None
         y = self.dropout(y, training=training)
         x = x + self.drop_path(self._scaled(y, 0), training=training)
+        merged = ()
+        if merges:  # ToMe: between the attention and the MLP
+            r = self.merged_count(x.shape[1])
+            if r:
+                matching = tome.bipartite_soft_matching(ops.mean(rest[-1], axis=2), r,
+                                                        self.num_prefix_tokens)
+                x, token_sizes = tome.merge_weighted_average(x, token_sizes, matching,
+                                                             self.num_prefix_tokens)
+                if token_sources is not None:
+                    token_sources = tome.merge(token_sources, matching, self.num_prefix_tokens)
+            elif token_sizes is None:
+                token_sizes = ops.ones_like(ops.cast(x[..., :1], "float32"))
+            merged = (token_sizes,) if token_sources is None else (token_sizes, token_sources)
         y = self.mlp(self.norm2(x), training=training)
         x = x + self.drop_path(self._scaled(y, 1), training=training)
-        return (x, scores) if return_attention_scores else x
+        outputs = (x, *merged, *([scores] if return_attention_scores else []))
+        return outputs if len(outputs) > 1 else x
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape)
 
     def compute_output_spec(self, x, training=None, return_attention_scores=False, num_queries=None,
-                            key_mask=None, spatial_shapes=None):
+                            key_mask=None, spatial_shapes=None, token_sizes=None, token_sources=None):
         batch, tokens = x.shape[0], x.shape[1]
         queries = tokens if num_queries is None else num_queries
+        merged = ()
+        if self.merges(num_queries):
+            queries = tokens - self.merged_count(tokens)
+            merged = (keras.KerasTensor((batch, queries, 1), dtype="float32"),)
+            if token_sources is not None:
+                merged += (keras.KerasTensor((batch, queries, token_sources.shape[-1]),
+                                             dtype="float32"),)
         y = keras.KerasTensor((batch, queries, *x.shape[2:]), dtype=self.compute_dtype)
-        if not return_attention_scores:
-            return y
-        return y, keras.KerasTensor((batch, self.num_heads, queries, tokens), dtype="float32")
+        scores = (keras.KerasTensor((batch, self.num_heads, tokens if num_queries is None else
+                                     num_queries, tokens), dtype="float32"),)
+        outputs = (y, *merged, *(scores if return_attention_scores else ()))
+        return outputs if len(outputs) > 1 else y
 
     def get_config(self):
         config = super().get_config()
@@ -223,6 +287,9 @@ class TransformerEncoder(keras.layers.Layer):
             key_bias=self.key_bias,
             rope=self.rope,
             causal=self.causal,
+            token_merging=self.token_merging,
+            num_prefix_tokens=self.num_prefix_tokens,
+            proportional_attention=self.proportional_attention,
         )
         return config
 
