@@ -68,6 +68,17 @@ def parse_ints(text):
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
 
 
+def merge_counts(text):
+    """Token merging's r as the command line takes it: ``8`` -> 8 (every
+    block), ``8,8,4`` -> [8, 8, 4] (one per block); each an int >= 0."""
+    values = parse_ints(text)
+    if not values or min(values) < 0:
+        raise argparse.ArgumentTypeError(
+            f"expected ToMe's r: an integer >= 0, or one per block separated by commas "
+            f"(8,8,4), got {text!r}")
+    return values[0] if "," not in text else values
+
+
 def int_at_least(minimum, words):
     """An argparse type: an int >= `minimum`, `words` naming it in errors."""
 

@@ -38,6 +38,7 @@ from keras_vit import extras
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
+from keras_vit.arguments import merge_counts as _merge_counts
 from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_shots
 from keras_vit.export.int8 import QUANTIZE_MODES
@@ -323,7 +324,8 @@ def _explain(args):
     model = _load_model(args.model, args.image_size, dtype=args.dtype)
     images = read_images(args.images, model=model)
     titles = [pathlib.Path(p).name for p in args.images]
-    written = write_report(model, images, out, titles=titles, batch_size=args.batch_size)
+    written = write_report(model, images, out, titles=titles, batch_size=args.batch_size,
+                           token_merging=args.token_merging)
     for name, path in written.items():
         print(f"{name}: {path}")
     return 0
@@ -653,6 +655,9 @@ def _add_explain(commands):
     sub.add_argument("--out", required=True, help="folder for the PNGs and explain.json")
     sub.add_argument("--image-size", type=_positive_int, help="resolution for a checkpoint (default: its own)")
     sub.add_argument("--batch-size", type=_positive_int, default=32, help="images per forward pass")
+    sub.add_argument("--token-merging", type=_merge_counts, metavar="R",
+                     help="also draw token_merging.png: the patches each token holds with ToMe's "
+                          "r tokens merged in every block (an int, or one per block: 8,8,4)")
     _dtype_flag(sub)
 
 

@@ -520,6 +520,12 @@ class ViT(keras.Model):
                 "image, and feature_model maps tokens over one fixed grid: not yet available "
                 "for NaFlex. Use the fixed-size model (`model.with_config(naflex=False, "
                 "max_num_patches=None)`), or `model.intermediates` for the tokens.")
+        if any(self.config.merge_counts):
+            raise ValueError(
+                f"{self.name} merges tokens (token_merging={self.config.token_merging!r}), so its "
+                "blocks' tokens are no longer one per patch, and feature_model maps one token to "
+                "each patch of the grid. Take the features of `model.with_token_merging(0)`, the "
+                "same weights without merging.")
         indices = feature_layers(layers, self.config.num_layers)
         if norm and self.parts.encoder_norm is None:
             raise ValueError(
@@ -594,6 +600,11 @@ class ViT(keras.Model):
         sequences of up to `max_num_patches` patches of images of any size
         (`keras_vit.naflex_inputs`), with the same weights."""
         return variants.with_naflex(self, max_num_patches)
+
+    def with_token_merging(self, r, proportional_attention=None):
+        """`keras_vit.variants.with_token_merging`: this model merging `r`
+        similar tokens in each block (ToMe), with the same weights."""
+        return variants.with_token_merging(self, r, proportional_attention)
 
     def with_config(self, skip=(), method="bilinear", **changes):
         """`keras_vit.variants.with_config`: a copy with some arguments changed."""

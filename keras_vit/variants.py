@@ -69,6 +69,36 @@ def with_naflex(model, max_num_patches):
     return with_config(model, naflex=True, max_num_patches=int(max_num_patches))
 
 
+def with_token_merging(model, r, proportional_attention=None):
+    """`model` merging `r` tokens in each block (ToMe's r, Bolya et al.,
+    "Token Merging: Your ViT But Faster", ICLR 2023; docs/token_merging.md):
+    an int, or a list of ints, one per block. The weights are the same;
+    `model` itself when nothing changes (``r=0`` on a model that merges
+    nothing). `proportional_attention`: None keeps the model's (True unless
+    set: ToMe's default for models trained without merging).
+
+    Example:
+        ```python
+        import numpy as np
+        import keras_vit
+
+        model = keras_vit.ViT(image_size=32, patch_size=4, num_layers=2, num_heads=2,
+                              hidden_dim=16, mlp_dim=32, num_classes=3)
+        fast = model.with_token_merging(8)   # 65 tokens -> 57 -> 49
+        print(tuple(fast(np.zeros((2, 32, 32, 3))).shape), fast.config.token_merging)  # -> (2, 3) 8
+        print(model.with_token_merging(0) is model)   # -> True
+        ```
+    """
+    changes = {"token_merging": r}
+    if proportional_attention is not None:
+        changes["proportional_attention"] = proportional_attention
+    config = model.config.replace(**changes)
+    if (config.merge_counts, config.proportional_attention) == (
+            model.config.merge_counts, model.config.proportional_attention):
+        return model
+    return with_config(model, **changes)
+
+
 def with_patch_size(model, patch_size, image_size=None, method="bilinear"):
     """A copy of `model` for another patch size, without retraining.
 

@@ -12,10 +12,13 @@ from keras_vit.explain.analysis import patch_distances
 from keras_vit.explain.analysis import patch_embedding_components
 from keras_vit.explain.analysis import position_embedding_similarity
 from keras_vit.explain.analysis import rollout_from_weights
+from keras_vit.explain.analysis import token_merging_groups
 from keras_vit.explain.plots import plot_attention_rollout
 from keras_vit.explain.plots import plot_mean_attention_distance
 from keras_vit.explain.plots import plot_patch_embedding_components
 from keras_vit.explain.plots import plot_position_embedding_similarity
+from keras_vit.explain.plots import plot_token_merging
+from keras_vit.explain.plots import token_merging_picture
 from keras_vit.explain.report import write_report
 
 __all__ = [
@@ -31,6 +34,9 @@ __all__ = [
     "plot_patch_embedding_components",
     "plot_position_embedding_similarity",
     "position_embedding_similarity",
+    "plot_token_merging",
     "rollout_from_weights",
+    "token_merging_groups",
+    "token_merging_picture",
     "write_report",
 ]

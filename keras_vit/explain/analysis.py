@@ -9,6 +9,8 @@
   position embeddings (Fig. 7 centre, Fig. 10).
 - `patch_embedding_components`: principal components of the patch
   projection's filters (Fig. 7 left).
+- `token_merging_groups`: which patches each token holds after token
+  merging (ToMe's source tracking, Bolya et al., ICLR 2023, Fig. 6).
 
 Every function works on any `keras_vit.ViT`, on every backend, and returns
 NumPy arrays.
@@ -27,6 +29,16 @@ def _check_model(model):
             f"Expected a keras_vit.ViT, got {type(model).__name__}. Load one with "
             "keras.saving.load_model(path) or ViT.from_checkpoint(path)."
         )
+
+
+def _check_unmerged(model, what):
+    """Refuses a model that merges tokens for a picture of one token per patch."""
+    if any(model.config.merge_counts):
+        raise ValueError(
+            f"{what} needs one token per patch in every block, and {model.name} merges "
+            f"tokens (token_merging={model.config.token_merging!r}), so later blocks have fewer "
+            "tokens than patches. Use `model.with_token_merging(0)` (the same weights), and "
+            "`token_merging_groups` for what the merging does.")
 
 
 def _layout(model):
@@ -57,6 +69,8 @@ def attention_weights(model, images, batch_size=32, verbose="auto"):
         each row sums to 1.
     """
     _check_model(model)
+    _check_unmerged(model, "attention_weights (and the rollout and attention distances drawn "
+                           "from them)")
     images = keras.ops.convert_to_numpy(images)
     if images.ndim != 4:
         raise ValueError(f"`images` must be a batch (batch, height, width, channels); got shape {images.shape}.")
@@ -99,6 +113,42 @@ def attention_rollout(model, images, head_fusion="mean", discard_ratio=0.0, batc
     return rollout_from_weights(
         model, attention_weights(model, images, batch_size, verbose), head_fusion, discard_ratio
     )
+
+
+def token_merging_groups(model, images, batch_size=32, verbose="auto"):
+    """Which token each patch ends up in, after every block of a model that
+    merges tokens (``token_merging``): ToMe's source tracking
+    (``trace_source=True``), the groups its Fig. 6 colours.
+
+    Args:
+        model: a `keras_vit.ViT` with ``token_merging`` (e.g.
+            ``model.with_token_merging(8)``).
+        images: float array ``(batch, H, W, C)`` in the model's input range.
+        batch_size: int. Images per forward pass.
+        verbose: progress bar over the batches: "auto", True or False.
+
+    Returns:
+        int32 ``(batch, grid_h, grid_w)``: for each patch, the index of the
+        last block's token that holds it (among the tokens after the prefix
+        tokens; a token holds one patch or a merged group of them).
+    """
+    _check_model(model)
+    if not any(model.config.merge_counts):
+        raise ValueError(
+            f"{model.name} merges no tokens (token_merging=0): every token holds its own patch. "
+            "Pass `model.with_token_merging(r)` (e.g. r=8) to see what merging groups.")
+    images = keras.ops.convert_to_numpy(images)
+    prefix, _, grid, _ = _layout(model)
+    starts = range(0, len(images), batch_size)
+    show = len(starts) > 1 if verbose == "auto" else bool(verbose)
+    progress = keras.utils.Progbar(len(images), unit_name="image") if show else None
+    groups = []
+    for start in starts:
+        sources = keras.ops.convert_to_numpy(model.intermediates(images[start:start + batch_size])["token_sources"])
+        groups.append(sources[:, prefix:, prefix:].argmax(axis=1).astype("int32"))  # ToMe's vis
+        if progress:
+            progress.add(len(images[start:start + batch_size]))
+    return np.concatenate(groups).reshape(-1, *grid)
 
 
 def _check_rollout_options(head_fusion, discard_ratio):

@@ -72,6 +72,67 @@ def plot_attention_rollout(images, rollout, titles=None):
     return figure
 
 
+def token_merging_picture(image, groups, seed=0):
+    """ToMe's picture of one image (``tome/vis.py``'s ``make_visualization``):
+    each group of merged patches filled with its mean colour, its outline in
+    a colour of its own.
+
+    Args:
+        image: ``(H, W, C)``, as `_display` reads it.
+        groups: int ``(gh, gw)`` from `token_merging_groups`.
+        seed: of the outlines' random colours.
+
+    Returns:
+        float ``(H, W, 3)`` in [0, 1].
+    """
+    image = _display(image)
+    if image.ndim == 2:
+        image = np.repeat(image[..., None], 3, axis=-1)
+    height, width = image.shape[:2]
+    labels = _upsample(np.asarray(groups), height, width)
+    count = int(labels.max()) + 1
+    means = np.zeros((count, 3))
+    np.add.at(means, labels, image)
+    means /= np.maximum(np.bincount(labels.ravel(), minlength=count), 1)[:, None]
+    outlines = np.random.default_rng(seed).random((count, 3))
+    edge = np.zeros((height, width), bool)  # a pixel beside another group, or the image's border
+    edge[1:] |= labels[1:] != labels[:-1]
+    edge[:-1] |= labels[:-1] != labels[1:]
+    edge[:, 1:] |= labels[:, 1:] != labels[:, :-1]
+    edge[:, :-1] |= labels[:, :-1] != labels[:, 1:]
+    edge[[0, -1]] = edge[:, [0, -1]] = True
+    return np.where(edge[..., None], outlines[labels], means[labels])
+
+
+def plot_token_merging(images, groups, titles=None, token_merging=None):
+    """ToMe's Fig. 6: each input image, and its patches coloured by the
+    merged token that holds them (`token_merging_picture`).
+
+    Args:
+        images: ``(batch, H, W, C)``.
+        groups: int ``(batch, gh, gw)`` from `token_merging_groups`.
+        titles: optional list of str, one per image.
+        token_merging: the model's ``token_merging``, for the title.
+    """
+    plt = pyplot()
+    images, groups = np.asarray(images), np.asarray(groups)
+    count = len(images)
+    figure, axes = plt.subplots(2, count, figsize=(2.2 * count, 4.6), squeeze=False)
+    for i in range(count):
+        image = _display(images[i])
+        axes[0, i].imshow(image, cmap=None if image.ndim == 3 else "gray")
+        axes[1, i].imshow(token_merging_picture(images[i], groups[i]))
+        axes[0, i].set_title(titles[i] if titles else f"input {i}", fontsize=8)
+        axes[1, i].set_title(f"{len(np.unique(groups[i]))} tokens", fontsize=8)
+        for axis in axes[:, i]:
+            axis.axis("off")
+    r = "" if token_merging is None else f", r={token_merging}"
+    figure.suptitle(f"Token merging: the patches each token holds after the last block{r} "
+                    "(ToMe, Fig. 6)", fontsize=9)
+    figure.tight_layout()
+    return figure
+
+
 def plot_position_embedding_similarity(similarity):
     """Fig. 7 (centre): tile (i, j) shows the cosine similarity of patch
     (i, j)'s position embedding with every patch's, tiles in grid order.

@@ -112,8 +112,9 @@ def _write_openvino(path, data, outputs):
             model.remove_result(result)
     for key, value in data.items():
         model.set_rt_info(json.dumps(value), ["keras_vit", _OPENVINO_KEYS[key]])
-    for output, name in zip(model.outputs, outputs or ()):
-        output.get_tensor().set_names({name})
+    for output, name in zip(model.outputs, outputs or data["keras_vit"]["outputs"]):
+        if outputs or not output.get_names():  # OpenVINO's PyTorch front end may leave it unnamed
+            output.get_tensor().set_names({name})
     with tempfile.TemporaryDirectory(prefix=".keras_vit_", dir=path.parent) as work:
         staged = pathlib.Path(work) / path.name
         openvino.save_model(model, str(staged), compress_to_fp16=False)

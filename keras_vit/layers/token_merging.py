@@ -49,11 +49,12 @@ def bipartite_soft_matching(metric, r, num_prefix_tokens=0):
         num_prefix_tokens: int.
 
     Returns:
-        ``(kept, merged, into)``: int ``(batch, ceil(T/2) - r)`` the
-        unmerged tokens of A (sorted when there are prefix tokens, which
-        thus come first), ``(batch, r)`` the merged tokens of A, and
-        ``(batch, r)`` the token of B each is merged into; indices within
-        A and B.
+        ``(kept, merged, into)``, one-hot float32 matrices (ToMe's
+        ``unm_idx``, ``src_idx``, ``dst_idx``): ``(batch, ceil(T/2) - r,
+        |A|)`` picks A's unmerged tokens, in order when there are prefix
+        tokens (which thus come first), else most similar first;
+        ``(batch, r, |A|)`` picks A's merged tokens, most similar first;
+        ``(batch, r, |B|)`` the token of B each is merged into.
     """
     tokens = metric.shape[1]
     metric = ops.stop_gradient(ops.cast(metric, "float32"))
@@ -66,14 +67,26 @@ def bipartite_soft_matching(metric, r, num_prefix_tokens=0):
         columns = positions[1::2] < num_prefix_tokens
         protected = np.logical_or(rows[:, None], columns[None, :])
         scores = ops.where(protected[None], float("-inf"), scores)
-    best = ops.max(scores, axis=-1)              # node_max
-    match = ops.argmax(scores, axis=-1)          # node_idx
-    order = ops.argsort(-best, axis=-1)          # edge_idx, most similar first
-    kept, merged = order[:, r:], order[:, :r]
-    if num_prefix_tokens:
-        kept = ops.sort(kept, axis=-1)
-    into = ops.take_along_axis(match, merged, axis=1)
-    return kept, merged, into
+    # ToMe's max, argmax and descending argsort as comparisons, sums and
+    # products, which every backend and exporter runs with a free batch size
+    # (no sort, top-k, argmax or gather); ties go to the first index, as
+    # torch's max and a stable sort
+    best = ops.max(scores, axis=-1)                                          # node_max
+    into_all = _first(ops.equal(scores, best[..., None]))                    # node_idx, one-hot
+    ahead = ops.logical_or(ops.greater(best[:, None, :], best[:, :, None]),  # [i, j]: j before i
+                           ops.logical_and(ops.equal(best[:, None, :], best[:, :, None]),
+                                           np.tri(a.shape[1], k=-1, dtype=bool)[None]))
+    rank = ops.sum(ops.cast(ahead, "int32"), axis=-1)                        # edge_idx's inverse
+    merged = _positions(rank, 0, r)
+    if num_prefix_tokens:  # in order, so that A's prefix tokens come first
+        stays = ops.greater_equal(rank, r)                                   # (batch, |A|)
+        before = ops.matmul(ops.cast(stays, "float32"),
+                            np.triu(np.ones((a.shape[1],) * 2, "float32"), k=1))
+        place = ops.where(stays, ops.cast(before, "int32"), -1)
+        kept = _positions(place, 0, a.shape[1] - r)
+    else:
+        kept = _positions(rank, r, a.shape[1])
+    return kept, merged, ops.matmul(merged, into_all)
 
 
 def merge(x, matching, num_prefix_tokens=0):
@@ -85,14 +98,12 @@ def merge(x, matching, num_prefix_tokens=0):
         ``(batch, T - r, C)``: the prefix tokens in their order, A's
         unmerged tokens, B's tokens.
     """
-    kept, merged, into = matching
+    kept, merged, into = (ops.cast(m, x.dtype) for m in matching)
     a, b = _halves(x)
-    unmerged = ops.take_along_axis(a, kept[..., None], axis=1)
-    moved = ops.take_along_axis(a, merged[..., None], axis=1)      # (batch, r, C)
-    # B's tokens plus what is merged into each: a one-hot product, a sum
-    # that every backend and exporter has (ToMe's scatter_reduce "sum")
-    places = ops.one_hot(into, b.shape[1], dtype=moved.dtype)       # (batch, r, |B|)
-    b = b + ops.matmul(ops.swapaxes(places, 1, 2), moved)
+    # the gathers and ToMe's scatter_reduce("sum") as one-hot products,
+    # exact in float32
+    unmerged = ops.matmul(kept, a)
+    b = b + ops.matmul(ops.swapaxes(into, 1, 2), ops.matmul(merged, a))
     if not num_prefix_tokens:
         return ops.concatenate([unmerged, b], axis=1)
     in_a, in_b = math.ceil(num_prefix_tokens / 2), num_prefix_tokens // 2
@@ -123,8 +134,21 @@ def initial_sources(tokens, like):
     return ops.repeat(eye, ops.shape(like)[0], axis=0)
 
 
+def _first(mask):
+    """float32 one-hot of `mask`'s first True along the last axis."""
+    count = ops.cast(mask, "float32")
+    size = mask.shape[-1]
+    earlier = ops.matmul(count, np.triu(np.ones((size, size), "float32"), k=1))  # Trues before each
+    return ops.cast(ops.logical_and(mask, ops.equal(earlier, 0)), "float32")
+
+
+def _positions(rank, start, stop):
+    """float32 ``(batch, stop - start, n)``: row ``p`` one-hot at the index
+    whose `rank` ``(batch, n)`` is ``start + p``."""
+    wanted = np.arange(start, stop, dtype="int32")[None, :, None]
+    return ops.cast(ops.equal(ops.cast(rank, "int32")[:, None, :], wanted), "float32")
+
+
 def _halves(x):
     """Sets A and B of `x` ``(batch, T, ...)``: the even and odd positions."""
-    tokens = x.shape[1]
-    return (ops.take(x, np.arange(0, tokens, 2), axis=1),
-            ops.take(x, np.arange(1, tokens, 2), axis=1))
+    return x[:, 0::2], x[:, 1::2]
