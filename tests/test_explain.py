@@ -165,9 +165,16 @@ def test_report_and_command_write_the_pictures(case, tmp_path, capsys):
     photo = tmp_path / "photo.png"
     Image.fromarray((np.random.default_rng(0).uniform(0, 255, (40, 50, 3))).astype("uint8")).save(photo)
     model.save(tmp_path / "model.keras")
-    assert main(["explain", str(tmp_path / "model.keras"), str(photo), "--out", str(tmp_path / "cli")]) == 0
-    assert "attention_rollout: " in capsys.readouterr().out
+    assert main(["explain", str(tmp_path / "model.keras"), str(photo), "--out", str(tmp_path / "cli"),
+                 "--token-merging", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "attention_rollout: " in out and "token_merging: " in out
     assert (tmp_path / "cli" / "attention_rollout.png").exists()
+    # ToMe's picture beside them: 16 patches, 4 merged away in each of 3 blocks (the third
+    # capped at half of the 8 left), so 4 tokens hold them
+    assert (tmp_path / "cli" / "token_merging.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((tmp_path / "cli" / "explain.json").read_text())["token_merging"] == {
+        "r": 4, "tokens": [4]}
 
 
 def test_plots_without_matplotlib_say_how_to_install(monkeypatch):
