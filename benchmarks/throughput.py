@@ -56,6 +56,23 @@ INSTALL = {
 # NaFlex's rows (--naflex), in the variant slot of keras_vit's inference children: the sequences
 # full (square images at the fixed model's size) or half full (images of half its height).
 NAFLEX_VARIANTS = ("naflex-full", "naflex-half")
+TOME = "tome-"  # a variant "tome-8": ToMe's r=8 (ViT.with_token_merging), keras_vit's or an export's
+
+
+def tome_r(variant):
+    """ToMe's r of a variant (``"tome-8"``, ``"dynamic tome-8"``), 0 without."""
+    word = next((w for w in (variant or "").split() if w.startswith(TOME)), None)
+    return int(word[len(TOME):]) if word else 0
+
+
+def with_tome(variant, r):
+    """`variant` with ToMe's r (none for r=0): ``("dynamic", 8)`` -> ``"dynamic tome-8"``."""
+    return " ".join(part for part in (variant, f"{TOME}{r}" if r else None) if part) or None
+
+
+def without_tome(variant):
+    """`variant` without its ToMe word, None if nothing is left."""
+    return " ".join(w for w in (variant or "").split() if not w.startswith(TOME)) or None
 RESULT_FIELDS = {
     "impl": str, "backend": str, "model": str, "mode": str, "image_size": int,
     "batch_size": int, "dtype": str, "images_per_s": float, "fraction_of_peak": float,
@@ -315,7 +332,8 @@ def _keras_model(spec, config):
     size = spec["image_size"]
     if spec["impl"] == "keras_vit":
         model = _keras_vit_model(spec["model"], size, config, naflex_budget(config, size)
-                                 if spec.get("variant") in NAFLEX_VARIANTS else None)
+                                 if spec.get("variant") in NAFLEX_VARIANTS else None,
+                                 token_merging=tome_r(spec.get("variant")))
         if spec.get("prepared"):
             model.load_weights(spec["prepared"]["weights"])
         if spec["dtype"] in QUANTIZED_DTYPES:
@@ -340,12 +358,13 @@ def _keras_model(spec, config):
     return classifier
 
 
-def _keras_vit_model(model, size, config, max_num_patches=None):
-    """The preset at `size` px; NaFlex with `max_num_patches` (the same weights)."""
+def _keras_vit_model(model, size, config, max_num_patches=None, token_merging=0):
+    """The preset at `size` px; NaFlex with `max_num_patches`, ToMe with
+    `token_merging` (r), each with the same weights."""
     from keras_vit import ViT
     naflex = dict(naflex=True, max_num_patches=max_num_patches) if max_num_patches else {}
     return ViT.from_preset(model, pretrained=False, image_size=size, num_classes=1000,
-                           num_layers=config["num_layers"], **naflex)
+                           num_layers=config["num_layers"], token_merging=token_merging, **naflex)
 
 
 def naflex_budget(config, image_size):
@@ -486,9 +505,11 @@ def _child_keras(spec, config):
         out.update(max_num_patches=naflex_budget(config, s),
                    valid_patches=int(keras.ops.convert_to_numpy(x["patch_mask"][0]).sum()))
     if spec["impl"] == "keras_vit":  # tokens its last block updates (1: the [class] token alone)
-        last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output.shape[1]
-        out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last)
-        if spec["dtype"] not in QUANTIZED_DTYPES and not naflex:  # the backend's matmul, this dtype
+        last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output
+        last = last[0] if isinstance(last, (list, tuple)) else last  # ToMe's: (tokens, sizes)
+        out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last.shape[1])
+        if spec["dtype"] not in QUANTIZED_DTYPES and not naflex and not tome_r(spec.get("variant")):
+            # the backend's matmul, this dtype, on the model's own GEMMs
             out["gemm_ceiling_gflops"] = gemm_ceiling(spec, config)
         if spec.get("agreement") and not naflex:
             out["agreement"] = _agreement(
@@ -631,25 +652,28 @@ def _child_prepare(spec, config):
     exports, seconds = {}, {}
     if spec["runtimes"]:
         calibration = digits("train", spec["calibration_images"])
-        float_onnx = os.path.join(folder, "float32.onnx")
-        for runtime, dtype, quantization in RUNTIME_ROUTES:
-            if runtime not in spec["runtimes"]:
-                continue
-            route = _route(runtime, dtype, quantization)
-            path = os.path.join(folder, route.replace(" ", "_") + (".xml" if runtime == "openvino" else ".onnx"))
-            start = time.perf_counter()
-            if runtime == "onnxruntime" and dtype == "float32":
-                model.export(float_onnx, format="onnx", verbose=False)
-                path = float_onnx
-            elif runtime == "openvino" and dtype == "float32":  # the same graph as onnxruntime's
-                import openvino
-                if not os.path.exists(float_onnx):
-                    model.export(float_onnx, format="onnx", verbose=False)
-                openvino.save_model(openvino.convert_model(float_onnx), path, compress_to_fp16=False)
-            else:
-                model.export(path, format="onnx" if runtime == "onnxruntime" else "openvino",
-                             quantize="int8", calibration_images=calibration if quantization == "static" else None)
-            exports[route], seconds[route] = path, time.perf_counter() - start
+        for r in spec.get("token_merging") or [0]:  # ToMe's r: the same weights, merging
+            merging = model.with_token_merging(r)
+            float_onnx = os.path.join(folder, f"float32_r{r}.onnx")
+            for runtime, dtype, quantization in RUNTIME_ROUTES:
+                if runtime not in spec["runtimes"]:
+                    continue
+                route = _route(runtime, dtype, with_tome(quantization, r))
+                path = os.path.join(folder, route.replace(" ", "_") + (".xml" if runtime == "openvino" else ".onnx"))
+                start = time.perf_counter()
+                if runtime == "onnxruntime" and dtype == "float32":
+                    merging.export(float_onnx, format="onnx", verbose=False)
+                    path = float_onnx
+                elif runtime == "openvino" and dtype == "float32":  # the same graph as onnxruntime's
+                    import openvino
+                    if not os.path.exists(float_onnx):
+                        merging.export(float_onnx, format="onnx", verbose=False)
+                    openvino.save_model(openvino.convert_model(float_onnx), path, compress_to_fp16=False)
+                else:
+                    merging.export(path, format="onnx" if runtime == "onnxruntime" else "openvino",
+                                   quantize="int8",
+                                   calibration_images=calibration if quantization == "static" else None)
+                exports[route], seconds[route] = path, time.perf_counter() - start
     return {**paths, "exports": exports, "export_s": seconds}
 
 
@@ -936,7 +960,7 @@ def validate(doc):
         need(r["dtype"] in DTYPES, f"results[{i}].dtype {r['dtype']!r}")
         need(r.get("quantization") in (("dynamic", "static") if r["impl"] in RUNTIMES and r["dtype"] == "int8"
                                        else (None,)), f"results[{i}].quantization (int8 runtimes only)")
-        for key in ("agreement", "vs_keras_float32", "vs_fixed"):
+        for key in ("agreement", "vs_keras_float32", "vs_fixed", "vs_r0"):
             need(key not in r or isinstance(r[key], float) and math.isfinite(r[key]) and r[key] >= 0,
                  f"results[{i}].{key} = {r.get(key)!r}")
         need(r["backend"] in ("tensorflow", "jax", "torch"), f"results[{i}].backend {r['backend']!r}")
@@ -945,6 +969,10 @@ def validate(doc):
                                    and 0 < r.get("valid_patches", 0) <= r.get("max_num_patches", 0)),
              f"results[{i}].naflex (keras_vit inference: full or half, valid_patches <= max_num_patches)")
         need("vs_fixed" not in r or "naflex" in r, f"results[{i}].vs_fixed (NaFlex rows only)")
+        need("token_merging" not in r or (isinstance(r["token_merging"], int) and r["token_merging"] > 0
+                                          and r["impl"] in ("keras_vit", *RUNTIMES) and r["mode"] == "inference"),
+             f"results[{i}].token_merging (keras_vit and runtimes in inference: ToMe's r > 0)")
+        need("vs_r0" not in r or "token_merging" in r, f"results[{i}].vs_r0 (ToMe rows only)")
         need((r.get("variant") in HF_VARIANTS) if r["impl"] == "hf" else "variant" not in r,
              f"results[{i}].variant (hf only, one of {HF_VARIANTS})")
 
@@ -989,6 +1017,11 @@ def build_parser():
                    "(ViT.with_naflex) at a budget of the fixed model's patches (196 for B/16 at 224 px), "
                    "on the fixed model's square images (sequences full) and on images of half their "
                    "height (7x14 patches at 224 px: half full), with its rate over the fixed model's")
+    p.add_argument("--token-merging", default="0", metavar="R[,R...]",
+                   help="ToMe's r values (ViT.with_token_merging: r tokens merged in every block, the "
+                   "same weights) for keras_vit's models and the runtimes' exports in inference, each "
+                   "row with its rate over r=0's (/r0) and, with --runtime, its top-1 agreement with "
+                   "the float32 model at r=0 (default 0: none)")
     p.add_argument("--jit-compile", choices=("auto", "true", "false"), default="auto",
                    help="Keras compile(jit_compile=...) for keras_vit and keras-hub (default auto, "
                    "what Keras users get: XLA on jax, on tensorflow with a GPU; never on torch)")
@@ -1043,6 +1076,7 @@ def main(argv=None):
     threads = args.threads or os.cpu_count()
     jit = {"auto": "auto", "true": True, "false": False}[args.jit_compile]
     runtimes = _names(args.runtime)
+    merges = _ints(args.token_merging)
     for what, given, known in (("mode", modes, {"inference", "train"}),
                                ("backend", backends, {"tensorflow", "jax", "torch"}),
                                ("dtype", dtypes or [], set(DTYPES)), ("runtime", runtimes, set(RUNTIMES))):
@@ -1132,7 +1166,7 @@ def main(argv=None):
                 spec = {"kind": "prepare", "impl": "keras_vit", "model": model, "image_size": size,
                         "folder": folder, "runtimes": runtimes if "inference" in modes else [],
                         "agreement_images": args.agreement_images, "calibration_images": args.calibration_images,
-                        "num_layers": args.num_layers}
+                        "num_layers": args.num_layers, "token_merging": merges}
                 print(f"prepare {model} {size}px on {export_backend}: weights, agreement logits"
                       + (", exports" if spec["runtimes"] else "") + " ...", end=" ", flush=True)
                 out = _run_child(spec, export_backend, timeout, cpu_only)
@@ -1150,9 +1184,13 @@ def main(argv=None):
             measure_peaks(r)
         for model, size, batch, mode, config_dtype in configs:
             here = [(backend, impl, variant, config_dtype) for backend, impl, variant in units]
+            if mode == "inference":  # ToMe's r > 0: keras_vit's model merging
+                here += [(backend, "keras_vit", with_tome(None, r), config_dtype)
+                         for backend in backends if "keras_vit" in impls for r in merges if r]
             if mode == "inference" and config_dtype == all_dtypes[0] and (model, size) in prepared:
-                here += [(export_backend, runtime, quantization, dtype) for runtime, dtype, quantization
-                         in RUNTIME_ROUTES if _route(runtime, dtype, quantization) in prepared[model, size]["exports"]]
+                here += [(export_backend, runtime, with_tome(quantization, r), dtype)
+                         for r in merges for runtime, dtype, quantization in RUNTIME_ROUTES
+                         if _route(runtime, dtype, with_tome(quantization, r)) in prepared[model, size]["exports"]]
             if args.naflex and mode == "inference" and config_dtype not in QUANTIZED_DTYPES:
                 here += [(backend, "keras_vit", variant, config_dtype) for backend in backends
                          for variant in NAFLEX_VARIANTS]
@@ -1244,8 +1282,10 @@ def main(argv=None):
                        valid_patches=outs[0]["valid_patches"])
         if impl in RUNTIMES:  # exported from `backend`
             row["export_s"] = float(prepared[model, size]["export_s"][_route(impl, dt, variant)])
-            if variant:
-                row["quantization"] = variant
+            if without_tome(variant):
+                row["quantization"] = without_tome(variant)
+        if tome_r(variant):
+            row["token_merging"] = tome_r(variant)
         if "agreement" in outs[0]:  # top-1 agreement with the float32 Keras model
             row["agreement"] = outs[0]["agreement"]
         if "jit_compile" in outs[0]:
@@ -1261,7 +1301,8 @@ def main(argv=None):
     # Each rate against the fastest Keras float32 backend (keras_vit's) on the same configuration.
     best_keras = {}
     for row in results:
-        if row["impl"] == "keras_vit" and row["dtype"] == "float32" and "naflex" not in row:
+        if row["impl"] == "keras_vit" and row["dtype"] == "float32" and "naflex" not in row \
+                and "token_merging" not in row:
             config = (row["model"], row["image_size"], row["batch_size"], row["mode"])
             best_keras[config] = max(best_keras.get(config, 0.0), row["images_per_s"])
     for row in results:
@@ -1269,6 +1310,7 @@ def main(argv=None):
         if best:
             row["vs_keras_float32"] = float(row["images_per_s"] / best)
     add_vs_fixed(results)
+    add_vs_r0(results)
 
     _print_table(results)
     for item in skipped:
@@ -1297,7 +1339,7 @@ def main(argv=None):
            "settings": {"rounds": rounds, "warmup": warmup, "runs": runs, "steps": steps, "quick": q,
                         "dtypes": all_dtypes, "jit_compile": args.jit_compile, "device": args.device,
                         "optimizer": args.optimizer, "num_layers": args.num_layers, "runtimes": runtimes,
-                        "naflex": args.naflex,
+                        "naflex": args.naflex, "token_merging": merges,
                         "export_backend": export_backend if prepared else None,
                         "agreement_images": args.agreement_images if prepared else None,
                         "calibration_images": args.calibration_images if runtimes else None,
@@ -1325,6 +1367,18 @@ def add_vs_fixed(results):
             row["vs_fixed"] = float(row["images_per_s"] / fixed[key(row)])
 
 
+def add_vs_r0(results):
+    """Each ToMe row's rate over the same route's without merging (r=0):
+    ``vs_r0``."""
+    def key(r):
+        return (r["impl"], r["backend"], r["model"], r["image_size"], r["batch_size"], r["mode"],
+                r["dtype"], r.get("quantization"), r.get("naflex"))
+    plain = {key(r): r["images_per_s"] for r in results if "token_merging" not in r}
+    for row in results:
+        if "token_merging" in row and key(row) in plain:
+            row["vs_r0"] = float(row["images_per_s"] / plain[key(row)])
+
+
 def _print_table(results):
     """One row per result, grouped by configuration; the ratios on keras_vit's rows."""
     def key(r):
@@ -1339,7 +1393,7 @@ def _print_table(results):
     for r in sorted(results, key=lambda r: (key(r), r["impl"] in RUNTIMES, r["impl"] == "hf", r["backend"],
                                             r["impl"] != "keras_vit", r["impl"], r.get("naflex") or "",
                                             r.get("variant") or "",
-                                            r.get("quantization") or "")):
+                                            r.get("quantization") or "", r.get("token_merging", 0))):
         vs_hub = vs_hf = ""
         if r["impl"] == "keras_vit" and "naflex" not in r:
             if (key(r), r["backend"]) in hub:
@@ -1350,7 +1404,8 @@ def _print_table(results):
         rows.append([r["impl"] + ("/" + r["variant"] if r.get("variant") else "")
                      + (f" naflex {r['naflex']} {r['valid_patches']}/{r['max_num_patches']}"
                         if r.get("naflex") else "")
-                     + (" " + r["quantization"] if r.get("quantization") else ""), r["backend"], r["model"],
+                     + (" " + r["quantization"] if r.get("quantization") else "")
+                     + (f" r={r['token_merging']}" if r.get("token_merging") else ""), r["backend"], r["model"],
                      r["mode"], str(r["image_size"]), str(r["batch_size"]), r["dtype"],
                      f"{r['images_per_s']:.1f}", f"{min(runs):.1f}-{max(runs):.1f}",
                      f"{100 * r['fraction_of_peak']:.1f}%", f"{100 * r['executed_fraction_of_peak']:.1f}%",
@@ -1359,11 +1414,12 @@ def _print_table(results):
                      f"{r['peak_memory_mb']:.0f}", f"{r['first_call_s']:.1f}", vs_hub, vs_hf,
                      f"{r['vs_keras_float32']:.2f}" if "vs_keras_float32" in r else "",
                      f"{100 * r['agreement']:.1f}%" if "agreement" in r else "",
-                     f"{r['vs_fixed']:.3f}" if "vs_fixed" in r else ""])
+                     f"{r['vs_fixed']:.3f}" if "vs_fixed" in r else "",
+                     f"{r['vs_r0']:.2f}" if "vs_r0" in r else ""])
     head = ["impl", "backend", "model", "mode", "img", "bs", "dtype", "img/s", "runs", "%peak", "%exec",
-            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF", "/kf32", "top1", "/fixed"]
+            "%gemm", "gemm%pk", "peakMB", "first_s", "/hub", "/HF", "/kf32", "top1", "/fixed", "/r0"]
     right = {"img", "bs", "img/s", "runs", "%peak", "%exec", "%gemm", "gemm%pk", "peakMB", "first_s", "/hub",
-             "/HF", "/kf32", "top1", "/fixed"}
+             "/HF", "/kf32", "top1", "/fixed", "/r0"}
     widths = [max(len(row[i]) for row in rows + [head]) for i in range(len(head))]
 
     def line(cells):
@@ -1380,7 +1436,9 @@ def _print_table(results):
           "/kf32: the rate / the fastest Keras float32 backend's (keras_vit); top1: top-1 agreement with the\n"
           "float32 Keras model on the held-out digits (runtimes: exported from the backend named);\n"
           "naflex full|half v/n: keras_vit's NaFlex model, v valid patches of its budget n per image;\n"
-          "/fixed: its rate / the fixed keras_vit model's on the same backend and configuration.\n")
+          "/fixed: its rate / the fixed keras_vit model's on the same backend and configuration;\n"
+          "r=R: ToMe's r tokens merged in every block (--token-merging; %peak and %exec count the FLOPs of\n"
+          "the model without merging); /r0: the rate / the same route's without merging.\n")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,10 @@
    attention rollout on held-out digits and on photos that scikit-image
    ships, attention distance, position-embedding similarity and the patch
    filters, as PNGs in `demo_output/explain/`.
+6. Runs the fine-tuned model faster without retraining: token merging
+   (ToMe) at several r, each r's held-out accuracy and speed (ToMe's Fig. 4)
+   in `demo_output/token_merging.json` and `token_merging_curve.png`, and
+   ToMe's picture of the merged patches in `demo_output/explain/digits/`.
 
 No download; runs on any backend (KERAS_BACKEND=tensorflow|jax|torch).
 """
@@ -83,6 +87,7 @@ def main():
     print(f"\nreloaded {path} with safe_mode=True: max |logit difference| {diff:.1e}; "
           f"first held-out digits read as {[reloaded.class_names[i] for i in predicted]}")
     show_what_it_learned(reloaded, images, labels, output / "explain")
+    show_token_merging(reloaded, output)
     before, after = (runs[k][1]["test_accuracy"] for k in ("pretrain", "finetune"))
     print(f"held-out accuracy: {before:.3f} pre-trained at 16 px, {after:.3f} fine-tuned at 32 px; "
           f"{time.perf_counter() - start:.0f} s in all")
@@ -92,7 +97,8 @@ def show_what_it_learned(model, digits, labels, out):
     """Writes the explain pictures for held-out digits and for photos."""
     import skimage.data
 
-    written = explain.write_report(model, digits, out / "digits", titles=[f"a {label}" for label in labels])
+    written = explain.write_report(model, digits, out / "digits", titles=[f"a {label}" for label in labels],
+                                   token_merging=TOKEN_MERGING[2])
     photos = [getattr(skimage.data, name)() for name in ("astronaut", "coffee", "chelsea", "rocket")]
     size = model.image_size
     photos = np.stack([
@@ -107,6 +113,50 @@ def show_what_it_learned(model, digits, labels, out):
           f"{out / 'photos_attention_rollout.png'}")
     print("mean attention distance per layer (pixels, mean over heads): "
           + ", ".join(f"{d:.1f}" for d in distance.mean(axis=1)))
+
+
+# ToMe's r for the fine-tuned model: 64 patches and a [class] token, 4 blocks
+TOKEN_MERGING = (0, 2, 4, 6, 8)
+
+
+def show_token_merging(model, output):
+    """Held-out accuracy and speed of `model` merging r tokens in each block
+    (`ViT.with_token_merging`, the same weights), for each r of
+    `TOKEN_MERGING`: ToMe's Fig. 4, measured here in one run."""
+    test = vit_data.load_source("digits", "test")
+    images, labels = next(iter(vit_data.input_pipeline(test, image_size=model.image_size, batch_size=2000,
+                                                       training=False)))
+    images, labels = keras.ops.convert_to_numpy(images), keras.ops.convert_to_numpy(labels).argmax(-1)
+    rows = []
+    for r in TOKEN_MERGING:
+        merging = model.with_token_merging(r)
+        merging.predict(images[:64], batch_size=64, verbose=0)  # compiled once, untimed
+        start = time.perf_counter()
+        logits = merging.predict(images, batch_size=64, verbose=0)
+        rate = len(images) / (time.perf_counter() - start)
+        tokens = merging.get_layer(f"encoder_block_{model.num_layers - 1}").output
+        tokens = tokens[0] if isinstance(tokens, (list, tuple)) else tokens
+        rows.append({"r": r, "tokens_after_last_block": int(tokens.shape[1]),
+                     "accuracy": float((np.asarray(logits).argmax(-1) == labels).mean()),
+                     "images_per_s": rate})
+    for row in rows:
+        row["vs_r0"] = row["images_per_s"] / rows[0]["images_per_s"]
+        print(f"token merging r={row['r']}: {row['tokens_after_last_block']} tokens after the last block, "
+              f"held-out accuracy {row['accuracy']:.3f}, {row['vs_r0']:.2f}x r=0's speed")
+    (output / "token_merging.json").write_text(json.dumps({"backend": keras.backend.backend(), "rows": rows},
+                                                          indent=1))
+    plt = explain.plots.pyplot()
+    figure, axis = plt.subplots(figsize=(4.2, 3.2))
+    axis.plot([row["vs_r0"] for row in rows], [100 * row["accuracy"] for row in rows], "o-")
+    for row in rows:
+        axis.annotate(f"r={row['r']}", (row["vs_r0"], 100 * row["accuracy"]), fontsize=8,
+                      textcoords="offset points", xytext=(4, 4))
+    axis.set_xlabel("speed / r=0's")
+    axis.set_ylabel("held-out accuracy (%)")
+    axis.set_title("Token merging without retraining (ToMe, Fig. 4)", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(output / "token_merging_curve.png", dpi=150)
+    plt.close(figure)
 
 
 if __name__ == "__main__":

@@ -299,13 +299,14 @@ def test_the_benchmark_names_the_cpu_kind(vendor, family, model, name, flags, ki
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One tiny run on this backend, fixed model and --naflex beside it:
-    ViT-Ti/16 of two blocks at 32 px, inference and training, with the
-    allocator's thresholds set. Returns (its JSON, its stdout, the environment)."""
+    """One tiny run on this backend, fixed model, --naflex and ToMe's r=2
+    beside it: ViT-Ti/16 of two blocks at 32 px, inference and training,
+    with the allocator's thresholds set. Returns (its JSON, its stdout, the environment)."""
     backend = keras.backend.backend()
     out = tmp_path_factory.mktemp("bench") / "bench.json"
     args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
             "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", "--naflex",
+            "--token-merging", "0,2",
             "--rounds", "1", "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128",
             "--threads", "1", "--device", "cpu", "--num-layers", "2", "--json", str(out)]
     # glibc's two allocator thresholds (docs/deploy.md): recorded with the machine, since they change the speed
@@ -321,7 +322,7 @@ def test_a_tiny_run_writes_the_documented_json(tiny_run):
     doc, stdout, env = tiny_run
     bench = load_script()
     bench.validate(doc)
-    fixed = [r for r in doc["results"] if not r.get("naflex")]  # NaFlex's rows: the test below
+    fixed = [r for r in doc["results"] if not r.get("naflex") and not r.get("token_merging")]  # the tests below
     speed = bench.speed_environment(env)
     assert doc["machine"]["environment"] == speed and speed["MALLOC_TRIM_THRESHOLD_"] == "17179869184"
     assert doc["machine"]["device_by_backend"] == {backend: "cpu"}
@@ -353,9 +354,11 @@ def test_a_tiny_run_writes_the_documented_json(tiny_run):
     for r in doc["results"]:
         runs = [v for round_runs in r["images_per_s_runs"] for v in round_runs]
         assert len(runs) == 2 and min(runs) <= r["images_per_s"] <= max(runs)
-        variant = ["naflex", r["naflex"]] if r.get("naflex") else []  # "keras_vit naflex full 4/4 ..."
+        variant = (["naflex", r["naflex"]] if r.get("naflex") else  # "keras_vit naflex full 4/4 ..."
+                   [f"r={r['token_merging']}"] if r.get("token_merging") else [])  # "keras_vit r=2 ..."
         row = next(line for line in stdout.splitlines() if line.split()[:1] == ["keras_vit"]
-                   and (line.split()[1:3] == variant or not variant and line.split()[1] != "naflex")
+                   and (line.split()[1:1 + len(variant)] == variant
+                        or not variant and line.split()[1] not in ("naflex", "r=2"))
                    and f" {r['mode']} " in line)
         assert f" {min(runs):.1f}-{max(runs):.1f} " in row, row
 
@@ -368,7 +371,8 @@ def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tiny_run):
     backend = keras.backend.backend()
     doc, stdout, _ = tiny_run
     assert doc["settings"]["naflex"] is True
-    inference = [r for r in doc["results"] if r["mode"] == "inference"]  # NaFlex's: inference only
+    inference = [r for r in doc["results"] if r["mode"] == "inference"  # NaFlex's: inference only
+                 and not r.get("token_merging")]
     rows = {r.get("naflex"): r for r in inference}
     assert len(inference) == 3 and set(rows) == {None, "full", "half"}
     assert {r.get("naflex") for r in doc["results"] if r["mode"] == "train"} == {None}
@@ -382,6 +386,25 @@ def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tiny_run):
         assert row["vs_fixed"] == pytest.approx(row["images_per_s"] / fixed["images_per_s"])
         assert f"keras_vit naflex {fill} {valid}/4 " in stdout
         assert f"keras_vit/naflex-{fill} {backend} vit_ti16 inference 32px bs2" in stdout
+
+
+@pytest.mark.slow
+def test_a_tiny_run_times_token_merging_beside_the_model(tiny_run):
+    """--token-merging 0,2 at 32 px, patch 16 (5 tokens): keras_vit's model
+    merging 2 tokens in each block (5 -> 3 -> 2) in inference, the same
+    parameters, with its rate over the model's without merging."""
+    backend = keras.backend.backend()
+    doc, stdout, _ = tiny_run
+    assert doc["settings"]["token_merging"] == [0, 2]
+    merged = [r for r in doc["results"] if r.get("token_merging")]
+    assert [(r["token_merging"], r["mode"], r["backend"]) for r in merged] == [(2, "inference", backend)]
+    [row] = merged
+    plain = next(r for r in doc["results"] if r["mode"] == "inference" and not r.get("naflex")
+                 and not r.get("token_merging"))
+    assert row["params"] == plain["params"] and "vs_r0" not in plain
+    assert row["vs_r0"] == pytest.approx(row["images_per_s"] / plain["images_per_s"])
+    assert f"keras_vit/tome-2 {backend} vit_ti16 inference 32px bs2" in stdout
+    assert "keras_vit r=2 " in stdout and "/r0" in stdout
 
 
 @pytest.mark.backend_independent  # the script runs PyTorch in its own process, whatever the pass

@@ -373,6 +373,8 @@ TABLE = {
     "naflex": every(refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
                             _FIXED_SIZE), huggingface=written(note="NaFlex: written as a Siglip2VisionModel")),
     "max_num_patches": every(with_("naflex")),
+    # token merging (ToMe) changes how the model runs, not its weights
+    **{field: every(LOADING) for field in ("token_merging", "proportional_attention")},
 }
 
 
@@ -419,6 +421,7 @@ _SIGLIP2 = {
     "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "
                        "sequences", "Make it NaFlex first (`model.with_naflex(max_num_patches)`).")),
     "max_num_patches": writes(max_num_patches=3),
+    **{field: LOADING for field in ("token_merging", "proportional_attention")},
 }
 for _field, _entries in TABLE.items():
     _entries["siglip2"] = _SIGLIP2[_field]
