@@ -130,10 +130,13 @@ def show_token_merging(model, output):
     rows = []
     for r in TOKEN_MERGING:
         merging = model.with_token_merging(r)
-        merging.predict(images[:64], batch_size=64, verbose=0)  # compiled once, untimed
-        start = time.perf_counter()
-        logits = merging.predict(images, batch_size=64, verbose=0)
-        rate = len(images) / (time.perf_counter() - start)
+        logits = merging.predict(images, batch_size=120, verbose=0)  # compiled here, untimed
+        seconds = []
+        for _ in range(3):  # the best of three passes over the 360 digits
+            start = time.perf_counter()
+            merging.predict(images, batch_size=120, verbose=0)
+            seconds.append(time.perf_counter() - start)
+        rate = len(images) / min(seconds)
         tokens = merging.get_layer(f"encoder_block_{model.num_layers - 1}").output
         tokens = tokens[0] if isinstance(tokens, (list, tuple)) else tokens
         rows.append({"r": r, "tokens_after_last_block": int(tokens.shape[1]),

@@ -83,11 +83,15 @@ def token_merging_picture(image, groups, seed=0):
         seed: of the outlines' random colours.
 
     Returns:
-        float ``(H, W, 3)`` in [0, 1].
+        float ``(k H, k W, 3)`` in [0, 1]: the image enlarged ``k`` times
+        (nearest neighbour) where its patches are under 16 pixels, so that
+        the one-pixel outlines stay thin.
     """
     image = _display(image)
     if image.ndim == 2:
         image = np.repeat(image[..., None], 3, axis=-1)
+    k = max(1, -(-16 // max(1, image.shape[0] // np.shape(groups)[0])))
+    image = np.repeat(np.repeat(image, k, axis=0), k, axis=1)
     height, width = image.shape[:2]
     labels = _upsample(np.asarray(groups), height, width)
     count = int(labels.max()) + 1
