@@ -1361,7 +1361,8 @@ def add_vs_fixed(results):
     backend, model, size, batch and dtype: ``vs_fixed``."""
     def key(r):
         return (r["backend"], r["model"], r["image_size"], r["batch_size"], r["mode"], r["dtype"])
-    fixed = {key(r): r["images_per_s"] for r in results if r["impl"] == "keras_vit" and "naflex" not in r}
+    fixed = {key(r): r["images_per_s"] for r in results
+             if r["impl"] == "keras_vit" and "naflex" not in r and "token_merging" not in r}
     for row in results:
         if "naflex" in row and key(row) in fixed:
             row["vs_fixed"] = float(row["images_per_s"] / fixed[key(row)])
