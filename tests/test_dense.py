@@ -32,7 +32,7 @@ BACKEND = keras.backend.backend()
 # -- shared fixtures -----------------------------------------------------------------
 
 # DINOv3's options at test size: RoPE, four registers, LayerScale, a key without bias; the
-# tanh GELU, as TensorFlow's ONNX route writes the erf one as an op onnxruntime lacks (Erfc).
+# paper's tanh GELU.
 TINY = dict(image_size=32, patch_size=8, num_layers=3, num_heads=2, hidden_dim=16, mlp_dim=32,
             num_classes=0, position_embedding="rope", key_bias=False, num_registers=4,
             layer_scale_init=1.0, layer_norm_epsilon=1e-5)

@@ -19,8 +19,10 @@ What each gains, measured, is in docs/performance.md.
 import functools
 import math
 
+import keras
 from keras import ops
 
+from keras_vit.kernels._platform import fast_paths_enabled
 from keras_vit.kernels._platform import upstream_gradient
 from keras_vit.kernels.quantized import int8_dense
 from keras_vit.kernels.routes import REFERENCE
@@ -181,7 +183,9 @@ def gelu(x, approximate=True):
     elementwise ops; JAX: the tanh or erf); here the gradient is written out
     from ``x`` alone (``Φ(x) + x φ(x)``, or the derivative of the tanh form).
     On TensorFlow's CPU the forward and the gradient are each compiled by XLA
-    into one pass over memory. PyTorch's GELU already keeps only ``x``.
+    into one pass over memory. PyTorch's GELU already keeps only ``x``. In an
+    export's graph on TensorFlow (`keras_layers_only`) the exact GELU is
+    ``0.5 x (1 + erf(x / sqrt(2)))``: ``keras.ops.gelu``'s erfc has no ONNX op.
 
     Args:
         x: any shape.
@@ -191,6 +195,11 @@ def gelu(x, approximate=True):
         ``x``'s shape and dtype.
     """
     if route("gelu") == REFERENCE:
+        if not approximate and not fast_paths_enabled() and keras.backend.backend() == "tensorflow":
+            # An export's graph (`keras_layers_only`): TensorFlow writes the exact
+            # GELU with erfc, which tf2onnx passes on as an op onnxruntime does not
+            # have; Φ(x) through erf is the same function, and every exporter has Erf.
+            return 0.5 * x * (1.0 + ops.erf(x * math.sqrt(0.5)))
         return gelu_reference(x, approximate)
     return (_gelu_tanh if approximate else _gelu_erf)(x)
 
