@@ -53,21 +53,33 @@ def plot_attention_rollout(images, rollout, titles=None):
         rollout: (batch, gh, gw) from `attention_rollout`.
         titles: optional list of str, one per image.
     """
-    plt = pyplot()
     images, rollout = np.asarray(images), np.asarray(rollout)
+
+    def weighted(i, image):
+        mask = _upsample(rollout[i] / rollout[i].max(), image.shape[0], image.shape[1])
+        return image * (mask[..., None] if image.ndim == 3 else mask)
+
+    return _under_each_image(images, titles, weighted, lambda i: "attention",
+                             "Attention rollout from the output token to the input (Fig. 6)")
+
+
+def _under_each_image(images, titles, lower, lower_title, title):
+    """A figure of two rows: each of `images` (`_display`ed) titled by
+    `titles` (or "input i"), and under it ``lower(i, image)`` titled
+    ``lower_title(i)``."""
+    plt = pyplot()
     count = len(images)
     figure, axes = plt.subplots(2, count, figsize=(2.2 * count, 4.6), squeeze=False)
     for i in range(count):
         image = _display(images[i])
-        mask = _upsample(rollout[i] / rollout[i].max(), image.shape[0], image.shape[1])
-        shown = image * (mask[..., None] if image.ndim == 3 else mask)
-        axes[0, i].imshow(image, cmap=None if image.ndim == 3 else "gray")
-        axes[1, i].imshow(shown, cmap=None if image.ndim == 3 else "gray")
+        cmap = None if image.ndim == 3 else "gray"
+        axes[0, i].imshow(image, cmap=cmap)
+        axes[1, i].imshow(lower(i, image), cmap=cmap)
         axes[0, i].set_title(titles[i] if titles else f"input {i}", fontsize=8)
-        axes[1, i].set_title("attention", fontsize=8)
+        axes[1, i].set_title(lower_title(i), fontsize=8)
         for axis in axes[:, i]:
             axis.axis("off")
-    figure.suptitle("Attention rollout from the output token to the input (Fig. 6)", fontsize=9)
+    figure.suptitle(title, fontsize=9)
     figure.tight_layout()
     return figure
 
@@ -118,23 +130,12 @@ def plot_token_merging(images, groups, titles=None, token_merging=None):
         titles: optional list of str, one per image.
         token_merging: the model's ``token_merging``, for the title.
     """
-    plt = pyplot()
     images, groups = np.asarray(images), np.asarray(groups)
-    count = len(images)
-    figure, axes = plt.subplots(2, count, figsize=(2.2 * count, 4.6), squeeze=False)
-    for i in range(count):
-        image = _display(images[i])
-        axes[0, i].imshow(image, cmap=None if image.ndim == 3 else "gray")
-        axes[1, i].imshow(token_merging_picture(images[i], groups[i]))
-        axes[0, i].set_title(titles[i] if titles else f"input {i}", fontsize=8)
-        axes[1, i].set_title(f"{len(np.unique(groups[i]))} tokens", fontsize=8)
-        for axis in axes[:, i]:
-            axis.axis("off")
     r = "" if token_merging is None else f", r={token_merging}"
-    figure.suptitle(f"Token merging: the patches each token holds after the last block{r} "
-                    "(ToMe, Fig. 6)", fontsize=9)
-    figure.tight_layout()
-    return figure
+    return _under_each_image(
+        images, titles, lambda i, image: token_merging_picture(images[i], groups[i]),
+        lambda i: f"{len(np.unique(groups[i]))} tokens",
+        f"Token merging: the patches each token holds after the last block{r} (ToMe, Fig. 6)")
 
 
 def plot_position_embedding_similarity(similarity):
