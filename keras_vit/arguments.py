@@ -8,6 +8,7 @@ backend.
 """
 
 import argparse
+import ast
 
 # The dtype policies a run computes in (the recipes' ``--dtype``, and that of
 # predict, zero-shot, evaluate and explain).
@@ -99,4 +100,31 @@ def parse_shots(text):
     values = parse_ints(text)
     if values and min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive shots per class such as 1,5,10, got {text!r}")
+    return values
+
+
+def parse_key_values(text):
+    """``num_layers=4,hidden_dim=64`` -> {"num_layers": 4, "hidden_dim": 64}:
+    each value a Python literal where it reads as one, else the string."""
+    arguments = {}
+    for item in filter(None, text.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs such as num_layers=4, got {item!r}")
+        try:
+            arguments[key.strip()] = ast.literal_eval(value.strip())
+        except (ValueError, SyntaxError):
+            arguments[key.strip()] = value.strip()
+    return arguments
+
+
+def parse_floats(text):
+    """``0.001,0.01`` -> [0.001, 0.01], each positive."""
+    try:
+        values = [float(part) for part in text.split(",") if part]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected comma-separated positive numbers such as "
+                                         f"0.001,0.01, got {text!r}")
     return values

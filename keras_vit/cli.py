@@ -39,10 +39,18 @@ from keras_vit.arguments import DTYPES
 from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import merge_counts as _merge_counts
+from keras_vit.arguments import parse_floats
 from keras_vit.arguments import parse_ints
+from keras_vit.arguments import parse_key_values
 from keras_vit.arguments import parse_shots
 from keras_vit.export.int8 import QUANTIZE_MODES
 from keras_vit.startup import quiet_start
+
+# evaluate --benchmark's choices (keras_vit.evaluation.BENCHMARKS), named here
+# so that --help imports no NumPy; tests/test_evaluation.py keeps them equal.
+BENCHMARK_NAMES = ("imagenet", "imagenet_real", "imagenet_v2", "imagenet_sketch", "imagenet_a",
+                   "imagenet_r", "cifar10", "cifar100", "pets", "flowers", "vtab1k", "knn", "linear",
+                   "zero_shot")
 
 MODEL_HELP = ("a .keras model; a checkpoint file or folder; a URL (hf://owner/repo, https://, "
               "gs://); or a released name (keras-vit pretrained)")
@@ -331,12 +339,36 @@ def _explain(args):
     return 0
 
 
+def _benchmarks(args):
+    """``evaluate --benchmark``: `keras_vit.evaluation.evaluate_benchmarks`."""
+    from keras_vit.evaluation import evaluate_benchmarks
+    from keras_vit.evaluation.benchmarks import TABLE
+    from keras_vit.io import files
+
+    if not args.out:
+        raise ValueError("--benchmark writes results.json and results.md: give the folder with --out.")
+    out = files.output_folder(args.out, "--out")
+    changed = args.image_size or args.dtype or args.max_num_patches
+    model = _naflex_model(_load_model(args.model, args.image_size, dtype=args.dtype),
+                          args.max_num_patches, args.model) if changed else args.model
+    results = evaluate_benchmarks(
+        model, args.benchmark, out, published_as=args.published_as, dataset=args.dataset,
+        split=args.split, train_split=args.train_split, data_dir=args.data_dir,
+        batch_size=args.batch_size, tasks=args.tasks, sweep=args.sweep, lr_grid=args.lr_grid,
+        finetune=args.finetune, k=args.k, temperature=args.temperature, templates=args.templates)
+    print((pathlib.Path(out) / TABLE).read_text(encoding="utf-8"))
+    print(f"results: {pathlib.Path(out) / 'results.json'} ({len(results['benchmarks'])} benchmarks)")
+    return 0
+
+
 def _evaluate(args):
     from keras_vit import ViT
     from keras_vit import data as vit_data
     from keras_vit.training import evaluation
     from keras_vit.training.run import pixel_scaling
 
+    if args.benchmark:
+        return _benchmarks(args)
     model = _load_model(args.model, args.image_size, dtype=args.dtype)
     if not isinstance(model, ViT):
         raise ValueError(
@@ -640,6 +672,27 @@ def _add_evaluate(commands):
     sub.add_argument("--few-shot", type=parse_shots, metavar="K,K", help="e.g. 1,5,10,25")
     _max_num_patches_flag(sub)
     _dtype_flag(sub)
+    paper = sub.add_argument_group(
+        "the paper's benchmarks (docs/evaluation.md)",
+        "--benchmark runs named evaluations and writes results.json and results.md (ours beside "
+        "the published numbers) into --out; started again with the same flags, it continues.")
+    paper.add_argument("--benchmark", metavar="NAME,NAME", help=f"any of: {', '.join(BENCHMARK_NAMES)}")
+    paper.add_argument("--out", help="the folder of the results and of any fine-tuning runs")
+    paper.add_argument("--tasks", metavar="TASK,TASK", help="vtab1k: the tasks (default all 19; "
+                       "'digits' is the embedded digits carved as VTAB carves its tasks)")
+    paper.add_argument("--sweep", action="store_true", help="fine-tuning: sweep the learning rate "
+                       "(VTAB: train800, chosen on val200) instead of the paper's one setting")
+    paper.add_argument("--lr-grid", type=parse_floats, metavar="LR,LR",
+                       help="the sweep's rates (default 0.001,0.003,0.01,0.03)")
+    paper.add_argument("--finetune", type=parse_key_values, default={}, metavar="KEY=VALUE,...",
+                       help="fine-tuning settings over the paper's, for a small machine, e.g. "
+                            "steps=200,batch_size=64,accum_steps=1,image_size=224")
+    paper.add_argument("--published-as", metavar="NAME", help="quote the published numbers of this "
+                       "released name (default: MODEL, when it is one)")
+    paper.add_argument("--k", type=_positive_int, default=20, help="knn: neighbours that vote")
+    paper.add_argument("--temperature", type=float, default=0.07, help="knn: the votes' temperature")
+    paper.add_argument("--templates", choices=("imagenet", "simple"), default="imagenet",
+                       help="zero_shot: CLIP's 80 ImageNet prompts or open_clip's 7")
 
 
 def _add_explain(commands):

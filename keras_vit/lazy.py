@@ -12,11 +12,13 @@ import sys
 import types
 
 
-def import_lazily(package, names, modules=()):
+def import_lazily(package, names, modules=(), by_module=False):
     """Has the package named `package` import its public names when one is
     first used (PEP 562's module `__getattr__`), not with itself: each
     submodule of `modules` by itself, and the names of `names` (name -> the
-    module that defines it) all together. Its `__dir__` lists them before
+    module that defines it) all together; or, with `by_module`, the names of
+    the used name's module (`keras_vit.evaluation`: its scores need neither
+    Keras nor TensorFlow, its VTAB tasks TensorFlow). Its `__dir__` lists them before
     they are imported (its `__all__`), and a submodule whose name is also a
     public name (`keras_vit.presets`, the module, and the function) is not
     bound over that name when it is imported, as the import system binds
@@ -25,7 +27,7 @@ def import_lazily(package, names, modules=()):
     module = sys.modules[package]
     namespace = vars(module)
 
-    def load():
+    def load(wanted):
         # Importing Keras and its backend makes 250,000-500,000 objects and
         # no garbage, so the collector's full passes over them while they
         # are made free nothing and only add to the import's time (most on
@@ -35,7 +37,7 @@ def import_lazily(package, names, modules=()):
         gc.disable()
         try:
             loaded = {name: getattr(importlib.import_module(source), name)
-                      for name, source in names.items()}
+                      for name, source in names.items() if not by_module or source == names[wanted]}
         finally:
             if collecting:
                 gc.enable()
@@ -45,7 +47,7 @@ def import_lazily(package, names, modules=()):
         if name in modules:  # the import binds it on the package
             return importlib.import_module(f"{package}.{name}")
         if name in names:
-            load()
+            load(name)
             return namespace[name]
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 

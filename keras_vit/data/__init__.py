@@ -1,6 +1,6 @@
 """Input pipelines for training and evaluating ViT with `model.fit` on any
 Keras backend: image sources (the embedded digits, TFDS, image folders),
-the paper's preprocessing, Keras core augmentations, exact determinism; and
+the paper's preprocessing, Keras core augmentations, exact determinism; the 19 tasks of VTAB-1k; and
 canvases of the embedded digits for semantic segmentation.
 """
 
@@ -21,6 +21,9 @@ from keras_vit.data.sources import DATASETS
 from keras_vit.data.sources import Source
 from keras_vit.data.sources import load_source
 from keras_vit.data.sources import unreadable_files
+from keras_vit.data.vtab import VTAB_DIGITS
+from keras_vit.data.vtab import VTAB_TASKS
+from keras_vit.data.vtab import VtabTask
 
 __all__ = [
     "DATASETS",
@@ -35,4 +38,7 @@ __all__ = [
     "read_images",
     "read_pixels",
     "unreadable_files",
+    "VTAB_DIGITS",
+    "VTAB_TASKS",
+    "VtabTask",
 ]

@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit.config import is_int
+from keras_vit.data import vtab
 from keras_vit.data.preprocessing import IMAGE_EXTENSIONS
 from keras_vit.data.preprocessing import check_image_file
 from keras_vit.data.preprocessing import decode_image
@@ -166,7 +167,10 @@ def load_source(name, split, data_dir=None):
             ``"digits_stretched"`` (the same digits, each stretched to its own
             aspect ratio between 1:3 and 3:1, about 32x32 pixels in area,
             as PNG: images of many shapes, for NaFlex), the name of
-            a TFDS image-classification dataset (see `DATASETS`), or the path
+            a TFDS image-classification dataset (see `DATASETS`), a VTAB-1k
+            task as ``"vtab/<task>"`` (`keras_vit.data.VTAB_TASKS`; its
+            splits are ``train800``, ``val200``, ``train800val200``,
+            ``train``, ``val``, ``trainval`` and ``test``), or the path
             of an image folder (one sub-folder per class).
         split: a split in TFDS syntax, e.g. ``"train"``, ``"test"``,
             ``"train[:98%]"``, ``"train[98%:]"``, ``"validation"``.
@@ -206,6 +210,8 @@ def load_source(name, split, data_dir=None):
     path = os.path.expanduser(os.fspath(name))
     if os.path.isdir(path):
         return _folder_source(path, split)
+    if isinstance(name, str) and name.startswith(vtab.PREFIX):
+        return vtab.vtab_source(name, split, data_dir)
     return _tfds_source(name, split, data_dir)
 
 
@@ -389,7 +395,10 @@ def _tfds():
     return require("tensorflow_datasets", "Reading a dataset's splits (TFDS)")
 
 
-def _tfds_source(name, split, data_dir):
+def prepared_builder(name, data_dir=None):
+    """The TFDS builder of `name` (``"cifar100"``, ``"clevr:3.*.*"``), its
+    data prepared: downloaded and prepared here when it is not yet in
+    `data_dir`, or a clear error naming how to prepare it elsewhere."""
     tfds = _tfds()
     try:
         builder = tfds.builder(name, data_dir=data_dir)
@@ -397,7 +406,8 @@ def _tfds_source(name, split, data_dir):
         raise ValueError(
             f"Unknown dataset {name!r}: it is not 'digits', not a TFDS dataset, and no folder "
             f"{os.path.abspath(os.path.expanduser(name))} exists. TFDS datasets known to work: "
-            f"{', '.join(DATASETS)} (any TFDS image-classification dataset is tried). {_FOLDER_LAYOUT}"
+            f"{', '.join(DATASETS)} (any TFDS image-classification dataset is tried), and the "
+            f"VTAB-1k tasks as 'vtab/<task>'. {_FOLDER_LAYOUT}"
         ) from None
     if not builder.is_prepared():
         try:
@@ -406,19 +416,53 @@ def _tfds_source(name, split, data_dir):
             raise RuntimeError(
                 f"TFDS dataset {name!r} is not in {builder.data_dir} and could not be downloaded "
                 f"and prepared ({type(err).__name__}: {err}). Prepare it on a machine with network "
-                f"access (`tfds build {name} --data_dir=...`; imagenet2012 needs its archives in "
-                "the manual download folder first, see the TFDS catalog) and pass that data_dir."
+                f"access (`tfds build {name.split(':')[0]} --data_dir=...`; imagenet2012 needs its "
+                "archives in the manual download folder first, see the TFDS catalog) and pass that "
+                "data_dir."
             ) from err
+    return builder
+
+
+def _tfds_source(name, split, data_dir):
+    return tfds_source(prepared_builder(name, data_dir), name, split)
+
+
+def tfds_source(builder, name, split, label=None, num_classes=None, pixel_scale=1):
+    """The `Source` of `split` of a prepared TFDS `builder`.
+
+    Args:
+        builder: from `prepared_builder`.
+        name: the dataset's name, for messages.
+        split: TFDS split syntax.
+        label: None (the ``"label"`` class feature), or ``f(example,
+            features)`` -> int64, the label computed from each example
+            (VTAB's structured tasks).
+        num_classes: the classes of a computed `label`.
+        pixel_scale: the decoded images are multiplied by it (1: they stay
+            encoded until the pipeline decodes them).
+    """
+    tfds = _tfds()
     features = builder.info.features
-    if "image" not in features or "label" not in features or not isinstance(
-        features["label"], tfds.features.ClassLabel
-    ):
+    if "image" not in features or (label is None and not (
+            "label" in features and isinstance(features["label"], tfds.features.ClassLabel))):
         raise ValueError(
             f"TFDS dataset {name!r} has features {sorted(features)}: an image-classification "
             "dataset needs an 'image' and a class 'label' feature."
         )
-    label = features["label"]
-    encoded = isinstance(features["image"], tfds.features.Image)
+    key = getattr(label, "feature", None) if label is not None else "label"
+    class_feature = features[key] if key else None
+    if label is None:
+        num_classes = class_feature.num_classes
+    class_names = list(class_feature.names) if isinstance(
+        class_feature, tfds.features.ClassLabel) and class_feature.num_classes == num_classes else None
+    encoded = isinstance(features["image"], tfds.features.Image) and pixel_scale == 1
+
+    def example_record(example):
+        image = example["image"]
+        if not encoded:
+            image = to_rgb(image) * tf.cast(pixel_scale, image.dtype)
+        value = tf.cast(example["label"], tf.int64) if label is None else label(example, features)
+        return {"image": image, "label": value}
 
     def read(part, index=0, count=1):
         """The `Source` of `part`: the images still encoded (TFDS's
@@ -436,13 +480,9 @@ def _tfds_source(name, split, data_dir):
         num_examples = int(dataset.cardinality())
         if num_examples < 0:
             num_examples = builder.info.splits[part].num_examples
-        dataset = dataset.map(
-            lambda example: {"image": example["image"] if encoded else to_rgb(example["image"]),
-                             "label": tf.cast(example["label"], tf.int64)},
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True,
-        )
+        dataset = dataset.map(example_record, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         described = split if count == 1 else f"{split} (part {index + 1} of {count})"
-        return Source(dataset, name, described, label.num_classes, list(label.names) or None, num_examples,
+        return Source(dataset, name, described, num_classes, class_names, num_examples,
                       "bytes" if encoded else "pixels", image_shape=(*features["image"].shape[:2], 3),
                       reader=lambda i, n: read(tfds.even_splits(split, n)[i], i, n))
 

@@ -9,7 +9,6 @@ which ``accum_steps`` micro-batches make up.
 """
 
 import argparse
-import ast
 import copy
 import dataclasses
 import json
@@ -26,6 +25,7 @@ from keras_vit.arguments import check_strategy
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_shots
+from keras_vit.arguments import parse_key_values
 from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.config import is_int
 from keras_vit.presets import PRESETS
@@ -61,20 +61,6 @@ def _randaugment(text):
     if len(values) != 2:
         raise argparse.ArgumentTypeError(f"expected NUM_OPS,MAGNITUDE such as 2,10, got {text!r}")
     return values
-
-
-def _model_args(text):
-    """``num_layers=4,hidden_dim=64`` -> {"num_layers": 4, "hidden_dim": 64}."""
-    arguments = {}
-    for item in filter(None, text.split(",")):
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise argparse.ArgumentTypeError(f"expected KEY=VALUE pairs such as num_layers=4, got {item!r}")
-        try:
-            arguments[key.strip()] = ast.literal_eval(value.strip())
-        except (ValueError, SyntaxError):
-            arguments[key.strip()] = value.strip()
-    return arguments
 
 
 def _finite(value):
@@ -207,7 +193,7 @@ class RunConfig:
     eval_split: str = _flag("test", "e.g. test, validation, train[98%:]")
     model: str = _flag("vit_b16", "a preset name such as vit_b16 or ViT-B/16")
     model_args: Mapping = _flag({}, "ViT arguments over the preset, e.g. num_layers=4,hidden_dim=64",
-                                _model_args, metavar="KEY=VALUE,...")
+                                parse_key_values, metavar="KEY=VALUE,...")
     image_size: int = _flag(224, "training resolution in pixels (with --max-num-patches: the "
                             "size the position table is learned at)", int, check=_positive_int)
     max_num_patches: int | None = _flag(
@@ -469,6 +455,11 @@ _ROWS = {
     "ft-cifar10": _finetune("cifar10", 10_000, _GRID, "train[:98%]", "test", "CIFAR-10"),
     # vit_jax has no 500-step configs; its 500 warm-up steps would fill the whole run,
     # so these warm up over the first 10% (our choice).
+    # Appendix B.1.1: every VTAB-1k task with one setting (lr 0.01, 2,500 steps),
+    # trained on train800val200 and tested on test; the dataset is one task
+    # (keras_vit.evaluation runs all 19, and the lr_grid sweep on request)
+    "ft-vtab1k": _finetune("vtab/caltech101", 2500, _GRID, "train800val200", "test", "VTAB (19 tasks)",
+                           base_lr=0.01),
     "ft-pets": _finetune("oxford_iiit_pet", 500, _GRID, "train[:90%]", "test", "Oxford-IIIT Pets",
                          warmup_steps=50),
     "ft-flowers": _finetune("oxford_flowers102", 500, _GRID, "train[:90%]", "test",

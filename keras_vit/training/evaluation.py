@@ -33,7 +33,7 @@ def feature_extractor(model):
     return keras.Model(model.input, model.parts.head.input, name=f"{model.name}_features")
 
 
-def _outputs(model, dataset):
+def predict_batches(model, dataset):
     """`model`'s outputs (NumPy) on each of `dataset`'s (images, labels)
     batches, with the batch's integer labels: ``(outputs, labels)`` per
     batch. The images are an array, or NaFlex's dict
@@ -77,7 +77,7 @@ def predict_features(model, dataset):
     """
     extractor = feature_extractor(model)
     features, labels = [], []
-    for batch_features, batch_labels in _outputs(extractor, dataset):
+    for batch_features, batch_labels in predict_batches(extractor, dataset):
         features.append(batch_features)
         labels.append(batch_labels)
     return np.concatenate(features).astype("float64"), np.concatenate(labels)
@@ -100,7 +100,7 @@ def accuracy(model, dataset):
         ```
     """
     correct = total = 0
-    for logits, labels in _outputs(model, dataset):
+    for logits, labels in predict_batches(model, dataset):
         correct += int((logits.argmax(-1) == labels).sum())
         total += len(labels)
     if not total:

@@ -1,0 +1,277 @@
+"""The paper's evaluations (keras_vit.evaluation): ReaL, k-NN and the linear
+probe against independent implementations written here; VTAB-1k's 19 tasks
+against task_adaptation's definitions, read through TFDS's own features
+with mock examples; ImageNet-A/-R and ReaL scoring through a model; and the
+benchmarks' runner with its results, its resumption and its command line."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+from keras_vit.evaluation import metrics
+
+HERE = pathlib.Path(__file__).parent
+
+
+# -- scores against independent implementations --------------------------------
+
+def real_by_hand(top1, sets):
+    right = scored = 0
+    for prediction, labels in zip(top1, sets):
+        if labels:
+            scored += 1
+            right += prediction in labels
+    return right / scored
+
+
+def knn_by_hand(train, train_labels, test, k, temperature, num_classes):
+    """DINO's k-NN, one test image at a time: a full sort, a dict of votes."""
+    predictions = []
+    for row in test:
+        similarity = [float(row @ x) / (np.linalg.norm(row) * np.linalg.norm(x)) for x in train]
+        order = sorted(range(len(train)), key=lambda i: -similarity[i])[:k]
+        votes = {c: 0.0 for c in range(num_classes)}
+        for i in order:
+            votes[int(train_labels[i])] += np.exp(similarity[i] / temperature)
+        predictions.append(max(range(num_classes), key=lambda c: (votes[c], -c)))
+    return np.array(predictions)
+
+
+@pytest.mark.backend_independent
+def test_real_accuracy_is_an_independent_count():
+    rng = np.random.default_rng(0)
+    sets = [sorted(set(rng.integers(0, 10, rng.integers(0, 4)).tolist())) for _ in range(300)]
+    logits = rng.normal(size=(300, 10))
+    top1 = logits.argmax(-1)
+    expected = real_by_hand(top1.tolist(), sets)
+    assert metrics.real_accuracy(logits, sets) == pytest.approx(expected)
+    assert metrics.real_accuracy(top1, sets) == pytest.approx(expected)
+    for bad, message in (((top1[:5], sets), "5 predictions and 300"),
+                         ((top1, [[]] * 300), "Every image's set of real labels is empty"),
+                         ((logits.astype("float32")[:, 0], sets), "top-1 class ids")):
+        with pytest.raises(ValueError, match=message):
+            metrics.real_accuracy(*bad)
+
+
+@pytest.mark.backend_independent
+def test_the_shipped_real_labels_are_reassessed_imagenets():
+    from keras_vit.evaluation import imagenet_real_labels
+    import hashlib
+
+    path = HERE.parent / "keras_vit" / "evaluation" / "data" / "imagenet_real_labels.json"
+    # google-research/reassessed-imagenet real.json at bcd006fe, byte for byte
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == (
+        "d83e9bff374c631aae8439eb064c7019acc56e1b3bc3f56b8380c2a710b0220b")
+    labels = imagenet_real_labels()
+    assert len(labels) == 50_000 and sum(1 for x in labels if x) == 46_837
+    assert labels[:3] == [[], [970, 795], [230, 231]]
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_knn_is_dinos_weighted_vote(k):
+    rng = np.random.default_rng(k)
+    centres = rng.normal(size=(4, 6))
+    train_labels = rng.integers(0, 4, 60)
+    train = centres[train_labels] + 0.8 * rng.normal(size=(60, 6))
+    test_labels = rng.integers(0, 4, 25)
+    test = centres[test_labels] + 0.8 * rng.normal(size=(25, 6))
+    expected = knn_by_hand(train, train_labels, test, k, 0.07, 4)
+    np.testing.assert_array_equal(metrics.knn_predictions(train, train_labels, test, k, 0.07, 4, chunk=7),
+                                  expected)
+    assert metrics.knn_accuracy(train, train_labels, test, test_labels, k) == pytest.approx(
+        (expected == test_labels).mean())
+    with pytest.raises(ValueError, match="k=61: it must be between 1 and the 60"):
+        metrics.knn_accuracy(train, train_labels, test, test_labels, k=61)
+
+
+@pytest.mark.backend_independent
+def test_the_linear_probe_chooses_c_on_held_out_images_and_refits():
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(3, 10))
+    y = rng.integers(0, 3, 120)
+    x = centres[y] + 1.2 * rng.normal(size=(120, 10))
+    test_y = rng.integers(0, 3, 60)
+    test_x = centres[test_y] + 1.2 * rng.normal(size=(60, 10))
+    result = metrics.linear_probe_accuracy(x, y, test_x, test_y, c_grid=(1e-4, 1e-2, 1.0))
+    assert result["C"] in (1e-4, 1e-2, 1.0) and 0 <= result["validation_accuracy"] <= 1
+    scaler = StandardScaler().fit(x)  # the chosen C, fitted on every training image
+    probe = LogisticRegression(C=result["C"], max_iter=1000).fit(scaler.transform(x), y)
+    assert result["accuracy"] == pytest.approx(probe.score(scaler.transform(test_x), test_y))
+    assert result["accuracy"] > 0.8
+    with pytest.raises(ValueError, match="at least two classes"):
+        metrics.linear_probe_accuracy(x, np.zeros(120, int), test_x, test_y)
+
+
+@pytest.mark.backend_independent
+def test_imagenet_a_and_r_score_their_200_classes():
+    from keras_vit.evaluation import IMAGENET_A_INDICES
+    from keras_vit.evaluation import IMAGENET_R_INDICES
+
+    for indices in (IMAGENET_A_INDICES, IMAGENET_R_INDICES):
+        assert len(indices) == len(set(indices)) == 200 and list(indices) == sorted(indices)
+        assert 0 <= indices[0] and indices[-1] < 1000
+    assert IMAGENET_A_INDICES[:3] == (6, 11, 13) and IMAGENET_R_INDICES[:3] == (1, 2, 4)
+    logits = np.zeros((2, 1000))
+    logits[0, 0], logits[0, 6] = 9.0, 1.0  # class 0 is not covered: the best covered one wins
+    logits[1, 11] = 5.0
+    np.testing.assert_array_equal(metrics.subset_predictions(logits, IMAGENET_A_INDICES), [6, 11])
+
+
+# -- VTAB-1k, as google-research/task_adaptation defines it -------------------
+
+# task: (TFDS builder, classes, group, train800, val200, test), the splits as
+# task_adaptation computes them from its tests' split sizes (d7630d3c)
+TASK_ADAPTATION = {
+    "caltech101": ("caltech101:3.*.*", 102, "natural", "train[:800]", "train[2754:2954]", "test"),
+    "cifar100": ("cifar100:3.*.*", 100, "natural", "train[:800]", "train[45000:45200]", "test"),
+    "dtd": ("dtd:3.*.*", 47, "natural", "train[:800]", "validation[:200]", "test"),
+    "oxford_flowers102": ("oxford_flowers102:2.*.*", 102, "natural", "train[:800]", "validation[:200]", "test"),
+    # task_adaptation's 3.*.*: TFDS 4.9 builds 4.0.0 alone
+    "oxford_iiit_pet": ("oxford_iiit_pet:4.*.*", 37, "natural", "train[:800]", "train[2944:3144]", "test"),
+    "sun397": ("sun397/tfds:4.*.*", 397, "natural", "train[:800]", "validation[:200]", "test"),
+    "svhn": ("svhn_cropped:3.*.*", 10, "natural", "train[:800]", "train[65931:66131]", "test"),
+    "patch_camelyon": ("patch_camelyon:2.*.*", 2, "specialized", "train[:800]", "validation[:200]", "test"),
+    "eurosat": ("eurosat/rgb:2.*.*", 10, "specialized", "train[:800]", "train[16200:16400]", "train[21600:]"),
+    "resisc45": ("resisc45:3.*.*", 45, "specialized", "train[:800]", "train[18900:19100]", "train[25200:]"),
+    "diabetic_retinopathy": ("diabetic_retinopathy_detection/btgraham-300:3.*.*", 5, "specialized",
+                             "train[:800]", "validation[:200]", "test"),
+    "clevr_count": ("clevr:3.*.*", 8, "structured", "train[:800]", "train[63000:63200]", "validation"),
+    "clevr_distance": ("clevr:3.*.*", 6, "structured", "train[:800]", "train[63000:63200]", "validation"),
+    "dmlab": ("dmlab:2.0.1", 6, "structured", "train[:800]", "validation[:200]", "test"),
+    "kitti_distance": ("kitti:3.1.0", 4, "structured", "train[:800]", "validation[:200]", "test"),
+    "dsprites_location": ("dsprites:2.*.*", 16, "structured", "train[:800]", "train[589824:590024]",
+                          "train[663552:]"),
+    "dsprites_orientation": ("dsprites:2.*.*", 16, "structured", "train[:800]", "train[589824:590024]",
+                             "train[663552:]"),
+    "smallnorb_azimuth": ("smallnorb:2.*.*", 18, "structured", "train[:800]", "test[:200]", "test[50%:]"),
+    "smallnorb_elevation": ("smallnorb:2.*.*", 9, "structured", "train[:800]", "test[:200]", "test[50%:]"),
+}
+
+
+@pytest.mark.backend_independent
+def test_the_19_vtab_tasks_are_task_adaptations():
+    import tensorflow_datasets as tfds
+
+    from keras_vit.evaluation import VTAB_TASKS
+
+    assert list(VTAB_TASKS) == list(TASK_ADAPTATION)
+    for name, (dataset, classes, group, train800, val200, test) in TASK_ADAPTATION.items():
+        task = VTAB_TASKS[name]
+        assert (task.dataset, task.num_classes, task.group) == (dataset, classes, group), name
+        assert [task.split(s) for s in ("train800", "val200", "test")] == [train800, val200, test], name
+        assert task.split("train800val200") == f"{train800}+{val200}"
+        features = tfds.builder(dataset).info.features  # the builder's own features, from its code
+        assert "image" in features, name
+        key = getattr(task.label, "feature", None)
+        if key:
+            assert features[key].num_classes >= classes, name
+    # the percentages are of the sizes TFDS records once the data is prepared
+    assert VTAB_TASKS["svhn"].split("val200", {"train": 1000}) == "train[900:1100]"
+    with pytest.raises(ValueError, match="has splits train800, val200"):
+        VTAB_TASKS["dtd"].split("train1000")
+
+
+def fake_value(feature, rng, length=3):
+    """A value for one TFDS feature, as its encoder takes it."""
+    import tensorflow_datasets as tfds
+
+    if isinstance(feature, tfds.features.FeaturesDict):
+        return {key: fake_value(child, rng, length) for key, child in feature.items()}
+    if isinstance(feature, tfds.features.Sequence):
+        return [fake_value(feature.feature, rng, length) for _ in range(length)]
+    if isinstance(feature, tfds.features.Image):
+        shape = tuple(d or 20 for d in feature.shape)
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+    if isinstance(feature, tfds.features.ClassLabel):
+        return int(rng.integers(0, feature.num_classes))
+    if isinstance(feature, tfds.features.BBoxFeature):
+        return tfds.features.BBox(0.1, 0.2, 0.5, 0.6)
+    if isinstance(feature, tfds.features.Text):
+        return "text"
+    shape = tuple(d or 2 for d in feature.shape)
+    dtype = np.dtype(feature.np_dtype)
+    if dtype == bool:
+        return np.zeros(shape, bool)
+    return rng.uniform(0, 5, shape).astype(dtype) if dtype.kind == "f" else np.ones(shape, dtype)
+
+
+def task_examples(name, features, count=12):
+    """`count` examples of a task's TFDS dataset, with the values its label
+    reads set, and the label task_adaptation gives each."""
+    rng = np.random.default_rng(0)
+    examples, labels = [], []
+    for i in range(count):
+        if name.startswith("clevr"):
+            objects = 3 + i % 8
+            example = fake_value(features, rng, objects)
+            depths = [7.5, 8.2, 8.7, 9.2, 9.7, 11.0][i % 6] + np.arange(objects)
+            for j, item in enumerate(example["objects"]):
+                item["pixel_coords"] = np.array([1.0, 2.0, depths[j]], "float32")
+            label = objects - 3 if name == "clevr_count" else i % 6
+        elif name == "kitti_distance":
+            # (types, depths): the closest car, van or truck (types 0-2) in 3 bins, 3 for none
+            types, depths, label = [([4, 1], [2.0, 30.0], 2), ([0, 2], [9.0, 5.0], 0),
+                                    ([3, 3], [1.0, 1.0], 3), ([1, 6], [15.0, 1.0], 1)][i % 4]
+            example = fake_value(features, rng, 2)
+            for item, kind, depth in zip(example["objects"], types, depths):
+                item["type"], item["location"] = kind, np.array([0.0, 0.0, depth], "float32")
+        elif name.startswith("dsprites"):
+            example = fake_value(features, rng)
+            example["image"] = rng.integers(0, 2, (64, 64, 1), dtype=np.uint8)
+            key, values = (("label_x_position", 32) if name.endswith("location")
+                           else ("label_orientation", 40))
+            example[key] = i * 7 % values
+            label = int(np.floor(example[key] / (values / 16)))  # 32 -> 16 bins of 2, 40 -> 16 of 2.5
+        else:
+            example = fake_value(features, rng)
+            key = "label_azimuth" if name == "smallnorb_azimuth" else (
+                "label_elevation" if name == "smallnorb_elevation" else "label")
+            label = example[key]
+        examples.append(example)
+        labels.append(label)
+    return examples, labels
+
+
+def mock_task(name, examples):
+    """tfds.testing.mock_data with these examples, through TFDS's own
+    encoding and decoding of the builder's features."""
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+
+    def as_dataset(builder, split=None, decoders=None, **kwargs):
+        features = builder.info.features
+        serialized = [features.serialize_example(features.encode_example(e)) for e in examples]
+        return tf.data.Dataset.from_tensor_slices(serialized).map(
+            lambda s: features.deserialize_example(s, decoders=decoders))
+
+    return tfds.testing.mock_data(as_dataset_fn=as_dataset)
+
+
+@pytest.mark.backend_independent
+def test_each_vtab_task_reads_its_images_and_labels_through_tfds():
+    import tensorflow_datasets as tfds
+
+    from keras_vit.data import load_source
+    from keras_vit.evaluation import VTAB_TASKS
+
+    for name, task in VTAB_TASKS.items():
+        features = tfds.builder(task.dataset).info.features
+        examples, labels = task_examples(name, features)
+        with mock_task(name, examples):
+            source = load_source(f"vtab/{name}", "train800val200")
+            read = list(source.dataset.as_numpy_iterator())
+        assert (source.name, source.split, source.num_classes) == (f"vtab/{name}", "train800val200",
+                                                                   task.num_classes), name
+        assert [int(r["label"]) for r in read] == labels, name
+        images = [r["image"] for r in read]
+        assert all(i.ndim == 3 and i.shape[-1] == 3 and i.dtype == np.uint8 for i in images), name
+        if name.startswith("dsprites"):  # 0/1 pixels, tiled to RGB and scaled to 0/255
+            np.testing.assert_array_equal(images[0], np.repeat(examples[0]["image"], 3, -1) * 255)
+        if name == "smallnorb_elevation":  # grayscale repeated to RGB
+            np.testing.assert_array_equal(images[0], np.repeat(examples[0]["image"], 3, -1))
