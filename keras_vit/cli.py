@@ -343,10 +343,12 @@ def _benchmarks(args):
     """``evaluate --benchmark``: `keras_vit.evaluation.evaluate_benchmarks`."""
     from keras_vit.evaluation import evaluate_benchmarks
     from keras_vit.evaluation.benchmarks import TABLE
+    from keras_vit.evaluation.benchmarks import check_benchmarks
     from keras_vit.io import files
 
     if not args.out:
         raise ValueError("--benchmark writes results.json and results.md: give the folder with --out.")
+    check_benchmarks(args.benchmark)  # before the model is read (or downloaded)
     out = files.output_folder(args.out, "--out")
     changed = args.image_size or args.dtype or args.max_num_patches
     model = _naflex_model(_load_model(args.model, args.image_size, dtype=args.dtype),

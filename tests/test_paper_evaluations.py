@@ -9,6 +9,7 @@ import pathlib
 
 import numpy as np
 import pytest
+from helpers import fails
 
 from keras_vit.evaluation import metrics
 
@@ -275,3 +276,148 @@ def test_each_vtab_task_reads_its_images_and_labels_through_tfds():
             np.testing.assert_array_equal(images[0], np.repeat(examples[0]["image"], 3, -1) * 255)
         if name == "smallnorb_elevation":  # grayscale repeated to RGB
             np.testing.assert_array_equal(images[0], np.repeat(examples[0]["image"], 3, -1))
+
+
+# -- the benchmarks through a model ---------------------------------------------
+
+def tiny_vit(**options):
+    from keras_vit import ViT
+
+    return ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+               **options)
+
+
+def test_imagenet_real_a_and_r_score_the_right_images(tmp_path):
+    """A model whose logits are its head's bias (the head's kernel is zero)
+    predicts one class everywhere: its ReaL accuracy is the share of the
+    images' shipped label sets holding that class, found by file name."""
+    import tensorflow_datasets as tfds
+
+    from keras_vit.evaluation import IMAGENET_A_INDICES
+    from keras_vit.evaluation import evaluate_benchmarks
+    from keras_vit.evaluation import imagenet_real_labels
+
+    model = tiny_vit(num_classes=1000)
+    bias = np.zeros(1000, "float32")
+    bias[970], bias[IMAGENET_A_INDICES[5]] = 2.0, 1.0  # 970 wins; among A's classes the 6th
+    model.parts.head.bias.assign(bias)
+    real = imagenet_real_labels()
+    files = [2, 1, 5, 40, 1000, 7, 22]  # 1-based validation file numbers; 1, 22 have empty sets
+    rng = np.random.default_rng(0)
+    labels = [970, 3, 970, 970, 5, 7, IMAGENET_A_INDICES[5]]
+
+    def examples(features, names):
+        out = []
+        for number, label in zip(files, labels):
+            example = fake_value(features, rng)
+            example["label"] = label
+            if "file_name" in names:
+                example["file_name"] = f"ILSVRC2012_val_{number:08d}.JPEG"
+            out.append(example)
+        return out
+
+    results = {}
+    for name, dataset in (("imagenet_real", "imagenet2012"), ("imagenet_a", "imagenet_a")):
+        features = tfds.builder(dataset).info.features
+        with mock_task(dataset, examples(features, list(features))):
+            results.update(evaluate_benchmarks(model, name, tmp_path / name, verbose=0)["benchmarks"])
+    sets = [real[n - 1] for n in files]
+    expected_real = 100 * sum(970 in s for s in sets if s) / sum(1 for s in sets if s)
+    assert results["imagenet_real"]["real"] == pytest.approx(expected_real)
+    assert results["imagenet_real"]["top1"] == pytest.approx(100 * 3 / 7)
+    assert results["imagenet_real"]["images"] == 5
+    assert results["imagenet_a"]["top1"] == pytest.approx(100 / 7)  # only the last is A's 6th class
+    with pytest.raises(ValueError, match="scores an ImageNet-1k classifier's logits; this model has 10"):
+        evaluate_benchmarks(tiny_vit(num_classes=10), "imagenet", tmp_path / "ten", verbose=0)
+
+
+def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, capsys):
+    """k-NN, the probe and a VTAB-style sweep on the digits; killed in its
+    second fine-tuning run, the same call runs the rest alone; a finished
+    evaluation runs nothing again; the command line reads the results."""
+    import keras_vit.training
+    from keras_vit.cli import main
+    from keras_vit.evaluation import evaluate_benchmarks
+    from keras_vit.evaluation import knn_accuracy
+    from keras_vit.training.evaluation import predict_features
+    from keras_vit.data import input_pipeline
+
+    model = tiny_vit(num_classes=0)
+    train = keras_vit.training.train
+    calls = []
+
+    def counted(config, workdir, **kwargs):
+        calls.append((config.base_lr, config.train_split, config.eval_split))
+        if len(calls) == 2 and kill:
+            raise KeyboardInterrupt  # the second run is killed before it starts
+        return train(config, workdir, **kwargs)
+
+    monkeypatch.setattr(keras_vit.training, "train", counted)
+    arguments = dict(dataset="digits", tasks="digits", sweep=True, lr_grid=[0.01, 0.03], verbose=0,
+                     finetune=dict(image_size=16, batch_size=16, accum_steps=1, steps=4, warmup_steps=1))
+    kill = True
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)
+    kill = False
+    results = evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)
+    assert calls == [(0.01, "train800", "val200"), (0.03, "train800", "val200"),
+                     (0.03, "train800", "val200"), (results["benchmarks"]["vtab1k"]["tasks"]["digits"]["lr"],
+                                                    "train800val200", "test")]
+    assert sorted(results["parts"]) == sorted(
+        ["vtab1k/digits/lr-0.01/val200", "vtab1k/digits/lr-0.03/val200",
+         f"vtab1k/digits/lr-{results['benchmarks']['vtab1k']['tasks']['digits']['lr']}/test"])
+    digits = results["benchmarks"]["vtab1k"]["tasks"]["digits"]
+    val = digits["val200"]
+    assert digits["lr"] == min((lr for lr in (0.01, 0.03) if val[str(lr)] == max(val.values())))
+    assert results["benchmarks"]["vtab1k"]["mean"] == results["benchmarks"]["vtab1k"]["natural"] == digits["top1"]
+    # the k-NN's number is DINO's k-NN on the model's features
+    features = [predict_features(model, input_pipeline("digits", split, image_size=16, batch_size=64,
+                                                       training=False)) for split in ("train", "test")]
+    assert results["benchmarks"]["knn"]["top1"] == pytest.approx(100 * knn_accuracy(*features[0], *features[1]))
+    calls.clear()
+    assert evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)["benchmarks"] == \
+        results["benchmarks"] and calls == []
+    with pytest.raises(ValueError, match=r"other settings:\n    sweep: was True, now False"):
+        evaluate_benchmarks(model, "knn", tmp_path / "eval", **{**arguments, "sweep": False})
+    # keras-vit evaluate --benchmark: the saved model, the table printed
+    assert main(["evaluate", str(tmp_path / "eval" / "model.keras"), "--benchmark", "knn,linear",
+                 "--dataset", "digits", "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    assert "| k-NN (digits) | top-1 | " in printed and "| linear probe (digits) | top-1 |" in printed
+    written = json.loads((tmp_path / "cli" / "results.json").read_text())
+    assert written["benchmarks"]["knn"]["top1"] == pytest.approx(results["benchmarks"]["knn"]["top1"])
+
+
+@pytest.mark.backend_independent
+def test_the_published_numbers_name_released_weights_benchmarks_and_sources(tmp_path, capsys):
+    from keras_vit import cli
+    from keras_vit.evaluation import BENCHMARKS
+    from keras_vit.evaluation import published_numbers
+    from keras_vit.evaluation.benchmarks import write_table
+    from keras_vit.released import PRETRAINED
+
+    assert cli.BENCHMARK_NAMES == tuple(BENCHMARKS)
+    numbers = published_numbers()
+    assert numbers["models"]
+    for name, benchmarks in numbers["models"].items():
+        assert name in PRETRAINED, name
+        for benchmark, entries in benchmarks.items():
+            assert benchmark in BENCHMARKS, (name, benchmark)
+            for entry in entries:
+                assert entry["source"] in numbers["sources"] and 0 < entry["value"] <= 100, (name, entry)
+    # the paper's Table 5 and Table 2 beside ours, with the difference
+    assert numbers["models"]["vit_b16.orig_in21k"]["imagenet"][0] == {"value": 83.97, "source": "vit_table5"}
+    results = {"settings": {"model": "vit_b16.orig_in21k"}, "benchmarks": {
+        "cifar100": {"top1": 91.0}, "imagenet_real": {"real": 88.0, "top1": 84.5},
+        "vtab1k": {"tasks": {"dtd": {"top1": 70.0, "group": "natural"}}, "natural": 70.0, "mean": 70.0}}}
+    table = write_table(results, tmp_path / "results.md", "vit_b16.orig_in21k").read_text()
+    assert "| CIFAR-100 | top-1 | 91.00 | 91.67 | -0.67 | vit_table5 |" in table
+    assert "| ImageNet ReaL | ReaL | 88.00 | 88.35 | -0.35 | vit_table5 |" in table
+    assert "| ImageNet ReaL | top-1 | 84.50 | 83.97 | +0.53 | vit_table5 |" in table
+    assert "| VTAB-1k | mean | 70.00 |  |  |  |" in table and "- vit_table5: Dosovitskiy" in table
+    # bad input on the command line: one line that names the fix
+    for argv, message in (
+            (["evaluate", "m.keras", "--benchmark", "knn"], "give the folder with --out"),
+            (["evaluate", "m.keras", "--benchmark", "knn,imagenet_c", "--out", str(tmp_path)],
+             "Unknown benchmark 'imagenet_c': choose from imagenet, imagenet_real")):
+        fails(argv, capsys, message)
