@@ -135,13 +135,16 @@ class Results:
         self.folder.mkdir(parents=True, exist_ok=True)
 
     def part(self, key):
+        """The finished part `key` (a fine-tuning run's scores), or None."""
         return self.data["parts"].get(key)
 
     def set_part(self, key, value):
+        """Records a finished part, on disk at once."""
         self.data["parts"][key] = value
         self._write()
 
     def set_benchmark(self, name, value):
+        """Records a finished benchmark's scores, on disk at once."""
         self.data["benchmarks"][name] = value
         self._write()
 
@@ -159,16 +162,18 @@ def _progress(total, verbose, title):
     return keras.utils.Progbar(total, verbose=1 if verbose else 0, unit_name="batch")
 
 
-def _batches(model, source, batch_size, verbose, title):
-    """(outputs, labels) of every batch of `source` at `model`'s input size
-    and pixel scaling, with a progress bar."""
+def _batches(model, source, batch_size, verbose, title, vit=None):
+    """(outputs, labels) of every batch of `source` through `model`, the
+    images at the input size and pixel scaling of `vit` (default `model`),
+    with a progress bar."""
     from keras_vit.data import input_pipeline
     from keras_vit.training.evaluation import predict_batches
     from keras_vit.training.run import pixel_scaling
 
-    size = {} if getattr(model, "naflex", False) else dict(image_size=tuple(model.image_size))
+    vit = vit or model
+    size = {} if getattr(vit, "naflex", False) else dict(image_size=tuple(vit.image_size))
     dataset = input_pipeline(source, **size, batch_size=batch_size, training=False,
-                             **pixel_scaling(model))
+                             **pixel_scaling(vit))
     bar = _progress(math.ceil(source.num_examples / batch_size), verbose, title)
     for outputs, labels in predict_batches(model, dataset):
         bar.add(1)
@@ -370,7 +375,7 @@ def _features(model, source, options, title):
     extractor = feature_extractor(model)
     features, labels = [], []
     for batch, batch_labels in _batches(extractor, source, options["batch_size"], options["verbose"],
-                                        title):
+                                        title, vit=model):
         features.append(batch)
         labels.append(batch_labels)
     return np.concatenate(features).astype("float64"), np.concatenate(labels)
