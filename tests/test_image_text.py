@@ -311,6 +311,21 @@ def test_zero_shot_classifier_exports_and_predicts_from_the_command_line(tmp_pat
     with pytest.raises(SystemExit):
         main(["zero-shot", str(folder), *paths, "--labels", " , "])
     assert "--labels is empty" in capsys.readouterr().err
+    # the zero_shot benchmark on an image folder: its class names, the same classifier's top-1
+    from keras_vit.evaluation import evaluate_benchmarks
+
+    names, labelled = sorted(LABELS), []
+    for i, image in enumerate(np.random.default_rng(4).integers(0, 256, (6, 32, 32, 3), np.uint8)):
+        (tmp_path / "folder" / names[i % 3]).mkdir(parents=True, exist_ok=True)
+        labelled.append((str(tmp_path / "folder" / names[i % 3] / f"{i}.png"), i % 3))
+        tf.io.write_file(labelled[-1][0], tf.io.encode_png(image))
+    by_name = zero_shot_classifier(model, names, templates="simple")
+    logits = to_numpy(by_name.predict(read_images([p for p, _ in labelled], model=by_name), verbose=0))
+    scores = evaluate_benchmarks(model, "zero_shot", tmp_path / "eval", dataset=str(tmp_path / "folder"),
+                                 split="train", templates="simple", verbose=0)["benchmarks"]["zero_shot"]
+    assert scores["top1"] == pytest.approx(100 * np.mean(logits.argmax(-1) == [y for _, y in labelled]))
+    with pytest.raises(ValueError, match="needs an image-text model"):
+        evaluate_benchmarks(by_name, "zero_shot", tmp_path / "vit", dataset="digits", verbose=0)
 
 
 def numpy_losses(matching, logits):

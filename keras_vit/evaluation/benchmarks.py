@@ -455,9 +455,9 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
             evaluation there with the same arguments is continued.
         published_as: the released name whose published numbers the table
             quotes (default: `model`, when it is a released name).
-        dataset, split, train_split: the dataset of ``knn``, ``linear`` and
-            ``zero_shot``, its test split and (``knn``, ``linear``) the split
-            of the labelled features.
+        dataset: the dataset of ``knn``, ``linear`` and ``zero_shot``.
+        split: its split that is tested.
+        train_split: its split of labelled features (``knn``, ``linear``).
         data_dir: TFDS's data folder (prepared copies).
         batch_size: images per forward pass.
         tasks: VTAB-1k tasks to run (default all 19; ``"digits"`` is the
@@ -468,7 +468,8 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
         finetune: `keras_vit.training.RunConfig` fields over the paper's
             fine-tuning settings, to scale them down for a small machine,
             e.g. ``{"steps": 100, "batch_size": 64, "image_size": 224}``.
-        k, temperature: the k-NN's.
+        k: the k-NN's neighbours.
+        temperature: the k-NN's vote temperature.
         templates: the zero-shot prompts (``"imagenet"``: CLIP's 80).
         verbose: progress bars and the runs' logs.
     Returns: ``{"settings": ..., "parts": ..., "benchmarks": {name: scores}}``
