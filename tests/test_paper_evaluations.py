@@ -287,7 +287,7 @@ def tiny_vit(**options):
                **options)
 
 
-def test_imagenet_real_a_and_r_score_the_right_images(tmp_path):
+def test_real_a_and_transfer_score_the_right_images(tmp_path):
     """A model whose logits are its head's bias (the head's kernel is zero)
     predicts one class everywhere: its ReaL accuracy is the share of the
     images' shipped label sets holding that class, found by file name."""
@@ -329,6 +329,20 @@ def test_imagenet_real_a_and_r_score_the_right_images(tmp_path):
     assert results["imagenet_a"]["top1"] == pytest.approx(100 / 7)  # only the last is A's 6th class
     with pytest.raises(ValueError, match="scores an ImageNet-1k classifier's logits; this model has 10"):
         evaluate_benchmarks(tiny_vit(num_classes=10), "imagenet", tmp_path / "ten", verbose=0)
+    # a transfer set: a model with its classes is tested as it is, any other fine-tuned first
+    features = tfds.builder("cifar10").info.features
+    cifar = [dict(fake_value(features, rng), label=label) for label in (3, 3, 1, 0, 3, 9, 3, 2)]
+    ten = tiny_vit(num_classes=10)
+    ten.parts.head.bias.assign(np.eye(10, dtype="float32")[3])
+    with mock_task("cifar10", cifar):
+        tested = evaluate_benchmarks(ten, "cifar10", tmp_path / "c10", verbose=0)["benchmarks"]["cifar10"]
+        tuned = evaluate_benchmarks(tiny_vit(num_classes=0), "cifar10", tmp_path / "c10-ft", verbose=0,
+                                    finetune=dict(image_size=16, batch_size=4, accum_steps=1, steps=2,
+                                                  warmup_steps=1))
+    assert tested == {"top1": 50.0, "images": 8, "fine_tuned": False, "seconds": tested["seconds"]}
+    run = tuned["parts"]["cifar10/lr-0.03/test"]  # Table 4's rate without a sweep: the grid's largest
+    assert tuned["benchmarks"]["cifar10"]["top1"] == run["accuracy"] and run["steps"] == 2
+    assert (tmp_path / "c10-ft" / "runs" / "cifar10" / "lr-0.03" / "test" / "model.keras").exists()
 
 
 def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, capsys):

@@ -76,6 +76,10 @@ def test_every_config_resolves_and_the_tables_hold():
     assert (cifar.steps, cifar.image_size, cifar.train_split, cifar.lr_grid) == (
         10_000, 384, "train[:98%]", (0.001, 0.003, 0.01, 0.03))
     assert resolve_config("ft-pets", {}).steps == 500
+    vtab = resolve_config("ft-vtab1k", {})  # Appendix B.1.1: one setting for all 19 tasks
+    assert (vtab.steps, vtab.base_lr, vtab.batch_size, vtab.image_size, vtab.grad_norm_clip) == (
+        2500, 0.01, 512, 384, 1.0)
+    assert (vtab.train_split, vtab.eval_split, vtab.decay_type) == ("train800val200", "test", "cosine")
 
 
 @pytest.mark.backend_independent
