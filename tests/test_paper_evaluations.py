@@ -435,3 +435,27 @@ def test_the_published_numbers_name_released_weights_benchmarks_and_sources(tmp_
             (["evaluate", "m.keras", "--benchmark", "knn,imagenet_c", "--out", str(tmp_path)],
              "Unknown benchmark 'imagenet_c': choose from imagenet, imagenet_real")):
         fails(argv, capsys, message)
+
+
+@pytest.mark.backend_independent
+def test_every_benchmark_dataset_reads_through_tfds():
+    """Each TFDS builder a benchmark reads, with mock examples of its own
+    features: its images, and labels of the classes the protocol expects."""
+    import tensorflow_datasets as tfds
+
+    from keras_vit.data import load_source
+    from keras_vit.evaluation import BENCHMARKS
+
+    rng = np.random.default_rng(0)
+    classes = {"imagenet": 1000, "cifar10": 10, "cifar100": 100, "pets": 37, "flowers": 102}
+    for name, benchmark in BENCHMARKS.items():
+        if benchmark.dataset is None:
+            continue
+        features = tfds.builder(benchmark.dataset).info.features
+        with mock_task(benchmark.dataset, [fake_value(features, rng) for _ in range(3)]):
+            source = load_source(benchmark.dataset, benchmark.split)
+            [first] = source.dataset.take(1).as_numpy_iterator()
+        assert source.num_classes == classes.get(name, 1000), name
+        assert first["image"].ndim == 3 and 0 <= first["label"] < source.num_classes, name
+        if benchmark.classes is not None:  # ImageNet-A/-R label with ImageNet's 1,000 ids
+            assert len(source.class_names) == 1000
