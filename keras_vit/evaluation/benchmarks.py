@@ -419,10 +419,16 @@ def _zero_shot(benchmark, model, options, results):
                          f"{type(model).__name__}.")
     dataset = _dataset(benchmark, options)
     source = load_source(dataset, options["split"], options["data_dir"])
-    if not source.class_names:
+    names = source.class_names
+    if names and len(names) == 1000 and all(n[:1] == "n" and n[1:].isdigit() for n in names):
+        # ImageNet's datasets name WordNet ids: the prompts take each class's first English name
+        from keras_vit.released import imagenet1k_class_names
+
+        names = [name.split(",")[0] for name in imagenet1k_class_names()]
+    if not names:
         raise ValueError(f"{dataset} names no classes: zero-shot classification needs the class "
                          "names to write its prompts.")
-    classifier = zero_shot_classifier(model, source.class_names, options["templates"])
+    classifier = zero_shot_classifier(model, names, options["templates"])
     logits, labels = [], []
     for batch, batch_labels in _batches(classifier, source, options["batch_size"], options["verbose"],
                                         f"zero-shot: {source.num_examples} images of {dataset}"):
