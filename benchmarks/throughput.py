@@ -505,9 +505,7 @@ def _child_keras(spec, config):
         out.update(max_num_patches=naflex_budget(config, s),
                    valid_patches=int(keras.ops.convert_to_numpy(x["patch_mask"][0]).sum()))
     if spec["impl"] == "keras_vit":  # tokens its last block updates (1: the [class] token alone)
-        last = model.get_layer(f"encoder_block_{config['num_layers'] - 1}").output
-        last = last[0] if isinstance(last, (list, tuple)) else last  # ToMe's: (tokens, sizes)
-        out["last_block_queries"] = 1 if model.config.pooling == "token" else int(last.shape[1])
+        out["last_block_queries"] = 1 if model.config.pooling == "token" else model.block_tokens()[-1]
         if spec["dtype"] not in QUANTIZED_DTYPES and not naflex and not tome_r(spec.get("variant")):
             # the backend's matmul, this dtype, on the model's own GEMMs
             out["gemm_ceiling_gflops"] = gemm_ceiling(spec, config)

@@ -335,6 +335,11 @@ class ViTConfig:
         before the cap at half of the tokens that are not prefix tokens."""
         return merge_schedule(self.token_merging, self.num_layers)
 
+    @property
+    def merges_tokens(self):
+        """Whether any block merges tokens (ToMe)."""
+        return any(self.merge_counts)
+
     # -- derived ----------------------------------------------------------------
 
     @property

@@ -520,7 +520,7 @@ class ViT(keras.Model):
                 "image, and feature_model maps tokens over one fixed grid: not yet available "
                 "for NaFlex. Use the fixed-size model (`model.with_config(naflex=False, "
                 "max_num_patches=None)`), or `model.intermediates` for the tokens.")
-        if any(self.config.merge_counts):
+        if self.config.merges_tokens:
             raise ValueError(
                 f"{self.name} merges tokens (token_merging={self.config.token_merging!r}), so its "
                 "blocks' tokens are no longer one per patch, and feature_model maps one token to "
@@ -605,6 +605,17 @@ class ViT(keras.Model):
         """`keras_vit.variants.with_token_merging`: this model merging `r`
         similar tokens in each block (ToMe), with the same weights."""
         return variants.with_token_merging(self, r, proportional_attention)
+
+    def block_tokens(self):
+        """The tokens that leave each encoder block, a list of `num_layers`
+        ints, read off the graph: all of them without token merging, fewer
+        block by block with it (ToMe's r each)."""
+        counts = []
+        for index in range(self.num_layers):
+            output = self.get_layer(f"encoder_block_{index}").output
+            output = output[0] if isinstance(output, (list, tuple)) else output  # ToMe: (x, sizes)
+            counts.append(int(output.shape[1]))
+        return counts
 
     def with_config(self, skip=(), method="bilinear", **changes):
         """`keras_vit.variants.with_config`: a copy with some arguments changed."""

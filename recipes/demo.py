@@ -137,9 +137,7 @@ def show_token_merging(model, output):
             merging.predict(images, batch_size=120, verbose=0)
             seconds.append(time.perf_counter() - start)
         rate = len(images) / min(seconds)
-        tokens = merging.get_layer(f"encoder_block_{model.num_layers - 1}").output
-        tokens = tokens[0] if isinstance(tokens, (list, tuple)) else tokens
-        rows.append({"r": r, "tokens_after_last_block": int(tokens.shape[1]),
+        rows.append({"r": r, "tokens_after_last_block": merging.block_tokens()[-1],
                      "accuracy": float((np.asarray(logits).argmax(-1) == labels).mean()),
                      "images_per_s": rate})
     for row in rows:

@@ -130,6 +130,7 @@ def test_merging_keeps_the_digits_quantized_and_exported_in_int8(trained_digits,
     model, _, (x_test, y_test) = trained_digits
     full = to_numpy(model.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1)
     merging = model.with_token_merging(2)
+    assert (model.block_tokens(), merging.block_tokens()) == ([17] * 4, [15, 13, 11, 9])
     merged = to_numpy(merging.predict(x_test, batch_size=len(x_test), verbose=0)).argmax(-1)
     accuracy, merged_accuracy = (full == y_test).mean(), (merged == y_test).mean()
     print(f"{BACKEND} digits: held-out accuracy {accuracy:.3f}, with r=2 {merged_accuracy:.3f}")

@@ -33,7 +33,7 @@ def _check_model(model):
 
 def _check_unmerged(model, what):
     """Refuses a model that merges tokens for a picture of one token per patch."""
-    if any(model.config.merge_counts):
+    if model.config.merges_tokens:
         raise ValueError(
             f"{what} needs one token per patch in every block, and {model.name} merges "
             f"tokens (token_merging={model.config.token_merging!r}), so later blocks have fewer "
@@ -133,7 +133,7 @@ def token_merging_groups(model, images, batch_size=32, verbose="auto"):
         tokens; a token holds one patch or a merged group of them).
     """
     _check_model(model)
-    if not any(model.config.merge_counts):
+    if not model.config.merges_tokens:
         raise ValueError(
             f"{model.name} merges no tokens (token_merging=0): every token holds its own patch. "
             "Pass `model.with_token_merging(r)` (e.g. r=8) to see what merging groups.")

@@ -43,7 +43,7 @@ def write_report(model, images, out, titles=None, batch_size=32, verbose="auto",
         written[name] = path
 
     merged = model if token_merging is None else model.with_token_merging(token_merging)
-    if any(merged.config.merge_counts):  # ToMe's picture; the others without merging
+    if merged.config.merges_tokens:  # ToMe's picture; the others without merging
         groups = analysis.token_merging_groups(merged, images, batch_size, verbose)
         numbers["token_merging"] = {"r": merged.config.token_merging,
                                     "tokens": [len(np.unique(g)) for g in groups]}

@@ -182,7 +182,7 @@ def _check_dynamic(model, format, input_signature):
         raise ValueError(
             f"{model.name} is a hybrid (ResNet + ViT): dynamic_image_size=True resamples the "
             f"position embeddings of a patch grid cut from pixels. {fixed}")
-    if any(c.merge_counts):
+    if c.merges_tokens:
         raise ValueError(
             f"{model.name} merges tokens (token_merging={c.token_merging!r}), and how many each "
             "block merges away is fixed by the sequence's length, which dynamic_image_size=True "

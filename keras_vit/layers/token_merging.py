@@ -121,10 +121,16 @@ def merge_weighted_average(x, sizes, matching, num_prefix_tokens=0):
         ``(x, sizes)``: ``(batch, T - r, C)`` and ``(batch, T - r, 1)``.
     """
     if sizes is None:
-        sizes = ops.ones_like(ops.cast(x[..., :1], "float32"))
+        sizes = unit_sizes(x)
     total = merge(x * ops.cast(sizes, x.dtype), matching, num_prefix_tokens)
     sizes = merge(sizes, matching, num_prefix_tokens)
     return total / ops.cast(sizes, x.dtype), sizes
+
+
+def unit_sizes(x):
+    """ToMe's sizes before any merge: ``(batch, T, 1)`` ones (float32), each
+    token of `x` ``(batch, T, C)`` one patch."""
+    return ops.ones_like(ops.cast(x[..., :1], "float32"))
 
 
 def initial_sources(tokens, like):

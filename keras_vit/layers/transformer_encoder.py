@@ -240,7 +240,7 @@ class TransformerEncoder(keras.layers.Layer):
                 if token_sources is not None:
                     token_sources = tome.merge(token_sources, matching, self.num_prefix_tokens)
             elif token_sizes is None:
-                token_sizes = ops.ones_like(ops.cast(x[..., :1], "float32"))
+                token_sizes = tome.unit_sizes(x)
             merged = (token_sizes,) if token_sources is None else (token_sizes, token_sources)
         y = self.mlp(self.norm2(x), training=training)
         x = x + self.drop_path(self._scaled(y, 1), training=training)
