@@ -211,8 +211,23 @@ def load_source(name, split, data_dir=None):
     if os.path.isdir(path):
         return _folder_source(path, split)
     if isinstance(name, str) and name.startswith(vtab.PREFIX):
-        return vtab.vtab_source(name, split, data_dir)
+        return vtab_source(name, split, data_dir)
     return _tfds_source(name, split, data_dir)
+
+
+def vtab_source(name, split, data_dir=None):
+    """The `Source` of one named split (`keras_vit.data.vtab.SPLITS`) of a
+    VTAB-1k task (``"vtab/clevr_count"``): its images, and its labels as the
+    task defines them; `load_source` reads ``"vtab/<task>"`` through this."""
+    task = vtab.vtab_task(name)
+    if task.dataset == vtab.VTAB_DIGITS.dataset:
+        source = load_source("digits", task.split(split))
+    else:
+        builder = prepared_builder(task.dataset, data_dir)
+        sizes = {key: info.num_examples for key, info in builder.info.splits.items()}
+        source = tfds_source(builder, task.dataset, task.split(split, sizes), label=task.label,
+                             num_classes=task.num_classes, pixel_scale=task.pixel_scale)
+    return dataclasses.replace(source, name=vtab.PREFIX + task.name, split=split)
 
 
 def _slices(name, split, sizes):

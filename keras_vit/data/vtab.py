@@ -228,21 +228,3 @@ def vtab_task(name):
         raise ValueError(f"Unknown VTAB-1k task {name!r}: the tasks are {', '.join(VTAB_TASKS)} "
                          f"(and {VTAB_DIGITS.name!r}, the embedded digits carved the same way).")
     return VTAB_TASKS[key]
-
-
-def vtab_source(name, split, data_dir=None):
-    """The `Source` of one named split (`SPLITS`) of a VTAB-1k task: its
-    images, and its labels as the task defines them (``load_source`` reads
-    ``"vtab/<task>"`` through this)."""
-    from keras_vit.data import sources
-
-    task = vtab_task(name)
-    if task.dataset == VTAB_DIGITS.dataset:
-        source = sources.load_source("digits", task.split(split))
-    else:
-        builder = sources.prepared_builder(task.dataset, data_dir)
-        sizes = {key: info.num_examples for key, info in builder.info.splits.items()}
-        source = sources.tfds_source(builder, task.dataset, task.split(split, sizes),
-                                     label=task.label, num_classes=task.num_classes,
-                                     pixel_scale=task.pixel_scale)
-    return dataclasses.replace(source, name=PREFIX + task.name, split=split)
