@@ -203,10 +203,20 @@ def _real_sets(source, data_dir):
     return sets
 
 
+def _vit(model, benchmark):
+    """`model` if it is a ViT, else an error naming what to use."""
+    from keras_vit import ViT
+
+    if not isinstance(model, ViT):
+        raise ValueError(f"--benchmark {benchmark.name} runs a ViT ({type(model).__name__} given). "
+                         "An image-text model runs zero_shot, knn and linear.")
+    return model
+
+
 def _classify(benchmark, model, options, results):
     from keras_vit.data import load_source
 
-    if model.num_classes != 1000:
+    if _vit(model, benchmark).num_classes != 1000:
         raise ValueError(
             f"--benchmark {benchmark.name} scores an ImageNet-1k classifier's logits; this model has "
             f"{model.num_classes or 'no'} classes. Give an ImageNet fine-tune (keras-vit pretrained "
@@ -282,7 +292,7 @@ def _transfer(benchmark, model, options, results):
     from keras_vit.data import load_source
 
     source = load_source(benchmark.dataset, benchmark.split, options["data_dir"])
-    if model.num_classes == source.num_classes:
+    if _vit(model, benchmark).num_classes == source.num_classes:
         correct = total = 0
         for logits, labels in _batches(model, source, options["batch_size"], options["verbose"],
                                        f"{benchmark.title}: {source.num_examples} images"):
@@ -324,6 +334,7 @@ def _vtab(benchmark, model, options, results):
     of all tasks (the VTAB paper's, and the ViT paper's Fig. 2)."""
     from keras_vit.data.vtab import vtab_task
 
+    _vit(model, benchmark)
     init = _init_path(options["given"], results.folder)
     tasks = vtab_task_names(options["tasks"])
     scores = {}
@@ -383,6 +394,10 @@ def _features(model, source, options, title):
 
 def _probe(benchmark, model, options, results):
     from keras_vit.data import load_source
+    from keras_vit.image_text import ImageTextModel
+
+    if isinstance(model, ImageTextModel):  # its image embeddings
+        model = model.image_model
 
     dataset = _dataset(benchmark, options)
     parts = {}
@@ -492,12 +507,13 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
         print(sorted(results["benchmarks"]))   # -> ['knn', 'linear']
         ```
     """
+    from keras_vit.image_text import ImageTextModel
     from keras_vit.loading import load_model
 
     names = check_benchmarks(benchmarks)
     given = model
-    if isinstance(model, (str, pathlib.Path)):
-        model = load_model(str(model))
+    if isinstance(model, (str, pathlib.Path)):  # a checkpoint of two towers: both for zero-shot
+        model = load_model(str(model), model_class=ImageTextModel if "zero_shot" in names else None)
     if published_as is None and isinstance(given, str):
         published_as = given
     settings = dict(model=str(given) if isinstance(given, (str, pathlib.Path)) else model.name,
