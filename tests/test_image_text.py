@@ -322,9 +322,9 @@ def test_zero_shot_classifier_exports_and_predicts_from_the_command_line(tmp_pat
     by_name = zero_shot_classifier(model, names, templates="simple")
     logits = to_numpy(by_name.predict(read_images([p for p, _ in labelled], model=by_name), verbose=0))
     # the two-tower folder by its path: both towers, and k-NN on the image embeddings
-    scores = evaluate_benchmarks(str(folder), "zero_shot,knn", tmp_path / "eval", dataset=str(tmp_path / "folder"),
-                                 train_split="train", split="train", templates="simple", k=2,
-                                 verbose=0)["benchmarks"]
+    scores = evaluate_benchmarks(str(folder), "zero_shot,knn", tmp_path / "eval",
+                                 dataset=str(tmp_path / "folder"), train_split="train", split="train",
+                                 templates="simple", k=2, verbose=0)["benchmarks"]
     assert scores["zero_shot"]["top1"] == pytest.approx(
         100 * np.mean(logits.argmax(-1) == [y for _, y in labelled]))
     assert scores["knn"]["k"] == 2 and 0 <= scores["knn"]["top1"] <= 100

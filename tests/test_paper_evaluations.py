@@ -132,7 +132,8 @@ TASK_ADAPTATION = {
     "caltech101": ("caltech101:3.*.*", 102, "natural", "train[:800]", "train[2754:2954]", "test"),
     "cifar100": ("cifar100:3.*.*", 100, "natural", "train[:800]", "train[45000:45200]", "test"),
     "dtd": ("dtd:3.*.*", 47, "natural", "train[:800]", "validation[:200]", "test"),
-    "oxford_flowers102": ("oxford_flowers102:2.*.*", 102, "natural", "train[:800]", "validation[:200]", "test"),
+    "oxford_flowers102": ("oxford_flowers102:2.*.*", 102, "natural", "train[:800]", "validation[:200]",
+                          "test"),
     # task_adaptation's 3.*.*: TFDS 4.9 builds 4.0.0 alone
     "oxford_iiit_pet": ("oxford_iiit_pet:4.*.*", 37, "natural", "train[:800]", "train[2944:3144]", "test"),
     "sun397": ("sun397/tfds:4.*.*", 397, "natural", "train[:800]", "validation[:200]", "test"),
@@ -383,11 +384,13 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
     digits = results["benchmarks"]["vtab1k"]["tasks"]["digits"]
     val = digits["val200"]
     assert digits["lr"] == min((lr for lr in (0.01, 0.03) if val[str(lr)] == max(val.values())))
-    assert results["benchmarks"]["vtab1k"]["mean"] == results["benchmarks"]["vtab1k"]["natural"] == digits["top1"]
+    vtab = results["benchmarks"]["vtab1k"]
+    assert vtab["mean"] == vtab["natural"] == digits["top1"]
     # the k-NN's number is DINO's k-NN on the model's features
     features = [predict_features(model, input_pipeline("digits", split, image_size=16, batch_size=64,
                                                        training=False)) for split in ("train", "test")]
-    assert results["benchmarks"]["knn"]["top1"] == pytest.approx(100 * knn_accuracy(*features[0], *features[1]))
+    assert results["benchmarks"]["knn"]["top1"] == pytest.approx(
+        100 * knn_accuracy(*features[0], *features[1]))
     calls.clear()
     assert evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)["benchmarks"] == \
         results["benchmarks"] and calls == []

@@ -159,9 +159,11 @@ _LABEL = _feature("label")
 # The 19 tasks of VTAB-1k, in the order of the VTAB paper's tables.
 VTAB_TASKS = _tasks(
     # natural (7)
-    VtabTask("caltech101", "Caltech101", "natural", "caltech101:3.*.*", 102, _LABEL, "percent", 90, train_examples=3060,
+    VtabTask("caltech101", "Caltech101", "natural", "caltech101:3.*.*", 102, _LABEL, "percent", 90,
+             train_examples=3060,
              registry="caltech101"),
-    VtabTask("cifar100", "CIFAR-100", "natural", "cifar100:3.*.*", 100, _LABEL, "percent", 90, train_examples=50_000,
+    VtabTask("cifar100", "CIFAR-100", "natural", "cifar100:3.*.*", 100, _LABEL, "percent", 90,
+             train_examples=50_000,
              registry="cifar(num_classes=100)"),
     VtabTask("dtd", "DTD", "natural", "dtd:3.*.*", 47, _LABEL, "validation", registry="dtd"),
     VtabTask("oxford_flowers102", "Flowers102", "natural", "oxford_flowers102:2.*.*", 102, _LABEL,
@@ -173,7 +175,8 @@ VTAB_TASKS = _tasks(
              registry="oxford_iiit_pet"),
     VtabTask("sun397", "Sun397", "natural", "sun397/tfds:4.*.*", 397, _LABEL, "validation",
              registry="sun397"),
-    VtabTask("svhn", "SVHN", "natural", "svhn_cropped:3.*.*", 10, _LABEL, "percent", 90, train_examples=73_257,
+    VtabTask("svhn", "SVHN", "natural", "svhn_cropped:3.*.*", 10, _LABEL, "percent", 90,
+             train_examples=73_257,
              registry="svhn"),
     # specialized (4)
     VtabTask("patch_camelyon", "Camelyon", "specialized", "patch_camelyon:2.*.*", 2, _LABEL,

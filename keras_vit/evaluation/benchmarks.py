@@ -127,7 +127,8 @@ class Results:
             changed = {key: (found.get("settings", {}).get(key), value) for key, value in settings.items()
                        if found.get("settings", {}).get(key) != value}
             if changed:
-                lines = "\n".join(f"    {key}: was {was!r}, now {now!r}" for key, (was, now) in changed.items())
+                lines = "\n".join(f"    {key}: was {was!r}, now {now!r}"
+                                  for key, (was, now) in changed.items())
                 raise ValueError(f"{self.folder} holds an evaluation with other settings:\n{lines}\n"
                                  "Nothing there was changed. Use another --out, or the same "
                                  "arguments to continue it.")
