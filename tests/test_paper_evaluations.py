@@ -99,7 +99,8 @@ def test_the_linear_probe_chooses_c_on_held_out_images_and_refits():
     x = centres[y] + 1.2 * rng.normal(size=(120, 10))
     test_y = rng.integers(0, 3, 60)
     test_x = centres[test_y] + 1.2 * rng.normal(size=(60, 10))
-    result = metrics.linear_probe_accuracy(x, y, test_x, test_y, c_grid=(1e-4, 1e-2, 1.0))
+    result = metrics.linear_probe(x, y, test_x, test_y, c_grid=(1e-4, 1e-2, 1.0))
+    assert metrics.linear_probe_accuracy(x, y, test_x, test_y, c_grid=(1e-4, 1e-2, 1.0)) == result["accuracy"]
     assert result["C"] in (1e-4, 1e-2, 1.0) and 0 <= result["validation_accuracy"] <= 1
     scaler = StandardScaler().fit(x)  # the chosen C, fitted on every training image
     probe = LogisticRegression(C=result["C"], max_iter=1000).fit(scaler.transform(x), y)

@@ -18,6 +18,7 @@ _NAMES = {
     "imagenet_real_labels": "keras_vit.evaluation.imagenet",
     "knn_accuracy": "keras_vit.evaluation.metrics",
     "knn_predictions": "keras_vit.evaluation.metrics",
+    "linear_probe": "keras_vit.evaluation.metrics",
     "linear_probe_accuracy": "keras_vit.evaluation.metrics",
     "real_accuracy": "keras_vit.evaluation.metrics",
     "subset_predictions": "keras_vit.evaluation.metrics",
@@ -48,6 +49,7 @@ if typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, t
     from keras_vit.evaluation.imagenet import imagenet_real_labels
     from keras_vit.evaluation.metrics import knn_accuracy
     from keras_vit.evaluation.metrics import knn_predictions
+    from keras_vit.evaluation.metrics import linear_probe
     from keras_vit.evaluation.metrics import linear_probe_accuracy
     from keras_vit.evaluation.metrics import real_accuracy
     from keras_vit.evaluation.metrics import subset_predictions

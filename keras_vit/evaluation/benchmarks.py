@@ -413,7 +413,7 @@ def _probe(benchmark, model, options, results):
         k = min(options["k"], len(x))
         return {"top1": 100 * metrics.knn_accuracy(x, y, test_x, test_y, k, options["temperature"]),
                 "k": k, "temperature": options["temperature"], "dataset": dataset}
-    probe = metrics.linear_probe_accuracy(x, y, test_x, test_y)
+    probe = metrics.linear_probe(x, y, test_x, test_y)
     return {"top1": 100 * probe["accuracy"], "C": probe["C"],
             "held_out": 100 * probe["validation_accuracy"], "dataset": dataset}
 

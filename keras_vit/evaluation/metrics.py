@@ -166,7 +166,29 @@ PROBE_C = tuple(float(c) for c in np.logspace(-6, 5, 12))
 
 def linear_probe_accuracy(train_features, train_labels, test_features, test_labels,
                           validation_fraction=0.2, c_grid=PROBE_C, max_iter=1000, seed=0):
-    """Top-1 accuracy of a logistic-regression probe on frozen features, as
+    """Top-1 accuracy (a float) of `linear_probe`: a logistic-regression
+    probe on frozen features, its regularisation chosen on held-out images.
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.evaluation import linear_probe_accuracy
+
+        rng = np.random.default_rng(0)
+        centres = rng.normal(size=(3, 8))
+        train_labels, test_labels = np.repeat(np.arange(3), 20), np.repeat(np.arange(3), 5)
+        train = centres[train_labels] + 0.3 * rng.normal(size=(60, 8))
+        test = centres[test_labels] + 0.3 * rng.normal(size=(15, 8))
+        print(linear_probe_accuracy(train, train_labels, test, test_labels))   # -> 1.0
+        ```
+    """
+    return linear_probe(train_features, train_labels, test_features, test_labels,
+                        validation_fraction, c_grid, max_iter, seed)["accuracy"]
+
+
+def linear_probe(train_features, train_labels, test_features, test_labels, validation_fraction=0.2,
+                 c_grid=PROBE_C, max_iter=1000, seed=0):
+    """A logistic-regression probe on frozen features, as
     DINOv2 and DINOv3 report linear evaluation: multinomial logistic
     regression (L-BFGS) on standardised features; its regularisation is
     chosen on a held-out `validation_fraction` of the training images
@@ -186,23 +208,10 @@ def linear_probe_accuracy(train_features, train_labels, test_features, test_labe
         seed: the held-out split's seed.
     Returns: ``{"accuracy": float, "C": the chosen C, "validation_accuracy":
         its held-out accuracy}``.
-
-    Examples:
-        ```python
-        import numpy as np
-        from keras_vit.evaluation import linear_probe_accuracy
-
-        rng = np.random.default_rng(0)
-        centres = rng.normal(size=(3, 8))
-        train_labels, test_labels = np.repeat(np.arange(3), 20), np.repeat(np.arange(3), 5)
-        train = centres[train_labels] + 0.3 * rng.normal(size=(60, 8))
-        test = centres[test_labels] + 0.3 * rng.normal(size=(15, 8))
-        print(linear_probe_accuracy(train, train_labels, test, test_labels)["accuracy"])   # -> 1.0
-        ```
     """
     from keras_vit.extras import require
 
-    require("sklearn", "The linear probe (keras_vit.evaluation.linear_probe_accuracy)")
+    require("sklearn", "The linear probe (keras_vit.evaluation.linear_probe)")
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import train_test_split
     from sklearn.pipeline import make_pipeline
