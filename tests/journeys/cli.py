@@ -17,7 +17,8 @@ printed:
   is written (and, where onnxruntime is installed, gives the logits).
 - evaluate: ``keras-vit evaluate constant.keras --dataset digits`` of a
   model that always answers 3; the accuracy printed is the share of 3s in
-  the test split.
+  the test split. Then ``--benchmark knn,linear --out benchmarks``: its
+  results.json and table.
 
 A command that fails ends the journey with its own output and exit status
 (`_journey.keras_vit_command`).
@@ -25,6 +26,7 @@ A command that fails ends the journey with its own output and exit status
 
 import json
 import os
+import pathlib
 import re
 import sys
 
@@ -113,7 +115,14 @@ def evaluate():
     labels = np.array([int(example["label"]) for example in load_source("digits", "test").dataset])
     share = f"{np.mean(labels == 3):.3f}"
     assert printed.group(1) == share, (printed.group(0), f"{len(labels)} test digits, {share} of them 3s")
-    _journey.ok(f"a model that always answers 3 scores {share}, the share of 3s in the {len(labels)} test digits")
+    # the paper's benchmarks by name: k-NN and the linear probe of its features, results.json beside
+    out = _journey.keras_vit_command("evaluate", "constant.keras", "--benchmark", "knn,linear",
+                                     "--dataset", "digits", "--out", "benchmarks")
+    scores = json.loads(pathlib.Path("benchmarks", "results.json").read_text())["benchmarks"]
+    assert sorted(scores) == ["knn", "linear"] and "| k-NN (digits) | top-1 |" in out, out
+    _journey.ok(f"a model that always answers 3 scores {share}, the share of 3s in the {len(labels)} test "
+                f"digits; its features' k-NN {scores['knn']['top1']:.1f}%, linear probe "
+                f"{scores['linear']['top1']:.1f}%")
 
 
 COMMANDS = {"convert": convert, "pretrain": pretrain, "predict": predict, "export": export, "evaluate": evaluate}
