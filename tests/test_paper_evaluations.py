@@ -397,6 +397,8 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
         results["benchmarks"] and calls == []
     with pytest.raises(ValueError, match=r"other settings:\n    sweep: was True, now False"):
         evaluate_benchmarks(model, "knn", tmp_path / "eval", **{**arguments, "sweep": False})
+    with pytest.raises(ValueError, match=r"other settings:\n    model: was 'vit \(weights sha256 "):
+        evaluate_benchmarks(tiny_vit(num_classes=10), "knn", tmp_path / "eval", **arguments)  # new weights
     # keras-vit evaluate --benchmark: the saved model, the table printed
     assert main(["evaluate", str(tmp_path / "eval" / "model.keras"), "--benchmark", "knn,linear",
                  "--dataset", "digits", "--out", str(tmp_path / "cli")]) == 0

@@ -460,6 +460,20 @@ _PROTOCOLS = {"classify": _classify, "transfer": _transfer, "vtab": _vtab, "knn"
               "linear": _probe, "zero_shot": _zero_shot}
 
 
+def _fingerprint(model):
+    """A model given as an object, named in the settings by its name and a
+    hash of its weights: another model in the same folder is refused, never
+    scored with the first one's results."""
+    import hashlib
+
+    import keras
+
+    digest = hashlib.sha256()
+    for weight in model.weights:
+        digest.update(np.ascontiguousarray(keras.ops.convert_to_numpy(weight)).tobytes())
+    return f"{model.name} (weights sha256 {digest.hexdigest()[:16]})"
+
+
 def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=None, split="test",
                         train_split="train", data_dir=None, batch_size=64, tasks=None, sweep=False,
                         lr_grid=None, finetune=None, k=20, temperature=0.07, templates="imagenet",
@@ -517,7 +531,7 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
         model = load_model(str(model), model_class=ImageTextModel if "zero_shot" in names else None)
     if published_as is None and isinstance(given, str):
         published_as = given
-    settings = dict(model=str(given) if isinstance(given, (str, pathlib.Path)) else model.name,
+    settings = dict(model=str(given) if isinstance(given, (str, pathlib.Path)) else _fingerprint(model),
                     dataset=dataset, split=split, train_split=train_split, tasks=tasks, sweep=sweep,
                     lr_grid=list(lr_grid) if lr_grid else None, finetune=dict(finetune or {}), k=k,
                     temperature=temperature, templates=templates)
