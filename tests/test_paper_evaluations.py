@@ -400,7 +400,7 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
     with pytest.raises(ValueError, match=r"other settings:\n    model: was 'vit \(weights sha256 "):
         evaluate_benchmarks(tiny_vit(num_classes=10), "knn", tmp_path / "eval", **arguments)  # new weights
     # keras-vit evaluate --benchmark: the saved model, the table printed
-    assert main(["evaluate", str(tmp_path / "eval" / "model.keras"), "--benchmark", "knn,linear",
+    assert main(["evaluate", str(tmp_path / "eval" / "evaluated_model.keras"), "--benchmark", "knn,linear",
                  "--dataset", "digits", "--out", str(tmp_path / "cli")]) == 0
     printed = capsys.readouterr().out
     assert "| k-NN (digits) | top-1 | " in printed and "| linear probe (digits) | top-1 |" in printed

@@ -134,6 +134,7 @@ class Results:
                                  "arguments to continue it.")
             self.data.update(found)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self._write()  # the settings first: a later call with others is refused from the start
 
     def part(self, key):
         """The finished part `key` (a fine-tuning run's scores), or None."""
@@ -243,12 +244,16 @@ def _classify(benchmark, model, options, results):
 
 # -- fine-tuning protocols ---------------------------------------------------------
 
+INIT = "evaluated_model.keras"
+
+
 def _init_path(model, folder):
     """What fine-tuning starts from: the path or name given, or the model
-    saved once as ``model.keras`` in the evaluation's folder."""
+    saved once as `INIT` in the evaluation's folder (the settings hold the
+    hash of its weights)."""
     if isinstance(model, (str, pathlib.Path)):
         return str(model)
-    path = pathlib.Path(folder) / "model.keras"
+    path = pathlib.Path(folder) / INIT
     if not path.exists():
         model.save(path)
     return str(path)
@@ -485,7 +490,7 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
         model: a ViT or `ImageTextModel`, or what `keras_vit.load_model`
             reads (a ``.keras`` file, a checkpoint, a released name). The
             fine-tuning protocols start from it (saved into `out` as
-            ``model.keras`` when it is a model).
+            ``evaluated_model.keras`` when it is a model).
         benchmarks: names of `BENCHMARKS` (a list or ``"a,b"``).
         out: the folder of the results (and of the fine-tuning runs); an
             evaluation there with the same arguments is continued.
