@@ -327,6 +327,7 @@ def test_real_a_and_transfer_score_the_right_images(tmp_path):
     expected_real = 100 * sum(970 in s for s in sets if s) / sum(1 for s in sets if s)
     assert results["imagenet_real"]["real"] == pytest.approx(expected_real)
     assert results["imagenet_real"]["top1"] == pytest.approx(100 * 3 / 7)
+    assert results["imagenet_real"]["top5"] == pytest.approx(100 * 4 / 7)  # and A's 6th class second
     assert results["imagenet_real"]["images"] == 5
     assert results["imagenet_a"]["top1"] == pytest.approx(100 / 7)  # only the last is A's 6th class
     with pytest.raises(ValueError, match="scores an ImageNet-1k classifier's logits; this model has 10"):

@@ -237,7 +237,7 @@ def _classify(benchmark, model, options, results):
               "top5": 100 * metrics.top_k_accuracy(logits, labels, 5), "images": len(labels)}
     if benchmark.name == "imagenet_real":
         sets = _real_sets(source, options["data_dir"])
-        scores = {"real": 100 * metrics.real_accuracy(logits, sets), "top1": scores["top1"],
+        scores = {"real": 100 * metrics.real_accuracy(logits, sets), **scores,
                   "images": sum(1 for labels in sets if labels)}
     return scores
 
