@@ -319,10 +319,12 @@ def test_real_a_and_transfer_score_the_right_images(tmp_path):
         return out
 
     results = {}
-    for name, dataset in (("imagenet_real", "imagenet2012"), ("imagenet_a", "imagenet_a")):
+    for name, dataset in (("imagenet,imagenet_real", "imagenet2012"), ("imagenet_a", "imagenet_a")):
         features = tfds.builder(dataset).info.features
         with mock_task(dataset, examples(features, list(features))):
-            results.update(evaluate_benchmarks(model, name, tmp_path / name, verbose=0)["benchmarks"])
+            results.update(evaluate_benchmarks(model, name, tmp_path / dataset, verbose=0)["benchmarks"])
+    assert [results["imagenet"][k] for k in ("top1", "top5")] == [  # one pass over the images
+        results["imagenet_real"][k] for k in ("top1", "top5")]
     sets = [real[n - 1] for n in files]
     expected_real = 100 * sum(970 in s for s in sets if s) / sum(1 for s in sets if s)
     assert results["imagenet_real"]["real"] == pytest.approx(expected_real)

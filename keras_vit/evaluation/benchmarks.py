@@ -224,12 +224,16 @@ def _classify(benchmark, model, options, results):
             f"{model.num_classes or 'no'} classes. Give an ImageNet fine-tune (keras-vit pretrained "
             "lists them), or use --benchmark knn or linear on its features.")
     source = load_source(benchmark.dataset, benchmark.split, options["data_dir"])
-    logits, labels = [], []
-    for batch_logits, batch_labels in _batches(model, source, options["batch_size"], options["verbose"],
-                                               f"{benchmark.title}: {source.num_examples} images"):
-        logits.append(batch_logits)
-        labels.append(batch_labels)
-    logits, labels = np.concatenate(logits).astype("float64"), np.concatenate(labels)
+    key = ("logits", benchmark.dataset, benchmark.split)
+    if key not in options["features"]:  # imagenet and imagenet_real read the same images
+        logits, labels = [], []
+        for batch_logits, batch_labels in _batches(model, source, options["batch_size"],
+                                                   options["verbose"],
+                                                   f"{benchmark.title}: {source.num_examples} images"):
+            logits.append(batch_logits)
+            labels.append(batch_labels)
+        options["features"][key] = (np.concatenate(logits).astype("float64"), np.concatenate(labels))
+    logits, labels = options["features"][key]
     if benchmark.classes is not None:
         right = metrics.subset_predictions(logits, benchmark.classes) == labels
         return {"top1": 100 * float(right.mean()), "images": len(labels)}
@@ -541,7 +545,8 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
                     lr_grid=list(lr_grid) if lr_grid else None, finetune=dict(finetune or {}), k=k,
                     temperature=temperature, templates=templates)
     options = dict(settings, data_dir=data_dir, batch_size=batch_size, verbose=verbose,
-                   finetune=dict(finetune or {}), given=given, features={})
+                   finetune=dict(finetune or {}), given=given,
+                   features={})  # what a pass over a dataset gave, for the benchmarks that share it
     results = Results(out, settings)
     for name in names:
         benchmark = BENCHMARKS[name]
