@@ -164,22 +164,25 @@ def _progress(total, verbose, title):
     return keras.utils.Progbar(total, verbose=1 if verbose else 0, unit_name="batch")
 
 
-def _batches(model, source, batch_size, verbose, title, vit=None):
-    """(outputs, labels) of every batch of `source` through `model`, the
-    images at the input size and pixel scaling of `vit` (default `model`),
-    with a progress bar."""
+def _predict(model, source, options, title, vit=None):
+    """``(outputs (n, ...) float64, labels (n,))`` of every image of `source`
+    through `model`, the images at the input size and pixel scaling of `vit`
+    (default `model`), with a progress bar."""
     from keras_vit.data import input_pipeline
     from keras_vit.training.evaluation import predict_batches
     from keras_vit.training.run import pixel_scaling
 
     vit = vit or model
     size = {} if getattr(vit, "naflex", False) else dict(image_size=tuple(vit.image_size))
-    dataset = input_pipeline(source, **size, batch_size=batch_size, training=False,
+    dataset = input_pipeline(source, **size, batch_size=options["batch_size"], training=False,
                              **pixel_scaling(vit))
-    bar = _progress(math.ceil(source.num_examples / batch_size), verbose, title)
-    for outputs, labels in predict_batches(model, dataset):
+    bar = _progress(math.ceil(source.num_examples / options["batch_size"]), options["verbose"], title)
+    outputs, labels = [], []
+    for batch_outputs, batch_labels in predict_batches(model, dataset):
+        outputs.append(batch_outputs)
+        labels.append(batch_labels)
         bar.add(1)
-        yield outputs, labels
+    return np.concatenate(outputs).astype("float64"), np.concatenate(labels)
 
 
 def _real_sets(source, data_dir):
@@ -226,13 +229,8 @@ def _classify(benchmark, model, options, results):
     source = load_source(benchmark.dataset, benchmark.split, options["data_dir"])
     key = ("logits", benchmark.dataset, benchmark.split)
     if key not in options["features"]:  # imagenet and imagenet_real read the same images
-        logits, labels = [], []
-        for batch_logits, batch_labels in _batches(model, source, options["batch_size"],
-                                                   options["verbose"],
-                                                   f"{benchmark.title}: {source.num_examples} images"):
-            logits.append(batch_logits)
-            labels.append(batch_labels)
-        options["features"][key] = (np.concatenate(logits).astype("float64"), np.concatenate(labels))
+        options["features"][key] = _predict(model, source, options,
+                                            f"{benchmark.title}: {source.num_examples} images")
     logits, labels = options["features"][key]
     if benchmark.classes is not None:
         right = metrics.subset_predictions(logits, benchmark.classes) == labels
@@ -303,12 +301,10 @@ def _transfer(benchmark, model, options, results):
 
     source = load_source(benchmark.dataset, benchmark.split, options["data_dir"])
     if _vit(model, benchmark).num_classes == source.num_classes:
-        correct = total = 0
-        for logits, labels in _batches(model, source, options["batch_size"], options["verbose"],
-                                       f"{benchmark.title}: {source.num_examples} images"):
-            correct += int((logits.argmax(-1) == labels).sum())
-            total += len(labels)
-        return {"top1": 100 * correct / total, "images": total, "fine_tuned": False}
+        logits, labels = _predict(model, source, options,
+                                  f"{benchmark.title}: {source.num_examples} images")
+        return {"top1": 100 * float((logits.argmax(-1) == labels).mean()), "images": len(labels),
+                "fine_tuned": False}
     init = _init_path(options["given"], results.folder)
     base = _run_config(benchmark.config, options, init=init, data_dir=options["data_dir"])
     rates = _learning_rates(base, options)
@@ -391,15 +387,10 @@ def vtab_means(scores):
 # -- frozen features ----------------------------------------------------------------
 
 def _features(model, source, options, title):
+    """Frozen features (what the head reads) of `source`, and its labels."""
     from keras_vit.training.evaluation import feature_extractor
 
-    extractor = feature_extractor(model)
-    features, labels = [], []
-    for batch, batch_labels in _batches(extractor, source, options["batch_size"], options["verbose"],
-                                        title, vit=model):
-        features.append(batch)
-        labels.append(batch_labels)
-    return np.concatenate(features).astype("float64"), np.concatenate(labels)
+    return _predict(feature_extractor(model), source, options, title, vit=model)
 
 
 def _probe(benchmark, model, options, results):
@@ -454,12 +445,8 @@ def _zero_shot(benchmark, model, options, results):
         raise ValueError(f"{dataset} names no classes: zero-shot classification needs the class "
                          "names to write its prompts.")
     classifier = zero_shot_classifier(model, names, options["templates"])
-    logits, labels = [], []
-    for batch, batch_labels in _batches(classifier, source, options["batch_size"], options["verbose"],
-                                        f"zero-shot: {source.num_examples} images of {dataset}"):
-        logits.append(batch)
-        labels.append(batch_labels)
-    logits, labels = np.concatenate(logits).astype("float64"), np.concatenate(labels)
+    logits, labels = _predict(classifier, source, options,
+                              f"zero-shot: {source.num_examples} images of {dataset}")
     return {"top1": 100 * metrics.top_k_accuracy(logits, labels, 1),
             "top5": 100 * metrics.top_k_accuracy(logits, labels, min(5, logits.shape[1])),
             "dataset": dataset, "templates": options["templates"]}
