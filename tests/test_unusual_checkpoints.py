@@ -4,6 +4,7 @@ vit_jax names, and broken or out-of-range configs."""
 
 import json
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -146,8 +147,11 @@ def test_timm_width_outside_the_table_needs_the_head_count(tmp_path):
 
 def test_timm_hub_folder_gives_heads_and_class_names(tmp_path):
     params = random_vit_params(hidden=512, heads=8, mlp_dim=64, layers=1, image_size=16, num_classes=3)
+    # timm.create_model("vit_medium_patch16_gap_256", **model_args): the entry point's model
+    # with a [class] token, biased qkv and no LayerScale, as these weights are
     folder = timm_folder(tmp_path, params, {
         "architecture": "vit_medium_patch16_gap_256", "num_classes": 3,
+        "model_args": {"class_token": True, "global_pool": "token", "qkv_bias": True, "init_values": None},
         "label_names": ["n01", "n02", "n03"], "pretrained_cfg": {"tag": "test"}})
     model = ViT.from_checkpoint(folder)
     assert model.num_heads == 8 and model.class_names == ["n01", "n02", "n03"]
@@ -156,7 +160,8 @@ def test_timm_hub_folder_gives_heads_and_class_names(tmp_path):
 
 def test_timm_model_args_override_and_disagreement(tmp_path):
     params = random_vit_params(hidden=64, heads=2, mlp_dim=64, layers=1, image_size=16)
-    folder = timm_folder(tmp_path, params, {"architecture": "vit_custom", "model_args": {"num_heads": 2}})
+    folder = timm_folder(tmp_path, params, {"architecture": "vit_base_patch16_224",
+                                            "model_args": {"embed_dim": 64, "num_heads": 2}})
     model = ViT.from_checkpoint(folder)
     assert model.num_heads == 2
     assert_parity(model, params, images(16), approximate_gelu=False)
@@ -165,15 +170,55 @@ def test_timm_model_args_override_and_disagreement(tmp_path):
         ViT.from_checkpoint(folder)
 
 
+DATA = pathlib.Path(__file__).parent / "data"
+
+
+@pytest.mark.backend_independent  # refused while reading the files, before any model is built
+def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path):
+    """timm's Perception Encoder (tests/data/make_timm_architectures.py: a small random
+    vit_pe_core_tiny_patch16_384 saved by timm's save_for_hf) has a plain ViT's key names
+    (norm_pre, attn_pool.*; its rotary embeddings have no weights): it is refused by its
+    architecture, not read by its keys. So are a name timm does not have and an argument
+    keras_vit's ViT does not have; an old name is read as the one it stands for."""
+    with pytest.raises(CheckpointError, match=r"timm's vit_pe_core_tiny_patch16_384 is a model of "
+                       r"timm's Eva \(eva.py: EVA-02, Perception Encoder.*Nothing was read"):
+        ViT.from_checkpoint(DATA / "timm" / "pe_core")
+    params = random_vit_params(hidden=64, heads=2, mlp_dim=64, layers=1, image_size=16)
+    folder = timm_folder(tmp_path, params, {"architecture": "vit_custom", "model_args": {"num_heads": 2}})
+    with pytest.raises(CheckpointError, match=r"names timm's architecture 'vit_custom', which is not "
+                       r"one of the 244 ViT architectures of timm 1.0.31.*never by matching key names"):
+        ViT.from_checkpoint(folder)
+    assert ViT.from_checkpoint(folder / "model.safetensors", num_heads=2).num_heads == 2  # the way out it names
+    for architecture, refused in (("aimv2_large_patch14_224",
+                                   r"embed_norm_layer=.*RmsNorm.*mlp_layer='SwiGLU'.*proj_bias=False"),
+                                  ("vit_base_patch16_radio_v3", "final_norm=False"),
+                                  ("vit_base_patch16_18x2_224", "block_fn='ParallelThingsBlock'"),
+                                  ("vit_base_patch16_224", "pos_embed='none'")):
+        model_args = {"embed_dim": 64, "num_heads": 2, **({"pos_embed": "none"} if "pos_embed" in refused else {})}
+        (folder / "config.json").write_text(json.dumps({"architecture": architecture, "model_args": model_args}))
+        with pytest.raises(CheckpointError, match=f"timm's {architecture} builds it with .*{refused}.*, which "
+                           "keras_vit's ViT does not have.*Nothing was read"):
+            ViT.from_checkpoint(folder)
+    (folder / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224_in21k",
+                                                    "model_args": {"embed_dim": 64, "num_heads": 2}}))
+    assert ViT.from_checkpoint(folder).num_heads == 2  # timm's vit_base_patch16_224.augreg_in21k
+
+
+# A [class] token with a position embedding and no registers, as these weights are (the
+# architecture's own otherwise): timm.create_model(architecture, **model_args).
+_AS_THE_WEIGHTS = {"class_token": True, "global_pool": "token", "reg_tokens": 0, "no_embed_class": False}
+
+
 @pytest.mark.parametrize("architecture, width, heads", [
     ("deit3_medium_patch16_224", 512, 8),               # deit.py
-    ("vit_little_patch16_reg4_gap_256.sbb_in1k", 320, 5),  # a size word, with a tag
-    ("vit_base_patch16_plus_240", 896, 14),             # named: not vit_base's 768/12
+    ("vit_little_patch16_reg4_gap_256.sbb_in1k", 320, 5),  # with a tag
+    ("vit_base_patch16_plus_240", 896, 14),             # not vit_base's 768/12
 ])
 def test_timm_architecture_gives_timm_head_count(architecture, width, heads, tmp_path):
     """(width, heads) as timm's model functions define them."""
     params = random_vit_params(hidden=width, heads=heads, mlp_dim=32, layers=1, image_size=16, patch=16)
-    model = ViT.from_checkpoint(timm_folder(tmp_path, params, {"architecture": architecture}))
+    model = ViT.from_checkpoint(timm_folder(tmp_path, params, {"architecture": architecture,
+                                                               "model_args": _AS_THE_WEIGHTS}))
     assert model.num_heads == heads
     assert_parity(model, params, images(16), approximate_gelu=False)
 

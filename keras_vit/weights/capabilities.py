@@ -11,6 +11,7 @@ import dataclasses
 
 from keras_vit.config import FIELDS
 from keras_vit.config import ViTConfig
+from keras_vit.weights.timm import written_epsilon
 
 
 # A format: its title in the docs, the phrase a refusal writes it as (None: never
@@ -238,7 +239,7 @@ TABLE = {
                      "(it stores the epsilon).")),
         huggingface=writes(layer_norm_epsilon=1e-12), dinov2=_DINOV2_ONLY,
         dinov3=W, keras_hub=writes(layer_norm_epsilon=1e-5),
-        timm=written((lambda c: c.layer_norm_epsilon != _timm_epsilon(c),
+        timm=written((lambda c: c.layer_norm_epsilon != written_epsilon(c),
                       "its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and timm's ViT uses 1e-6 "
                       "(its CLIP, with norm_pre, 1e-5)", "Use format='huggingface' (it stores the "
                       "epsilon)."))),
@@ -426,14 +427,6 @@ _SIGLIP2 = {
 for _field, _entries in TABLE.items():
     _entries["siglip2"] = _SIGLIP2[_field]
     _entries["keras"] = W
-
-
-def _timm_epsilon(c):
-    """The LayerNorm epsilon of the timm architecture the writer names
-    (`keras_vit.weights.timm.write_timm`): its CLIP's 1e-5 for norm_pre, unless DeiT or SwiGLU
-    (DINOv2 giant) name the model."""
-    clip = c.norm_pre and not c.distillation and c.mlp_activation != "swiglu"
-    return 1e-5 if clip else 1e-6
 
 
 def _gated(c):

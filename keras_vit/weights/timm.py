@@ -1,7 +1,9 @@
 """timm ``VisionTransformer`` state dicts saved as ``.safetensors``: read and written."""
 
+import functools
+import importlib.resources
+import json
 import pathlib
-import re
 
 import numpy as np
 
@@ -19,29 +21,7 @@ from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import square_grid
 from keras_vit.weights.checkpoint import write_files
 
-# timm state dicts do not store the head count. A timm hub config.json names
-# the architecture: its size word (``vit_base_...``, ``deit3_small_...``)
-# gives (width, heads) as timm's model functions define them
-# (vision_transformer.py, deit.py), save for the few models listed by name
-# whose width or heads differ from their size word. Bare files go by width.
-_TIMM_SIZES = {
-    "tiny": (192, 3), "xsmall": (256, 4), "wee": (256, 4), "pwee": (256, 4), "dwee": (256, 4),
-    "dpwee": (256, 4), "little": (320, 5), "dlittle": (320, 5), "small": (384, 6),
-    "medium": (512, 8), "mediumd": (512, 8), "betwixt": (640, 10), "base": (768, 12),
-    "so150m2": (832, 13), "so150m": (896, 14), "large": (1024, 16), "intern300m": (1024, 16),
-    "so400m": (1152, 16), "huge": (1280, 16), "giant": (1408, 16), "giantopt": (1536, 16),
-    "gigantic": (1664, 16),
-}
-_TIMM_EXCEPTIONS = {
-    "vit_base_patch16_gap_224": (768, 16),
-    "vit_base_patch16_plus_240": (896, 14),
-    "vit_base_patch32_plus_256": (896, 14),
-    "vit_base_patch16_plus_clip_240": (896, 14),
-    "vit_giant_patch14_dinov2": (1536, 24),
-    "vit_giant_patch14_reg4_dinov2": (1536, 24),
-    "vit_giant_patch14_reg1_tipsv2": (1536, 24),
-}
-_HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
+_HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}  # a bare file's, by width
 
 # OpenAI-trained CLIP weights (and these others) run QuickGELU; timm's plain
 # `*_clip_*` entry points build erf GELU for them (their pretrained_cfg notes
@@ -50,25 +30,108 @@ _QUICKGELU_TAGS = ("openai", "metaclip_400m", "metaclip_2pt5b", "metaclip2_world
                    "dfn5b")
 
 
-def _architecture_size(architecture):
-    """(width, heads) of a timm model name, or (None, None) when unknown."""
-    if architecture in _TIMM_EXCEPTIONS:
-        return _TIMM_EXCEPTIONS[architecture]
-    size = re.match(r"(?:vit|deit3?)_([a-z0-9]+)_", architecture)
-    return _TIMM_SIZES.get(size.group(1), (None, None)) if size else (None, None)
+@functools.cache
+def architectures():
+    """timm's table of its ViT architectures (``timm_architectures.json``,
+    made by tests/data/make_timm_architectures.py): ``{"timm": version,
+    "architectures": {name: {"module", "class", "args"}}}``, every
+    architecture of timm's ``vision_transformer``, ``deit`` and ``eva``
+    modules with the model class and arguments its entry point builds."""
+    text = importlib.resources.files("keras_vit.weights").joinpath("timm_architectures.json").read_text("utf-8")
+    return json.loads(text)
 
 
-def _heads(meta, hidden_dim, num_heads, source):
-    """The head count: given; else the hub config's ``model_args`` or
-    architecture; else timm's standard widths. Never a guess."""
-    meta = meta or {}
-    architecture = str(meta.get("architecture", "")).split(".")[0]  # drop a ".tag"
-    model_args = meta.get("model_args") or {}
-    width, heads = _architecture_size(architecture)
-    width, heads = model_args.get("embed_dim", width), model_args.get("num_heads", heads)
-    if width is not None and width != hidden_dim:
+def _layer(value):
+    """A layer argument of the table (a name, or ``{"partial": name, **keywords}``)
+    as (its name in lower case without underscores, its keywords)."""
+    if isinstance(value, dict):
+        return str(value["partial"]).lower().replace("_", ""), {k: v for k, v in value.items() if k != "partial"}
+    return str(value).lower().replace("_", ""), {}
+
+
+# The arguments of timm's VisionTransformer that change a model's numbers, each
+# with the values keras_vit reads (None: any; its meaning is read from the
+# tensors or below). Another value is refused by name, and so is an argument
+# in neither list.
+_ARGUMENTS = {
+    **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth",
+                     "num_heads", "mlp_ratio", "qkv_bias", "qk_norm", "init_values", "class_token",
+                     "reg_tokens", "no_embed_class", "pre_norm", "fc_norm")),
+    "global_pool": ("", "token", "avg", "map"), "pos_embed": ("learn",), "final_norm": (True,),
+    "proj_bias": (True,), "scale_attn_norm": (False,), "scale_mlp_norm": (False,),
+    "pool_include_prefix": (False,), "embed_norm_layer": (None,), "embed_layer": ("patchembed",),
+    "block_fn": ("block",), "attn_layer": ("attention",), "norm_layer": (None, "layernorm"),
+    "act_layer": (None, "gelu", "gelutanh", "quickgelu", "silu"),
+    "mlp_layer": ("mlp", "swiglupacked", "glumlp"),  # the last two: gated SiLU, fc1 holding both halves
+}
+# Arguments for training or for inputs of other sizes: a loaded model's numbers are the same.
+_TRAINING_ARGUMENTS = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate",
+                       "attn_drop_rate", "drop_path_rate", "weight_init", "fix_init",
+                       "dynamic_img_size", "dynamic_img_pad", "device", "dtype")
+_OTHER_CLASSES = {"Eva": "timm's Eva (eva.py: EVA-02, Perception Encoder and the ViTs with rotary "
+                         "position embeddings)"}
+
+
+def architecture_args(meta, source):
+    """The arguments timm builds a hub folder's model with: its
+    architecture's entry point's (`architectures`), updated by config.json's
+    ``model_args``; ``{}`` for a bare file. Each argument is checked against
+    what keras_vit reads, so that a model of another kind is refused by its
+    name, never read by matching key names.
+
+    Raises:
+        CheckpointError: an architecture not in timm's table, another model
+            class, or an argument or value keras_vit's ViT does not have.
+    """
+    args = dict(meta.get("model_args") or {})
+    who = "config.json's model_args"
+    if "architecture" in meta:
+        table = architectures()
+        name = str(meta["architecture"]).split(".")[0]  # drop a ".tag"
+        name = table["deprecated"].get(name, name).split(".")[0]  # an old name: the one it stands for
+        who = f"timm's {name}"
+        entry = table["architectures"].get(name)
+        if entry is None:
+            raise CheckpointError(
+                f"{source}: config.json names timm's architecture {name!r}, which is not one of the "
+                f"{len(table['architectures'])} ViT architectures of timm {table['timm']} that keras_vit "
+                "knows (its vision_transformer, deit and eva modules), so it is not read: keras_vit "
+                "reads a file as its architecture, never by matching key names. If it is a plain "
+                "timm VisionTransformer, read its weights file alone with the head count: "
+                "ViT.from_checkpoint('.../model.safetensors', num_heads=...).")
+        if entry["class"] not in ("VisionTransformer", "VisionTransformerDistilled"):
+            kind = _OTHER_CLASSES.get(entry["class"], f"timm's {entry['class']} ({entry['module']}.py)")
+            raise CheckpointError(
+                f"{source}: timm's {name} is a model of {kind}, which keras_vit does not read: its "
+                "weights are not a ViT's of the paper's kind. Nothing was read.")
+        args = {**entry["args"], **args}
+    refused = []
+    for arg, value in args.items():
+        allowed = _ARGUMENTS.get(arg, ())
+        read, keywords = _layer(value) if arg.endswith(("_layer", "_fn")) and value is not None else (value, {})
+        if arg not in _TRAINING_ARGUMENTS and (
+                arg not in _ARGUMENTS or (allowed is not None and read not in allowed) or keywords.get("gate_last")):
+            refused.append(f"{arg}={value!r}")
+    if refused:
         raise CheckpointError(
-            f"{source}: config.json names {architecture!r} ({width} wide) but the weights are "
+            f"{source}: {who} builds it with {', '.join(refused)}, which keras_vit's ViT does not "
+            "have. Nothing was read.")
+    return args
+
+
+def architecture_epsilon(args):
+    """The LayerNorm epsilon timm builds with `args`: its ``norm_layer``'s, else VisionTransformer's 1e-6."""
+    return float(_layer(args.get("norm_layer") or "layernorm")[1].get("eps", 1e-6))
+
+
+def _heads(meta, args, hidden_dim, num_heads, source):
+    """The head count: given; else the architecture's arguments (`architecture_args`);
+    else, for a bare file, timm's standard widths. Never a guess."""
+    width, heads = args.get("embed_dim"), args.get("num_heads")
+    if width is not None and width != hidden_dim:
+        named = f"names {meta['architecture']!r}" if "architecture" in meta else "describes a model"
+        raise CheckpointError(
+            f"{source}: config.json {named} ({width} wide) but the weights are "
             f"{hidden_dim} wide: the folder mixes two models. Use the config.json saved with "
             "these weights.")
     if num_heads is None:
@@ -84,27 +147,25 @@ def _heads(meta, hidden_dim, num_heads, source):
     return int(num_heads)
 
 
-def _numerics(meta, model_args, source):
+def _numerics(meta, args):
     """(mlp activation, tanh GELU, LayerNorm epsilon) of a timm model: from
-    its hub config's ``model_args``, else from its architecture's family."""
+    its architecture's arguments, where keras_vit reads released weights'
+    own activation over timm's entry point (QuickGELU CLIPs, SigLIP's tanh GELU)."""
     architecture = str(meta.get("architecture", ""))
     pretrained_cfg = meta.get("pretrained_cfg") or {}
     tag = str(pretrained_cfg.get("tag", "")).split(".")[0]
     notes = " ".join(map(str, pretrained_cfg.get("notes") or ()))
-    act = model_args.get("act_layer")
+    act = _layer(args["act_layer"])[0] if args.get("act_layer") else None
     if act is None:
         if "quickgelu" in architecture or "natively QuickGELU" in notes or (
                 "_clip_" in architecture and tag in _QUICKGELU_TAGS):
-            act = "quick_gelu"
+            act = "quickgelu"
         elif "siglip" in architecture:
-            act = "gelu_tanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
+            act = "gelutanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
         else:
             act = "gelu"
-    if act not in ("gelu", "gelu_tanh", "quick_gelu", "silu"):
-        raise CheckpointError(f"{source}: act_layer {act!r} is not one keras_vit implements "
-                              "('gelu', 'gelu_tanh', 'quick_gelu'; 'silu' in SwiGLU).")
-    epsilon = 1e-5 if "_clip_" in architecture else 1e-6  # timm's CLIP models: nn.LayerNorm
-    return ("quick_gelu" if act == "quick_gelu" else "gelu"), act == "gelu_tanh", epsilon
+    activation = {"quickgelu": "quick_gelu", "silu": "silu"}.get(act, "gelu")
+    return activation, act == "gelutanh", architecture_epsilon(args)
 
 
 _B = "blocks.{i}."
@@ -180,18 +241,19 @@ def _pad_position_embeddings(tensors, no_embed_class):
     return tensors["pos_embed"].shape[1] - prefix
 
 
-def _read_config(tensors, meta, num_heads, source):
-    """The model's `ViT` arguments, from the hub config `meta` and the tensors' names and shapes."""
-    model_args = meta.get("model_args") or {}
+def _read_config(tensors, meta, args, num_heads, source):
+    """The model's `ViT` arguments, from the hub config `meta`, the
+    arguments its architecture is built with (`architecture_args`) and the
+    tensors' names and shapes."""
     kernel = tensors["patch_embed.proj.weight"]
     hidden_dim = kernel.shape[0]
-    activation, approximate, epsilon = _numerics(meta, model_args, source)
+    activation, approximate, epsilon = _numerics(meta, args)
     fc1, fc2 = tensors["blocks.0.mlp.fc1.weight"], tensors["blocks.0.mlp.fc2.weight"]
     num_layers = 0
     while f"blocks.{num_layers}.norm1.weight" in tensors:
         num_layers += 1
     config = dict(
-        hidden_dim=hidden_dim, num_heads=_heads(meta, hidden_dim, num_heads, source),
+        hidden_dim=hidden_dim, num_heads=_heads(meta, args, hidden_dim, num_heads, source),
         patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1], layer_norm_epsilon=epsilon,
         gelu_approximate=approximate, num_layers=num_layers, mlp_dim=fc2.shape[1],
         # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]
@@ -202,13 +264,16 @@ def _read_config(tensors, meta, num_heads, source):
         num_registers=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
         num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
     )
+    if activation == "silu" and config["mlp_activation"] != "swiglu":
+        raise CheckpointError(f"{source}: act_layer 'silu' in an MLP that is not gated: keras_vit "
+                              "runs SiLU in SwiGLU only ('gelu', 'gelu_tanh' and 'quick_gelu' otherwise).")
     if "blocks.0.ls1.gamma" in tensors:
-        config["layer_scale_init"] = model_args.get("init_values", 1e-5)
+        config["layer_scale_init"] = args.get("init_values") or 1e-5
     if "pre_logits.fc.weight" in tensors:
         config["representation_size"] = tensors["pre_logits.fc.weight"].shape[0]
     config["pooling"] = "map" if "attn_pool.latent" in tensors else "token" if "cls_token" in tensors else "gap"
     if "cls_token" in tensors and config["pooling"] != "map":
-        pool = meta.get("global_pool", model_args.get("global_pool", "token"))
+        pool = meta.get("global_pool", args.get("global_pool", "token"))
         if pool not in ("token", "", "avg"):
             raise CheckpointError(
                 f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
@@ -241,11 +306,12 @@ def read_timm(path, num_heads=None):
     tensors = load_safetensors(path)
     r.require_keys(tensors, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight",
                              "blocks.0.mlp.fc2.weight"), source)
-    patches = _pad_position_embeddings(tensors, (meta.get("model_args") or {}).get("no_embed_class"))
-    config = _read_config(tensors, meta, num_heads, source)
+    args = architecture_args(meta, source)
+    patches = _pad_position_embeddings(tensors, args.get("no_embed_class"))
+    config = _read_config(tensors, meta, args, num_heads, source)
     grid = square_grid(patches)
-    if "img_size" in (meta.get("model_args") or {}):  # the hub config's size, for any grid
-        size = np.broadcast_to(meta["model_args"]["img_size"], (2,))
+    if "img_size" in args:  # the architecture's size, for any grid
+        size = np.broadcast_to(args["img_size"], (2,))
         grid = tuple(int(s) // p for s, p in zip(size, config["patch_size"]))
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
@@ -272,7 +338,7 @@ def _check_bare(model, tensors):
     or the pooling, and a reader takes timm's defaults (exact GELU, 1e-6,
     the [class] token)."""
     c = model.config
-    read = config_view(_read_config(tensors, {}, c.num_heads, "the file"))
+    read = config_view(_read_config(tensors, {}, {}, c.num_heads, "the file"))
     lost = [f"{name}={get(c)!r} (it would read as {get(read)!r})"
             for name, get in _BARE.items() if get(c) is not None and get(read) != get(c)]
     if lost:
@@ -281,6 +347,20 @@ def _check_bare(model, tensors):
             f"the tensors alone, and reading it would not give back {', '.join(lost)}. Nothing "
             "was written. Write the timm hub folder instead (a path without .safetensors: its "
             "config.json records them).")
+
+
+def written_architecture(c):
+    """The timm architecture `write_timm` names for a `ViTConfig` `c`: the
+    model class and what ``model_args`` cannot say (the LayerNorm epsilon,
+    `written_epsilon`); ``model_args`` give every size."""
+    return ("deit_base_distilled_patch16_224" if c.distillation
+            else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
+            else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224")
+
+
+def written_epsilon(c):
+    """The LayerNorm epsilon of `written_architecture`: the only one a timm folder holds for `c`."""
+    return architecture_epsilon(architectures()["architectures"][written_architecture(c)]["args"])
 
 
 def write_timm(model, path):
@@ -306,13 +386,9 @@ def write_timm(model, path):
                                    else "gelu_tanh" if c.gelu_approximate else "gelu")
     if c.distillation:  # deit.py's VisionTransformerDistilled has no reg_tokens argument
         del model_args["reg_tokens"]
-    if c.layer_scale_init is not None:
-        model_args["init_values"] = c.layer_scale_init
+    model_args["init_values"] = c.layer_scale_init  # None too: the architecture may have another
     config = {
-        # the model class and what model_args cannot say; model_args give every size
-        "architecture": ("deit_base_distilled_patch16_224" if c.distillation
-                         else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
-                         else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224"),
+        "architecture": written_architecture(c),
         "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],
         "model_args": model_args,
         # mean and std of pixels in [0, 1]: the model's scaling (the paper's [-1, 1]: 0.5 and 0.5)
