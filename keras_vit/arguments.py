@@ -25,11 +25,6 @@ STRATEGIES = {
 }
 ALL_STRATEGIES = ("none", "tpu", "mirrored", "multi_worker", "data_parallel", "model_parallel")
 
-# The checkpoint formats a ViT is written to besides .keras (convert's
-# ``--format``, `keras_vit.weights.save_checkpoint`).
-WRITE_FORMATS = ("npz", "huggingface", "timm", "keras_hub")
-
-
 class DistributionError(ValueError):
     """A strategy that cannot be set up here; raised before any training."""
 

@@ -36,7 +36,6 @@ import keras_vit
 
 from keras_vit import extras
 from keras_vit.arguments import DTYPES
-from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import merge_counts as _merge_counts
 from keras_vit.arguments import parse_floats
@@ -45,6 +44,7 @@ from keras_vit.arguments import parse_key_values
 from keras_vit.arguments import parse_shots
 from keras_vit.export.int8 import QUANTIZE_MODES
 from keras_vit.startup import quiet_start
+from keras_vit.weights.formats import FORMATS
 
 # evaluate --benchmark's choices (keras_vit.evaluation.BENCHMARKS), named here
 # so that --help imports no NumPy; tests/test_evaluation.py keeps them equal.
@@ -609,7 +609,7 @@ def _convert_flags(sub):
     sub.add_argument("checkpoint")
     sub.add_argument("output", help="path ending in .keras; with --format: a .npz file, a new "
                      "directory, or (timm) a .safetensors file")
-    sub.add_argument("--format", choices=("keras", *WRITE_FORMATS), default="keras",
+    sub.add_argument("--format", choices=("keras", *FORMATS), default="keras",
                      help="what to write (default keras)")
     sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings")
     sub.add_argument("--num-classes", type=_positive_int, help="a new zero-initialised head")

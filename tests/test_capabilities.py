@@ -19,6 +19,7 @@ from keras_vit.weights.capabilities import COLUMNS
 from keras_vit.weights.capabilities import ENTRY_KINDS
 from keras_vit.weights.capabilities import TABLE
 from keras_vit.weights.capabilities import refusal
+from keras_vit.weights import formats
 
 DOCS = pathlib.Path(__file__).parent.parent / "docs" / "checkpoints.md"
 SMALL = dict(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
@@ -28,7 +29,7 @@ BASES = {"npz": {}, "huggingface": {}, "timm": {}, "keras_hub": dict(gelu_approx
          "dinov3": dict(position_embedding="rope", layer_scale_init=1.0, num_classes=0,
                         gelu_approximate=False),
          "siglip2": dict(naflex=True, max_num_patches=6, pooling="map", num_classes=0)}
-# The formats whose writer format="huggingface" picks by the model (huggingface.written_as)
+# The formats whose writer format="huggingface" picks by the model (formats.huggingface_column)
 HUGGINGFACE = ("dinov3", "siglip2")
 
 
@@ -56,6 +57,43 @@ def test_a_new_field_is_refused_everywhere_until_mapped(monkeypatch):
     for format in BASES:
         why, instead = refusal(with_option(**{**SMALL, **BASES[format]}, new_option=True), format)
         assert why.startswith("new_option=True, which keras_vit does not map to") and "keras" in instead
+
+
+def unmapped(registry):
+    """What a format of `registry` (`formats.FORMATS`) writes or reads that has no
+    capability column, or no entry in the table: (format, column) pairs, ``""`` for a
+    format without columns."""
+    written = {(f.name, f.written_as(ViTConfig(**{**SMALL, **base}))) for f in registry.values()
+               for base in BASES.values()}
+    return sorted({(name, column) for name, column in written if column not in registry[name].columns}
+                  | {(f.name, column) for f in registry.values() for column in f.columns
+                     if column not in COLUMNS or any(column not in row for row in TABLE.values())}
+                  | {(f.name, "") for f in registry.values() if not f.columns})
+
+
+@pytest.mark.backend_independent
+def test_every_format_of_the_registry_has_its_columns(monkeypatch):
+    """The registry is the one list of formats: the writers' names, the command
+    line's choices and the capability columns come from it, and a format added
+    without a column (or with one the table has no entries for) is reported."""
+    assert unmapped(formats.FORMATS) == []
+    assert [*capabilities.COLUMNS] == [c for f in formats.FORMATS.values() for c in f.columns] + ["keras"]
+    from keras_vit import cli
+
+    convert = cli.build_parser()._subparsers._group_actions[0].choices["convert"].add_flags()
+    assert next(a for a in convert._actions if a.dest == "format").choices == ("keras", *formats.FORMATS)
+    new = dataclasses.replace(formats.FORMATS["timm"], name="new", columns={})
+    assert unmapped({**formats.FORMATS, "new": new}) == [("new", ""), ("new", "timm")]
+    other = dataclasses.replace(new, columns={"new": capabilities.Column("New", "new", "New")},
+                                written_as=lambda c: "new")
+    assert unmapped({**formats.FORMATS, "new": other}) == [("new", "new")]
+
+
+@pytest.mark.backend_independent
+def test_the_docs_show_the_registrys_paths():
+    assert formats.markdown() in DOCS.read_text(), (
+        "docs/checkpoints.md does not hold the current table of paths: paste "
+        "keras_vit.weights.formats.markdown() in its place")
 
 
 @pytest.mark.backend_independent

@@ -235,6 +235,16 @@ def test_missing_extra_and_misshaped_keys_are_named(tmp_path):
         ViT.from_checkpoint(save_safetensors(timm, tmp_path / "rope.safetensors"), num_heads=4)
 
 
+def test_a_head_count_other_than_the_files_own_is_refused(tmp_path):
+    """npz, Hugging Face and keras-hub files store their head count: another one
+    would load (the shapes fit) and compute something else."""
+    npz = save_npz(random_vit_params(heads=4), tmp_path / "vit.npz")
+    assert ViT.from_checkpoint(npz, num_heads=4).num_heads == 4
+    with pytest.raises(CheckpointError, match=r"vit.npz stores num_heads=4; num_heads=2 would split the "
+                       "same weights into other heads.*Leave num_heads out"):
+        ViT.from_checkpoint(npz, num_heads=2)
+
+
 def test_truncated_and_unknown_files(tmp_path):
     npz = save_npz(random_vit_params(), tmp_path / "vit.npz")
     data = npz.read_bytes()

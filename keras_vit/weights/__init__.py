@@ -1,61 +1,37 @@
 """Checkpoint formats: a reader and a writer per format (one key map each,
-`rows`), what each holds (`capabilities`), and a model built from a file
-(`load_checkpoint`, with `keras_vit.assign`'s `build_model`)."""
+`rows`), what each holds (`capabilities`), the formats themselves
+(`formats.FORMATS`), and a model built from a file (`load_checkpoint`, with
+`keras_vit.assign`'s `build_model`).
 
-from keras_vit.assign import assign_weights
-from keras_vit.assign import build_model
-from keras_vit.assign import transfer_weights
-from keras_vit.io.files import CheckpointError
-from keras_vit.released import imagenet1k_class_names
-from keras_vit.released import locate
-from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.formats import read_checkpoint
-from keras_vit.weights.writers import check_output
-from keras_vit.weights.writers import save_checkpoint
+The names import their modules when first used, so that the format registry
+(`keras_vit.weights.formats`) imports no backend."""
 
+import typing
 
-def load_checkpoint(cls, location, image_size=None, num_classes=None,
-                    resample_method=None, **overrides):
-    """``ViT.from_checkpoint``: find or download the file, read it, build the
-    model and load it.
+from keras_vit.lazy import import_lazily
 
-    Examples:
-        A small model written as a vit_jax ``.npz`` file, then read back:
+_NAMES = {
+    "Checkpoint": "keras_vit.weights.checkpoint",
+    "CheckpointError": "keras_vit.io.files",
+    "assign_weights": "keras_vit.assign",
+    "build_model": "keras_vit.assign",
+    "check_output": "keras_vit.weights.writers",
+    "load_checkpoint": "keras_vit.weights.load",
+    "read_checkpoint": "keras_vit.weights.formats",
+    "save_checkpoint": "keras_vit.weights.writers",
+    "transfer_weights": "keras_vit.assign",
+}
+__all__ = sorted(_NAMES)
 
-        ```python
-        from keras_vit import ViT
-        from keras_vit.weights import build_model, load_checkpoint, read_checkpoint
+if typing.TYPE_CHECKING:  # what the names are, for readers of the code and the API docs
+    from keras_vit.assign import assign_weights
+    from keras_vit.assign import build_model
+    from keras_vit.assign import transfer_weights
+    from keras_vit.io.files import CheckpointError
+    from keras_vit.weights.checkpoint import Checkpoint
+    from keras_vit.weights.formats import read_checkpoint
+    from keras_vit.weights.load import load_checkpoint
+    from keras_vit.weights.writers import check_output
+    from keras_vit.weights.writers import save_checkpoint
 
-        source = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16,
-                     mlp_dim=32, num_classes=5)
-        source.save_checkpoint("tiny_vit.npz", format="npz")
-        model = load_checkpoint(ViT, "tiny_vit.npz")
-
-        # The same in two steps: read the file, then build the model.
-        checkpoint = read_checkpoint("tiny_vit.npz")
-        print(checkpoint.source)       # -> vit_jax checkpoint tiny_vit.npz
-        print(checkpoint.grid_size)    # -> (4, 4)
-        print({k: checkpoint.config[k] for k in ("image_size", "patch_size", "num_heads", "pooling")})
-        # -> {'image_size': (32, 32), 'patch_size': (8, 8), 'num_heads': 2, 'pooling': 'token'}
-        model = build_model(ViT, checkpoint, image_size=48, num_classes=3, drop_path_rate=0.1)
-        print(model.grid_size, model.num_classes)   # -> (6, 6) 3
-        ```
-    """
-    path, entry = locate(location)
-    checkpoint = read_checkpoint(path, num_heads=overrides.get("num_heads"))
-    if entry is not None and entry.class_names == "imagenet1k" and "class_names" not in checkpoint.config:
-        checkpoint.config["class_names"] = imagenet1k_class_names()
-    return build_model(cls, checkpoint, image_size, num_classes, resample_method, **overrides)
-
-
-__all__ = [
-    "Checkpoint",
-    "CheckpointError",
-    "assign_weights",
-    "build_model",
-    "check_output",
-    "load_checkpoint",
-    "read_checkpoint",
-    "save_checkpoint",
-    "transfer_weights",
-]
+import_lazily(__name__, _NAMES)

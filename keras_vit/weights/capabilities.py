@@ -6,31 +6,18 @@ A writer refuses a model by this table before anything is written
 never silently dropped. docs/checkpoints.md shows the table (`markdown`).
 """
 
-import collections
 import dataclasses
 
 from keras_vit.config import FIELDS
 from keras_vit.config import ViTConfig
+from keras_vit.weights.formats import FORMATS
+from keras_vit.weights.formats import Column
 from keras_vit.weights.timm import written_epsilon
 
 
-# A format: its title in the docs, the phrase a refusal writes it as (None: never
-# written) and its owner (``{reader}`` in the texts)
-Column = collections.namedtuple("Column", ("title", "writes", "owner"))
-
-
-COLUMNS = {
-    "npz": Column("vit_jax / big_vision `.npz`", "npz", "vit_jax"),
-    "huggingface": Column("Hugging Face ViT", "a Hugging Face ViT", "Hugging Face's ViT"),
-    "dinov2": Column("Hugging Face DINOv2", None, "Hugging Face's Dinov2Model"),
-    "dinov3": Column("Hugging Face DINOv3", "a Hugging Face DINOv3ViTModel",
-                     "Hugging Face's DINOv3ViTModel"),
-    "timm": Column("timm", "timm", "timm's VisionTransformer"),
-    "keras_hub": Column("keras-hub", "a keras-hub ViT preset", "keras-hub's ViT"),
-    "siglip2": Column("Hugging Face SigLIP 2 NaFlex", "a Hugging Face Siglip2VisionModel",
-                      "Hugging Face's Siglip2VisionModel"),
-    "keras": Column("`.keras`", "a .keras file", "Keras"),
-}
+# Every format's columns (`keras_vit.weights.formats.FORMATS`), and `.keras`
+COLUMNS = {**{name: column for format in FORMATS.values() for name, column in format.columns.items()},
+           "keras": Column("`.keras`", "a .keras file", "Keras")}
 # the columns a TABLE row names; "siglip2" and "keras" are added below
 _FORMATS = tuple(f for f in COLUMNS if f not in ("siglip2", "keras"))
 ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")

@@ -90,3 +90,14 @@ def write_files(folder, tensors, config, others=None):
     (folder / "model.safetensors").write_bytes(safetensors_bytes(tensors))
     for name, content in {"config.json": config, **(others or {})}.items():
         (folder / name).write_text(json.dumps(content, indent=2) + "\n")
+
+
+def stored_heads(checkpoint, num_heads):
+    """Refuses a head count `num_heads` (None: none given) other than the one
+    a format's files store: the same weights split into other heads load
+    without complaint and compute something else."""
+    stored = checkpoint.config["num_heads"]
+    if num_heads is not None and int(num_heads) != stored:
+        raise CheckpointError(
+            f"{checkpoint.source} stores num_heads={stored}; num_heads={num_heads} would split the "
+            "same weights into other heads and compute something else. Leave num_heads out.")

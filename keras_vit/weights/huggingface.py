@@ -20,7 +20,9 @@ from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
+from keras_vit.weights.checkpoint import stored_heads
 from keras_vit.weights.checkpoint import write_files
+from keras_vit.weights.formats import huggingface_column
 
 # HF activation names -> keras_vit's.
 _ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approximate",
@@ -49,13 +51,21 @@ def class_names(id2label, num_classes):
     return [str(n) for n in names]
 
 
-def read_huggingface(directory, tensors=None):
+def read_huggingface(path, num_heads=None):
     """A `Checkpoint` of a folder saved by ``save_pretrained`` of a Hugging Face
     ViT or DeiT (with or without a head), DINOv2 (with registers), DINOv3,
     CLIP or SigLIP image tower (or a two-tower model's), or SigLIP 2 NaFlex
     (`naflex_config`); a model type or key it does not know is refused by
-    name. `tensors`: its ``model.safetensors``, when already read."""
-    directory = weights_folder(directory)
+    name. `path`: the folder or its ``model.safetensors``; `num_heads`: the
+    folder's own count or None (`keras_vit.weights.checkpoint.stored_heads`)."""
+    checkpoint = _read_image_tower(weights_folder(path))
+    stored_heads(checkpoint, num_heads)
+    return checkpoint
+
+
+def _read_image_tower(directory, tensors=None):
+    """`read_huggingface`'s `Checkpoint` of `directory`; `tensors`: its
+    ``model.safetensors``, when already read (`read_image_text`)."""
     source = f"Hugging Face checkpoint {directory}"
     hf = _image_config(directory)
     family, read_config, prefix, _ = _MODEL_TYPES[hf["model_type"]]
@@ -398,7 +408,7 @@ _MODEL_TYPES = {
     "siglip2_vision_model": ("siglip2", _clip_config, "vision_model.", 1e-6)}
 
 
-# `written_as` -> (the family, `SETTINGS`'s and `rows`'), model class,
+# `keras_vit.weights.formats.huggingface_column` -> (the family, `SETTINGS`'s and `rows`'), model class,
 # model type and the constants of its config.json
 _HUGGINGFACE = {
     "huggingface": ("vit", "ViTModel", "vit",
@@ -408,19 +418,13 @@ _HUGGINGFACE = {
                 dict(attention_dropout=0.0, vision_use_head=True))}
 
 
-def written_as(c):
-    """The capability column (`keras_vit.weights.capabilities.COLUMNS`) that
-    format="huggingface" writes a model of config `c` as."""
-    return "siglip2" if c.naflex else "dinov3" if c.position_embedding == "rope" else "huggingface"
-
-
 def write_huggingface(model, path):
     """`model` as transformers' ``ViTModel`` (with a head,
     ``ViTForImageClassification``), ``DINOv3ViTModel`` (rotary position
     embeddings) or ``Siglip2VisionModel`` (NaFlex: a table of grid_h x grid_w
     rows), with its ``preprocessor_config.json`` (`_image_processor`)."""
     c = model.config
-    family, architecture, model_type, constants = _HUGGINGFACE[written_as(c)]
+    family, architecture, model_type, constants = _HUGGINGFACE[huggingface_column(c)]
     tensors = r.write_rows(rows(c, family), model_state(model), c, model.name, "Hugging Face")
     if family == "vit":  # its labels (placeholders without names), pre-logits and head
         names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
@@ -497,7 +501,7 @@ def read_image_text(directory):
     directory = pathlib.Path(directory)
     _two_tower_config(directory)
     tensors = load_weights(directory)
-    return read_huggingface(directory, tensors), read_huggingface_text(directory, tensors)
+    return _read_image_tower(directory, tensors), read_huggingface_text(directory, tensors)
 
 
 def _two_tower_config(directory):

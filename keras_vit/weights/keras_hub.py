@@ -25,6 +25,7 @@ from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import read_config_json
 from keras_vit.weights.checkpoint import require
 from keras_vit.weights.checkpoint import square_grid
+from keras_vit.weights.checkpoint import stored_heads
 
 BACKBONES = ("ViTBackbone", "DeiTBackbone", "DINOV2Backbone", "DINOV3Backbone")
 CLASSIFIERS = ("ViTImageClassifier", "DeiTImageClassifier")
@@ -157,18 +158,20 @@ TASK_ROWS = [
 ]
 
 
-def is_keras_hub_preset(folder):
-    """Whether `folder`'s config.json is a keras-hub backbone's."""
-    config = read_config_json(pathlib.Path(folder) / "config.json")
-    return str(config.get("registered_name", "")).startswith("keras_hub>")
-
-
-def read_keras_hub(path):
+def read_keras_hub(path, num_heads=None):
     """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset
     folder as a `Checkpoint`, read with h5py (Keras's own dependency), without
     keras-hub. The image converter's scale and offset are the model's
     ``pixel_scale`` and ``pixel_offset``; DINOv2's position table is the one
-    stored at the preset's ``image_shape``, resampled as DINOv2 does."""
+    stored at the preset's ``image_shape``, resampled as DINOv2 does.
+    `num_heads`: the preset's own count or None (`stored_heads`)."""
+    checkpoint = _read_preset(path)
+    stored_heads(checkpoint, num_heads)
+    return checkpoint
+
+
+def _read_preset(path):
+    """`read_keras_hub`'s `Checkpoint`."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
     if not folder.is_dir():

@@ -20,6 +20,7 @@ from keras_vit.weights import rows as r
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.checkpoint import config_view
 from keras_vit.weights.checkpoint import square_grid
+from keras_vit.weights.checkpoint import stored_heads
 
 _PREFIXES = ("opt/target/", "params/")
 _BLOCK = "Transformer/encoderblock_{i}/"
@@ -175,8 +176,9 @@ def _read_config(arrays, source):
     return config
 
 
-def read_npz(path):
-    """Reads a vit_jax / AugReg or big_vision ``.npz`` into a :class:`Checkpoint`."""
+def read_npz(path, num_heads=None):
+    """Reads a vit_jax / AugReg or big_vision ``.npz`` into a :class:`Checkpoint`;
+    `num_heads`: the file's own count or None (`stored_heads`)."""
     arrays = load_npz(path)
     for prefix in _PREFIXES:
         if arrays and all(key.startswith(prefix) for key in arrays):
@@ -199,7 +201,9 @@ def read_npz(path):
         grid = square_grid(num_patches)
         if grid:
             config["image_size"] = tuple(g * p * c.stem_stride for g, p in zip(grid, c.patch_size))
-    return Checkpoint(config, state, source, grid, num_patches)
+    checkpoint = Checkpoint(config, state, source, grid, num_patches)
+    stored_heads(checkpoint, num_heads)
+    return checkpoint
 
 
 def write_npz(model, path):

@@ -5,17 +5,10 @@ refused (`capabilities`) before anything is written; an existing file is never
 overwritten.
 """
 
-import pathlib
-
-from keras_vit.arguments import WRITE_FORMATS
 from keras_vit.io import files
 from keras_vit.weights.capabilities import COLUMNS
 from keras_vit.weights.capabilities import refusal
-from keras_vit.weights.huggingface import write_huggingface
-from keras_vit.weights.huggingface import written_as
-from keras_vit.weights.keras_hub import write_keras_hub
-from keras_vit.weights.npz import write_npz
-from keras_vit.weights.timm import write_timm
+from keras_vit.weights.formats import FORMATS
 
 
 def save_checkpoint(model, path, format="npz"):
@@ -40,22 +33,13 @@ def save_checkpoint(model, path, format="npz"):
             format cannot express, naming the option (`capabilities.TABLE`).
     """
     path = check_output(path, format)
-    column = written_as(model.config) if format == "huggingface" else format
-    refuse(model, column)
-    writer = {"npz": write_npz, "huggingface": write_huggingface, "dinov3": write_huggingface,
-              "siglip2": write_huggingface, "timm": write_timm, "keras_hub": write_keras_hub}[column]
-    if _is_folder(path, format):
-        files.write_folder(path, lambda folder: writer(model, folder))
+    format = FORMATS[format]
+    refuse(model, format.written_as(model.config))
+    if format.writes_folder(path):
+        files.write_folder(path, lambda folder: format.write(model, folder))
     else:
-        writer(model, path)
+        format.write(model, path)
     return path
-
-
-def _is_folder(path, format):
-    """Whether `format` writes a folder at `path` (all but npz; timm's
-    unless `path` names a ``.safetensors`` file). `path`: a str or a
-    `pathlib.Path`."""
-    return format != "npz" and files.weights_folder(path) == pathlib.Path(path)
 
 
 def check_output(path, format):
@@ -70,9 +54,9 @@ def check_output(path, format):
     Raises:
         ValueError, FileNotFoundError: naming the problem and the fix.
     """
-    if format not in WRITE_FORMATS:
-        raise ValueError(f"Unknown checkpoint format {format!r}; use one of {', '.join(WRITE_FORMATS)}.")
-    path = files.output_file(path, "", new="folder" if _is_folder(path, format) else "file")
+    if format not in FORMATS:
+        raise ValueError(f"Unknown checkpoint format {format!r}; use one of {', '.join(FORMATS)}.")
+    path = files.output_file(path, "", new="folder" if FORMATS[format].writes_folder(path) else "file")
     if format == "npz" and path.suffix != ".npz":
         raise ValueError(f"{path} does not end in .npz, the format written there; nothing was "
                          "written. Name a .npz file.")
