@@ -8,6 +8,7 @@ import numbers
 POOLINGS = ("token", "gap", "map", "none")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
+NORM_TYPES = ("layer_norm", "rms_norm")
 HEAD_ACTIVATIONS = ("softmax", "sigmoid")
 
 
@@ -45,7 +46,12 @@ class ViTConfig:
     timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding),
     ``mlp_bias=False`` (MLP layers without biases: keras-hub's
     ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``norm_bias=False`` (every
-    LayerNorm without its bias, beta: ViT-22B's and PaLI's), ``distillation`` (DeiT's
+    LayerNorm without its bias, beta: ViT-22B's and PaLI's), ``norm_type="rms_norm"``
+    (every norm an RMSNorm, Zhang and Sennrich 2019, Keras's ``RMSNormalization``:
+    AIMv2's, with ``norm_bias=False``), ``patch_norm`` (a norm of the patch
+    embeddings before the position embeddings are added: AIMv2's, timm's
+    ``embed_norm_layer``), ``out_bias=False`` (the attention's output
+    projection without bias: AIMv2's, timm's ``proj_bias`` with ``mlp_bias``), ``distillation`` (DeiT's
     distillation token and head, the two heads' logits averaged;
     ``distillation_head=False``: the token without its head, the [class]
     token's head alone, as keras-hub's ``DeiTImageClassifier``),
@@ -142,6 +148,9 @@ class ViTConfig:
     patch_bias: bool = True
     mlp_bias: bool = True
     norm_bias: bool = True
+    norm_type: str = "layer_norm"
+    patch_norm: bool = False
+    out_bias: bool = True
     distillation: bool = False
     distillation_head: bool = True
     class_token: bool | None = None
@@ -195,9 +204,15 @@ class ViTConfig:
             raise ValueError(f"Unknown head_activation {self.head_activation!r}; use one of "
                              f"{HEAD_ACTIVATIONS} (how the logits become probabilities).")
         for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "patch_bias",
-                     "mlp_bias", "norm_bias", "distillation", "distillation_head", "normalize_features"):
+                     "mlp_bias", "norm_bias", "patch_norm", "out_bias", "distillation",
+                     "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"Unknown norm_type {self.norm_type!r}; use one of {NORM_TYPES}.")
+        if self.norm_type == "rms_norm" and self.norm_bias:
+            raise ValueError("norm_type='rms_norm' normalises by the root mean square and scales, "
+                             "with no bias: set norm_bias=False too.")
 
     def _check_heads_and_pooling(self):
         """DeiT's distillation, the [class] token, the projection and fc_norm against the pooling."""
@@ -409,15 +424,15 @@ class ViTConfig:
                     if channels != 4 * w or (stage > 0 and unit == 0):
                         total += channels * 4 * w + 2 * 4 * w
                     channels = 4 * w
-        total += math.prod(c.patch_size) * channels * d + d * c.patch_bias
+        ln = 1 + c.norm_bias  # a norm's vectors: scale (and bias)
+        total += math.prod(c.patch_size) * channels * d + d * c.patch_bias + ln * d * c.patch_norm
         total += c.num_prefix_tokens * d
         if c.position_embedding == "learned":
             total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
         gated = 2 if c.mlp_activation == "swiglu" else 1
         mlp = d * gated * m + gated * m + m * d + d  # the MAP head's: always with biases
         block_mlp = mlp if c.mlp_bias else mlp - gated * m - d
-        attention = 4 * d * d + d + ((2 + c.key_bias) * d if c.qkv_bias else 0)
-        ln = 1 + c.norm_bias  # a LayerNorm's vectors: gamma (and beta)
+        attention = 4 * d * d + d * c.out_bias + ((2 + c.key_bias) * d if c.qkv_bias else 0)
         qk_norm = 2 * ln * (d // c.num_heads) if c.qk_norm else 0
         block = 2 * ln * d + attention + qk_norm + block_mlp + (2 * d if c.layer_scale_init is not None else 0)
         total += c.num_layers * block + ln * d + ln * d * c.norm_pre  # encoder_norm (or fc_norm)
@@ -446,7 +461,7 @@ class ViTConfig:
             layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
             qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
             qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
-            norm_bias=self.norm_bias, rope=self.rope,
+            norm_bias=self.norm_bias, norm_type=self.norm_type, out_bias=self.out_bias, rope=self.rope,
             token_merging=self.merge_counts[index], num_prefix_tokens=self.num_prefix_tokens,
             proportional_attention=self.proportional_attention,
         )

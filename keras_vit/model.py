@@ -117,12 +117,13 @@ class ViTParts:
     (hybrids, Sec. 3.1), ``patch_corruption`` (masked patch prediction, Sec.
     4.6), ``registers`` (DINOv2), ``distillation_token`` and the
     ``distillation_*`` / ``head_dist`` layers (DeiT), ``class_token`` (off
-    with average or MAP pooling), ``norm_pre`` (CLIP), ``encoder_norm`` (off
+    with average or MAP pooling), ``patch_norm`` (AIMv2), ``norm_pre`` (CLIP), ``encoder_norm`` (off
     with ``fc_norm``), ``pooling`` (off with ``pooling="none"``),
     ``pre_logits`` (``representation_size``), ``projection``
     (``projection_dim``: CLIP's image projection), ``normalize``
     (``normalize_features``: the L2 norm of a zero-shot classifier) and
-    ``head`` (``num_classes=0``).
+    ``head`` (``num_classes=0``). The norms are LayerNorms, or RMSNorms
+    with ``norm_type="rms_norm"`` (`keras_vit.layers.normalization`).
     Each layer keeps its name in the functional graph (``patch_embedding``,
     ``encoder_block_{i}``, ...), which the checkpoint mappings use.
     """
@@ -136,10 +137,11 @@ class ViTParts:
     registers: vit_layers.ClassToken | None = None
     distillation_token: vit_layers.ClassToken | None = None
     class_token: vit_layers.ClassToken | None = None
-    norm_pre: vit_layers.LayerNormalization | None = None
-    encoder_norm: vit_layers.LayerNormalization | None = None   # LN of Eq. 4
+    patch_norm: keras.layers.Layer | None = None
+    norm_pre: keras.layers.Layer | None = None
+    encoder_norm: keras.layers.Layer | None = None              # LN of Eq. 4
     pooling: keras.layers.Layer | None = None
-    fc_norm: vit_layers.LayerNormalization | None = None
+    fc_norm: keras.layers.Layer | None = None
     pre_logits: keras.layers.Dense | None = None
     projection: keras.layers.Dense | None = None
     normalize: keras.layers.UnitNormalization | None = None
@@ -166,6 +168,8 @@ def _embedding_layers(c, dtype, norm):
     made["patch_embedding"] = vit_layers.PatchEmbedding(
         c.hidden_dim, c.patch_size, c.data_format, use_bias=c.patch_bias, dtype=dtype,
         name="patch_embedding")
+    if c.patch_norm:  # AIMv2
+        made["patch_norm"] = vit_layers.normalization(**norm, name="patch_norm")
     if c.num_registers:
         made["registers"] = vit_layers.ClassToken(c.num_registers, dtype=dtype, name="registers")
     if c.distillation:  # DeiT: [x_class; x_distill; ...]
@@ -179,7 +183,7 @@ def _embedding_layers(c, dtype, norm):
     made["embedding_dropout"] = keras.layers.Dropout(c.dropout_rate, dtype=dtype,
                                                      name="embedding_dropout")
     if c.norm_pre:  # CLIP
-        made["norm_pre"] = vit_layers.LayerNormalization(**norm, name="norm_pre")
+        made["norm_pre"] = vit_layers.normalization(**norm, name="norm_pre")
     return made
 
 
@@ -190,12 +194,12 @@ def _head_layers(c, dtype, norm):
     if c.pooling == "map":
         made["pooling"] = vit_layers.MultiHeadAttentionPooling(
             c.num_heads, c.mlp_dim, c.layer_norm_epsilon, c.gelu_approximate, c.mlp_activation,
-            norm_bias=c.norm_bias, dtype=dtype, name="pooling")
+            norm_bias=c.norm_bias, norm_type=c.norm_type, dtype=dtype, name="pooling")
     elif c.pooling != "none":
         made["pooling"] = vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype,
                                                   name="pooling")
     if c.fc_norm:  # timm: the final LayerNorm after pooling
-        made["fc_norm"] = vit_layers.LayerNormalization(**norm, name="fc_norm")
+        made["fc_norm"] = vit_layers.normalization(**norm, name="fc_norm")
     if c.distills_by_head:
         made["distillation_pooling"] = vit_layers.TokenPooling(
             "distillation", c.num_prefix_tokens, dtype=dtype, name="distillation_pooling")
@@ -226,13 +230,13 @@ def build_layers(config, dtype=None):
     """The `ViTParts` of the `ViT` of `config`, each layer made with its name
     (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
     c = config
-    norm = dict(epsilon=c.layer_norm_epsilon, center=c.norm_bias, dtype=dtype)
+    norm = dict(norm_type=c.norm_type, epsilon=c.layer_norm_epsilon, bias=c.norm_bias, dtype=dtype)
     made = _embedding_layers(c, dtype, norm)                   # Eq. 1
     made["blocks"] = tuple(
         vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
         for i, name in enumerate(block_names(c.num_layers)))
     if not c.fc_norm:
-        made["encoder_norm"] = vit_layers.LayerNormalization(**norm, name="encoder_norm")
+        made["encoder_norm"] = vit_layers.normalization(**norm, name="encoder_norm")
     made.update(_head_layers(c, dtype, norm))                  # Eq. 4 and the heads
     return ViTParts(**made)
 
@@ -293,6 +297,8 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
         x = keras.ops.reshape(x, (keras.ops.shape(x)[0], -1, x.shape[-1]))
         if p.position_embedding.kind == "rope":  # each block turns queries and keys on this grid
             rotary = {"spatial_shapes": grid_shapes(*placed["grid"], x)}
+    if p.patch_norm is not None:
+        x = p.patch_norm(x)
     if p.patch_corruption is not None:                        # Sec. 4.6
         x = p.patch_corruption(x, *corruption)
     for token in p.prefix_tokens:

@@ -5,6 +5,7 @@ from keras_vit.layers.attention_pooling import MultiHeadAttentionPooling
 from keras_vit.layers.class_token import ClassToken
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.layer_norm import normalization
 from keras_vit.layers.mlp import MlpBlock
 from keras_vit.layers.patch_corruption import PatchCorruption
 from keras_vit.layers.patch_embedding import PatchEmbedding
@@ -43,6 +44,7 @@ __all__ = [
     "TokenMap",
     "TokenPooling",
     "TransformerEncoder",
+    "normalization",
     "resample_position_embeddings",
     "resize_patch_kernel",
     "rope_angles",

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit import kernels
-from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.layer_norm import normalization
 from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
 
 
@@ -37,6 +37,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             ``qk_norm``).
         norm_epsilon: float. Their epsilon.
         norm_bias: bool. Their bias (beta); False: ``center=False``.
+        norm_type: str. ``"layer_norm"`` or ``"rms_norm"`` (`qk_norm`'s norms RMSNorms).
+        out_bias: bool. A bias on the output projection (False: AIMv2's).
         key_bias: bool. With `use_bias`, a bias on the key projection too;
             False: on the query and value only (DINOv3's ``key_bias``).
         rope: dict or None. `keras_vit.layers.RotaryPositionEmbedding`'s
@@ -94,9 +96,12 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def __init__(
         self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
-        qk_norm=False, norm_epsilon=1e-6, norm_bias=True, key_bias=True, rope=None, causal=False, **kwargs,
+        qk_norm=False, norm_epsilon=1e-6, norm_bias=True, key_bias=True, rope=None, causal=False,
+        norm_type="layer_norm", out_bias=True, **kwargs,
     ):
         super().__init__(**kwargs)
+        self.norm_type = norm_type
+        self.out_bias = bool(out_bias)
         self.causal = bool(causal)
         self.key_bias = bool(key_bias)
         self.rope = None if rope is None else dict(rope)
@@ -137,7 +142,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         self.out = keras.layers.EinsumDense(
             "btnh,nhd->btd",
             output_shape=(None, hidden_dim),
-            bias_axes="d",
+            bias_axes="d" if self.out_bias else None,
             kernel_initializer="glorot_uniform",
             dtype=self.dtype_policy,
             name="out",
@@ -151,8 +156,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             self.rotary.build(value_shape[:-1] + (self.num_heads, head_dim))
         if self.qk_norm:
             self.query_norm, self.key_norm = (
-                LayerNormalization(epsilon=self.norm_epsilon, center=self.norm_bias,
-                                   dtype=self.dtype_policy, name=name)
+                normalization(self.norm_type, self.norm_epsilon, self.norm_bias,
+                              dtype=self.dtype_policy, name=name)
                 for name in ("query_norm", "key_norm")
             )
             self.query_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
@@ -197,5 +202,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             key_bias=self.key_bias,
             rope=self.rope,
             causal=self.causal,
+            norm_type=self.norm_type,
+            out_bias=self.out_bias,
         )
         return config

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit.layers.attention import MultiHeadDotProductAttention
-from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.layer_norm import normalization
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -22,6 +22,7 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         gelu_approximate: bool. tanh (big_vision) or exact GELU.
         mlp_activation: the MLP's activation (`MlpBlock`'s ``activation``).
         norm_bias: bool. The LayerNorm's bias (beta); False: ``center=False``.
+        norm_type: str. ``"layer_norm"`` or ``"rms_norm"`` (an RMSNorm instead).
 
     Call arguments:
         x: ``(batch, tokens, D)``.
@@ -52,9 +53,10 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
 
     def __init__(
         self, num_heads, mlp_dim=None, layer_norm_epsilon=1e-6, gelu_approximate=True,
-        mlp_activation="gelu", norm_bias=True, **kwargs,
+        mlp_activation="gelu", norm_bias=True, norm_type="layer_norm", **kwargs,
     ):
         super().__init__(**kwargs)
+        self.norm_type = norm_type
         self.mlp_activation = mlp_activation
         self.norm_bias = bool(norm_bias)
         self.num_heads = int(num_heads)
@@ -64,9 +66,8 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         self.attention = MultiHeadDotProductAttention(
             self.num_heads, dtype=self.dtype_policy, name="attention"
         )
-        self.norm = LayerNormalization(
-            epsilon=self.layer_norm_epsilon, center=self.norm_bias, dtype=self.dtype_policy,
-            name="norm")
+        self.norm = normalization(self.norm_type, self.layer_norm_epsilon, self.norm_bias,
+                                  dtype=self.dtype_policy, name="norm")
 
     def build(self, input_shape):
         input_shape = tuple(input_shape)
@@ -105,5 +106,6 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
             gelu_approximate=self.gelu_approximate,
             mlp_activation=self.mlp_activation,
             norm_bias=self.norm_bias,
+            norm_type=self.norm_type,
         )
         return config

@@ -1,5 +1,7 @@
 """LayerNorm (Ba et al., "Layer Normalization", 2016), before every block's
-attention and MLP (Eq. 2-3) and after the encoder (Eq. 4)."""
+attention and MLP (Eq. 2-3) and after the encoder (Eq. 4); or, for the models
+that use it (AIMv2), RMSNorm (Zhang and Sennrich, "Root Mean Square Layer
+Normalization", 2019) in its place (`normalization`)."""
 
 import keras
 
@@ -37,3 +39,15 @@ class LayerNormalization(keras.layers.LayerNormalization):
 
     def call(self, inputs):
         return kernels.layer_norm(self, inputs)
+
+
+def normalization(norm_type="layer_norm", epsilon=1e-6, bias=True, **kwargs):
+    """A norm over the last axis of a model of `norm_type`
+    (`keras_vit.ViTConfig.norm_type`): a `LayerNormalization`
+    (``"layer_norm"``: ``(x - mean) / sqrt(var + epsilon) * gamma + beta``,
+    ``beta`` with `bias`), or Keras's ``RMSNormalization`` (``"rms_norm"``:
+    ``x / sqrt(mean(x^2) + epsilon) * scale``, no bias). `kwargs`: the
+    layer's (``name``, ``dtype``)."""
+    if norm_type == "rms_norm":
+        return keras.layers.RMSNormalization(epsilon=epsilon, **kwargs)
+    return LayerNormalization(epsilon=epsilon, center=bias, **kwargs)

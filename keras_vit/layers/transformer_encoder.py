@@ -7,7 +7,7 @@ from keras_vit.config import is_int
 from keras_vit.layers import token_merging as tome
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.drop_path import DropPath
-from keras_vit.layers.layer_norm import LayerNormalization
+from keras_vit.layers.layer_norm import normalization
 from keras_vit.layers.mlp import MlpBlock
 
 
@@ -39,6 +39,10 @@ class TransformerEncoder(keras.layers.Layer):
         norm_bias: bool. Every LayerNorm of the block (``norm1``, ``norm2``,
             `qk_norm`'s) with its bias (beta). False: ``center=False``,
             ViT-22B's and PaLI's LayerNorms. Defaults to True.
+        norm_type: str. ``"layer_norm"`` (the default) or ``"rms_norm"``:
+            every norm of the block an RMSNorm (AIMv2's; `norm_bias` False).
+        out_bias: bool. A bias on the attention's output projection (False:
+            AIMv2's). Defaults to True.
         key_bias: bool. With `qkv_bias`, a bias on the key projection too
             (False: DINOv3's).
         rope: dict or None. Rotary position embeddings of the queries and
@@ -122,6 +126,8 @@ class TransformerEncoder(keras.layers.Layer):
         mlp_activation="gelu",
         mlp_bias=True,
         norm_bias=True,
+        norm_type="layer_norm",
+        out_bias=True,
         key_bias=True,
         rope=None,
         causal=False,
@@ -149,22 +155,24 @@ class TransformerEncoder(keras.layers.Layer):
         self.mlp_activation = mlp_activation
         self.mlp_bias = bool(mlp_bias)
         self.norm_bias = bool(norm_bias)
+        self.norm_type = norm_type
+        self.out_bias = bool(out_bias)
         self.key_bias = bool(key_bias)
         self.rope = None if rope is None else dict(rope)
         policy = self.dtype_policy
-        norm = dict(epsilon=self.layer_norm_epsilon, center=self.norm_bias, dtype=policy)
-        self.norm1 = LayerNormalization(**norm, name="norm1")
+        norm = dict(norm_type=norm_type, epsilon=self.layer_norm_epsilon, bias=self.norm_bias, dtype=policy)
+        self.norm1 = normalization(**norm, name="norm1")
         self.attention = MultiHeadDotProductAttention(
             self.num_heads, use_bias=self.qkv_bias,
             dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
-            norm_epsilon=self.layer_norm_epsilon, norm_bias=self.norm_bias,
-            key_bias=self.key_bias, rope=self.rope,
+            norm_epsilon=self.layer_norm_epsilon, norm_bias=self.norm_bias, norm_type=norm_type,
+            out_bias=self.out_bias, key_bias=self.key_bias, rope=self.rope,
             causal=self.causal, dtype=policy, name="attention",
         )
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=policy, name="dropout"
         )
-        self.norm2 = LayerNormalization(**norm, name="norm2")
+        self.norm2 = normalization(**norm, name="norm2")
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
             activation=mlp_activation, use_bias=self.mlp_bias, dtype=policy, name="mlp",
@@ -284,6 +292,8 @@ class TransformerEncoder(keras.layers.Layer):
             mlp_activation=self.mlp_activation,
             mlp_bias=self.mlp_bias,
             norm_bias=self.norm_bias,
+            norm_type=self.norm_type,
+            out_bias=self.out_bias,
             key_bias=self.key_bias,
             rope=self.rope,
             causal=self.causal,

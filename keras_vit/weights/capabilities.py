@@ -12,6 +12,7 @@ from keras_vit.config import FIELDS
 from keras_vit.config import ViTConfig
 from keras_vit.weights.formats import FORMATS
 from keras_vit.weights.formats import Column
+from keras_vit.weights.timm import mlp_ratio_factor
 from keras_vit.weights.timm import written_epsilon
 
 
@@ -114,6 +115,9 @@ _FAMILY = {
     "distillation": "distillation (DeiT's second token and head), which {reader} does not have",
     "class_token": "class_token={c.class_token} with {c.pooling!r} pooling, which {reader} does not have",
     "key_bias": "its key projection has no bias (key_bias=False), which {reader} requires",
+    "norm_type": "its norms are RMSNorms (norm_type='rms_norm', AIMv2's), which {reader} does not have",
+    "patch_norm": "a norm of its patch embeddings (patch_norm, AIMv2's), which {reader} does not have",
+    "out_bias": "its attention output has no bias (out_bias=False), which {reader} requires",
 }
 _REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
     refused(_FAMILY[f], TIMM) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
@@ -123,6 +127,9 @@ _NORM_BIAS = refused(_FAMILY["norm_bias"], "Write it with format='npz', which ha
 _MLP_ACTIVATION = refused("mlp_activation={c.mlp_activation!r}, which {reader} does not have", TIMM)
 _KEY_BIAS = refused(_FAMILY["key_bias"], "DINOv3's formats have it (with rotary position embeddings); "
                     "else keep it as a .keras file (`model.save`).")
+# AIMv2's options (timm's aimv2_*): a small model's change that timm writes
+_AIMV2 = dict(norm_type="rms_norm", norm_bias=False, patch_norm=True, mlp_activation="swiglu",
+              layer_norm_epsilon=1e-5, out_bias=False, mlp_bias=False, qkv_bias=False, pooling="gap")
 _ROPE = "rotary position embeddings (position_embedding='rope', DINOv3's), which {reader} does not have"
 _TO_DINOV3 = ("Write it with format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a "
               "DINOV3Backbone), which have them.")
@@ -180,8 +187,8 @@ TABLE = {
         W, dinov2=_DINOV2_ONLY, keras_hub=written(
             (_swiglu_width, "a SwiGLU width of {c.mlp_dim}, which keras-hub's rounding to multiples "
              "of 8 does not give", HUB_FIX)),
-        timm=written((lambda c: int(c.hidden_dim * (_gated(c) * c.mlp_dim / c.hidden_dim))
-                      != _gated(c) * c.mlp_dim,
+        timm=written((lambda c: int(c.hidden_dim * (mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim))
+                      != mlp_ratio_factor(c) * c.mlp_dim,
                       "timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
                       "{c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."))),
     "num_classes": every(writes(num_classes=0), dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
@@ -322,10 +329,28 @@ TABLE = {
         npz=writes(mlp_bias=False, pooling="map"),
         huggingface=refused(_FAMILY["mlp_bias"], "Write it with format='npz', which has it."),
         dinov2=_NOT_DINOV2, dinov3=writes(mlp_bias=False),
-        timm=refused("its MLP has no biases (mlp_bias=False), and timm's proj_bias removes the "
-                     "attention output's bias with them", NPZ),
+        timm=with_("out_bias"),
         keras_hub=writes(mlp_bias=False)),
-    "norm_bias": every(_NORM_BIAS, npz=writes(norm_bias=False, pooling="map"), dinov2=_NOT_DINOV2),
+    "norm_bias": every(
+        _NORM_BIAS, npz=writes(norm_bias=False, pooling="map"), dinov2=_NOT_DINOV2,
+        timm=written((lambda c: not c.norm_bias and c.norm_type != "rms_norm", _FAMILY["norm_bias"],
+                      "Write it with format='npz', which has it."))),
+    "norm_type": every(
+        refused(_FAMILY["norm_type"], TIMM), dinov2=_NOT_DINOV2,
+        timm=written((lambda c: c.norm_type == "rms_norm" and c.mlp_activation != "swiglu",
+                      "its norms are RMSNorms and its MLP is not SwiGLU, and timm's RMSNorm ViT "
+                      "(AIMv2's) has a SwiGLU MLP", KERAS),
+                     values=(dict(_AIMV2),))),
+    "patch_norm": every(
+        refused(_FAMILY["patch_norm"], TIMM), dinov2=_NOT_DINOV2,
+        timm=written((lambda c: c.patch_norm and c.norm_type != "rms_norm", "a LayerNorm of its "
+                      "patch embeddings, and timm's ViT has one as AIMv2's, an RMSNorm", KERAS),
+                     values=(dict(_AIMV2, patch_norm=False),))),
+    "out_bias": every(
+        refused(_FAMILY["out_bias"], TIMM), dinov2=_NOT_DINOV2,
+        timm=written((lambda c: c.out_bias != c.mlp_bias, "out_bias={c.out_bias} with "
+                      "mlp_bias={c.mlp_bias}, and timm's proj_bias sets both", KERAS),
+                     values=(dict(out_bias=False, mlp_bias=False),))),
     "distillation": dict(
         npz=_DISTILLATION, huggingface=read("distillation (DeiT's second token and head), which "
                                             "{reader} does not write", TIMM),
@@ -414,10 +439,6 @@ _SIGLIP2 = {
 for _field, _entries in TABLE.items():
     _entries["siglip2"] = _SIGLIP2[_field]
     _entries["keras"] = W
-
-
-def _gated(c):
-    return 2 if c.mlp_activation == "swiglu" else 1
 
 
 _DEFAULTS = {field.name: field.default for field in dataclasses.fields(ViTConfig)}

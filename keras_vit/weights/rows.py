@@ -136,10 +136,16 @@ def both(a, b):
     return lambda c: a(c) and b(c)
 
 
+def _rms(c):
+    return getattr(c, "norm_type", "layer_norm") == "rms_norm"
+
+
 def norm_rows(ours, theirs, style, layout=SAME, when=always):
-    """A LayerNorm's two rows."""
-    return [row(ours + "/gamma", theirs + style.gamma, layout, when),
-            row(ours + "/beta", theirs + style.beta, layout, when)]
+    """A norm's rows: a LayerNorm's two (gamma, beta), or with
+    ``norm_type="rms_norm"`` an RMSNorm's one (``scale``, theirs as a gamma)."""
+    return [row(ours + "/gamma", theirs + style.gamma, layout, both(when, lambda c: not _rms(c))),
+            row(ours + "/beta", theirs + style.beta, layout, both(when, lambda c: not _rms(c))),
+            row(ours + "/scale", theirs + style.gamma, layout, both(when, _rms))]
 
 
 def dense_rows(ours, theirs, style, kernel=SAME, bias=SAME, when=always, has_bias=always):

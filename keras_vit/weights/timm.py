@@ -58,11 +58,13 @@ _ARGUMENTS = {
                      "num_heads", "mlp_ratio", "qkv_bias", "qk_norm", "init_values", "class_token",
                      "reg_tokens", "no_embed_class", "pre_norm", "fc_norm")),
     "global_pool": ("", "token", "avg", "map"), "pos_embed": ("learn",), "final_norm": (True,),
-    "proj_bias": (True,), "scale_attn_norm": (False,), "scale_mlp_norm": (False,),
-    "pool_include_prefix": (False,), "embed_norm_layer": (None,), "embed_layer": ("patchembed",),
-    "block_fn": ("block",), "attn_layer": ("attention",), "norm_layer": (None, "layernorm"),
+    "scale_attn_norm": (False,), "scale_mlp_norm": (False,),
+    "pool_include_prefix": (False,), "embed_layer": ("patchembed",),
+    "block_fn": ("block",), "attn_layer": ("attention",), "proj_bias": None,
+    "norm_layer": (None, "layernorm", "rmsnorm"), "embed_norm_layer": (None, "rmsnorm"),
     "act_layer": (None, "gelu", "gelutanh", "quickgelu", "silu"),
-    "mlp_layer": ("mlp", "swiglupacked", "glumlp"),  # the last two: gated SiLU, fc1 holding both halves
+    # gated SiLU: fc1 holding both halves (the second and third), or fc1_g and fc1_x (SwiGLU, AIMv2's)
+    "mlp_layer": ("mlp", "swiglupacked", "glumlp", "swiglu"),
 }
 # Arguments for training or for inputs of other sizes: a loaded model's numbers are the same.
 _TRAINING_ARGUMENTS = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate",
@@ -170,25 +172,47 @@ def _numerics(meta, args):
 
 _B = "blocks.{i}."
 _QKV = ("query", "key", "value")
-BLOCK_ROWS = [
-    *r.norm_rows("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
-    r.row([f"encoder_block_{{i}}/attention/{n}/kernel" for n in _QKV], _B + "attn.qkv.weight",
-          r.fused(3, r.HEADS_IN)),
-    r.row([f"encoder_block_{{i}}/attention/{n}/bias" for n in _QKV], _B + "attn.qkv.bias",
-          r.fused(3, r.HEADS_BIAS), when=lambda c: c.qkv_bias),
-    *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT),
-    *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH, when=lambda c: c.qk_norm),
-    *r.norm_rows("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH, when=lambda c: c.qk_norm),
-    *r.norm_rows("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
-    *r.dense_rows("encoder_block_{i}/mlp/fc1", _B + "mlp.fc1", r.TORCH, r.LINEAR, has_bias=None),
-    *r.dense_rows("encoder_block_{i}/mlp/fc2", _B + "mlp.fc2", r.TORCH, r.LINEAR, has_bias=None),
-    *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", f"{_B}ls{j}.gamma",
-            when=lambda c: c.layer_scale_init is not None) for j in (1, 2)),
-]
+
+
+def _mlp_rows(unpacked):
+    """A block's MLP: ``fc1`` and ``fc2``, or timm's SwiGLU (AIMv2's, `unpacked`):
+    ``fc1_g`` and ``fc1_x``, our SwiGLU ``fc1`` in two halves, then ``fc2``. Biases
+    where the file or model has them."""
+    ours, theirs = "encoder_block_{i}/mlp/", _B + "mlp."
+    fc1 = r.dense_rows(ours + "fc1", theirs + "fc1", r.TORCH, r.LINEAR, has_bias=None)
+    if unpacked:
+        fc1 = [r.row(ours + "fc1/kernel", (theirs + "fc1_g.weight", theirs + "fc1_x.weight"),
+                     r.halves(r.LINEAR, -1)),
+               r.row("?" + ours + "fc1/bias", ("?" + theirs + "fc1_g.bias", "?" + theirs + "fc1_x.bias"),
+                     r.halves(r.SAME, 0))]
+    return [*fc1, *r.dense_rows(ours + "fc2", theirs + "fc2", r.TORCH, r.LINEAR, has_bias=None)]
+
+
+def _block_rows(unpacked):
+    return [
+        *r.norm_rows("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
+        r.row([f"encoder_block_{{i}}/attention/{n}/kernel" for n in _QKV], _B + "attn.qkv.weight",
+              r.fused(3, r.HEADS_IN)),
+        r.row([f"encoder_block_{{i}}/attention/{n}/bias" for n in _QKV], _B + "attn.qkv.bias",
+              r.fused(3, r.HEADS_BIAS), when=lambda c: c.qkv_bias),
+        *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT,
+                      has_bias=lambda c: c.out_bias),
+        *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH,
+                     when=lambda c: c.qk_norm),
+        *r.norm_rows("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH,
+                     when=lambda c: c.qk_norm),
+        *r.norm_rows("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
+        *_mlp_rows(unpacked),
+        *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", f"{_B}ls{j}.gamma",
+                when=lambda c: c.layer_scale_init is not None) for j in (1, 2)),
+    ]
+
+
 _MAP = (lambda c: c.pooling == "map")
 EMBED_ROWS = [
     *r.dense_rows("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
              has_bias=lambda c: c.patch_bias),
+    *r.norm_rows("patch_norm", "patch_embed.norm", r.TORCH, when=lambda c: c.patch_norm),
     r.row("class_token/tokens", "cls_token", when=lambda c: c.uses_class_token),
     r.row("distillation_token/tokens", "dist_token", when=lambda c: c.distillation),
     r.row("registers/tokens", "reg_token", when=lambda c: c.num_registers),
@@ -214,9 +238,23 @@ TOP_ROWS = [
 ]
 
 
-def rows(c):
-    """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a `ViTConfig` `c`'s model."""
-    return [*EMBED_ROWS, *r.blocks(BLOCK_ROWS, c.num_layers), *TOP_ROWS]
+def rows(c, unpacked=False):
+    """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a
+    `ViTConfig` `c`'s model; `unpacked`: a SwiGLU MLP in timm's ``SwiGLU``
+    (``fc1_g``, ``fc1_x``: AIMv2's), not its ``SwiGLUPacked`` (one ``fc1``: DINOv2's)."""
+    return [*EMBED_ROWS, *r.blocks(_block_rows(unpacked), c.num_layers), *TOP_ROWS]
+
+
+def unpacked_swiglu(c):
+    """Whether `write_timm` writes `c`'s SwiGLU unpacked: in the architecture it
+    names (`written_architecture`), AIMv2's."""
+    return written_architecture(c).startswith("aimv2")
+
+
+def mlp_ratio_factor(c):
+    """``int(embed_dim * mlp_ratio)`` over ``mlp_dim`` in timm's model of `c`:
+    2 where one ``fc1`` holds both halves of a packed SwiGLU."""
+    return 2 if c.mlp_activation == "swiglu" and not unpacked_swiglu(c) else 1
 
 
 _PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
@@ -248,7 +286,9 @@ def _read_config(tensors, meta, args, num_heads, source):
     kernel = tensors["patch_embed.proj.weight"]
     hidden_dim = kernel.shape[0]
     activation, approximate, epsilon = _numerics(meta, args)
-    fc1, fc2 = tensors["blocks.0.mlp.fc1.weight"], tensors["blocks.0.mlp.fc2.weight"]
+    unpacked = "blocks.0.mlp.fc1_g.weight" in tensors  # timm's SwiGLU (AIMv2)
+    fc1, fc2 = tensors["blocks.0.mlp.fc1_g.weight" if unpacked else "blocks.0.mlp.fc1.weight"], \
+        tensors["blocks.0.mlp.fc2.weight"]
     num_layers = 0
     while f"blocks.{num_layers}.norm1.weight" in tensors:
         num_layers += 1
@@ -256,14 +296,19 @@ def _read_config(tensors, meta, args, num_heads, source):
         hidden_dim=hidden_dim, num_heads=_heads(meta, args, hidden_dim, num_heads, source),
         patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1], layer_norm_epsilon=epsilon,
         gelu_approximate=approximate, num_layers=num_layers, mlp_dim=fc2.shape[1],
-        # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]
-        mlp_activation="swiglu" if fc1.shape[0] == 2 * fc2.shape[1] else activation,
+        # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]; its SwiGLU (AIMv2) has both
+        mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation,
         qkv_bias="blocks.0.attn.qkv.bias" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
         patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
+        patch_norm="patch_embed.norm.weight" in tensors, out_bias="blocks.0.attn.proj.bias" in tensors,
+        mlp_bias="blocks.0.mlp.fc2.bias" in tensors,
         fc_norm="fc_norm.weight" in tensors, distillation="dist_token" in tensors,
         num_registers=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
         num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
     )
+    # timm's RmsNorm (its LayerNorms always have a bias): by the architecture, or a bare file's keys
+    if _layer(args.get("norm_layer") or "layernorm")[0] == "rmsnorm" or "blocks.0.norm1.bias" not in tensors:
+        config.update(norm_type="rms_norm", norm_bias=False)
     if activation == "silu" and config["mlp_activation"] != "swiglu":
         raise CheckpointError(f"{source}: act_layer 'silu' in an MLP that is not gated: keras_vit "
                               "runs SiLU in SwiGLU only ('gelu', 'gelu_tanh' and 'quick_gelu' otherwise).")
@@ -304,8 +349,9 @@ def read_timm(path, num_heads=None):
         path = path / "model.safetensors"
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)
-    r.require_keys(tensors, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1.weight",
-                             "blocks.0.mlp.fc2.weight"), source)
+    unpacked = "blocks.0.mlp.fc1_g.weight" in tensors  # timm's SwiGLU (AIMv2)
+    r.require_keys(tensors, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1_x.weight" if unpacked
+                             else "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight"), source)
     args = architecture_args(meta, source)
     patches = _pad_position_embeddings(tensors, args.get("no_embed_class"))
     config = _read_config(tensors, meta, args, num_heads, source)
@@ -316,7 +362,7 @@ def read_timm(path, num_heads=None):
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
     c = config_view(config)
-    state = r.move(rows(c), tensors, c, source)
+    state = r.move(rows(c, unpacked), tensors, c, source)
     method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
 
@@ -354,6 +400,7 @@ def written_architecture(c):
     model class and what ``model_args`` cannot say (the LayerNorm epsilon,
     `written_epsilon`); ``model_args`` give every size."""
     return ("deit_base_distilled_patch16_224" if c.distillation
+            else "aimv2_large_patch14_224" if c.norm_type == "rms_norm"
             else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
             else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224")
 
@@ -367,8 +414,7 @@ def write_timm(model, path):
     """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
     file, or a hub folder with its ``config.json`` (``model_args``)."""
     c = model.config
-    gated = 2 if c.mlp_activation == "swiglu" else 1  # SwiGLUPacked's fc1 holds both halves
-    tensors = r.write_rows(rows(c), model_state(model), c, model.name, "timm")
+    tensors = r.write_rows(rows(c, unpacked_swiglu(c)), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
         _check_bare(model, tensors)
         files.write_atomic(path, safetensors_bytes(tensors))
@@ -376,7 +422,7 @@ def write_timm(model, path):
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
-        mlp_ratio=gated * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias,
+        mlp_ratio=mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, proj_bias=c.out_bias,
         num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
         no_embed_class=False, global_pool={"token": "token", "gap": "avg", "map": "map"}[c.pooling],
         fc_norm=c.fc_norm, qk_norm=c.qk_norm, pre_norm=c.norm_pre,
@@ -386,7 +432,11 @@ def write_timm(model, path):
                                    else "gelu_tanh" if c.gelu_approximate else "gelu")
     if c.distillation:  # deit.py's VisionTransformerDistilled has no reg_tokens argument
         del model_args["reg_tokens"]
-    model_args["init_values"] = c.layer_scale_init  # None too: the architecture may have another
+    # No LayerScale: 0, which timm's Block reads as none (create_model drops a None, and the
+    # architecture may have its own, as DINOv2's has)
+    model_args["init_values"] = 0 if c.layer_scale_init is None else c.layer_scale_init
+    if c.norm_type == "rms_norm" and not c.patch_norm:  # AIMv2's architecture has the patches' norm
+        model_args["embed_norm_layer"] = None
     config = {
         "architecture": written_architecture(c),
         "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],

@@ -1,7 +1,8 @@
 """Makes keras_vit/weights/timm_architectures.json, timm's table of the
 architectures keras_vit's timm reader looks up, and tests/data/timm/, small
-random timm models of families keras_vit does not read, saved as timm saves
-them for the hub.
+small random timm models saved as timm saves them for the hub: of the
+newer encoders keras_vit reads, with timm's logits, and of families it
+refuses by name.
 
 Made with timm 1.0.31, torch 2.13.0 CPU, as ../shared/tools/timm_reference/README.md says:
 
@@ -46,6 +47,7 @@ MODULES = {"vision_transformer": vision_transformer, "deit": deit, "eva": eva}
 SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=4, num_classes=5)
 ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     "pe_core": ("vit_pe_core_tiny_patch16_384", dict(attn_pool_num_heads=4, ref_feat_shape=(4, 4))),
+    "aimv2": ("aimv2_large_patch14_224", {}),  # RMSNorm, SwiGLU (fc1_g, fc1_x), no biases but the patches'
 }
 
 

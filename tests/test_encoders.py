@@ -1,0 +1,72 @@
+"""The newer encoders, read from timm's own files: small random models that
+timm 1.0.31 made and saved for the hub (tests/data/make_timm_architectures.py
+says how), with timm's logits. Each reads with timm's logits within 1e-5 on
+every backend, writes back to timm's layout key for key (the keys, shapes
+and values of timm's own file, under an architecture of the same family),
+and takes what keras_vit gives any ViT: feature maps, the dense probe,
+NaFlex."""
+
+import json
+import pathlib
+
+import numpy as np
+import pytest
+from helpers import to_numpy
+
+import keras_vit
+from keras_vit import ViT
+from keras_vit.io.tensors import load_safetensors
+
+TIMM = pathlib.Path(__file__).parent / "data" / "timm"
+# Each family: its timm folder's name and the ViT options it reads as
+ENCODERS = {
+    "aimv2": dict(norm_type="rms_norm", norm_bias=False, patch_norm=True, out_bias=False,
+                  mlp_bias=False, qkv_bias=False, mlp_activation="swiglu", pooling="gap",
+                  layer_norm_epsilon=1e-5, mlp_dim=88),
+}
+
+
+@pytest.fixture(scope="module", params=list(ENCODERS))
+def encoder(request):
+    """(family, the model read from timm's folder, timm's images and logits)."""
+    reference = np.load(TIMM / f"{request.param}.npz")
+    return request.param, ViT.from_checkpoint(TIMM / request.param), reference["images"], reference["logits"]
+
+
+def test_logits_are_timms(encoder):
+    family, model, images, logits = encoder
+    options = {name: getattr(model.config, name) for name in ENCODERS[family]}
+    assert options == ENCODERS[family]
+    difference = np.abs(to_numpy(model(images)) - logits).max()
+    print(f"{family}: max |logit - timm's| = {difference:.2e}")
+    assert difference < 1e-5
+
+
+def test_written_back_in_timms_layout(encoder, tmp_path):
+    family, model, images, logits = encoder
+    folder = model.save_checkpoint(tmp_path / "timm", format="timm")
+    ours, theirs = load_safetensors(folder / "model.safetensors"), load_safetensors(TIMM / family / "model.safetensors")
+    assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
+    for key, value in theirs.items():
+        np.testing.assert_allclose(ours[key], value, atol=1e-6, err_msg=key)
+    written = json.loads((folder / "config.json").read_text())
+    timms = json.loads((TIMM / family / "config.json").read_text())
+    assert written["architecture"].split("_")[0] == timms["architecture"].split("_")[0]  # the same family
+    again = ViT.from_checkpoint(folder)
+    assert again.config == model.config
+    np.testing.assert_allclose(to_numpy(again(images)), to_numpy(model(images)), atol=1e-6, rtol=0)
+
+
+def test_features_probe_and_naflex(encoder):
+    family, model, images, _ = encoder
+    grid, width = model.config.grid_size, model.config.hidden_dim
+    maps = model.feature_model(layers=[0, 1])(images)
+    assert {name: tuple(m.shape) for name, m in maps.items()} == {
+        f"encoder_block_{i}": (2, *grid, width) for i in (0, 1)}
+    probe = keras_vit.segmentation_probe(model, 3, layers=[1])
+    assert tuple(probe(images).shape) == (2, *model.config.image_size, 3)
+    flex = model.with_naflex(grid[0] * grid[1])
+    pixels = [np.round((image + 1) * 127.5).astype(np.float32) for image in images]
+    x = keras_vit.naflex_inputs(pixels, model.config.patch_size[0], grid[0] * grid[1])
+    np.testing.assert_allclose(to_numpy(flex(x)), to_numpy(model(np.stack(pixels) / 127.5 - 1)),
+                               atol=1e-5, rtol=0)
