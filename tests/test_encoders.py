@@ -4,18 +4,24 @@ says how), with timm's logits. Each reads with timm's logits within 1e-5 on
 every backend, writes back to timm's layout key for key (the keys, shapes
 and values of timm's own file, under an architecture of the same family),
 and takes what keras_vit gives any ViT: feature maps, the dense probe,
-NaFlex."""
+NaFlex. Where transformers has the model (AIMv2), its folder reads with
+transformers' numbers too."""
 
 import json
 import pathlib
 
 import numpy as np
 import pytest
+from helpers import LazyModule
 from helpers import to_numpy
 
 import keras_vit
 from keras_vit import ViT
 from keras_vit.io.tensors import load_safetensors
+from keras_vit.weights import CheckpointError
+
+torch = LazyModule("torch", reason="transformers' models run on PyTorch")
+transformers = LazyModule("transformers", reason="AIMv2's reference model")
 
 TIMM = pathlib.Path(__file__).parent / "data" / "timm"
 # Each family: its timm folder's name and the ViT options it reads as
@@ -70,3 +76,38 @@ def test_features_probe_and_naflex(encoder):
     x = keras_vit.naflex_inputs(pixels, model.config.patch_size[0], grid[0] * grid[1])
     np.testing.assert_allclose(to_numpy(flex(x)), to_numpy(model(np.stack(pixels) / 127.5 - 1)),
                                atol=1e-5, rtol=0)
+
+
+@pytest.fixture(scope="module")
+def transformers_aimv2(tmp_path_factory):
+    """A small random ``Aimv2VisionModel`` (no attention-pooling head) saved with
+    ``save_pretrained``, its images and the mean of its ``last_hidden_state``."""
+    config = transformers.Aimv2VisionConfig(hidden_size=32, intermediate_size=88, num_hidden_layers=2,
+                                            num_attention_heads=4, image_size=32, patch_size=8,
+                                            use_head=False)
+    torch.manual_seed(0)
+    model = transformers.Aimv2VisionModel(config).eval()
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.3)
+    folder = tmp_path_factory.mktemp("aimv2") / "hf"
+    model.save_pretrained(folder)
+    images = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    with torch.no_grad():
+        tokens = model(pixel_values=torch.from_numpy(images).permute(0, 3, 1, 2)).last_hidden_state
+    return folder, images, tokens.mean(1).numpy()
+
+
+def test_transformers_aimv2_gives_its_features(transformers_aimv2):
+    folder, images, features = transformers_aimv2
+    model = ViT.from_checkpoint(folder)
+    assert {name: getattr(model.config, name) for name in ENCODERS["aimv2"]} == ENCODERS["aimv2"]
+    difference = np.abs(to_numpy(model(images)) - features).max()
+    print(f"AIMv2 (transformers): max |feature - transformers'| = {difference:.2e}")
+    assert difference < 1e-5
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "use_head": True}))
+    with pytest.raises(CheckpointError, match=r"use_head=True, its attention-pooling head "
+                       r"\(Aimv2AttentionPoolingHead.*Nothing was read"):
+        ViT.from_checkpoint(folder)
+    (folder / "config.json").write_text(json.dumps(config))

@@ -53,8 +53,8 @@ def nan_at_batch(index):
     stream's start) turned into NaN."""
     original = run_module.train_dataset
 
-    def poisoned(config, source, start_batch=0, shard=None, scaling=None):
-        dataset = original(config, source, start_batch, shard, scaling)
+    def poisoned(config, source, start_batch=0, shard=None, scaling=None, patch_size=None):
+        dataset = original(config, source, start_batch, shard, scaling, patch_size)
         return dataset.enumerate().map(
             lambda i, batch: (tf.where(i + start_batch == index, math.nan, batch[0]), batch[1]))
 

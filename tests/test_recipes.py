@@ -233,9 +233,21 @@ def test_a_quiet_start_keeps_the_users_log_level(level, quiet):
         [True, False, False, False], [True, False, False, False], [True, True, False, False], [True] * 4]
 
 
-def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys):
+def lookups_of_the_model(monkeypatch):
+    """The calls a run makes to `preset_config` (the model's name resolved), counted."""
+    from keras_vit.training import run as training_run
+
+    calls = []
+    resolve = training_run.preset_config
+    monkeypatch.setattr(training_run, "preset_config", lambda *a, **k: calls.append(a) or resolve(*a, **k))
+    return calls
+
+
+def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys, monkeypatch):
     pre = tmp_path / "pre"
+    lookups = lookups_of_the_model(monkeypatch)
     out = run(["pretrain", "--workdir", str(pre), *TINY_RUN_ARGS, *FAST, "--image-size", "16"], capsys)
+    assert len(lookups) == 1, lookups  # the run resolves its model once (`Plan.architecture`)
     assert "test accuracy: " in out
     for name in ("config.json", "log.csv", "model.keras", "results.json", "checkpoints/ckpt-000000004.json"):
         assert (pre / name).exists(), name
@@ -369,9 +381,11 @@ def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
     assert "--accum-steps" in capsys.readouterr().out
 
 
-def test_masked_patch_run_then_fine_tune_from_it(tmp_path, capsys):
+def test_masked_patch_run_then_fine_tune_from_it(tmp_path, capsys, monkeypatch):
     mpp = tmp_path / "mpp"
+    lookups = lookups_of_the_model(monkeypatch)
     out = run(["masked-patch", "--workdir", str(mpp), *TINY_RUN_ARGS, *FAST, "--image-size", "16"], capsys)
+    assert len(lookups) == 1, lookups
     assert "final_loss" in out and "test accuracy" not in out
     pre = keras.saving.load_model(mpp / "model.keras", safe_mode=True)
     ft = tmp_path / "ft"

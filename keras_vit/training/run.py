@@ -41,6 +41,7 @@ import time
 
 import keras
 
+from keras_vit.config import ViTConfig
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
 from keras_vit.io import files
@@ -81,17 +82,16 @@ class DivergenceError(RunError):
 
 # -- models -------------------------------------------------------------------
 
-def run_architecture(config, num_classes, class_names=None):
-    """The `keras_vit.ViTConfig` a run trains: the preset, the config's
-    `model_args`, then the recipe's settings (resolution, classes,
-    regularisation, NaFlex's patch budget)."""
+def run_architecture(preset, config, num_classes, class_names=None):
+    """The `keras_vit.ViTConfig` a run trains: `preset` (the config's model
+    with its `model_args`, resolved once by `plan`), then the recipe's
+    settings (resolution, classes, regularisation, NaFlex's patch budget)."""
     naflex = {} if config.max_num_patches is None else dict(
         naflex=True, max_num_patches=config.max_num_patches)
-    return preset_config(
-        config.model, **config.model_args, image_size=config.image_size,
-        num_classes=num_classes, class_names=class_names, dropout_rate=config.dropout_rate,
-        drop_path_rate=config.drop_path_rate, representation_size=config.representation_size,
-        head_bias_init=config.head_bias_init, **naflex,
+    return preset.replace(
+        image_size=config.image_size, num_classes=num_classes, class_names=class_names,
+        dropout_rate=config.dropout_rate, drop_path_rate=config.drop_path_rate,
+        representation_size=config.representation_size, head_bias_init=config.head_bias_init, **naflex,
     )
 
 
@@ -121,17 +121,17 @@ def load_init(path, config, num_classes, class_names=None):
                        else str(error)) from error
 
 
-def model_for_run(config, source):
-    """The model a run trains, for the classes of `source`."""
+def model_for_run(run):
+    """The model a `Plan` trains: its architecture, or fine-tuning's ``--init``."""
+    config, source = run.config, run.source
     if config.kind == "masked_patch":
-        return masked_patch.MaskedPatchPredictor(run_architecture(config, num_classes=0),
-                                                 dtype=config.dtype)
+        return masked_patch.MaskedPatchPredictor(run.architecture, dtype=config.dtype)
     if config.kind == "finetune" and config.init:
         model = load_init(config.init, config, source.num_classes, source.class_names)
         if config.max_num_patches is not None:
             model = model.with_naflex(config.max_num_patches)
     else:
-        model = ViT(run_architecture(config, source.num_classes, source.class_names), dtype=config.dtype)
+        model = ViT(run.architecture, dtype=config.dtype)
     if config.lora_rank:  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
         model.enable_lora(config.lora_rank)
     return model
@@ -162,11 +162,12 @@ def build_optimizer(config):
 
 # -- data ---------------------------------------------------------------------
 
-def train_dataset(config, source, start_batch=0, shard=None, scaling=None):
+def train_dataset(config, source, start_batch=0, shard=None, scaling=None, patch_size=None):
     """The micro-batches of the run from `start_batch` on; with `shard`
     ``(index, count)``, those of input pipeline `index` of `count`; the
     images scaled as `scaling` says (`pixel_scaling` of the model; None:
-    [-1, 1]).
+    [-1, 1]); a masked patch prediction run's targets cut in the model's
+    `patch_size`.
 
     The data is read as ``config.data_shards`` disjoint parts (one per
     pipeline unless set); each pipeline reads ``data_shards / count`` of
@@ -178,7 +179,8 @@ def train_dataset(config, source, start_batch=0, shard=None, scaling=None):
     index, count = shard or (0, 1)
     parts = config.data_shards or count
     micro_batch = config.micro_batch_size
-    patch_size = preset_config(config.model, **config.model_args).patch_size
+    if config.kind == "masked_patch" and patch_size is None:
+        raise ValueError("a masked patch prediction run's batches need the model's patch_size.")
     streams = []
     for part in range(index * parts // count, (index + 1) * parts // count):
         dataset = vit_data.input_pipeline(
@@ -397,7 +399,7 @@ def train(config, workdir, verbose="auto", topology=None):
         ```
     """
     run = plan(config, workdir, topology)
-    run.topology.shard_model(preset_config(run.config.model, **run.config.model_args))
+    run.topology.shard_model(run.architecture)
     with run.topology.scope():
         built = build(run)
         history, seconds, weights = fit(run, built, verbose)
@@ -408,8 +410,10 @@ def train(config, workdir, verbose="auto", topology=None):
 class Plan:
     """What `plan` checked and decided, before anything is written: the
     config (with its data shards), the work directory, the topology, the
-    data sources, and the run's length in updates per checkpoint interval
-    (a Keras epoch), intervals and micro-batches per interval."""
+    data sources, the run's length in updates per checkpoint interval
+    (a Keras epoch), intervals and micro-batches per interval, and the
+    model's architecture (`run_architecture`: the one place a run resolves
+    its model's name)."""
 
     config: RunConfig
     workdir: pathlib.Path
@@ -419,6 +423,7 @@ class Plan:
     updates_per_epoch: int
     epochs: int
     micro_batches_per_epoch: int
+    architecture: ViTConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -442,7 +447,7 @@ def plan(config, workdir, topology=None):
     different run in `workdir` (refused), the data sources."""
     if not isinstance(config, RunConfig):
         config = RunConfig.from_dict(config)  # checked on construction
-    preset_config(config.model)
+    preset = preset_config(config.model, **config.model_args)  # the run's one lookup of the name
     topology = topology or Topology()
     if topology.strategy != config.strategy:
         raise RunError(
@@ -474,26 +479,27 @@ def plan(config, workdir, topology=None):
             f"of {config.accum_steps} micro-batches)."
         )
     config = config.replace(data_shards=data_shards(config, workdir, topology))
-    _check_naflex_run(config)
+    _check_naflex_run(config, preset)
     workdir = prepare_workdir(workdir, config, write=False)
     keras.utils.set_random_seed(config.seed)  # initialisation and dropout; the data has its own
     from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
 
+    source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
+    classes = (0, None) if config.kind == "masked_patch" else (source.num_classes, source.class_names)
     return Plan(
-        config, workdir, topology,
-        source=vit_data.load_source(config.dataset, config.train_split, config.data_dir),
+        config, workdir, topology, source=source,
         eval_source=vit_data.load_source(config.dataset, config.eval_split, config.data_dir),
         updates_per_epoch=per_epoch, epochs=config.steps // per_epoch,
-        micro_batches_per_epoch=micro_per_epoch,
+        micro_batches_per_epoch=micro_per_epoch, architecture=run_architecture(preset, config, *classes),
     )
 
 
-def _check_naflex_run(config):
-    """What a NaFlex run (`--max-num-patches`) cannot be: a hybrid model's,
-    or one whose data is read as several parts."""
+def _check_naflex_run(config, preset):
+    """What a NaFlex run (`--max-num-patches`) cannot be: a hybrid model's
+    (`preset`: the config's model), or one whose data is read as several parts."""
     if config.max_num_patches is None:
         return
-    if preset_config(config.model, **config.model_args).resnet_block_units is not None:
+    if preset.resnet_block_units is not None:
         raise RunError(
             f"--max-num-patches with --model {config.model}: a hybrid (ResNet + ViT) model embeds "
             "ResNet features of a square image, and NaFlex cuts images into pixel patches. Use a "
@@ -513,7 +519,7 @@ def build(run):
     config, topology = run.config, run.topology
     manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
                                 write=topology.is_chief)
-    model = model_for_run(config, run.source)
+    model = model_for_run(run)
     model.compile(
         optimizer=build_optimizer(config), loss=build_loss(config),
         metrics=None if config.kind == "masked_patch"
@@ -531,7 +537,8 @@ def build(run):
     dataset = topology.distribute_dataset(
         lambda index, count: train_dataset(config, run.source,
                                            initial_epoch * run.micro_batches_per_epoch,
-                                           shard=(index, count), scaling=scaling),
+                                           shard=(index, count), scaling=scaling,
+                                           patch_size=run.architecture.patch_size),
         config.micro_batch_size,
     )
     test = eval_dataset(config, run.eval_source, scaling)  # checked before the first write

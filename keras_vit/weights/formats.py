@@ -117,7 +117,7 @@ FORMATS = {format.name: format for format in (
         columns={"timm": Column("timm", "timm", "timm's VisionTransformer")},
         written_as=lambda c: "timm", writes_folder=_folder_unless_safetensors),
     Format(
-        "huggingface", "a Hugging Face ViT, DeiT, DINOv2, DINOv3, CLIP, SigLIP or SigLIP 2 directory "
+        "huggingface", "a Hugging Face ViT, DeiT, DINOv2, DINOv3, CLIP, SigLIP, SigLIP 2 or AIMv2 directory "
         "(config.json + model.safetensors)", "huggingface",
         paths=(("any other directory with `config.json`", "Hugging Face ViT (`model.safetensors` in it)"),
                ("`*.safetensors` with a key ending in `embeddings.patch_embeddings.projection.weight`",

@@ -120,7 +120,7 @@ def _image_config(directory):
     hf = {"layer_norm_eps": _MODEL_TYPES[model_type][3], "hidden_act": "gelu", **hf}
     require(hf, r.required(_SHARED) + (("num_patches",) if model_type == "siglip2_vision_model" else ()),
             directory / "config.json")
-    if hf["hidden_act"] not in _ACTIVATIONS and model_type != "dinov3_vit":  # which checks its own
+    if hf["hidden_act"] not in _ACTIVATIONS and model_type not in ("dinov3_vit", "aimv2_vision_model"):  # own checks
         raise CheckpointError(
             f"Hugging Face checkpoint {directory}: hidden_act {hf['hidden_act']!r} is not supported; "
             f"keras_vit has {sorted(_ACTIVATIONS)}.")
@@ -255,6 +255,26 @@ def _clip_config(tensors, hf, config, source):
         config["pooling"] = "map"
 
 
+def _aimv2_config(tensors, hf, config, source):
+    """AIMv2's image tower (``Aimv2VisionModel``): RMSNorms (one of the patch
+    embeddings too), a SwiGLU MLP, no [class] token; its features the tokens'
+    mean (of ``last_hidden_state``). Its attention-pooling head and its
+    native-resolution variant (sin-cos embeddings of its own layout) are refused."""
+    if hf.get("hidden_act") != "silu":
+        raise CheckpointError(f"{source}: hidden_act {hf.get('hidden_act')!r}; AIMv2's MLP is SwiGLU "
+                              "('silu'), and keras_vit reads that.")
+    for key, why in (("use_head", "its attention-pooling head (Aimv2AttentionPoolingHead: a learned "
+                                  "query without projection or MLP), which keras_vit's ViT does not have"),
+                     ("is_native", "its native-resolution model (sin-cos position embeddings in "
+                                   "AIMv2's own layout)")):
+        if hf.get(key, key == "use_head"):
+            raise CheckpointError(f"{source}: {key}=True, {why}. Nothing was read. keras_vit reads "
+                                  "the tower without it (use_head=False, is_native=False), or timm's "
+                                  "aimv2_* folders.")
+    config.update(norm_type="rms_norm", norm_bias=False, patch_norm=True, mlp_activation="swiglu",
+                  out_bias=config["qkv_bias"], pooling="gap", num_classes=0)
+
+
 _QKV = ("query", "key", "value")
 
 
@@ -346,6 +366,14 @@ FAMILY_ROWS = {
          r.row(("head/kernel", "head/bias"), "visual_projection.weight", _NO_BIAS,
                when=lambda c: c.num_classes),
          *_SIGLIP_HEAD]),
+    "aimv2": lambda c: (
+        [*_patch("patch_embed"), *r.norm_rows("patch_norm", "embeddings.rms_norm", r.TORCH),
+         r.row("position_embedding/embeddings", "embeddings.position_embedding.weight", _EMBEDDING_TABLE)],
+        _block("encoder.layers.{i}.", ("rms_norm1", "rms_norm2"),
+               [*(f"attention.{n}_proj" for n in "qkv"), "attention.out_proj"],
+               ("ffn.gate_proj", "ffn.up_proj", "ffn.down_proj"), qkv_bias=lambda c: c.qkv_bias,
+               out_bias=lambda c: c.out_bias, mlp_bias=lambda c: c.mlp_bias),
+        r.norm_rows("encoder_norm", "rms_norm", r.TORCH)),
     "siglip2": lambda c: (
         [*r.dense_rows("patch_embedding/projection", "embeddings.patch_embedding", r.TORCH,
                        _LINEAR_PATCHES),
@@ -359,7 +387,8 @@ FAMILY_ROWS = {
 def rows(c, family):
     """The map of a `ViTConfig` `c`'s model as Hugging Face's `family`
     (``"vit"``: ViT and DeiT; ``"dinov2"``, ``"dinov3"``, ``"clip"``: CLIP and SigLIP;
-    ``"siglip2"``: SigLIP 2's NaFlex tower, ``Siglip2VisionModel``)."""
+    ``"siglip2"``: SigLIP 2's NaFlex tower, ``Siglip2VisionModel``; ``"aimv2"``: AIMv2's,
+    ``Aimv2VisionModel``)."""
     embed, block, top = FAMILY_ROWS[family](c)
     return [*embed, *r.blocks(block, c.num_layers), *top]
 
@@ -390,6 +419,8 @@ SETTINGS = {
                *r.dinov3_settings(_DINOV3_NAMES, key_bias=False), S("mlp_bias", "mlp_bias", bool, True),
                _LAYER_SCALE, S("num_register_tokens", "num_registers", int, 0)],
     "clip": [*_SHARED, _MLP_DIM, _QKV_BIAS],
+    "aimv2": [*_TOWER[:3], S("rms_norm_eps", "layer_norm_epsilon", float, 1e-5), *_SHARED[4:], _MLP_DIM,
+              S("qkv_bias", "qkv_bias", bool, False), S("mlp_bias", "mlp_bias", bool, False)],
     "siglip2": [*_SHARED, _MLP_DIM, _ACT, dataclasses.replace(_QKV_BIAS, when=r.never),
                 S("num_patches", None, write=lambda c: c.grid_size[0] * c.grid_size[1])],
 }
@@ -405,7 +436,8 @@ _MODEL_TYPES = {
     "dinov3_vit": ("dinov3", _dinov3_config, "model.", 1e-5),
     "clip_vision_model": ("clip", _clip_config, "vision_model.", 1e-5),
     "siglip_vision_model": ("clip", _clip_config, "vision_model.", 1e-6),
-    "siglip2_vision_model": ("siglip2", _clip_config, "vision_model.", 1e-6)}
+    "siglip2_vision_model": ("siglip2", _clip_config, "vision_model.", 1e-6),
+    "aimv2_vision_model": ("aimv2", _aimv2_config, "vision_model.", 1e-5)}
 
 
 # `keras_vit.weights.formats.huggingface_column` -> (the family, `SETTINGS`'s and `rows`'), model class,

@@ -172,7 +172,7 @@ def attention_rows(ours, theirs, names, style, kernels=(SAME, SAME), biases=(SAM
 
 
 def block_rows(theirs, norms, attention, mlp, style, kernels, biases, mlp_layout, qkv_bias=None,
-               key_bias=None, mlp_bias=None, scale=None, scale_when=always):
+               key_bias=None, mlp_bias=None, scale=None, scale_when=always, out_bias=always):
     """One encoder block's rows, ours ``encoder_block_{i}/...``, theirs under
     `theirs`: its LayerNorms `norms`; its query, key, value and output
     projections `attention` (`attention_rows`, with `kernels` and `biases`);
@@ -183,7 +183,7 @@ def block_rows(theirs, norms, attention, mlp, style, kernels, biases, mlp_layout
     ours = "encoder_block_{i}/"
     rows = [*norm_rows(ours + "norm1", theirs + norms[0], style),
             *attention_rows(ours + "attention", theirs, attention, style, kernels, biases,
-                            qkv_bias=qkv_bias, key_bias=key_bias),
+                            qkv_bias=qkv_bias, key_bias=key_bias, out_bias=out_bias),
             *norm_rows(ours + "norm2", theirs + norms[1], style)]
     if len(mlp) == 3:
         gate, up = theirs + mlp[0], theirs + mlp[1]
