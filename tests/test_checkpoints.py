@@ -235,6 +235,29 @@ def test_missing_extra_and_misshaped_keys_are_named(tmp_path):
         ViT.from_checkpoint(save_safetensors(timm, tmp_path / "rope.safetensors"), num_heads=4)
 
 
+def test_a_load_parses_each_file_once(tmp_path, monkeypatch):
+    """The format's choice and the reader read config.json (and Hugging Face's
+    preprocessor_config.json) from one parse; a file changed since is parsed again."""
+    from keras_vit.io import files
+    from keras_vit.weights import read_checkpoint
+
+    model = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
+                num_classes=3)
+    parsed = []
+    read_json = files.read_json
+    monkeypatch.setattr(files, "read_json", lambda path, **k: parsed.append(path.name) or read_json(path, **k))
+    for format in ("timm", "huggingface"):
+        folder = model.save_checkpoint(tmp_path / format, format=format)
+        parsed.clear()
+        read_checkpoint(folder)
+        assert sorted(parsed) == sorted({*parsed}) and "config.json" in parsed, (format, parsed)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 1, "image_size": 16}))
+    parsed.clear()
+    read_checkpoint(folder)
+    assert parsed.count("config.json") == 1
+
+
 def test_a_head_count_other_than_the_files_own_is_refused(tmp_path):
     """npz, Hugging Face and keras-hub files store their head count: another one
     would load (the shapes fit) and compute something else."""

@@ -1,8 +1,11 @@
 """What every checkpoint reader returns, and the helpers the readers and writers share."""
 
+import copy
 import dataclasses
+import functools
 import json
 import math
+import pathlib
 
 import numpy as np
 
@@ -38,15 +41,34 @@ class Checkpoint:
 
 def read_config_json(path, required=()):
     """The JSON object in a checkpoint's `path` (`keras_vit.io.files.read_json`),
-    with the keys `required` (`require`).
+    with the keys `required` (`require`): a copy of its one parse while the
+    file stays as it is (`_parsed`), so that a load that asks for a file in
+    several places (the format's choice, the reader, a two-tower model's
+    towers) parses it once.
 
     Raises:
         CheckpointError: the file is not a JSON object or lacks a key of
             `required`; the message names the file.
     """
-    config = files.read_json(path, fix="The file may be truncated or edited by hand: download or "
-                             "save it again.", error=CheckpointError)
+    path = pathlib.Path(path)
+    try:
+        state = path.stat()
+        key = (str(path.resolve()), state.st_mtime_ns, state.st_size)
+    except OSError:  # no such file: read_json names it
+        key = None
+    config = copy.deepcopy(_parsed(path, key) if key else _parse(path))
     return require(config, required, path)
+
+
+def _parse(path):
+    return files.read_json(path, fix="The file may be truncated or edited by hand: download or "
+                           "save it again.", error=CheckpointError)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed(path, key):
+    """`path`'s parse, kept by `key` (its resolved path, modification time and size)."""
+    return _parse(path)
 
 
 def require(config, keys, where):

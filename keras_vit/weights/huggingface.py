@@ -24,17 +24,10 @@ from keras_vit.weights.checkpoint import stored_heads
 from keras_vit.weights.checkpoint import write_files
 from keras_vit.weights.formats import huggingface_column
 
-# HF activation names -> keras_vit's.
-_ACTIVATIONS = {"gelu": "gelu", "gelu_python": "gelu", "gelu_new": "gelu_approximate",
-                "gelu_pytorch_tanh": "gelu_approximate", "gelu_fast": "gelu_approximate",
-                "quick_gelu": "quick_gelu"}
-
-
-def _activation(act):
-    """An HF ``hidden_act`` (a key of `_ACTIVATIONS`) as keras_vit's
-    ``mlp_activation`` and ``gelu_approximate`` (the writers' inverse: `_ACT`)."""
-    return dict(mlp_activation="quick_gelu" if act == "quick_gelu" else "gelu",
-                gelu_approximate=_ACTIVATIONS.get(act) == "gelu_approximate")
+# transformers' MLP activations <-> our (mlp_activation, gelu_approximate), each pair
+# written as its first name: QuickGELU, tanh or erf GELU
+_ACTIVATIONS = {"gelu": ("gelu", False), "gelu_pytorch_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False),
+                "gelu_python": ("gelu", False), "gelu_new": ("gelu", True), "gelu_fast": ("gelu", True)}
 
 
 def class_names(id2label, num_classes):
@@ -77,7 +70,7 @@ def _read_image_tower(directory, tensors=None):
     config = {
         # the patch convolution drops what is left over (SigLIP So400m/14 at 384 px sees 378)
         "image_size": tuple(int(s) - int(s) % patch for s in size),
-        **_activation(hf["hidden_act"]), "pooling": "token",
+        "pooling": "token",
         **r.read_settings(SETTINGS[family], hf, f"{source}: config.json")}
     read_config(tensors, hf, config, source)
     names = class_names(hf.get("id2label"), config.get("num_classes", 0))
@@ -87,7 +80,7 @@ def _read_image_tower(directory, tensors=None):
     if family == "siglip2":
         config.update(naflex_config(directory, hf, config["patch_size"]))
     c = config_view(config)
-    state = r.move(rows(c, family), tensors, c, source)
+    state = r.move(key_map(c, family), tensors, c, source)
     grid = tuple(s // p for s, p in zip(c.image_size, c.patch_size))
     if c.position_embedding == "rope":  # no table: any grid as it is
         return Checkpoint(config, state, source, grid, grid[0] * grid[1])
@@ -272,6 +265,7 @@ def _aimv2_config(tensors, hf, config, source):
                                   "the tower without it (use_head=False, is_native=False), or timm's "
                                   "aimv2_* folders.")
     config.update(norm_type="rms_norm", norm_bias=False, patch_norm=True, mlp_activation="swiglu",
+                  gelu_approximate=False,
                   out_bias=config["qkv_bias"], pooling="gap", num_classes=0)
 
 
@@ -384,7 +378,7 @@ FAMILY_ROWS = {
 }
 
 
-def rows(c, family):
+def key_map(c, family):
     """The map of a `ViTConfig` `c`'s model as Hugging Face's `family`
     (``"vit"``: ViT and DeiT; ``"dinov2"``, ``"dinov3"``, ``"clip"``: CLIP and SigLIP;
     ``"siglip2"``: SigLIP 2's NaFlex tower, ``Siglip2VisionModel``; ``"aimv2"``: AIMv2's,
@@ -404,21 +398,19 @@ _SHARED = [*_TOWER, S("patch_size", "patch_size", write=lambda c: c.patch_size[0
 _MLP_DIM = S("intermediate_size", "mlp_dim")
 _QKV_BIAS = S("qkv_bias", "qkv_bias", bool, True)
 _LAYER_SCALE = S("layerscale_value", "layer_scale_init", float, 1.0)
-# transformers' name of the MLP's activation: QuickGELU, tanh or erf GELU
-_ACT = S("hidden_act", None, write=lambda c: "quick_gelu" if c.mlp_activation == "quick_gelu"
-         else "gelu_pytorch_tanh" if c.gelu_approximate else "gelu")
+_ACT = r.activation("hidden_act", _ACTIVATIONS, "gelu")
 _IMAGE_SIZE = S("image_size", None, write=lambda c: c.image_size[0] if c.image_size[0] == c.image_size[1]
                 else list(c.image_size))
 _DINOV3_NAMES = ("query_bias", "key_bias", "value_bias", "proj_bias", "use_gated_mlp", "hidden_act")
 SETTINGS = {
     "vit": [*_SHARED, _MLP_DIM, _ACT, _IMAGE_SIZE, _QKV_BIAS,
             S("encoder_stride", None, write=lambda c: c.patch_size[0])],
-    "dinov2": [*_SHARED, _QKV_BIAS, _LAYER_SCALE],
+    "dinov2": [*_SHARED, _ACT, _QKV_BIAS, _LAYER_SCALE],
     "dinov3": [*_SHARED, S("intermediate_size", None, write=lambda c: c.mlp_dim),  # read from the tensors
                _IMAGE_SIZE, S("rope_theta", "rope_theta", float, 100.0),
                *r.dinov3_settings(_DINOV3_NAMES, key_bias=False), S("mlp_bias", "mlp_bias", bool, True),
                _LAYER_SCALE, S("num_register_tokens", "num_registers", int, 0)],
-    "clip": [*_SHARED, _MLP_DIM, _QKV_BIAS],
+    "clip": [*_SHARED, _MLP_DIM, _ACT, _QKV_BIAS],
     "aimv2": [*_TOWER[:3], S("rms_norm_eps", "layer_norm_epsilon", float, 1e-5), *_SHARED[4:], _MLP_DIM,
               S("qkv_bias", "qkv_bias", bool, False), S("mlp_bias", "mlp_bias", bool, False)],
     "siglip2": [*_SHARED, _MLP_DIM, _ACT, dataclasses.replace(_QKV_BIAS, when=r.never),
@@ -440,7 +432,7 @@ _MODEL_TYPES = {
     "aimv2_vision_model": ("aimv2", _aimv2_config, "vision_model.", 1e-5)}
 
 
-# `keras_vit.weights.formats.huggingface_column` -> (the family, `SETTINGS`'s and `rows`'), model class,
+# `keras_vit.weights.formats.huggingface_column` -> (the family, `SETTINGS`'s and `key_map`'s), model class,
 # model type and the constants of its config.json
 _HUGGINGFACE = {
     "huggingface": ("vit", "ViTModel", "vit",
@@ -457,7 +449,7 @@ def write_huggingface(model, path):
     rows), with its ``preprocessor_config.json`` (`_image_processor`)."""
     c = model.config
     family, architecture, model_type, constants = _HUGGINGFACE[huggingface_column(c)]
-    tensors = r.write_rows(rows(c, family), model_state(model), c, model.name, "Hugging Face")
+    tensors = r.write_rows(key_map(c, family), model_state(model), c, model.name, "Hugging Face")
     if family == "vit":  # its labels (placeholders without names), pre-logits and head
         names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
         constants = {**constants, "id2label": {str(i): name for i, name in enumerate(names)},
@@ -578,7 +570,7 @@ def read_huggingface_text(directory, tensors=None):
                if k.startswith(("text_model.", "text_projection.", "logit_"))}
     tensors = {k[len("text_model."):] if k.startswith("text_model.") else k: v
                for k, v in tensors.items()}
-    config = dict(r.read_settings(_TEXT_SETTINGS, text, source), **_activation(act))
+    config = r.read_settings([*_TEXT_SETTINGS, _ACT], text, source)
     if model_type == "clip":  # causal; the end-of-text token; a projection without bias
         eos = int(text["eos_token_id"])
         config.update(causal=True, pooling="argmax" if eos == 2 else "eos", eos_token_id=eos,

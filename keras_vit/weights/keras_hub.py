@@ -139,7 +139,7 @@ _DINOV2_TABLES = (lambda c, table, stored: r.REGISTER_ROWS[0](c, table),
                   lambda c, table: r.REGISTER_ROWS[1](c, table) * 2)
 
 
-def rows(c, family, mask_token=True):
+def key_map(c, family, mask_token=True):
     """The map of a `ViTConfig` `c`'s model as keras-hub's `family`
     backbone (``"ViT"``, ``"DeiT"``, ``"DINOV2"``, ``"DINOV3"``) in
     ``model.weights.h5``; `mask_token`: whether a DINO preset has one."""
@@ -177,18 +177,18 @@ def _read_preset(path):
     if not folder.is_dir():
         raise CheckpointError(f"{source}: no such folder. A keras-hub preset is a folder "
                               "(config.json, model.weights.h5, ...), as `save_to_preset` writes it.")
-    config = folder / "config.json"
-    if not config.is_file():
+    config_json = folder / "config.json"
+    if not config_json.is_file():
         raise CheckpointError(f"{source}: no config.json in the folder, which describes the "
                               f"backbone. {_SAVE_AGAIN}")
-    spec = read_config_json(config, ("class_name", "config"))
+    spec = read_config_json(config_json, ("class_name", "config"))
     name = spec["class_name"]
     if name not in BACKBONES:
         raise CheckpointError(
             f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
             f"{', '.join(BACKBONES)} presets.")
     hub, family = spec["config"], name[:-len("Backbone")]
-    config = r.read_settings(SETTINGS[family], hub, f"{config}'s \"config\"")
+    config = r.read_settings(SETTINGS[family], hub, f"{config_json}'s \"config\"")
     if not hub.get("use_mha_bias", True):
         raise CheckpointError(
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
@@ -205,7 +205,7 @@ def _read_preset(path):
     if (folder / "task.json").exists():
         _classifier_config(folder, source, config)
     c = config_view(config)
-    state = r.move(rows(c, family, hub.get("use_mask_token", True)), arrays, c, source)
+    state = r.move(key_map(c, family, hub.get("use_mask_token", True)), arrays, c, source)
     if (folder / "task.json").exists():
         state.update(r.move(TASK_ROWS, load_h5(folder / "task.weights.h5", source, _SAVE_AGAIN), c, source))
     _read_converter(folder, config)
@@ -263,7 +263,7 @@ def family_of(config):
 def write_keras_hub(model, path):
     """`model` as a keras-hub preset folder at `path` (new), through
     keras-hub's own ``save_to_preset``, its weights files then filled in by
-    `rows` (the keys the reader reads): the backbone `family_of` names
+    `key_map` (the keys the reader reads): the backbone `family_of` names
     (``num_classes=0``), else a ``ViTImageClassifier`` (DeiT without its
     distillation head: ``DeiTImageClassifier``) with its preprocessor. The
     image converter scales pixels by the model's ``pixel_scale`` and
@@ -282,7 +282,7 @@ def write_keras_hub(model, path):
                for key, value in (("scale", c.pixel_scale), ("offset", c.pixel_offset))}
     converter = getattr(keras_hub.layers, f"{family}ImageConverter")(image_size=c.image_size, **scaling)
     head = {key: ours.pop(key) for key in list(ours) if key.split("/")[0] in ("head", "pre_logits")}
-    weights = r.write_rows(rows(c, family), ours, c, model.name, "keras-hub")
+    weights = r.write_rows(key_map(c, family), ours, c, model.name, "keras-hub")
     task_weights = r.write_rows(TASK_ROWS, head, c, model.name, "keras-hub")
     if not c.num_classes:  # the converter beside the backbone, for the pixel scaling
         backbone.save_to_preset(str(path))

@@ -2,7 +2,7 @@
 
 Flax keeps kernels as ``(in, out)`` (dense), HWIO (conv) and
 ``(D, heads, d_head)`` / ``(heads, d_head, D)`` (attention), which are the
-Keras layouts too, so the conversion is a renaming (`rows`). Old layouts
+Keras layouts too, so the conversion is a renaming (`key_map`). Old layouts
 are made the vit_jax one in one place (`_canonical`): the ``opt/target/``
 and ``params/`` prefixes, big_vision's ``scan`` and its block numbering
 (``LayerNorm_0`` / ``_1``, ``MlpBlock_0``: found by kind and order).
@@ -88,7 +88,7 @@ MAP_ROWS = [  # big_vision's MAP head
 ]
 
 
-def rows(c, big_vision):
+def key_map(c, big_vision):
     """The map of a `ViTConfig` `c`'s model: vit_jax's layout, or with
     `big_vision` its top-level position embeddings (and MAP head)."""
     if big_vision:
@@ -194,7 +194,7 @@ def read_npz(path, num_heads=None):
     arrays = _canonical(arrays, source)
     config = _read_config(arrays, source)
     c = config_view(config)
-    state = r.move(rows(c, big_vision), arrays, c, source)
+    state = r.move(key_map(c, big_vision), arrays, c, source)
     grid = num_patches = None
     if "position_embedding/embeddings" in state:
         num_patches = state["position_embedding/embeddings"].shape[1] - int(c.uses_class_token)
@@ -207,7 +207,7 @@ def read_npz(path, num_heads=None):
 
 
 def write_npz(model, path):
-    """`model` as a vit_jax ``.npz`` (big_vision's layout for MAP pooling): `rows` the other way."""
+    """`model` as a vit_jax ``.npz`` (big_vision's layout for MAP pooling): `key_map` the other way."""
     c = model.config
-    out = r.write_rows(rows(c, c.pooling == "map"), model_state(model), c, model.name, "npz")
+    out = r.write_rows(key_map(c, c.pooling == "map"), model_state(model), c, model.name, "npz")
     files.write_atomic(path, lambda file: np.savez(file, **out))

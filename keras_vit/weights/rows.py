@@ -268,12 +268,14 @@ def never(c):
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """One key of a format's config (Hugging Face's config.json, a keras-hub
-    backbone's arguments) <-> one `ViTConfig` field.
+    backbone's arguments, timm's model arguments) <-> one `ViTConfig` field,
+    or several.
 
     Attributes:
         theirs: their key (``"hidden_size"``).
-        ours: our field (``"hidden_dim"``); None: a key written and not
-            read (its reader's own code reads it, or nothing does).
+        ours: our field (``"hidden_dim"``), or a tuple of fields that `read`
+            gives a tuple of values for (`activation`); None: a key written
+            and not read (its reader's own code reads it, or nothing does).
         read: their value -> ours (``int``, ``float``, ``bool``, ...).
         default: their value where the config has no `theirs`; ``...``:
             the key is required.
@@ -302,12 +304,29 @@ def read_settings(settings, theirs, where):
             `where` it came from (`keras_vit.weights.checkpoint.require`).
     """
     require(theirs, required(settings), where)
-    return {s.ours: s.read(theirs.get(s.theirs, s.default)) for s in settings if s.ours}
+    ours = {}
+    for s in settings:
+        if s.ours:
+            value = s.read(theirs.get(s.theirs, s.default))
+            ours.update(zip(s.ours, value) if isinstance(s.ours, tuple) else [(s.ours, value)])
+    return ours
 
 
 def write_settings(settings, c):
     """Their config of a `ViTConfig` `c` by `settings`: key -> value."""
     return {s.theirs: s.write(c) if s.write else getattr(c, s.ours) for s in settings if s.when(c)}
+
+
+def activation(key, names, default=...):
+    """Their MLP activation's name `key` <-> our ``mlp_activation`` and
+    ``gelu_approximate``, both ways by one table: `names` maps each of their
+    names to our pair; a pair is written as the first name that maps to it.
+    Its reader refuses a name not in `names` first, naming the ones there are."""
+    written = {}
+    for name, pair in names.items():
+        written.setdefault(pair, name)
+    return Setting(key, ("mlp_activation", "gelu_approximate"), lambda name: names[name], default,
+                   lambda c: written[(c.mlp_activation, c.gelu_approximate and c.mlp_activation == "gelu")])
 
 
 def gated_mlp(key):
@@ -348,3 +367,4 @@ def read_dinov3(source, theirs, names, config):
             f"{source}: {activation_name} {name!r} with {gated_name}={is_gated}; keras_vit has "
             "DINOv3's gated MLP with silu (SwiGLU) and its plain MLP with gelu.")
     config["key_bias"] = config["key_bias"] or not config["qkv_bias"]
+    config["gelu_approximate"] = False  # its plain MLP's GELU is the exact one

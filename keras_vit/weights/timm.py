@@ -1,5 +1,6 @@
 """timm ``VisionTransformer`` state dicts saved as ``.safetensors``: read and written."""
 
+import dataclasses
 import functools
 import importlib.resources
 import json
@@ -49,6 +50,16 @@ def _layer(value):
     return str(value).lower().replace("_", ""), {}
 
 
+# timm's act_layer <-> our (mlp_activation, gelu_approximate), both ways (`r.activation`):
+# written as timm's names, read by them without case or underscores (`_layer`)
+_ACT_LAYERS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False)}
+_ACT_LAYER = r.activation("act_layer", _ACT_LAYERS)
+# timm's global_pool <-> our pooling, both ways ("": the [class] token, as timm's default)
+_POOLS = {"token": "token", "avg": "gap", "map": "map"}
+_GLOBAL_POOL = r.Setting("global_pool", "pooling", lambda pool: _POOLS[pool or "token"], "token",
+                         lambda c: {ours: theirs for theirs, ours in _POOLS.items()}[c.pooling])
+
+
 # The arguments of timm's VisionTransformer that change a model's numbers, each
 # with the values keras_vit reads (None: any; its meaning is read from the
 # tensors or below). Another value is refused by name, and so is an argument
@@ -57,12 +68,12 @@ _ARGUMENTS = {
     **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth",
                      "num_heads", "mlp_ratio", "qkv_bias", "qk_norm", "init_values", "class_token",
                      "reg_tokens", "no_embed_class", "pre_norm", "fc_norm")),
-    "global_pool": ("", "token", "avg", "map"), "pos_embed": ("learn",), "final_norm": (True,),
+    "global_pool": ("", *_POOLS), "pos_embed": ("learn",), "final_norm": (True,),
     "scale_attn_norm": (False,), "scale_mlp_norm": (False,),
     "pool_include_prefix": (False,), "embed_layer": ("patchembed",),
     "block_fn": ("block",), "attn_layer": ("attention",), "proj_bias": None,
     "norm_layer": (None, "layernorm", "rmsnorm"), "embed_norm_layer": (None, "rmsnorm"),
-    "act_layer": (None, "gelu", "gelutanh", "quickgelu", "silu"),
+    "act_layer": (None, *(name.replace("_", "") for name in _ACT_LAYERS), "silu"),
     # gated SiLU: fc1 holding both halves (the second and third), or fc1_g and fc1_x (SwiGLU, AIMv2's)
     "mlp_layer": ("mlp", "swiglupacked", "glumlp", "swiglu"),
 }
@@ -150,8 +161,9 @@ def _heads(meta, args, hidden_dim, num_heads, source):
 
 
 def _numerics(meta, args):
-    """(mlp activation, tanh GELU, LayerNorm epsilon) of a timm model: from
-    its architecture's arguments, where keras_vit reads released weights'
+    """A timm model's MLP activation (our ``mlp_activation`` and
+    ``gelu_approximate``; ``"silu"``: a gated MLP's) and LayerNorm epsilon:
+    from its architecture's arguments, where keras_vit reads released weights'
     own activation over timm's entry point (QuickGELU CLIPs, SigLIP's tanh GELU)."""
     architecture = str(meta.get("architecture", ""))
     pretrained_cfg = meta.get("pretrained_cfg") or {}
@@ -166,8 +178,12 @@ def _numerics(meta, args):
             act = "gelutanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
         else:
             act = "gelu"
-    activation = {"quickgelu": "quick_gelu", "silu": "silu"}.get(act, "gelu")
-    return activation, act == "gelutanh", architecture_epsilon(args)
+    if act == "silu":
+        activation = {"mlp_activation": "silu", "gelu_approximate": False}
+    else:
+        name = {name.replace("_", ""): name for name in _ACT_LAYERS}[act]
+        activation = r.read_settings([_ACT_LAYER], {"act_layer": name}, "timm's act_layer")
+    return activation, architecture_epsilon(args)
 
 
 _B = "blocks.{i}."
@@ -238,7 +254,7 @@ TOP_ROWS = [
 ]
 
 
-def rows(c, unpacked=False):
+def key_map(c, unpacked=False):
     """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a
     `ViTConfig` `c`'s model; `unpacked`: a SwiGLU MLP in timm's ``SwiGLU``
     (``fc1_g``, ``fc1_x``: AIMv2's), not its ``SwiGLUPacked`` (one ``fc1``: DINOv2's)."""
@@ -285,7 +301,7 @@ def _read_config(tensors, meta, args, num_heads, source):
     tensors' names and shapes."""
     kernel = tensors["patch_embed.proj.weight"]
     hidden_dim = kernel.shape[0]
-    activation, approximate, epsilon = _numerics(meta, args)
+    activation, epsilon = _numerics(meta, args)
     unpacked = "blocks.0.mlp.fc1_g.weight" in tensors  # timm's SwiGLU (AIMv2)
     fc1, fc2 = tensors["blocks.0.mlp.fc1_g.weight" if unpacked else "blocks.0.mlp.fc1.weight"], \
         tensors["blocks.0.mlp.fc2.weight"]
@@ -295,9 +311,9 @@ def _read_config(tensors, meta, args, num_heads, source):
     config = dict(
         hidden_dim=hidden_dim, num_heads=_heads(meta, args, hidden_dim, num_heads, source),
         patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1], layer_norm_epsilon=epsilon,
-        gelu_approximate=approximate, num_layers=num_layers, mlp_dim=fc2.shape[1],
+        gelu_approximate=activation["gelu_approximate"], num_layers=num_layers, mlp_dim=fc2.shape[1],
         # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]; its SwiGLU (AIMv2) has both
-        mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation,
+        mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation["mlp_activation"],
         qkv_bias="blocks.0.attn.qkv.bias" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
         patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
         patch_norm="patch_embed.norm.weight" in tensors, out_bias="blocks.0.attn.proj.bias" in tensors,
@@ -309,7 +325,7 @@ def _read_config(tensors, meta, args, num_heads, source):
     # timm's RmsNorm (its LayerNorms always have a bias): by the architecture, or a bare file's keys
     if _layer(args.get("norm_layer") or "layernorm")[0] == "rmsnorm" or "blocks.0.norm1.bias" not in tensors:
         config.update(norm_type="rms_norm", norm_bias=False)
-    if activation == "silu" and config["mlp_activation"] != "swiglu":
+    if config["mlp_activation"] == "silu":
         raise CheckpointError(f"{source}: act_layer 'silu' in an MLP that is not gated: keras_vit "
                               "runs SiLU in SwiGLU only ('gelu', 'gelu_tanh' and 'quick_gelu' otherwise).")
     if "blocks.0.ls1.gamma" in tensors:
@@ -323,7 +339,7 @@ def _read_config(tensors, meta, args, num_heads, source):
             raise CheckpointError(
                 f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
                 "reads 'token', 'avg' (the patch tokens' mean) and 'map'.")
-        config["pooling"] = "gap" if pool == "avg" else "token"
+        config.update(r.read_settings([_GLOBAL_POOL], {"global_pool": pool}, source))
     if "cls_token" in tensors and config["pooling"] != "token":
         config["class_token"] = True  # beside the pooling, which does not read it
     pretrained_cfg = meta.get("pretrained_cfg") or {}
@@ -362,7 +378,7 @@ def read_timm(path, num_heads=None):
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
     c = config_view(config)
-    state = r.move(rows(c, unpacked), tensors, c, source)
+    state = r.move(key_map(c, unpacked), tensors, c, source)
     method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
 
@@ -414,7 +430,7 @@ def write_timm(model, path):
     """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
     file, or a hub folder with its ``config.json`` (``model_args``)."""
     c = model.config
-    tensors = r.write_rows(rows(c, unpacked_swiglu(c)), model_state(model), c, model.name, "timm")
+    tensors = r.write_rows(key_map(c, unpacked_swiglu(c)), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
         _check_bare(model, tensors)
         files.write_atomic(path, safetensors_bytes(tensors))
@@ -424,12 +440,11 @@ def write_timm(model, path):
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
         mlp_ratio=mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, proj_bias=c.out_bias,
         num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
-        no_embed_class=False, global_pool={"token": "token", "gap": "avg", "map": "map"}[c.pooling],
-        fc_norm=c.fc_norm, qk_norm=c.qk_norm, pre_norm=c.norm_pre,
+        no_embed_class=False, fc_norm=c.fc_norm, qk_norm=c.qk_norm, pre_norm=c.norm_pre,
+        **r.write_settings([_GLOBAL_POOL], c),
+        # the gated MLPs' SiLU is their architecture's (DINOv2 giant's, AIMv2's)
+        **r.write_settings([dataclasses.replace(_ACT_LAYER, when=lambda c: c.mlp_activation != "swiglu")], c),
     )
-    if c.mlp_activation != "swiglu":  # timm's SwiGLUPacked model (DINOv2 giant) has its own SiLU
-        model_args["act_layer"] = ("quick_gelu" if c.mlp_activation == "quick_gelu"
-                                   else "gelu_tanh" if c.gelu_approximate else "gelu")
     if c.distillation:  # deit.py's VisionTransformerDistilled has no reg_tokens argument
         del model_args["reg_tokens"]
     # No LayerScale: 0, which timm's Block reads as none (create_model drops a None, and the
