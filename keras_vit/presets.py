@@ -104,6 +104,18 @@ _SIGLIP = dict(pooling="map", num_classes=0, patch_size=16)
 # table resized to each image's grid, 256 patches per image by default.
 _SIGLIP2_NAFLEX = dict(pooling="map", num_classes=0, patch_size=16, image_size=256, naflex=True,
                        max_num_patches=256)
+# AIMv2's image encoders (Fini et al., arXiv:2411.14402, CVPR 2025), timm's aimv2_*: RMSNorm
+# (epsilon 1e-5, also of the patch embeddings), a SwiGLU MLP, no biases but the patch
+# embedding's, no [class] token; the features are the tokens' mean. Sizes as timm's.
+_AIMV2 = dict(patch_size=14, image_size=224, norm_type="rms_norm", norm_bias=False, patch_norm=True,
+              mlp_activation="swiglu", qkv_bias=False, out_bias=False, mlp_bias=False, pooling="gap",
+              layer_norm_epsilon=1e-5, num_classes=0)
+_AIMV2_SIZES = {  # preset -> (name, size)
+    "l14": ("AIMv2-L/14", dict(hidden_dim=1024, num_layers=24, num_heads=8, mlp_dim=2816)),
+    "h14": ("AIMv2-H/14", dict(hidden_dim=1536, num_layers=24, num_heads=12, mlp_dim=4096)),
+    "1b14": ("AIMv2-1B/14", dict(hidden_dim=2048, num_layers=24, num_heads=16, mlp_dim=5632)),
+    "3b14": ("AIMv2-3B/14", dict(hidden_dim=3072, num_layers=24, num_heads=24, mlp_dim=8192)),
+}
 FAMILY_PRESETS = {
     "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
                                    **_SIZES["Ti"], **_DEIT),
@@ -139,6 +151,9 @@ FAMILY_PRESETS = {
                                "27 x 27 patches, 378 px.",
                                hidden_dim=1152, num_layers=27, num_heads=16, mlp_dim=4304,
                                patch_size=14, image_size=378, pooling="map", num_classes=0),
+    **{f"aimv2_{size}": _family(name, f"AIMv2 {name} image encoder features (224 px; 336 and 448 px "
+                                         "releases with the same shape).", **{**_AIMV2, **shape})
+       for size, (name, shape) in _AIMV2_SIZES.items()},
     "siglip2_b16": _family("SigLIP 2 ViT-B/16 NaFlex", "SigLIP 2's NaFlex image tower, B/16: "
                            "images at their own aspect ratio, up to 256 patches.",
                            **_BASE, **_SIGLIP2_NAFLEX),
@@ -221,7 +236,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 39
+        print(len(presets))   # -> 43
         print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

@@ -94,7 +94,8 @@ class PretrainedWeights:
             features: DINOv2), ``"linear-probe top-1 (ImageNet-ReaL)"``
             (the same, scored with ImageNet's ReaL labels: DINOv3) or
             ``"zero-shot top-1"`` (class names through the text tower: CLIP,
-            SigLIP).
+            SigLIP) or ``"attentive-probe top-1"`` (an attention-pooling
+            classifier on its frozen features: AIMv2).
     """
 
     name: str
@@ -317,7 +318,15 @@ _FAMILY = [
           ("siglip_so400m14", "so400m", 14, 224, 82.03),
           ("siglip_so400m14", "so400m", 14, 384, 83.08))],
 ]
+# AIMv2 on timm's Hub (Apple's own Hugging Face folders need their remote code; timm's
+# files are read): (preset, timm size, {release size: IN-1k top-1 with a frozen trunk}).
+_AIMV2_README = "apple/ml-aim README.md at bd9e068, 'AIMv2 Model Gallery' (IN-1k, frozen trunk)"
+_AIMV2 = [("aimv2_l14", "large", {224: 86.6, 336: 87.6, 448: 87.9}),
+          ("aimv2_h14", "huge", {224: 87.5, 336: 88.2, 448: 88.6}),
+          ("aimv2_1b14", "1b", {224: 88.1, 336: 88.7, 448: 89.0}),
+          ("aimv2_3b14", "3b", {224: 88.5, 336: 89.2, 448: 89.5})]
 _FAMILY_DATA = {"deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
+                "aimv2": "image-caption pairs (AIMv2's multimodal autoregressive pre-training)",
                 "clip": "WIT-400M (OpenAI)", "siglip": "WebLI", "siglip2": "WebLI"}
 # SigLIP 2's NaFlex towers on the Hugging Face Hub (Siglip2Model folders, read with their
 # Gemma tokenizer; timm's naflexvit files are not read): (preset, repo). Their model cards
@@ -397,6 +406,14 @@ def _rows():
             metric="linear-probe top-1 (ImageNet-ReaL)")
 
     yield from _siglip2_rows()
+
+    for arch, size, releases in _AIMV2:
+        for resolution, top1 in releases.items():
+            timm_name = f"aimv2_{size}_patch14_{resolution}.apple_pt"
+            yield dataclasses.replace(
+                _entry(arch, f"timm_apple_pt_{resolution}", "timm", f"hf://timm/{timm_name}", resolution, 0,
+                       top1, _FAMILY_DATA["aimv2"], f"{timm_name} (timm); top-1: {_AIMV2_README}"),
+                metric="attentive-probe top-1")
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

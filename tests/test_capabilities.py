@@ -90,10 +90,16 @@ def test_every_format_of_the_registry_has_its_columns(monkeypatch):
 
 
 @pytest.mark.backend_independent
-def test_the_docs_show_the_registrys_paths():
-    assert formats.markdown() in DOCS.read_text(), (
+def test_the_docs_show_the_registrys_paths_and_formats():
+    docs = DOCS.read_text()
+    assert formats.markdown() in docs, (
         "docs/checkpoints.md does not hold the current table of paths: paste "
         "keras_vit.weights.formats.markdown() in its place")
+    lines = docs.split("\n")
+    start = lines.index(next(line for line in lines if line.startswith("| `format` | writes |")))
+    written = [line.split("|")[1].strip().strip('`"') for line in lines[start + 2:]
+               if line.startswith("| `")]
+    assert written[:len(formats.FORMATS)] == list(formats.FORMATS)  # the writing table: one row each
 
 
 @pytest.mark.backend_independent

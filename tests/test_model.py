@@ -1,8 +1,10 @@
 import dataclasses
+import math
 import pathlib
 from unittest import mock
 
 import keras
+
 import numpy as np
 import pytest
 from helpers import TINY
@@ -45,6 +47,16 @@ def test_dinov3_presets_have_the_published_sizes(name, published):
     token, unused on images, is not in the model)."""
     params = keras_vit.presets()[name]["params"]
     assert abs(params - published) / published < 0.03, params
+
+
+@pytest.mark.parametrize("name, published", [
+    ("aimv2_l14", 0.3), ("aimv2_h14", 0.6), ("aimv2_1b14", 1.2), ("aimv2_3b14", 2.7)])
+@pytest.mark.backend_independent
+def test_aimv2_presets_have_the_published_sizes(name, published):
+    """apple/ml-aim's README (at bd9e068): 0.3B, 0.6B, 1.2B, 2.7B parameters, each count
+    cut to its first decimal (the huge one's 0.68B is listed as 0.6B)."""
+    params = keras_vit.presets()[name]["params"]
+    assert math.floor(params / 1e8) / 10 == published, params
 
 
 @pytest.mark.parametrize(

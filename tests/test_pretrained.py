@@ -142,6 +142,11 @@ FAMILY_NUMBERS = {  # (preset, tag) -> (reported number, what it measures)
     ("siglip_so400m14", "webli_384"): (83.08, "zero-shot top-1"),
     **{(f"dinov3_{size}", "lvd1689m"): (number, "linear-probe top-1 (ImageNet-ReaL)") for size, number in (
         ("s16", 87.0), ("s16plus", 88.0), ("b16", 89.3), ("l16", 90.2), ("h16plus", 90.3), ("7b16", 90.4))},
+    # apple/ml-aim's README at bd9e068, IN-1k with a frozen trunk
+    **{(f"aimv2_{size}", f"apple_pt_{resolution}"): (number, "attentive-probe top-1")
+       for size, numbers in (("l14", (86.6, 87.6, 87.9)), ("h14", (87.5, 88.2, 88.6)),
+                             ("1b14", (88.1, 88.7, 89.0)), ("3b14", (88.5, 89.2, 89.5)))
+       for resolution, number in zip((224, 336, 448), numbers)},
 }
 
 
@@ -159,7 +164,8 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     number = FAMILY_NUMBERS.get((entry.architecture, tag))
     assert number is None or (entry.top1, entry.metric) == number
     assert entry.metric in ("top-1", "linear-probe top-1", "linear-probe top-1 (ImageNet-ReaL)",
-                            "zero-shot top-1")
+                            "zero-shot top-1", "attentive-probe top-1")
+    assert (entry.metric == "attentive-probe top-1") == entry.architecture.startswith("aimv2")
     assert (entry.metric == "top-1") == entry.architecture.startswith("deit")
     owner, repo, path = hub_folder(entry, tmp_path)
     if entry.format == "huggingface":
@@ -175,9 +181,10 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     (path / "model.safetensors").write_bytes(b"")
     assert formats.reader_for(path) is READERS[entry.format]
     # the released file and its twin on the other hub are the same weights (DINOv3 and SigLIP 2's
-    # NaFlex: on Hugging Face's alone, timm's files of them are not read)
+    # NaFlex: on Hugging Face's alone, timm's files of them are not read; AIMv2: on timm's alone,
+    # Apple's Hugging Face folders need their own remote code)
     twin = "timm" if source == "hf" else "hf"
-    if not entry.architecture.startswith(("dinov3", "siglip2")):
+    if not entry.architecture.startswith(("dinov3", "siglip2", "aimv2")):
         assert released.PRETRAINED[f"{entry.architecture}.{twin}_{tag}"].top1 == entry.top1
     else:
         assert f"{entry.architecture}.{twin}_{tag}" not in released.PRETRAINED
