@@ -256,11 +256,13 @@ def _aimv2_config(tensors, hf, config, source):
     if hf.get("hidden_act") != "silu":
         raise CheckpointError(f"{source}: hidden_act {hf.get('hidden_act')!r}; AIMv2's MLP is SwiGLU "
                               "('silu'), and keras_vit reads that.")
-    for key, why in (("use_head", "its attention-pooling head (Aimv2AttentionPoolingHead: a learned "
-                                  "query without projection or MLP), which keras_vit's ViT does not have"),
-                     ("is_native", "its native-resolution model (sin-cos position embeddings in "
-                                   "AIMv2's own layout)")):
-        if hf.get(key, key == "use_head"):
+    # each refused key, transformers' default where config.json leaves it out, and why
+    for key, default, why in (
+            ("use_head", True, "its attention-pooling head (Aimv2AttentionPoolingHead: a learned "
+                               "query without projection or MLP), which keras_vit's ViT does not have"),
+            ("is_native", False, "its native-resolution model (sin-cos position embeddings in "
+                                 "AIMv2's own layout)")):
+        if hf.get(key, default):
             raise CheckpointError(f"{source}: {key}=True, {why}. Nothing was read. keras_vit reads "
                                   "the tower without it (use_head=False, is_native=False), or timm's "
                                   "aimv2_* folders.")
