@@ -6,7 +6,9 @@ import math
 import numbers
 
 POOLINGS = ("token", "gap", "map", "none")
-POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope")
+POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope", "learned_rope")
+ROPE_GRIDS = ("centered", "index")
+ROPE_GRID_INDEXINGS = ("ij", "xy")
 MLP_ACTIVATIONS = ("gelu", "quick_gelu", "swiglu")
 NORM_TYPES = ("layer_norm", "rms_norm")
 HEAD_ACTIVATIONS = ("softmax", "sigmoid")
@@ -15,7 +17,7 @@ HEAD_ACTIVATIONS = ("softmax", "sigmoid")
 def uses_class_token(pooling, position_embedding):
     """Whether the model has a [class] token: for token pooling, and for the
     token sequence (``"none"``) when position embeddings are learned."""
-    return pooling == "token" or (pooling == "none" and position_embedding == "learned")
+    return pooling == "token" or (pooling == "none" and position_embedding in ("learned", "learned_rope"))
 
 
 def resnet_stride(block_units):
@@ -57,7 +59,16 @@ class ViTConfig:
     token's head alone, as keras-hub's ``DeiTImageClassifier``),
     ``position_embedding="rope"`` with ``rope_theta`` (DINOv3's 2-D rotary
     position embeddings of the patch tokens' queries and keys in every
-    block, nothing added to the sequence), ``key_bias=False`` (the key
+    block, nothing added to the sequence; ``"learned_rope"``: the learned
+    table added and rotary embeddings in every block, EVA-02's and the
+    Perception Encoder's), its grid ``rope_grid`` (``"centered"``: DINOv3's
+    patch centres in [-1, 1] times 2 pi; ``"index"``: EVA-02's and PE's
+    row and column index plus ``rope_grid_offset``, rescaled to
+    ``rope_reference_grid``, timm's ``ref_feat_shape``, where given) and
+    ``rope_grid_indexing`` (``"ij"``: the rows' angles first; ``"xy"``:
+    the columns', PE's), ``pooling_num_heads`` and ``pooling_mlp_dim`` (the
+    MAP head's own heads and MLP width, PE's; None: the blocks'),
+    ``key_bias=False`` (the key
     projection without bias, the query and value with: DINOv3) and
     ``class_token`` (True: a [class] token also where the pooling does not
     read it, as timm's ``class_token=True`` with ``global_pool="avg"`` in
@@ -124,6 +135,8 @@ class ViTConfig:
     mlp_dim: int = 3072
     num_classes: int = 1000
     pooling: str = "token"
+    pooling_num_heads: int | None = None
+    pooling_mlp_dim: int | None = None
     representation_size: int | None = None
     projection_dim: int = 0
     normalize_features: bool = False
@@ -138,6 +151,10 @@ class ViTConfig:
     num_registers: int = 0
     position_embedding: str = "learned"
     rope_theta: float = 100.0
+    rope_grid: str = "centered"
+    rope_grid_offset: float = 0.0
+    rope_grid_indexing: str = "ij"
+    rope_reference_grid: tuple | None = None
     resnet_block_units: tuple | None = None
     resnet_width_factor: float = 1
     head_bias_init: float = 0.0
@@ -186,8 +203,9 @@ class ViTConfig:
                              ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0), ("projection_dim", 0),
                              ("num_channels", 1)):
             _check_int(name, getattr(self, name), lowest)
-        if self.representation_size is not None:
-            _check_int("representation_size", self.representation_size, 1)
+        for name in ("representation_size", "pooling_num_heads", "pooling_mlp_dim"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 1)
         if not is_number(self.layer_norm_epsilon) or self.layer_norm_epsilon <= 0:
             raise ValueError(f"`layer_norm_epsilon` must be a number > 0, got {self.layer_norm_epsilon!r}.")
         for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
@@ -241,6 +259,14 @@ class ViTConfig:
                 f"pooling={self.pooling!r}" + (" with distillation" if self.distillation else "")
                 + " gives " + ("a token sequence" if self.pooling == "none" else "two tokens")
                 + ". Use pooling 'token', 'gap' or 'map' without distillation.")
+        pooling_options = [n for n in ("pooling_num_heads", "pooling_mlp_dim") if getattr(self, n) is not None]
+        if pooling_options and self.pooling != "map":
+            raise ValueError(f"{' and '.join(pooling_options)} size the attention-pooling head "
+                             f"(pooling='map'), and this model's pooling is {self.pooling!r}. Use "
+                             "pooling='map', or leave them at None.")
+        if self.pooling_num_heads and self.hidden_dim % self.pooling_num_heads:
+            raise ValueError(f"hidden_dim {self.hidden_dim} is not divisible by pooling_num_heads "
+                             f"{self.pooling_num_heads}.")
         if self.fc_norm and self.pooling == "none":
             raise ValueError("fc_norm normalises the pooled features; pooling='none' has none. "
                              "Use fc_norm=False, or another pooling.")
@@ -255,18 +281,39 @@ class ViTConfig:
         if not is_number(self.rope_theta) or self.rope_theta <= 0:
             raise ValueError(f"`rope_theta` must be a number > 0, got {self.rope_theta!r}.")
         self._put("rope_theta", float(self.rope_theta))
-        if self.rope_theta != 100.0 and self.position_embedding != "rope":
-            raise ValueError(f"rope_theta={self.rope_theta} is the base period of rotary position "
-                             f"embeddings, and this model's are {self.position_embedding!r}. Use "
-                             "position_embedding='rope', or leave rope_theta at 100.")
+        rope_options = {"rope_theta": (100.0, "the base period"), "rope_grid": ("centered", "the grid"),
+                        "rope_grid_offset": (0.0, "the grid's offset"),
+                        "rope_grid_indexing": ("ij", "the order of the axes"),
+                        "rope_reference_grid": (None, "the reference grid")}
+        for name, (default, what) in rope_options.items():
+            if getattr(self, name) != default and not self.uses_rope:
+                raise ValueError(
+                    f"{name}={getattr(self, name)!r} is {what} of rotary position embeddings, and "
+                    f"this model's are {self.position_embedding!r}. Use position_embedding='rope' or "
+                    f"'learned_rope', or leave {name} at {default!r}.")
+        if self.rope_grid not in ROPE_GRIDS:
+            raise ValueError(f"Unknown rope_grid {self.rope_grid!r}; use one of {ROPE_GRIDS}.")
+        if self.rope_grid_indexing not in ROPE_GRID_INDEXINGS:
+            raise ValueError(f"Unknown rope_grid_indexing {self.rope_grid_indexing!r}; use one of "
+                             f"{ROPE_GRID_INDEXINGS}.")
+        if not is_number(self.rope_grid_offset):
+            raise ValueError(f"`rope_grid_offset` must be a number, got {self.rope_grid_offset!r}.")
+        self._put("rope_grid_offset", float(self.rope_grid_offset))
+        if self.rope_reference_grid is not None:
+            self._put("rope_reference_grid", pair(self.rope_reference_grid, "rope_reference_grid"))
+        if self.rope_grid == "centered" and (self.rope_grid_offset or self.rope_reference_grid):
+            raise ValueError("rope_grid_offset and rope_reference_grid move and rescale the patch "
+                             "indices of rope_grid='index' (EVA-02's, PE's); rope_grid='centered' "
+                             "(DINOv3's) has the patch centres in [-1, 1]. Use rope_grid='index', or "
+                             "leave them at 0 and None.")
         if not self.key_bias and not self.qkv_bias:
             raise ValueError("key_bias=False leaves out the key projection's bias, and "
                              "qkv_bias=False already leaves out the query, key and value biases. "
                              "Leave key_bias at True.")
-        if (self.position_embedding == "rope" and not self.hidden_dim % self.num_heads
+        if (self.uses_rope and not self.hidden_dim % self.num_heads
                 and (self.hidden_dim // self.num_heads) % 4):
             raise ValueError(
-                f"position_embedding='rope' rotates pairs of each head's dimensions by the patch's "
+                f"position_embedding={self.position_embedding!r} rotates pairs of each head's dimensions by the patch's "
                 f"row and column: the head size {self.hidden_dim // self.num_heads} (hidden_dim / "
                 "num_heads) must be a multiple of 4.")
 
@@ -338,7 +385,7 @@ class ViTConfig:
                if self.naflex else
                "rotary position embeddings (position_embedding='rope'): each block turns the "
                "queries and keys by their patch's place on the grid, and a merged token has none"
-               if self.position_embedding == "rope" else None)
+               if self.uses_rope else None)
         if why:
             raise ValueError(
                 f"token_merging={self.token_merging!r} cannot merge the tokens of a model with "
@@ -427,7 +474,7 @@ class ViTConfig:
         ln = 1 + c.norm_bias  # a norm's vectors: scale (and bias)
         total += math.prod(c.patch_size) * channels * d + d * c.patch_bias + ln * d * c.patch_norm
         total += c.num_prefix_tokens * d
-        if c.position_embedding == "learned":
+        if c.position_table == "learned":
             total += (c.num_prefix_tokens + math.prod(c.grid_size)) * d
         gated = 2 if c.mlp_activation == "swiglu" else 1
         mlp = d * gated * m + gated * m + m * d + d  # the MAP head's: always with biases
@@ -437,7 +484,8 @@ class ViTConfig:
         block = 2 * ln * d + attention + qk_norm + block_mlp + (2 * d if c.layer_scale_init is not None else 0)
         total += c.num_layers * block + ln * d + ln * d * c.norm_pre  # encoder_norm (or fc_norm)
         if c.pooling == "map":
-            total += d + 4 * d * d + 4 * d + ln * d + mlp
+            pm = c.pooling_mlp_dim or m
+            total += d + 4 * d * d + 4 * d + ln * d + d * gated * pm + gated * pm + pm * d + d
         features = d
         if c.representation_size:
             total += d * c.representation_size + c.representation_size
@@ -467,13 +515,31 @@ class ViTConfig:
         )
 
     @property
+    def uses_rope(self):
+        """Whether each block turns queries and keys by rotary position
+        embeddings (``position_embedding`` ``"rope"`` or ``"learned_rope"``)."""
+        return self.position_embedding in ("rope", "learned_rope")
+
+    @property
+    def position_table(self):
+        """The `keras_vit.layers.PositionEmbedding` kind of the table added to
+        the tokens: ``"learned"`` beside rotary ones (``"learned_rope"``)."""
+        return "learned" if self.position_embedding == "learned_rope" else self.position_embedding
+
+    @property
     def rope(self):
         """The rotary position embeddings' arguments of each block's
         attention (`keras_vit.layers.RotaryPositionEmbedding`), or None."""
-        if self.position_embedding != "rope":
+        if not self.uses_rope:
             return None
-        return dict(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens,
+        rope = dict(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens,
                     theta=self.rope_theta)
+        if self.rope_grid != "centered":  # DINOv3's, the layer's default
+            rope.update(grid=self.rope_grid, grid_offset=self.rope_grid_offset,
+                        reference_grid=self.rope_reference_grid)
+        if self.rope_grid_indexing != "ij":
+            rope["grid_indexing"] = self.rope_grid_indexing
+        return rope
 
     # -- as data ------------------------------------------------------------------
 

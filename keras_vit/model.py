@@ -178,7 +178,7 @@ def _embedding_layers(c, dtype, norm):
     if c.uses_class_token:
         made["class_token"] = vit_layers.ClassToken(1, dtype=dtype, name="class_token")
     made["position_embedding"] = vit_layers.PositionEmbedding(
-        c.grid_size, c.num_prefix_tokens, c.position_embedding, dtype=dtype,
+        c.grid_size, c.num_prefix_tokens, c.position_table, dtype=dtype,
         name="position_embedding")
     made["embedding_dropout"] = keras.layers.Dropout(c.dropout_rate, dtype=dtype,
                                                      name="embedding_dropout")
@@ -193,7 +193,7 @@ def _head_layers(c, dtype, norm):
     made = {}
     if c.pooling == "map":
         made["pooling"] = vit_layers.MultiHeadAttentionPooling(
-            c.num_heads, c.mlp_dim, c.layer_norm_epsilon, c.gelu_approximate, c.mlp_activation,
+            c.pooling_num_heads or c.num_heads, c.pooling_mlp_dim or c.mlp_dim, c.layer_norm_epsilon, c.gelu_approximate, c.mlp_activation,
             norm_bias=c.norm_bias, norm_type=c.norm_type, dtype=dtype, name="pooling")
     elif c.pooling != "none":
         made["pooling"] = vit_layers.TokenPooling(c.pooling, c.num_prefix_tokens, dtype=dtype,
@@ -295,7 +295,7 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
                   "resample_method": resample_method}
         x = embedding.token_map(x)  # flattened with -1: jax2onnx maps no product of free sizes
         x = keras.ops.reshape(x, (keras.ops.shape(x)[0], -1, x.shape[-1]))
-        if p.position_embedding.kind == "rope":  # each block turns queries and keys on this grid
+        if p.blocks[0].rope is not None:  # each block turns queries and keys on this grid
             rotary = {"spatial_shapes": grid_shapes(*placed["grid"], x)}
     if p.patch_norm is not None:
         x = p.patch_norm(x)

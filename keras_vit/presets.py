@@ -116,6 +116,29 @@ _AIMV2_SIZES = {  # preset -> (name, size)
     "1b14": ("AIMv2-1B/14", dict(hidden_dim=2048, num_layers=24, num_heads=16, mlp_dim=5632)),
     "3b14": ("AIMv2-3B/14", dict(hidden_dim=3072, num_layers=24, num_heads=24, mlp_dim=8192)),
 }
+# The Perception Encoder's core image towers (Bolya et al., arXiv:2504.13181, 2025), timm's
+# vit_pe_core_*: a learned table beside 2-D rotary embeddings on the patch index grid (offset 1,
+# columns first, rescaled to the grid it was trained on), a LayerNorm (epsilon 1e-5) before the
+# encoder and no patch bias, an 8-head attention-pooling head beside the [class] token, and the
+# CLIP projection as the head (timm's). Sizes as timm's.
+_PE_CORE = dict(position_embedding="learned_rope", rope_grid="index", rope_grid_offset=1.0,
+                rope_grid_indexing="xy", rope_theta=10000.0, norm_pre=True, patch_bias=False,
+                layer_norm_epsilon=1e-5, gelu_approximate=False, pooling="map", pooling_num_heads=8,
+                class_token=True)
+_PE_CORE_SIZES = {  # preset -> (name, size)
+    "t16": ("PE-Core T/16", dict(hidden_dim=192, num_layers=12, num_heads=3, mlp_dim=768, patch_size=16,
+                                 image_size=384, rope_reference_grid=(24, 24), num_classes=512)),
+    "s16": ("PE-Core S/16", dict(hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536, patch_size=16,
+                                 image_size=384, rope_reference_grid=(24, 24), num_classes=512)),
+    "b16": ("PE-Core B/16", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, patch_size=16,
+                                 image_size=224, rope_reference_grid=(14, 14), num_classes=1024)),
+    "l14": ("PE-Core L/14", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=4096, patch_size=14,
+                                 image_size=336, rope_reference_grid=(24, 24), num_classes=1024)),
+    # G/14: no [class] token, no grid offset, its pooling MLP 4x wide where the blocks' are 8960
+    "g14": ("PE-Core G/14", dict(hidden_dim=1536, num_layers=50, num_heads=16, mlp_dim=8960, patch_size=14,
+                                 image_size=448, rope_reference_grid=(32, 32), num_classes=1280,
+                                 class_token=None, rope_grid_offset=0.0, pooling_mlp_dim=6144)),
+}
 FAMILY_PRESETS = {
     "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
                                    **_SIZES["Ti"], **_DEIT),
@@ -154,6 +177,9 @@ FAMILY_PRESETS = {
     **{f"aimv2_{size}": _family(name, f"AIMv2 {name} image encoder features (224 px; 336 and 448 px "
                                          "releases with the same shape).", **{**_AIMV2, **shape})
        for size, (name, shape) in _AIMV2_SIZES.items()},
+    **{f"pe_core_{size}": _family(name, f"Perception Encoder {name} image tower: its CLIP embedding "
+                                        "as the head.", **{**_PE_CORE, **shape})
+       for size, (name, shape) in _PE_CORE_SIZES.items()},
     "siglip2_b16": _family("SigLIP 2 ViT-B/16 NaFlex", "SigLIP 2's NaFlex image tower, B/16: "
                            "images at their own aspect ratio, up to 256 patches.",
                            **_BASE, **_SIGLIP2_NAFLEX),
@@ -236,7 +262,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 43
+        print(len(presets))   # -> 48
         print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

@@ -325,7 +325,16 @@ _AIMV2 = [("aimv2_l14", "large", {224: 86.6, 336: 87.6, 448: 87.9}),
           ("aimv2_h14", "huge", {224: 87.5, 336: 88.2, 448: 88.6}),
           ("aimv2_1b14", "1b", {224: 88.1, 336: 88.7, 448: 89.0}),
           ("aimv2_3b14", "3b", {224: 88.5, 336: 89.2, 448: 89.5})]
-_FAMILY_DATA = {"deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
+# The Perception Encoder's core towers on timm's Hub (Meta's own files are not read):
+# (preset, timm architecture). Their model cards' numbers were not at hand where this
+# table was written, so no ImageNet number is given.
+_PE_CORE = [("pe_core_t16", "vit_pe_core_tiny_patch16_384", 384, 512),  # and the CLIP embedding's width
+            ("pe_core_s16", "vit_pe_core_small_patch16_384", 384, 512),
+            ("pe_core_b16", "vit_pe_core_base_patch16_224", 224, 1024),
+            ("pe_core_l14", "vit_pe_core_large_patch14_336", 336, 1024),
+            ("pe_core_g14", "vit_pe_core_gigantic_patch14_448", 448, 1280)]
+_FAMILY_DATA = {"pe_core": "MetaCLIP image-text pairs, then synthetic video captions (PE's data engine)",
+                "deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
                 "aimv2": "image-caption pairs (AIMv2's multimodal autoregressive pre-training)",
                 "clip": "WIT-400M (OpenAI)", "siglip": "WebLI", "siglip2": "WebLI"}
 # SigLIP 2's NaFlex towers on the Hugging Face Hub (Siglip2Model folders, read with their
@@ -414,6 +423,12 @@ def _rows():
                 _entry(arch, f"timm_apple_pt_{resolution}", "timm", f"hf://timm/{timm_name}", resolution, 0,
                        top1, _FAMILY_DATA["aimv2"], f"{timm_name} (timm); top-1: {_AIMV2_README}"),
                 metric="attentive-probe top-1")
+
+    for arch, timm_name, resolution, classes in _PE_CORE:
+        yield dataclasses.replace(
+            _entry(arch, "timm_fb", "timm", f"hf://timm/{timm_name}.fb", resolution, classes, None,
+                   _FAMILY_DATA["pe_core"], f"{timm_name}.fb (timm), from facebook/PE-Core"),
+            metric="zero-shot top-1")
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

@@ -29,6 +29,12 @@ ENCODERS = {
     "aimv2": dict(norm_type="rms_norm", norm_bias=False, patch_norm=True, out_bias=False,
                   mlp_bias=False, qkv_bias=False, mlp_activation="swiglu", pooling="gap",
                   layer_norm_epsilon=1e-5, mlp_dim=88),
+    # the Perception Encoder (vit_pe_core_*): a learned table beside rotary embeddings on its
+    # reference grid, columns first; a LayerNorm before the encoder; MAP beside the [class] token
+    "pe_core": dict(position_embedding="learned_rope", rope_grid="index", rope_grid_offset=1.0,
+                    rope_grid_indexing="xy", rope_reference_grid=(4, 4), rope_theta=10000.0,
+                    norm_pre=True, patch_bias=False, pooling="map", class_token=True,
+                    layer_norm_epsilon=1e-5),
 }
 
 

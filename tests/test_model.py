@@ -59,6 +59,16 @@ def test_aimv2_presets_have_the_published_sizes(name, published):
     assert math.floor(params / 1e8) / 10 == published, params
 
 
+@pytest.mark.parametrize("name, published", [("pe_core_b16", 0.09), ("pe_core_l14", 0.32), ("pe_core_g14", 1.88)])
+@pytest.mark.backend_independent
+def test_pe_core_presets_have_the_published_sizes(name, published):
+    """facebook/PE-Core-B16-224's model card, 'Model Configurations': the vision towers'
+    0.09B, 0.32B and 1.88B parameters (with the CLIP projection, timm's head), each count
+    rounded to two decimals."""
+    params = keras_vit.presets()[name]["params"]
+    assert round(params / 1e9, 2) == published, params
+
+
 @pytest.mark.parametrize(
     "config",
     [
@@ -73,6 +83,8 @@ def test_aimv2_presets_have_the_published_sizes(name, published):
         dict(TINY, pooling="gap", class_token=True, fc_norm=True),
         dict(TINY, distillation=True, distillation_head=False),
         dict(TINY, position_embedding="rope", key_bias=False, num_registers=4, layer_scale_init=1.0),
+        dict(TINY, position_embedding="learned_rope", rope_grid="index", pooling="map", pooling_num_heads=1,
+             pooling_mlp_dim=20, class_token=True),
     ],
 )
 def test_analytic_count_matches_built_model(config):

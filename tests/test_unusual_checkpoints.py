@@ -5,6 +5,7 @@ vit_jax names, and broken or out-of-range configs."""
 import json
 import math
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -176,14 +177,22 @@ DATA = pathlib.Path(__file__).parent / "data"
 @pytest.mark.backend_independent  # refused while reading the files, before any model is built
 def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path):
     """timm's Perception Encoder (tests/data/make_timm_architectures.py: a small random
-    vit_pe_core_tiny_patch16_384 saved by timm's save_for_hf) has a plain ViT's key names
-    (norm_pre, attn_pool.*; its rotary embeddings have no weights): it is refused by its
-    architecture, not read by its keys. So are a name timm does not have and arguments
+    vit_pe_core_tiny_patch16_384 saved by timm's save_for_hf; tests/test_encoders.py reads
+    it) has a plain ViT's key names (norm_pre, attn_pool.*; its rotary embeddings have no
+    weights): named as another Eva, its weights are refused by that architecture's
+    arguments, not read by their keys. So are a name timm does not have and arguments
     keras_vit's ViT does not have (BEiT-3's scaled norms, RADIO's final_norm=False, ...);
     an old name is read as the one it stands for."""
-    with pytest.raises(CheckpointError, match=r"timm's vit_pe_core_tiny_patch16_384 is a model of "
-                       r"timm's Eva \(eva.py: EVA-02, Perception Encoder.*Nothing was read"):
-        ViT.from_checkpoint(DATA / "timm" / "pe_core")
+    pe = tmp_path / "pe"
+    shutil.copytree(DATA / "timm" / "pe_core", pe)
+    meta = json.loads((pe / "config.json").read_text())
+    for architecture, refused in (("vit_pe_spatial_tiny_patch16_512", "use_post_transformer_norm=False"),
+                                  ("eva02_tiny_patch14_224", "attn_type='eva'.*swiglu_mlp=True"),
+                                  ("eva_giant_patch14_224", "attn_type='eva'.*use_rot_pos_emb=False")):
+        (pe / "config.json").write_text(json.dumps({**meta, "architecture": architecture}))
+        with pytest.raises(CheckpointError, match=f"timm's {architecture} builds it with .*{refused}.*, "
+                           "which keras_vit's ViT does not have.*Nothing was read"):
+            ViT.from_checkpoint(pe)
     params = random_vit_params(hidden=64, heads=2, mlp_dim=64, layers=1, image_size=16)
     folder = timm_folder(tmp_path, params, {"architecture": "vit_custom", "model_args": {"num_heads": 2}})
     with pytest.raises(CheckpointError, match=r"names timm's architecture 'vit_custom', which is not "
@@ -275,7 +284,7 @@ def test_broken_config_json_names_the_file(tmp_path):
     ("pixel_offset", (1.0, 2.0), r"`pixel_offset` must be a number or 3 numbers \(one per channel\)"),
     ("qkv_bias", 1, "`qkv_bias` must be True or False"),
     ("position_embedding", "alibi", "Unknown position_embedding 'alibi'; use one of "
-     r"\('learned', 'sincos2d', 'rope'\)"),
+     r"\('learned', 'sincos2d', 'rope', 'learned_rope'\)"),
 ])
 def test_out_of_range_arguments_are_named(argument, value, message):
     kwargs = dict(image_size=32, patch_size=8, num_layers=1, num_heads=4, hidden_dim=32, mlp_dim=64,

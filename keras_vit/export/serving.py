@@ -190,7 +190,7 @@ def _check_dynamic(model, format, input_signature):
     if input_signature is not None:
         raise ValueError("dynamic_image_size=True fixes the artifact's input (float images, any "
                          "height and width): leave input_signature out.")
-    if format == "litert" and c.position_embedding == "rope":
+    if format == "litert" and c.uses_rope:
         raise ValueError(
             f"{model.name} has rotary position embeddings, which LiteRT's converter turns, on a "
             "grid of free size, into a TensorFlow op (FlexStridedSlice) that the LiteRT "

@@ -1,4 +1,4 @@
-"""2-D rotary position embeddings of the patch tokens (DINOv3)."""
+"""2-D rotary position embeddings of the patch tokens (DINOv3, EVA-02, the Perception Encoder)."""
 
 import math
 
@@ -12,24 +12,52 @@ from keras_vit.layers.position_embedding import naflex_positions
 from keras_vit.layers.position_embedding import sequence_length
 
 
-def rope_angles(grid_size, head_dim, theta=100.0):
-    """The rotation angles of each patch, ``(gh * gw, head_dim)``, as DINOv3
-    computes them (Siméoni et al., "DINOv3", 2025; ``transformers``'
-    ``DINOv3ViTRopePositionEmbedding``).
+def rope_coordinates(rows, cols, grid_h, grid_w, grid="centered", grid_offset=0.0, reference_grid=None):
+    """The (y, x) coordinates that patches at `rows` and `cols` of a
+    ``grid_h x grid_w`` grid turn by: numpy arrays or tensors alike.
 
-    A patch's centre in ``[-1, 1]`` (row ``y = 2 (i + 0.5) / gh - 1``, column
-    ``x`` alike) times ``head_dim / 4`` frequencies ``theta ** (-4k /
-    head_dim)``, times 2 pi: ``[y f; x f]`` (``head_dim / 2`` angles), tiled
-    twice, so that dimension ``j`` and ``j + head_dim / 2`` turn together.
-    The coordinates are relative to the grid, so a model runs at any
-    resolution with the same weights. Computed in float64.
+    ``grid="centered"`` (DINOv3): the patch's centre in ``[-1, 1]``, ``y = 2
+    (i + 0.5) / grid_h - 1``. ``grid="index"`` (EVA-02, the Perception
+    Encoder; timm's ``RotaryEmbeddingCat``): the index plus `grid_offset`,
+    times ``reference_grid / grid`` where a reference grid is given (timm's
+    ``ref_feat_shape``: the grid the model was trained on, so a larger grid
+    spans the same range).
+    """
+    if grid == "centered":
+        return (rows + 0.5) / grid_h * 2 - 1, (cols + 0.5) / grid_w * 2 - 1
+    if reference_grid is None:
+        return rows + grid_offset, cols + grid_offset
+    return (rows + grid_offset) * (reference_grid[0] / grid_h), (cols + grid_offset) * (reference_grid[1] / grid_w)
+
+
+def rope_frequencies(head_dim, theta, grid="centered"):
+    """The ``head_dim / 4`` frequencies of each axis, ``theta ** (-4k /
+    head_dim)``, times 2 pi on DINOv3's centred grid; float64."""
+    frequencies = theta ** -(np.arange(0, 1, 4 / head_dim, dtype=np.float64))
+    return 2 * math.pi * frequencies if grid == "centered" else frequencies
+
+
+def rope_angles(grid_size, head_dim, theta=100.0, grid="centered", grid_offset=0.0, reference_grid=None,
+                grid_indexing="ij"):
+    """The rotation angles of each patch, ``(gh * gw, head_dim)``: its
+    `rope_coordinates` ``(y, x)`` times `rope_frequencies` ``f``, ``[y f; x
+    f]`` (``grid_indexing="xy"``: ``[x f; y f]``), ``head_dim / 2`` angles,
+    tiled twice so that dimension ``j`` and ``j + head_dim / 2`` turn
+    together. DINOv3's (Siméoni et al., 2025; ``transformers``'
+    ``DINOv3ViTRopePositionEmbedding``) by default; EVA-02's and PE's with
+    ``grid="index"`` (timm's interleaved pairs ``(2j, 2j + 1)`` are the
+    pairs ``(j, j + head_dim / 2)`` here once each head's query and key
+    dimensions are ordered even ones first, as keras_vit's timm reader does).
+    Computed in float64.
     """
     grid_h, grid_w = pair(grid_size, "grid_size")
-    frequencies = theta ** -(np.arange(0, 1, 4 / head_dim, dtype=np.float64))
-    rows = (np.arange(grid_h) + 0.5) / grid_h * 2 - 1
-    cols = (np.arange(grid_w) + 0.5) / grid_w * 2 - 1
-    coords = np.stack(np.meshgrid(rows, cols, indexing="ij"), axis=-1).reshape(-1, 2)
-    angles = 2 * math.pi * (coords[:, :, None] * frequencies).reshape(len(coords), -1)
+    rows, cols = np.meshgrid(np.arange(grid_h, dtype=np.float64), np.arange(grid_w, dtype=np.float64),
+                             indexing="ij")
+    y, x = rope_coordinates(rows.reshape(-1), cols.reshape(-1), grid_h, grid_w, grid, grid_offset,
+                            reference_grid)
+    first, second = (x, y) if grid_indexing == "xy" else (y, x)
+    frequencies = rope_frequencies(head_dim, theta, grid)
+    angles = np.concatenate([first[:, None] * frequencies, second[:, None] * frequencies], axis=-1)
     return np.tile(angles, 2)
 
 
@@ -48,7 +76,15 @@ class RotaryPositionEmbedding(keras.layers.Layer):
     Args:
         grid_size: int or (int, int). The patch grid (rows, columns).
         num_prefix_tokens: int. Tokens before the patches (not rotated).
-        theta: float. The base period (DINOv3's ``rope_theta``, 100).
+        theta: float. The base period (DINOv3's ``rope_theta``, 100; EVA-02's
+            and PE's 10000).
+        grid: ``"centered"`` (DINOv3's patch centres in [-1, 1]) or
+            ``"index"`` (EVA-02's and PE's patch indices; `rope_coordinates`).
+        grid_offset: float. Added to the indices of ``grid="index"``.
+        reference_grid: None or (int, int). The grid ``grid="index"``
+            rescales the indices to (timm's ``ref_feat_shape``).
+        grid_indexing: ``"ij"`` (the rows' angles first) or ``"xy"`` (the
+            columns', PE's).
 
     Call arguments:
         x: ``(batch, tokens, heads, head_dim)``: every token
@@ -77,20 +113,23 @@ class RotaryPositionEmbedding(keras.layers.Layer):
         ```
     """
 
-    def __init__(self, grid_size, num_prefix_tokens=1, theta=100.0, **kwargs):
+    def __init__(self, grid_size, num_prefix_tokens=1, theta=100.0, grid="centered", grid_offset=0.0,
+                 reference_grid=None, grid_indexing="ij", **kwargs):
         super().__init__(**kwargs)
         self.grid_size = pair(grid_size, "grid_size")
         if not is_int(num_prefix_tokens, 0):
             raise ValueError(f"num_prefix_tokens must be an int >= 0, got {num_prefix_tokens!r}.")
         self.num_prefix_tokens = int(num_prefix_tokens)
         self.theta = float(theta)
+        self.grid, self.grid_offset, self.grid_indexing = grid, float(grid_offset), grid_indexing
+        self.reference_grid = None if reference_grid is None else pair(reference_grid, "reference_grid")
 
     def build(self, input_shape):
         head_dim = tuple(input_shape)[-1]
         if head_dim % 4:
             raise ValueError(f"Rotary position embeddings need a head size divisible by 4, "
                              f"got {head_dim}.")
-        angles = rope_angles(self.grid_size, head_dim, self.theta)[:, None, :]  # (N, 1, hd)
+        angles = rope_angles(self.grid_size, head_dim, **self._angles)[:, None, :]  # (N, 1, hd)
         self._cos = np.cos(angles).astype("float32")
         self._sin = np.sin(angles).astype("float32")
 
@@ -117,16 +156,21 @@ class RotaryPositionEmbedding(keras.layers.Layer):
         grid = grid * ops.cast(cos, x.dtype) + rotated * ops.cast(sin, x.dtype)
         return ops.concatenate([head, grid], axis=1) if prefix else grid
 
+    @property
+    def _angles(self):
+        return dict(theta=self.theta, grid=self.grid, grid_offset=self.grid_offset,
+                    reference_grid=self.reference_grid, grid_indexing=self.grid_indexing)
+
     def _naflex_angles(self, spatial_shapes, num_patches, head_dim):
         """`rope_angles` of each patch on its image's grid, float32
         ``(batch, num_patches, 1, head_dim)``; 0 (no turn) for the padding."""
         rows, cols, valid = naflex_positions(spatial_shapes, num_patches)
         shapes = ops.cast(spatial_shapes, "float32")
-        y = (ops.cast(rows, "float32") + 0.5) / shapes[:, :1] * 2 - 1
-        x = (ops.cast(cols, "float32") + 0.5) / shapes[:, 1:] * 2 - 1
-        frequencies = self.theta ** -(np.arange(0, 1, 4 / head_dim, dtype=np.float64))
-        frequencies = ops.convert_to_tensor((2 * math.pi * frequencies).astype("float32"))
-        half = ops.concatenate([y[..., None] * frequencies, x[..., None] * frequencies], axis=-1)
+        y, x = rope_coordinates(ops.cast(rows, "float32"), ops.cast(cols, "float32"), shapes[:, :1],
+                                shapes[:, 1:], self.grid, self.grid_offset, self.reference_grid)
+        first, second = (x, y) if self.grid_indexing == "xy" else (y, x)
+        frequencies = ops.convert_to_tensor(rope_frequencies(head_dim, self.theta, self.grid).astype("float32"))
+        half = ops.concatenate([first[..., None] * frequencies, second[..., None] * frequencies], axis=-1)
         angles = ops.where(valid[..., None], ops.concatenate([half, half], axis=-1), 0.0)
         return angles[:, :, None, :]
 
@@ -135,6 +179,5 @@ class RotaryPositionEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens,
-                      theta=self.theta)
+        config.update(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens, **self._angles)
         return config

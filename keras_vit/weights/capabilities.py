@@ -130,7 +130,31 @@ _KEY_BIAS = refused(_FAMILY["key_bias"], "DINOv3's formats have it (with rotary 
 # AIMv2's options (timm's aimv2_*): a small model's change that timm writes
 _AIMV2 = dict(norm_type="rms_norm", norm_bias=False, patch_norm=True, mlp_activation="swiglu",
               layer_norm_epsilon=1e-5, out_bias=False, mlp_bias=False, qkv_bias=False, pooling="gap")
-_ROPE = "rotary position embeddings (position_embedding='rope', DINOv3's), which {reader} does not have"
+_ROPE = ("rotary position embeddings (position_embedding={c.position_embedding!r}), which {reader} "
+         "does not have")
+# The Perception Encoder's options (timm's vit_pe_core_*, an Eva): a small model's change that timm writes
+_PE = dict(position_embedding="learned_rope", rope_grid="index", rope_reference_grid=(2, 2),
+           rope_grid_offset=1.0, rope_grid_indexing="xy", rope_theta=10000.0, norm_pre=True, patch_bias=False,
+           layer_norm_epsilon=1e-5, pooling="map", class_token=True, gelu_approximate=False)
+# What keras_vit's ViT has and timm's Eva, as written for the Perception Encoder, does not
+_NOT_EVA = {"num_registers": lambda c: c.num_registers, "mlp_activation": lambda c: c.mlp_activation != "gelu",
+            "qk_norm": lambda c: c.qk_norm, "distillation": lambda c: c.distillation,
+            "norm_type": lambda c: c.norm_type != "layer_norm", "patch_norm": lambda c: c.patch_norm,
+            "out_bias": lambda c: not c.out_bias, "mlp_bias": lambda c: not c.mlp_bias,
+            "representation_size": lambda c: c.representation_size}
+
+
+def _beside_rope(c):
+    """The fields of `c` that timm's Eva of the Perception Encoder does not have."""
+    return [name for name, has in _NOT_EVA.items() if has(c)]
+
+
+_ROPE_GRID = refused("its rotary embeddings turn on EVA-02's and PE's index grid (rope_grid="
+                     "{c.rope_grid!r}, rope_grid_offset, rope_grid_indexing, rope_reference_grid), "
+                     "which {reader} does not have", TIMM)
+_POOLING_SIZE = refused("its attention-pooling head has its own size (pooling_num_heads="
+                        "{c.pooling_num_heads}, pooling_mlp_dim={c.pooling_mlp_dim}, PE's), which "
+                        "{reader} does not have", TIMM)
 _TO_DINOV3 = ("Write it with format='huggingface' (a DINOv3ViTModel) or 'keras_hub' (a "
               "DINOV3Backbone), which have them.")
 _PROJECTION = refused("it has an image projection (projection_dim={c.projection_dim}, CLIP's), which "
@@ -207,6 +231,12 @@ TABLE = {
             c.pooling == "gap" and c.uses_class_token), "pooling {c.pooling!r}, which keras-hub's "
             "ViTImageClassifier does not have (gap beside a [class] token neither)", HUB_FIX),
             values=(dict(pooling="gap"),))),
+    **{field: every(_POOLING_SIZE, timm=written(
+        (lambda c: not c.uses_rope and (c.pooling_num_heads or c.pooling_mlp_dim), "its attention-pooling "
+         "head has its own size (pooling_num_heads, pooling_mlp_dim), and timm's VisionTransformer's has "
+         "the blocks'; its Eva of the Perception Encoder (rotary embeddings) has its own", KERAS),
+        values=(dict(_PE, pooling_num_heads=1, pooling_mlp_dim=24),)))
+       for field in ("pooling_num_heads", "pooling_mlp_dim")},
     "representation_size": dict(
         npz=writes(representation_size=8),
         huggingface=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
@@ -276,23 +306,41 @@ TABLE = {
                            timm=writes(num_registers=2, layer_scale_init=0.1),
                            keras_hub=writes(num_registers=2, layer_scale_init=1.0, num_classes=0)),
     "position_embedding": dict(
-        npz=written((lambda c: c.position_embedding == "rope", _ROPE, _TO_DINOV3),
+        npz=written((lambda c: c.uses_rope, _ROPE, _TO_DINOV3 + " With a learned table too: " + TIMM),
                     values=(dict(position_embedding="sincos2d", pooling="gap"),)),
         huggingface=written((lambda c: c.position_embedding == "sincos2d", "its position "
                              "embeddings are sin-cos, not learned", NPZ),
+                            (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
                             note="rotary: written as a DINOv3ViTModel"),
-        dinov2=_DINOV2_ONLY, dinov3=written(note="rotary alone"),
+        dinov2=_DINOV2_ONLY,
+        dinov3=written((lambda c: c.position_embedding == "learned_rope", _ROPE + " beside a learned table",
+                        TIMM), note="rotary alone"),
         timm=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings are "
                       "sin-cos; timm's VisionTransformer learns them", NPZ),
-                     (lambda c: c.position_embedding == "rope", "rotary position embeddings "
-                      "(position_embedding='rope', DINOv3's), which timm keeps in another model "
-                      "class (eva)", "Write it with format='huggingface' (a DINOv3ViTModel) or "
-                      "'keras_hub' (a DINOV3Backbone).")),
+                     (lambda c: c.position_embedding == "rope", "rotary position embeddings without "
+                      "a learned table (position_embedding='rope', DINOv3's), which keras_vit writes "
+                      "to timm's Eva beside a learned table only", "Write it with format='huggingface' "
+                      "(a DINOv3ViTModel) or 'keras_hub' (a DINOV3Backbone)."),
+                     (lambda c: c.uses_rope and _beside_rope(c), "rotary position embeddings beside "
+                      "options of " + ", ".join(_NOT_EVA) + " that timm's Eva of the Perception Encoder "
+                      "does not have", KERAS),
+                     values=(dict(_PE),)),
         keras_hub=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings "
                            "are sin-cos", "Use format='npz'."),
+                          (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
                           values=(dict(position_embedding="rope", layer_scale_init=1.0,
                                        num_classes=0),))),
-    "rope_theta": every(with_("position_embedding"), dinov3=W, keras_hub=W),
+    "rope_theta": every(with_("position_embedding"), dinov3=W, keras_hub=W, timm=W),
+    "rope_grid": every(_ROPE_GRID, timm=written(
+        (lambda c: c.uses_rope and c.rope_grid != "index", "its rotary embeddings turn on DINOv3's "
+         "centred grid (rope_grid='centered'), and timm's Eva of the Perception Encoder on the "
+         "index grid", "Write it with format='huggingface' or 'keras_hub', where they apply."))),
+    **{field: every(_ROPE_GRID, timm=with_("rope_grid")) for field in ("rope_grid_offset", "rope_grid_indexing")},
+    "rope_reference_grid": every(_ROPE_GRID, timm=written(
+        (lambda c: c.uses_rope and c.rope_reference_grid is None, "its rotary embeddings have no "
+         "reference grid (rope_reference_grid=None), and timm's Perception Encoder architecture has "
+         "one that its model_args cannot take away", "Give the grid it was trained on: "
+         "`model.with_config(rope_reference_grid=model.config.grid_size)` at that size."))),
     "resnet_block_units": dict(
         npz=writes(image_size=64, patch_size=1, resnet_block_units=(1, 2), resnet_width_factor=0.5),
         huggingface=_HYBRID, dinov2=_NOT_DINOV2, dinov3=_HYBRID,
@@ -426,6 +474,9 @@ _SIGLIP2 = {
                                    "embeddings are {c.position_embedding!r}, and {reader}'s a learned "
                                    "table", _FIXED_SIZE)),
     "rope_theta": with_("position_embedding"),
+    **{field: refused(_ROPE_GRID.checks[0][1], _FIXED_SIZE) for field in ("rope_grid", "rope_grid_offset",
+                                                                           "rope_grid_indexing", "rope_reference_grid")},
+    **{field: refused(_POOLING_SIZE.checks[0][1], _FIXED_SIZE) for field in ("pooling_num_heads", "pooling_mlp_dim")},
     "resnet_block_units": _HYBRID, "resnet_width_factor": with_("resnet_block_units"),
     "head_bias_init": INITIALIZER,
     "distillation_head": with_("distillation"),

@@ -77,16 +77,41 @@ DENSE_OUT = one(lambda c, k: k.reshape(c.num_heads, -1, k.shape[-1]),
 
 def fused(parts, layout):
     """`parts` projections stacked in one tensor (timm's ``qkv``, ``kv``;
-    a torch ``in_proj``) <-> `parts` of ours, each in `layout`."""
-    read, write = layout
+    a torch ``in_proj``) <-> `parts` of ours, each in `layout` (or a list:
+    one layout per part)."""
+    layouts = layout if isinstance(layout, list) else [layout] * parts
 
     def split(c, x):
-        return tuple(read(c, part)[0] for part in np.split(x, parts))
+        return tuple(read(c, part)[0] for (read, _), part in zip(layouts, np.split(x, parts), strict=True))
 
     def join(c, *xs):
-        return (np.concatenate([write(c, x)[0] for x in xs]),)
+        return (np.concatenate([write(c, x)[0] for (_, write), x in zip(layouts, xs, strict=True)]),)
 
     return split, join
+
+
+def _even_first(head_dim):
+    return np.concatenate([np.arange(0, head_dim, 2), np.arange(1, head_dim, 2)])
+
+
+def even_first(layout):
+    """`layout` with each head's dimensions (the last axis) in our rotary
+    order, even ones first: theirs turn in interleaved pairs ``(2j, 2j + 1)``
+    (timm's Eva), ours in pairs ``(j, j + head_dim / 2)``
+    (`keras_vit.layers.rope_angles`); the dot products are the same."""
+    read, write = layout
+    return (lambda c, x: (read(c, x)[0][..., _even_first(c.hidden_dim // c.num_heads)],),
+            lambda c, x: write(c, x[..., np.argsort(_even_first(x.shape[-1]))]))
+
+
+def pooling_heads(layout):
+    """`layout` over the attention-pooling head's own heads (``pooling_num_heads``, PE's)."""
+    read, write = layout
+
+    def pooled(c):
+        return dataclasses.replace(c, num_heads=c.pooling_num_heads) if c.pooling_num_heads else c
+
+    return lambda c, x: read(pooled(c), x), lambda c, x: write(pooled(c), x)
 
 
 def halves(layout, axis):

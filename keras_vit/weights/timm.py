@@ -81,8 +81,24 @@ _ARGUMENTS = {
 _TRAINING_ARGUMENTS = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate",
                        "attn_drop_rate", "drop_path_rate", "weight_init", "fix_init",
                        "dynamic_img_size", "dynamic_img_pad", "device", "dtype")
-_OTHER_CLASSES = {"Eva": "timm's Eva (eva.py: EVA-02, Perception Encoder and the ViTs with rotary "
-                         "position embeddings)"}
+# timm's Eva (eva.py) as the Perception Encoder builds it: its arguments keras_vit reads, as
+# _ARGUMENTS, and the defaults of Eva's own that an entry point leaves as they are
+_EVA_ARGUMENTS = {
+    **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
+                     "mlp_ratio", "qkv_bias", "init_values", "class_token", "use_pre_transformer_norm",
+                     "ref_feat_shape", "rope_grid_offset", "rope_temperature", "attn_pool_num_heads",
+                     "attn_pool_mlp_ratio")),
+    "global_pool": ("token", "avg", "map"), "attn_type": ("rope",), "use_rot_pos_emb": (True,),
+    "use_abs_pos_emb": (True,), "rope_type": ("cat",), "rope_rotate_half": (False,),
+    "rope_grid_indexing": ("ij", "xy"), "qkv_fused": (True,), "num_reg_tokens": (0,),
+    "no_embed_class": (False,), "use_fc_norm": (None, True, False), "use_post_transformer_norm": (None, True),
+    "norm_layer": (None, "layernorm"), "head_init_scale": None,
+}
+_EVA_DEFAULTS = dict(attn_type="eva", use_rot_pos_emb=False, global_pool="avg", use_abs_pos_emb=True,
+                     rope_type="cat", rope_grid_offset=0.0,
+                     rope_grid_indexing="ij", rope_temperature=10000.0, class_token=True)
+_CLASSES = {"VisionTransformer": ({}, _ARGUMENTS), "VisionTransformerDistilled": ({}, _ARGUMENTS),
+            "Eva": (_EVA_DEFAULTS, _EVA_ARGUMENTS)}
 
 
 def architecture_args(meta, source):
@@ -112,18 +128,21 @@ def architecture_args(meta, source):
                 "reads a file as its architecture, never by matching key names. If it is a plain "
                 "timm VisionTransformer, read its weights file alone with the head count: "
                 "ViT.from_checkpoint('.../model.safetensors', num_heads=...).")
-        if entry["class"] not in ("VisionTransformer", "VisionTransformerDistilled"):
-            kind = _OTHER_CLASSES.get(entry["class"], f"timm's {entry['class']} ({entry['module']}.py)")
+        if entry["class"] not in _CLASSES:
             raise CheckpointError(
-                f"{source}: timm's {name} is a model of {kind}, which keras_vit does not read: its "
-                "weights are not a ViT's of the paper's kind. Nothing was read.")
-        args = {**entry["args"], **args}
+                f"{source}: timm's {name} is a model of timm's {entry['class']} ({entry['module']}.py), "
+                "which keras_vit does not read: its weights are not a ViT's of the paper's kind. "
+                "Nothing was read.")
+        defaults, table = _CLASSES[entry["class"]]
+        args = {**defaults, **entry["args"], **args}
+    else:
+        table = _EVA_ARGUMENTS if "use_rot_pos_emb" in args else _ARGUMENTS
     refused = []
     for arg, value in args.items():
-        allowed = _ARGUMENTS.get(arg, ())
+        allowed = table.get(arg, ())
         read, keywords = _layer(value) if arg.endswith(("_layer", "_fn")) and value is not None else (value, {})
         if arg not in _TRAINING_ARGUMENTS and (
-                arg not in _ARGUMENTS or (allowed is not None and read not in allowed) or keywords.get("gate_last")):
+                arg not in table or (allowed is not None and read not in allowed) or keywords.get("gate_last")):
             refused.append(f"{arg}={value!r}")
     if refused:
         raise CheckpointError(
@@ -204,13 +223,20 @@ def _mlp_rows(unpacked):
     return [*fc1, *r.dense_rows(ours + "fc2", theirs + "fc2", r.TORCH, r.LINEAR, has_bias=None)]
 
 
+def _qkv_rows(leaf, theirs, layout, when):
+    """timm's fused query, key and value; Eva's rotary query and key turn each
+    head's dimensions in interleaved pairs (`keras_vit.weights.rows.even_first`)."""
+    ours, theirs = [f"encoder_block_{{i}}/attention/{n}/{leaf}" for n in _QKV], _B + "attn.qkv." + theirs
+    return [r.row(ours, theirs, r.fused(3, layout), when=r.both(when, lambda c: not c.uses_rope)),
+            r.row(ours, theirs, r.fused(3, [r.even_first(layout)] * 2 + [layout]),
+                  when=r.both(when, lambda c: c.uses_rope))]
+
+
 def _block_rows(unpacked):
     return [
         *r.norm_rows("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
-        r.row([f"encoder_block_{{i}}/attention/{n}/kernel" for n in _QKV], _B + "attn.qkv.weight",
-              r.fused(3, r.HEADS_IN)),
-        r.row([f"encoder_block_{{i}}/attention/{n}/bias" for n in _QKV], _B + "attn.qkv.bias",
-              r.fused(3, r.HEADS_BIAS), when=lambda c: c.qkv_bias),
+        *_qkv_rows("kernel", "weight", r.HEADS_IN, r.always),
+        *_qkv_rows("bias", "bias", r.HEADS_BIAS, lambda c: c.qkv_bias),
         *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT,
                       has_bias=lambda c: c.out_bias),
         *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH,
@@ -219,12 +245,14 @@ def _block_rows(unpacked):
                      when=lambda c: c.qk_norm),
         *r.norm_rows("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
         *_mlp_rows(unpacked),
-        *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", f"{_B}ls{j}.gamma",
-                when=lambda c: c.layer_scale_init is not None) for j in (1, 2)),
+        *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", _B + (f"gamma_{j}" if rope else f"ls{j}.gamma"),
+                when=lambda c, rope=rope: c.layer_scale_init is not None and c.uses_rope == rope)
+          for j in (1, 2) for rope in (False, True)),  # Eva's gamma_1, gamma_2
     ]
 
 
 _MAP = (lambda c: c.pooling == "map")
+_POOL_IN, _POOL_BIAS = r.pooling_heads(r.HEADS_IN), r.pooling_heads(r.HEADS_BIAS)
 EMBED_ROWS = [
     *r.dense_rows("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
              has_bias=lambda c: c.patch_bias),
@@ -239,12 +267,12 @@ TOP_ROWS = [
     *r.norm_rows("encoder_norm", "norm", r.TORCH, when=lambda c: not c.fc_norm),
     *r.norm_rows("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
     r.row("pooling/probe", "attn_pool.latent", when=_MAP),
-    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _MAP),
+    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, _POOL_IN, _POOL_BIAS, _MAP),
     r.row(("pooling/attention/key/kernel", "pooling/attention/value/kernel"), "attn_pool.kv.weight",
-          r.fused(2, r.HEADS_IN), when=_MAP),
+          r.fused(2, _POOL_IN), when=_MAP),
     r.row(("pooling/attention/key/bias", "pooling/attention/value/bias"), "attn_pool.kv.bias",
-          r.fused(2, r.HEADS_BIAS), when=_MAP),
-    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.HEADS_OUT, when=_MAP),
+          r.fused(2, _POOL_BIAS), when=_MAP),
+    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.pooling_heads(r.HEADS_OUT), when=_MAP),
     *r.norm_rows("pooling/norm", "attn_pool.norm", r.TORCH, when=_MAP),
     *r.dense_rows("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
     *r.dense_rows("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
@@ -342,6 +370,8 @@ def _read_config(tensors, meta, args, num_heads, source):
         config.update(r.read_settings([_GLOBAL_POOL], {"global_pool": pool}, source))
     if "cls_token" in tensors and config["pooling"] != "token":
         config["class_token"] = True  # beside the pooling, which does not read it
+    if args.get("use_rot_pos_emb"):
+        config.update(_eva_config(args, tensors, config))
     pretrained_cfg = meta.get("pretrained_cfg") or {}
     if "mean" in pretrained_cfg and "std" in pretrained_cfg:  # timm's normalisation of [0, 1] pixels
         config.update(scaling_of_normalization(pretrained_cfg["mean"], pretrained_cfg["std"], config["num_channels"]))
@@ -349,6 +379,23 @@ def _read_config(tensors, meta, args, num_heads, source):
     if names and len(names) == config["num_classes"]:
         config["class_names"] = [str(n) for n in names]
     return config
+
+
+def _eva_config(args, tensors, config):
+    """The Perception Encoder's options in timm's Eva `args`: the learned table
+    beside rotary embeddings on the index grid (timm's ``RotaryEmbeddingCat``),
+    Eva's LayerScale (``gamma_1``, ``gamma_2``) and the MAP head's own size."""
+    reference = args.get("ref_feat_shape")
+    eva = dict(position_embedding="learned_rope", rope_grid="index", rope_theta=float(args["rope_temperature"]),
+               rope_grid_offset=float(args["rope_grid_offset"]), rope_grid_indexing=args["rope_grid_indexing"],
+               rope_reference_grid=None if reference is None else tuple(np.broadcast_to(reference, (2,)).tolist()))
+    if "blocks.0.gamma_1" in tensors:
+        eva["layer_scale_init"] = args.get("init_values") or 1e-5
+    if "attn_pool.latent" in tensors:
+        heads, width = args.get("attn_pool_num_heads") or config["num_heads"], tensors["attn_pool.mlp.fc1.weight"].shape[0]
+        eva.update(pooling_num_heads=None if heads == config["num_heads"] else heads,
+                   pooling_mlp_dim=None if width == config["mlp_dim"] else width)
+    return eva
 
 
 def read_timm(path, num_heads=None):
@@ -416,6 +463,7 @@ def written_architecture(c):
     model class and what ``model_args`` cannot say (the LayerNorm epsilon,
     `written_epsilon`); ``model_args`` give every size."""
     return ("deit_base_distilled_patch16_224" if c.distillation
+            else "vit_pe_core_tiny_patch16_384" if c.position_embedding == "learned_rope"
             else "aimv2_large_patch14_224" if c.norm_type == "rms_norm"
             else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
             else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224")
@@ -426,15 +474,8 @@ def written_epsilon(c):
     return architecture_epsilon(architectures()["architectures"][written_architecture(c)]["args"])
 
 
-def write_timm(model, path):
-    """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
-    file, or a hub folder with its ``config.json`` (``model_args``)."""
-    c = model.config
-    tensors = r.write_rows(key_map(c, unpacked_swiglu(c)), model_state(model), c, model.name, "timm")
-    if path.suffix == ".safetensors":
-        _check_bare(model, tensors)
-        files.write_atomic(path, safetensors_bytes(tensors))
-        return
+def _model_args(c):
+    """timm's VisionTransformer (or VisionTransformerDistilled) arguments of `c`."""
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
@@ -452,6 +493,36 @@ def write_timm(model, path):
     model_args["init_values"] = 0 if c.layer_scale_init is None else c.layer_scale_init
     if c.norm_type == "rms_norm" and not c.patch_norm:  # AIMv2's architecture has the patches' norm
         model_args["embed_norm_layer"] = None
+    return model_args
+
+
+def _eva_model_args(c):
+    """timm's Eva arguments of a rotary `c`, over the Perception Encoder's
+    architecture (`written_architecture`): each one it sets is written."""
+    model_args = dict(
+        img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
+        embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads, mlp_ratio=c.mlp_dim / c.hidden_dim,
+        qkv_bias=c.qkv_bias, num_classes=c.num_classes, class_token=c.uses_class_token,
+        use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
+        ref_feat_shape=list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
+        rope_grid_indexing=c.rope_grid_indexing, rope_temperature=c.rope_theta,
+        attn_pool_num_heads=c.pooling_num_heads or c.num_heads,
+        attn_pool_mlp_ratio=(c.pooling_mlp_dim or c.mlp_dim) / c.hidden_dim)
+    if c.layer_scale_init is not None:  # Eva's None (no gammas) is its default
+        model_args["init_values"] = c.layer_scale_init
+    return model_args
+
+
+def write_timm(model, path):
+    """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
+    file, or a hub folder with its ``config.json`` (``model_args``)."""
+    c = model.config
+    tensors = r.write_rows(key_map(c, unpacked_swiglu(c)), model_state(model), c, model.name, "timm")
+    if path.suffix == ".safetensors":
+        _check_bare(model, tensors)
+        files.write_atomic(path, safetensors_bytes(tensors))
+        return
+    model_args = _eva_model_args(c) if c.uses_rope else _model_args(c)
     config = {
         "architecture": written_architecture(c),
         "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],
