@@ -139,6 +139,20 @@ _PE_CORE_SIZES = {  # preset -> (name, size)
                                  image_size=448, rope_reference_grid=(32, 32), num_classes=1280,
                                  class_token=None, rope_grid_offset=0.0, pooling_mlp_dim=6144)),
 }
+# EVA-02 (Fang et al., arXiv:2303.11331, 2023), timm's eva02_*_patch14_224: a learned table
+# beside 2-D rotary embeddings on the patch index grid (rescaled to 16 x 16), EvaAttention (a
+# query and value bias, no key bias), a SwiGLU MLP (B and L: with a LayerNorm inside), the
+# patch tokens' mean beside the [class] token with fc_norm; its masked-image pre-training's
+# features. Sizes as timm's.
+_EVA02 = dict(patch_size=14, image_size=224, position_embedding="learned_rope", rope_grid="index",
+              rope_reference_grid=(16, 16), rope_theta=10000.0, key_bias=False, mlp_activation="swiglu",
+              gelu_approximate=False, pooling="gap", fc_norm=True, class_token=True, num_classes=0)
+_EVA02_SIZES = {  # preset -> (name, size)
+    "t14": ("EVA-02-Ti/14", dict(hidden_dim=192, num_layers=12, num_heads=3, mlp_dim=512)),
+    "s14": ("EVA-02-S/14", dict(hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1024)),
+    "b14": ("EVA-02-B/14", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=2048, mlp_norm=True)),
+    "l14": ("EVA-02-L/14", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=2730, mlp_norm=True)),
+}
 FAMILY_PRESETS = {
     "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
                                    **_SIZES["Ti"], **_DEIT),
@@ -177,6 +191,9 @@ FAMILY_PRESETS = {
     **{f"aimv2_{size}": _family(name, f"AIMv2 {name} image encoder features (224 px; 336 and 448 px "
                                          "releases with the same shape).", **{**_AIMV2, **shape})
        for size, (name, shape) in _AIMV2_SIZES.items()},
+    **{f"eva02_{size}": _family(name, f"{name} masked-image pre-trained features (224 px).",
+                                **{**_EVA02, **shape})
+       for size, (name, shape) in _EVA02_SIZES.items()},
     **{f"pe_core_{size}": _family(name, f"Perception Encoder {name} image tower: its CLIP embedding "
                                         "as the head.", **{**_PE_CORE, **shape})
        for size, (name, shape) in _PE_CORE_SIZES.items()},
@@ -262,7 +279,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 48
+        print(len(presets))   # -> 52
         print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

@@ -95,7 +95,8 @@ class PretrainedWeights:
             (the same, scored with ImageNet's ReaL labels: DINOv3) or
             ``"zero-shot top-1"`` (class names through the text tower: CLIP,
             SigLIP) or ``"attentive-probe top-1"`` (an attention-pooling
-            classifier on its frozen features: AIMv2).
+            classifier on its frozen features: AIMv2) or ``"fine-tuned top-1"``
+            (the features fine-tuned end to end: EVA-02's masked-image pre-training).
     """
 
     name: str
@@ -333,7 +334,15 @@ _PE_CORE = [("pe_core_t16", "vit_pe_core_tiny_patch16_384", 384, 512),  # and th
             ("pe_core_b16", "vit_pe_core_base_patch16_224", 224, 1024),
             ("pe_core_l14", "vit_pe_core_large_patch14_336", 336, 1024),
             ("pe_core_g14", "vit_pe_core_gigantic_patch14_448", 448, 1280)]
-_FAMILY_DATA = {"pe_core": "MetaCLIP image-text pairs, then synthetic video captions (PE's data engine)",
+# EVA-02's masked-image pre-training on timm's Hub (headless): (preset, timm architecture, tags).
+# No ImageNet number is given: the paper's are of its fine-tuned files, and its tables were not at
+# hand where this one was written.
+_EVA02 = [("eva02_t14", "eva02_tiny_patch14_224", ("mim_in22k",)),
+          ("eva02_s14", "eva02_small_patch14_224", ("mim_in22k",)),
+          ("eva02_b14", "eva02_base_patch14_224", ("mim_in22k",)),
+          ("eva02_l14", "eva02_large_patch14_224", ("mim_in22k", "mim_m38m"))]
+_FAMILY_DATA = {"eva02": "ImageNet-21k or Merged-38M images (masked image modeling of EVA-CLIP's features)",
+                "pe_core": "MetaCLIP image-text pairs, then synthetic video captions (PE's data engine)",
                 "deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
                 "aimv2": "image-caption pairs (AIMv2's multimodal autoregressive pre-training)",
                 "clip": "WIT-400M (OpenAI)", "siglip": "WebLI", "siglip2": "WebLI"}
@@ -423,6 +432,13 @@ def _rows():
                 _entry(arch, f"timm_apple_pt_{resolution}", "timm", f"hf://timm/{timm_name}", resolution, 0,
                        top1, _FAMILY_DATA["aimv2"], f"{timm_name} (timm); top-1: {_AIMV2_README}"),
                 metric="attentive-probe top-1")
+
+    for arch, timm_name, tags in _EVA02:
+        for tag in tags:
+            yield dataclasses.replace(
+                _entry(arch, f"timm_{tag}", "timm", f"hf://timm/{timm_name}.{tag}", 224, 0, None,
+                       _FAMILY_DATA["eva02"], f"{timm_name}.{tag} (timm), from Yuxin-CV/EVA-02"),
+                metric="fine-tuned top-1")
 
     for arch, timm_name, resolution, classes in _PE_CORE:
         yield dataclasses.replace(

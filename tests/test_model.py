@@ -85,6 +85,8 @@ def test_pe_core_presets_have_the_published_sizes(name, published):
         dict(TINY, position_embedding="rope", key_bias=False, num_registers=4, layer_scale_init=1.0),
         dict(TINY, position_embedding="learned_rope", rope_grid="index", pooling="map", pooling_num_heads=1,
              pooling_mlp_dim=20, class_token=True),
+        dict(TINY, position_embedding="learned_rope", key_bias=False, mlp_activation="swiglu", mlp_norm=True,
+             pooling="gap", fc_norm=True),
     ],
 )
 def test_analytic_count_matches_built_model(config):

@@ -158,14 +158,15 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     assert released.PRETRAINED[entry.name] is entry
     assert entry.num_classes == config.num_classes  # the preset's head (CLIP: its projection)
     assert (entry.class_names == "imagenet1k") == (entry.num_classes == 1000)
-    # SigLIP 2's NaFlex rows and PE's cite the folder alone: no ImageNet number of them was at hand
+    # SigLIP 2's NaFlex rows, PE's and EVA-02's cite the folder alone: no ImageNet number of them
+    # was at hand
     assert (entry.top1 is not None and "top-1: " in entry.reference) or (
-        entry.architecture.startswith(("siglip2", "pe_core")) and entry.top1 is None
+        entry.architecture.startswith(("siglip2", "pe_core", "eva02")) and entry.top1 is None
         and "top-1" not in entry.reference)
     number = FAMILY_NUMBERS.get((entry.architecture, tag))
     assert number is None or (entry.top1, entry.metric) == number
     assert entry.metric in ("top-1", "linear-probe top-1", "linear-probe top-1 (ImageNet-ReaL)",
-                            "zero-shot top-1", "attentive-probe top-1")
+                            "zero-shot top-1", "attentive-probe top-1", "fine-tuned top-1")
     assert (entry.metric == "attentive-probe top-1") == entry.architecture.startswith("aimv2")
     assert (entry.metric == "top-1") == entry.architecture.startswith("deit")
     owner, repo, path = hub_folder(entry, tmp_path)
@@ -183,9 +184,10 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     assert formats.reader_for(path) is READERS[entry.format]
     # the released file and its twin on the other hub are the same weights (DINOv3 and SigLIP 2's
     # NaFlex: on Hugging Face's alone, timm's files of them are not read; AIMv2 and PE: on timm's
-    # alone, Apple's Hugging Face folders need their own remote code, Meta's are its own .pt files)
+    # alone, Apple's Hugging Face folders need their own remote code, Meta's and EVA-02's are their
+    # code's own .pt files)
     twin = "timm" if source == "hf" else "hf"
-    if not entry.architecture.startswith(("dinov3", "siglip2", "aimv2", "pe_core")):
+    if not entry.architecture.startswith(("dinov3", "siglip2", "aimv2", "pe_core", "eva02")):
         assert released.PRETRAINED[f"{entry.architecture}.{twin}_{tag}"].top1 == entry.top1
     else:
         assert f"{entry.architecture}.{twin}_{tag}" not in released.PRETRAINED

@@ -6,6 +6,7 @@ from keras import ops
 
 from keras_vit import kernels
 from keras_vit.config import MLP_ACTIVATIONS
+from keras_vit.layers.layer_norm import normalization
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -28,6 +29,9 @@ class MlpBlock(keras.layers.Layer):
         use_bias: bool. Biases on both dense layers (the original's); False
             for keras-hub's ``use_mlp_bias=False`` and DINOv3's
             ``mlp_bias=False``.
+        norm: None, or the `keras_vit.layers.normalization` arguments of a
+            norm of the hidden units before ``fc2`` (``norm``: EVA-02's
+            ``scale_mlp``, NormFormer's; Shleifer et al., 2021).
 
     Input shape: ``(..., D)``. Output shape: the same.
 
@@ -50,7 +54,7 @@ class MlpBlock(keras.layers.Layer):
     """
 
     def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None,
-                 activation="gelu", use_bias=True, **kwargs):
+                 activation="gelu", use_bias=True, norm=None, **kwargs):
         super().__init__(**kwargs)
         if activation not in MLP_ACTIVATIONS:
             raise ValueError(f"Unknown MLP activation {activation!r}; use one of {MLP_ACTIVATIONS}.")
@@ -59,6 +63,7 @@ class MlpBlock(keras.layers.Layer):
         self.gelu_approximate = bool(gelu_approximate)
         self.activation = activation
         self.use_bias = bool(use_bias)
+        self.norm_arguments = None if norm is None else dict(norm)
         self.seed = seed
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
@@ -76,6 +81,10 @@ class MlpBlock(keras.layers.Layer):
         self.fc1 = keras.layers.Dense(gated * self.mlp_dim, name="fc1", **dense)
         self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
         self.fc1.build(input_shape)
+        self.norm = None
+        if self.norm_arguments is not None:
+            self.norm = normalization(**self.norm_arguments, dtype=self.dtype_policy, name="norm")
+            self.norm.build(input_shape[:-1] + (self.mlp_dim,))
         self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
 
     def call(self, x, training=None):
@@ -89,6 +98,8 @@ class MlpBlock(keras.layers.Layer):
             gate, x = ops.split(kernels.dense(self.fc1, x), 2, axis=-1)
             x = ops.silu(gate) * x
         x = self.dropout(x, training=training)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.dropout(kernels.dense(self.fc2, x), training=training)
 
     def compute_output_shape(self, input_shape):
@@ -103,5 +114,6 @@ class MlpBlock(keras.layers.Layer):
             seed=self.seed,
             activation=self.activation,
             use_bias=self.use_bias,
+            norm=self.norm_arguments,
         )
         return config

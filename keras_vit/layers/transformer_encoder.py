@@ -36,6 +36,8 @@ class TransformerEncoder(keras.layers.Layer):
             ``qk_norm``; `MultiHeadDotProductAttention`).
         mlp_activation: ``"gelu"``, ``"quick_gelu"`` or ``"swiglu"`` (`MlpBlock`).
         mlp_bias: bool. Biases on the MLP's two dense layers. Defaults to True.
+        mlp_norm: bool. A norm of the MLP's hidden units before its second
+            layer (`MlpBlock`'s ``norm``: EVA-02's). Defaults to False.
         norm_bias: bool. Every LayerNorm of the block (``norm1``, ``norm2``,
             `qk_norm`'s) with its bias (beta). False: ``center=False``,
             ViT-22B's and PaLI's LayerNorms. Defaults to True.
@@ -125,6 +127,7 @@ class TransformerEncoder(keras.layers.Layer):
         qk_norm=False,
         mlp_activation="gelu",
         mlp_bias=True,
+        mlp_norm=False,
         norm_bias=True,
         norm_type="layer_norm",
         out_bias=True,
@@ -154,6 +157,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.qk_norm = bool(qk_norm)
         self.mlp_activation = mlp_activation
         self.mlp_bias = bool(mlp_bias)
+        self.mlp_norm = bool(mlp_norm)
         self.norm_bias = bool(norm_bias)
         self.norm_type = norm_type
         self.out_bias = bool(out_bias)
@@ -176,6 +180,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.mlp = MlpBlock(
             self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
             activation=mlp_activation, use_bias=self.mlp_bias, dtype=policy, name="mlp",
+            norm={k: v for k, v in norm.items() if k != "dtype"} if self.mlp_norm else None,
         )
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy, name="drop_path")
 
@@ -291,6 +296,7 @@ class TransformerEncoder(keras.layers.Layer):
             qk_norm=self.qk_norm,
             mlp_activation=self.mlp_activation,
             mlp_bias=self.mlp_bias,
+            mlp_norm=self.mlp_norm,
             norm_bias=self.norm_bias,
             norm_type=self.norm_type,
             out_bias=self.out_bias,

@@ -118,6 +118,7 @@ _FAMILY = {
     "norm_type": "its norms are RMSNorms (norm_type='rms_norm', AIMv2's), which {reader} does not have",
     "patch_norm": "a norm of its patch embeddings (patch_norm, AIMv2's), which {reader} does not have",
     "out_bias": "its attention output has no bias (out_bias=False), which {reader} requires",
+    "mlp_norm": "a norm inside its MLP (mlp_norm, EVA-02's), which {reader} does not have",
 }
 _REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
     refused(_FAMILY[f], TIMM) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
@@ -136,19 +137,25 @@ _ROPE = ("rotary position embeddings (position_embedding={c.position_embedding!r
 _PE = dict(position_embedding="learned_rope", rope_grid="index", rope_reference_grid=(2, 2),
            rope_grid_offset=1.0, rope_grid_indexing="xy", rope_theta=10000.0, norm_pre=True, patch_bias=False,
            layer_norm_epsilon=1e-5, pooling="map", class_token=True, gelu_approximate=False)
-# What keras_vit's ViT has and timm's Eva, as written for the Perception Encoder, does not
-_NOT_EVA = {"num_registers": lambda c: c.num_registers, "mlp_activation": lambda c: c.mlp_activation != "gelu",
+# What keras_vit's ViT has and timm's Eva, as written for EVA-02 and the Perception Encoder, does not
+_NOT_EVA = {"num_registers": lambda c: c.num_registers, "mlp_activation": lambda c: c.mlp_activation == "quick_gelu",
             "qk_norm": lambda c: c.qk_norm, "distillation": lambda c: c.distillation,
             "norm_type": lambda c: c.norm_type != "layer_norm", "patch_norm": lambda c: c.patch_norm,
             "out_bias": lambda c: not c.out_bias, "mlp_bias": lambda c: not c.mlp_bias,
-            "representation_size": lambda c: c.representation_size}
+            "representation_size": lambda c: c.representation_size,
+            # Eva's attention-pooling head has a GELU MLP whatever its blocks' MLP
+            "pooling": lambda c: c.pooling == "map" and c.mlp_activation == "swiglu"}
 
 
 def _beside_rope(c):
-    """The fields of `c` that timm's Eva of the Perception Encoder does not have."""
+    """The fields of `c` that timm's Eva of EVA-02 and the Perception Encoder does not have."""
     return [name for name, has in _NOT_EVA.items() if has(c)]
 
 
+# EVA-02's (timm's eva02_*, an Eva): EvaAttention (no key bias), a SwiGLU MLP; B and L's with a
+# norm inside it (mlp_norm)
+_EVA02 = dict(_PE, norm_pre=False, patch_bias=True, layer_norm_epsilon=1e-6, pooling="gap", fc_norm=True,
+              rope_grid_offset=0.0, rope_grid_indexing="ij", key_bias=False, mlp_activation="swiglu")
 _ROPE_GRID = refused("its rotary embeddings turn on EVA-02's and PE's index grid (rope_grid="
                      "{c.rope_grid!r}, rope_grid_offset, rope_grid_indexing, rope_reference_grid), "
                      "which {reader} does not have", TIMM)
@@ -288,6 +295,9 @@ TABLE = {
                            HUB_FIX))),
     "key_bias": every(
         _KEY_BIAS, dinov2=_NOT_DINOV2, dinov3=writes(key_bias=False),
+        timm=written((lambda c: not c.key_bias and not c.uses_rope, "its key projection has no bias "
+                      "(key_bias=False), which timm's VisionTransformer requires; its Eva has it beside "
+                      "rotary embeddings (EVA-02's)", KERAS)),
         keras_hub=written((lambda c: not c.key_bias and not _DINOV3_HUB(c), "its key projection has "
                            "no bias (key_bias=False), which keras-hub has for DINOv3 (rotary "
                            "position embeddings) only", HUB_FIX))),
@@ -322,9 +332,9 @@ TABLE = {
                       "to timm's Eva beside a learned table only", "Write it with format='huggingface' "
                       "(a DINOv3ViTModel) or 'keras_hub' (a DINOV3Backbone)."),
                      (lambda c: c.uses_rope and _beside_rope(c), "rotary position embeddings beside "
-                      "options of " + ", ".join(_NOT_EVA) + " that timm's Eva of the Perception Encoder "
-                      "does not have", KERAS),
-                     values=(dict(_PE),)),
+                      "options of " + ", ".join(_NOT_EVA) + " that timm's Eva of EVA-02 and the "
+                      "Perception Encoder does not have", KERAS),
+                     values=(dict(_PE), dict(_EVA02), dict(_EVA02, mlp_norm=True))),
         keras_hub=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings "
                            "are sin-cos", "Use format='npz'."),
                           (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
@@ -394,6 +404,11 @@ TABLE = {
         timm=written((lambda c: c.patch_norm and c.norm_type != "rms_norm", "a LayerNorm of its "
                       "patch embeddings, and timm's ViT has one as AIMv2's, an RMSNorm", KERAS),
                      values=(dict(_AIMV2, patch_norm=False),))),
+    "mlp_norm": every(
+        refused(_FAMILY["mlp_norm"], TIMM), dinov2=_NOT_DINOV2,
+        timm=written((lambda c: c.mlp_norm and not c.uses_rope, "a norm inside its MLP (mlp_norm), which "
+                      "timm's VisionTransformer does not have; its Eva has it beside rotary embeddings "
+                      "(EVA-02's)", KERAS))),
     "out_bias": every(
         refused(_FAMILY["out_bias"], TIMM), dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.out_bias != c.mlp_bias, "out_bias={c.out_bias} with "

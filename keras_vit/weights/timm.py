@@ -81,16 +81,18 @@ _ARGUMENTS = {
 _TRAINING_ARGUMENTS = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate",
                        "attn_drop_rate", "drop_path_rate", "weight_init", "fix_init",
                        "dynamic_img_size", "dynamic_img_pad", "device", "dtype")
-# timm's Eva (eva.py) as the Perception Encoder builds it: its arguments keras_vit reads, as
-# _ARGUMENTS, and the defaults of Eva's own that an entry point leaves as they are
+# timm's Eva (eva.py) as EVA-02 and the Perception Encoder build it: its arguments keras_vit
+# reads, as _ARGUMENTS, and the defaults of Eva's own that an entry point leaves as they are
 _EVA_ARGUMENTS = {
     **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
                      "mlp_ratio", "qkv_bias", "init_values", "class_token", "use_pre_transformer_norm",
                      "ref_feat_shape", "rope_grid_offset", "rope_temperature", "attn_pool_num_heads",
-                     "attn_pool_mlp_ratio")),
-    "global_pool": ("token", "avg", "map"), "attn_type": ("rope",), "use_rot_pos_emb": (True,),
+                     "attn_pool_mlp_ratio", "swiglu_mlp", "scale_mlp")),
+    # attn_type "rope": timm's AttentionRope (PE's, fused q, k, v and their biases); "eva":
+    # EvaAttention (EVA-02's, query and value biases alone, q, k, v fused or apart)
+    "global_pool": ("token", "avg", "map"), "attn_type": ("rope", "eva"), "use_rot_pos_emb": (True,),
     "use_abs_pos_emb": (True,), "rope_type": ("cat",), "rope_rotate_half": (False,),
-    "rope_grid_indexing": ("ij", "xy"), "qkv_fused": (True,), "num_reg_tokens": (0,),
+    "rope_grid_indexing": ("ij", "xy"), "qkv_fused": None, "num_reg_tokens": (0,),
     "no_embed_class": (False,), "use_fc_norm": (None, True, False), "use_post_transformer_norm": (None, True),
     "norm_layer": (None, "layernorm"), "head_init_scale": None,
 }
@@ -220,7 +222,8 @@ def _mlp_rows(unpacked):
                      r.halves(r.LINEAR, -1)),
                r.row("?" + ours + "fc1/bias", ("?" + theirs + "fc1_g.bias", "?" + theirs + "fc1_x.bias"),
                      r.halves(r.SAME, 0))]
-    return [*fc1, *r.dense_rows(ours + "fc2", theirs + "fc2", r.TORCH, r.LINEAR, has_bias=None)]
+    return [*fc1, *r.norm_rows(ours + "norm", theirs + "norm", r.TORCH, when=lambda c: c.mlp_norm),
+            *r.dense_rows(ours + "fc2", theirs + "fc2", r.TORCH, r.LINEAR, has_bias=None)]
 
 
 def _qkv_rows(leaf, theirs, layout, when):
@@ -232,11 +235,29 @@ def _qkv_rows(leaf, theirs, layout, when):
                   when=r.both(when, lambda c: c.uses_rope))]
 
 
-def _block_rows(unpacked):
+def _eva(c):
+    """Whether `c` is timm's EvaAttention's (EVA-02's): rotary, a query and value bias, no key bias."""
+    return c.uses_rope and not c.key_bias
+
+
+def _eva_attention_rows(split):
+    """EvaAttention's q, k and v (`_eva`): fused (``qkv``, ``q_bias``, ``v_bias``) or,
+    `split`, apart (``q_proj``, ``k_proj`` without bias, ``v_proj``)."""
+    ours, rotary = "encoder_block_{i}/attention/", r.even_first
+    if split:
+        return [*r.dense_rows(ours + "query", _B + "attn.q_proj", r.TORCH, rotary(r.HEADS_IN), rotary(r.HEADS_BIAS), _eva),
+                r.row(ours + "key/kernel", _B + "attn.k_proj.weight", rotary(r.HEADS_IN), _eva),
+                *r.dense_rows(ours + "value", _B + "attn.v_proj", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _eva)]
+    return [*_qkv_rows("kernel", "weight", r.HEADS_IN, r.always),
+            r.row(ours + "query/bias", _B + "attn.q_bias", rotary(r.HEADS_BIAS), _eva),
+            r.row(ours + "value/bias", _B + "attn.v_bias", r.HEADS_BIAS, _eva)]
+
+
+def _block_rows(unpacked, split=False):
     return [
         *r.norm_rows("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
-        *_qkv_rows("kernel", "weight", r.HEADS_IN, r.always),
-        *_qkv_rows("bias", "bias", r.HEADS_BIAS, lambda c: c.qkv_bias),
+        *_eva_attention_rows(split),
+        *_qkv_rows("bias", "bias", r.HEADS_BIAS, lambda c: c.qkv_bias and not _eva(c)),
         *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT,
                       has_bias=lambda c: c.out_bias),
         *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH,
@@ -282,23 +303,30 @@ TOP_ROWS = [
 ]
 
 
-def key_map(c, unpacked=False):
+def key_map(c, unpacked=False, split=False):
     """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a
-    `ViTConfig` `c`'s model; `unpacked`: a SwiGLU MLP in timm's ``SwiGLU``
-    (``fc1_g``, ``fc1_x``: AIMv2's), not its ``SwiGLUPacked`` (one ``fc1``: DINOv2's)."""
-    return [*EMBED_ROWS, *r.blocks(_block_rows(unpacked), c.num_layers), *TOP_ROWS]
+    `ViTConfig` `c`'s model, and its ``Eva``'s where `c` is rotary; `unpacked`: a
+    SwiGLU MLP in timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``: AIMv2's, EVA-02 B and L's),
+    not its ``SwiGLUPacked`` (one ``fc1``: DINOv2's, EVA-02 Ti and S's); `split`:
+    EvaAttention's q, k and v apart (EVA-02 B and L's)."""
+    return [*EMBED_ROWS, *r.blocks(_block_rows(unpacked, split), c.num_layers), *TOP_ROWS]
 
 
 def unpacked_swiglu(c):
     """Whether `write_timm` writes `c`'s SwiGLU unpacked: in the architecture it
-    names (`written_architecture`), AIMv2's."""
-    return written_architecture(c).startswith("aimv2")
+    names (`written_architecture`), AIMv2's and EVA-02 B's."""
+    return c.mlp_activation == "swiglu" and written_architecture(c).startswith(("aimv2", "eva02_base"))
+
+
+def split_qkv(c):
+    """Whether `write_timm` writes `c`'s EvaAttention with q, k and v apart: EVA-02 B's."""
+    return written_architecture(c).startswith("eva02_base")
 
 
 def mlp_ratio_factor(c):
     """``int(embed_dim * mlp_ratio)`` over ``mlp_dim`` in timm's model of `c`:
-    2 where one ``fc1`` holds both halves of a packed SwiGLU."""
-    return 2 if c.mlp_activation == "swiglu" and not unpacked_swiglu(c) else 1
+    2 where one ``fc1`` holds both halves of a packed SwiGLU (Eva's doubles it itself)."""
+    return 2 if c.mlp_activation == "swiglu" and not unpacked_swiglu(c) and not c.uses_rope else 1
 
 
 _PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
@@ -342,7 +370,8 @@ def _read_config(tensors, meta, args, num_heads, source):
         gelu_approximate=activation["gelu_approximate"], num_layers=num_layers, mlp_dim=fc2.shape[1],
         # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]; its SwiGLU (AIMv2) has both
         mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation["mlp_activation"],
-        qkv_bias="blocks.0.attn.qkv.bias" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
+        qkv_bias=any(f"blocks.0.attn.{k}" in tensors for k in ("qkv.bias", "q_bias", "q_proj.bias")),
+        mlp_norm="blocks.0.mlp.norm.weight" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
         patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
         patch_norm="patch_embed.norm.weight" in tensors, out_bias="blocks.0.attn.proj.bias" in tensors,
         mlp_bias="blocks.0.mlp.fc2.bias" in tensors,
@@ -382,11 +411,13 @@ def _read_config(tensors, meta, args, num_heads, source):
 
 
 def _eva_config(args, tensors, config):
-    """The Perception Encoder's options in timm's Eva `args`: the learned table
-    beside rotary embeddings on the index grid (timm's ``RotaryEmbeddingCat``),
-    Eva's LayerScale (``gamma_1``, ``gamma_2``) and the MAP head's own size."""
+    """EVA-02's and the Perception Encoder's options in timm's Eva `args`: the
+    learned table beside rotary embeddings on the index grid (timm's
+    ``RotaryEmbeddingCat``), EvaAttention's missing key bias, Eva's LayerScale
+    (``gamma_1``, ``gamma_2``) and the MAP head's own size."""
     reference = args.get("ref_feat_shape")
     eva = dict(position_embedding="learned_rope", rope_grid="index", rope_theta=float(args["rope_temperature"]),
+               key_bias=args["attn_type"] != "eva" or not config["qkv_bias"],  # EvaAttention's: none
                rope_grid_offset=float(args["rope_grid_offset"]), rope_grid_indexing=args["rope_grid_indexing"],
                rope_reference_grid=None if reference is None else tuple(np.broadcast_to(reference, (2,)).tolist()))
     if "blocks.0.gamma_1" in tensors:
@@ -425,7 +456,7 @@ def read_timm(path, num_heads=None):
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
     c = config_view(config)
-    state = r.move(key_map(c, unpacked), tensors, c, source)
+    state = r.move(key_map(c, unpacked, "blocks.0.attn.q_proj.weight" in tensors), tensors, c, source)
     method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
 
@@ -463,7 +494,9 @@ def written_architecture(c):
     model class and what ``model_args`` cannot say (the LayerNorm epsilon,
     `written_epsilon`); ``model_args`` give every size."""
     return ("deit_base_distilled_patch16_224" if c.distillation
-            else "vit_pe_core_tiny_patch16_384" if c.position_embedding == "learned_rope"
+            else ("eva02_base_patch14_224" if c.mlp_norm else "eva02_tiny_patch14_224" if _eva(c)
+                  or c.mlp_activation == "swiglu" else "vit_pe_core_tiny_patch16_384")
+            if c.position_embedding == "learned_rope"
             else "aimv2_large_patch14_224" if c.norm_type == "rms_norm"
             else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
             else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224")
@@ -497,12 +530,14 @@ def _model_args(c):
 
 
 def _eva_model_args(c):
-    """timm's Eva arguments of a rotary `c`, over the Perception Encoder's
-    architecture (`written_architecture`): each one it sets is written."""
+    """timm's Eva arguments of a rotary `c`, over EVA-02's or the Perception
+    Encoder's architecture (`written_architecture`): each one they set is written."""
     model_args = dict(
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads, mlp_ratio=c.mlp_dim / c.hidden_dim,
         qkv_bias=c.qkv_bias, num_classes=c.num_classes, class_token=c.uses_class_token,
+        attn_type="eva" if _eva(c) else "rope", qkv_fused=not split_qkv(c),
+        swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm,
         use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
         ref_feat_shape=list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
         rope_grid_indexing=c.rope_grid_indexing, rope_temperature=c.rope_theta,
@@ -517,7 +552,7 @@ def write_timm(model, path):
     """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
     file, or a hub folder with its ``config.json`` (``model_args``)."""
     c = model.config
-    tensors = r.write_rows(key_map(c, unpacked_swiglu(c)), model_state(model), c, model.name, "timm")
+    tensors = r.write_rows(key_map(c, unpacked_swiglu(c), split_qkv(c)), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
         _check_bare(model, tensors)
         files.write_atomic(path, safetensors_bytes(tensors))

@@ -48,6 +48,10 @@ SMALL = dict(img_size=32, patch_size=8, depth=2, embed_dim=32, num_heads=4, num_
 ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     "pe_core": ("vit_pe_core_tiny_patch16_384", dict(attn_pool_num_heads=4, ref_feat_shape=(4, 4))),
     "aimv2": ("aimv2_large_patch14_224", {}),  # RMSNorm, SwiGLU (fc1_g, fc1_x), no biases but the patches'
+    # EvaAttention (q, k, v fused; query and value biases), a packed SwiGLU (fc1), rotary + learned table
+    "eva02": ("eva02_tiny_patch14_224", {}),
+    # q, k, v apart (q_proj, k_proj, v_proj), SwiGLU with a LayerNorm inside (scale_mlp)
+    "eva02_mlp_norm": ("eva02_base_patch14_224", {}),
 }
 
 
