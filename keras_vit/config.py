@@ -45,7 +45,8 @@ class ViTConfig:
     ``"swiglu"``: DINOv2 giant), ``qk_norm`` (a LayerNorm of each head's
     query and key), ``norm_pre`` (a LayerNorm before the encoder: CLIP),
     ``fc_norm`` (the final LayerNorm after pooling instead of before it:
-    timm's ``fc_norm``), ``patch_bias=False`` (CLIP's patch embedding),
+    timm's ``fc_norm``), ``final_norm=False`` (no final norm at all: the
+    Perception Encoder's spatial towers, timm's ``use_post_transformer_norm=False``), ``patch_bias=False`` (CLIP's patch embedding),
     ``mlp_bias=False`` (MLP layers without biases: keras-hub's
     ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``mlp_norm`` (a norm of the
     MLP's hidden units before its second layer: EVA-02's), ``norm_bias=False`` (every
@@ -163,6 +164,7 @@ class ViTConfig:
     qk_norm: bool = False
     norm_pre: bool = False
     fc_norm: bool = False
+    final_norm: bool = True
     patch_bias: bool = True
     mlp_bias: bool = True
     mlp_norm: bool = False
@@ -223,7 +225,7 @@ class ViTConfig:
         if self.head_activation not in HEAD_ACTIVATIONS:
             raise ValueError(f"Unknown head_activation {self.head_activation!r}; use one of "
                              f"{HEAD_ACTIVATIONS} (how the logits become probabilities).")
-        for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "patch_bias",
+        for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "final_norm", "patch_bias",
                      "mlp_bias", "mlp_norm", "norm_bias", "patch_norm", "out_bias", "distillation",
                      "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
@@ -269,6 +271,9 @@ class ViTConfig:
         if self.pooling_num_heads and self.hidden_dim % self.pooling_num_heads:
             raise ValueError(f"hidden_dim {self.hidden_dim} is not divisible by pooling_num_heads "
                              f"{self.pooling_num_heads}.")
+        if self.fc_norm and not self.final_norm:
+            raise ValueError("fc_norm=True is the final norm, after pooling, and final_norm=False "
+                             "leaves the final norm out. Use one of them.")
         if self.fc_norm and self.pooling == "none":
             raise ValueError("fc_norm normalises the pooled features; pooling='none' has none. "
                              "Use fc_norm=False, or another pooling.")
@@ -485,7 +490,7 @@ class ViTConfig:
         qk_norm = 2 * ln * (d // c.num_heads) if c.qk_norm else 0
         block = (2 * ln * d + attention + qk_norm + block_mlp + ln * m * c.mlp_norm
                  + (2 * d if c.layer_scale_init is not None else 0))
-        total += c.num_layers * block + ln * d + ln * d * c.norm_pre  # encoder_norm (or fc_norm)
+        total += c.num_layers * block + ln * d * (c.final_norm + c.norm_pre)  # encoder_norm (or fc_norm)
         if c.pooling == "map":
             pm = c.pooling_mlp_dim or m
             total += d + 4 * d * d + 4 * d + ln * d + d * gated * pm + gated * pm + pm * d + d

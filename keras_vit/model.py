@@ -235,7 +235,7 @@ def build_layers(config, dtype=None):
     made["blocks"] = tuple(
         vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
         for i, name in enumerate(block_names(c.num_layers)))
-    if not c.fc_norm:
+    if c.final_norm and not c.fc_norm:
         made["encoder_norm"] = vit_layers.normalization(**norm, name="encoder_norm")
     made.update(_head_layers(c, dtype, norm))                  # Eq. 4 and the heads
     return ViTParts(**made)
@@ -536,8 +536,9 @@ class ViT(keras.Model):
         if norm and self.parts.encoder_norm is None:
             raise ValueError(
                 "norm=True applies the encoder's final LayerNorm (encoder_norm) to the tokens, but "
-                "this model has none: its final LayerNorm (fc_norm) normalizes the pooled "
-                "features. Pass norm=False for the blocks' outputs as they are (what timm's "
+                "this model has none: " + ("its final LayerNorm (fc_norm) normalizes the pooled "
+                "features" if self.config.fc_norm else "it has no final norm (final_norm=False)")
+                + ". Pass norm=False for the blocks' outputs as they are (what timm's "
                 "forward_intermediates gives for such a model).")
         outputs = {}
         for i in indices:

@@ -153,6 +153,24 @@ _EVA02_SIZES = {  # preset -> (name, size)
     "b14": ("EVA-02-B/14", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=2048, mlp_norm=True)),
     "l14": ("EVA-02-L/14", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=2730, mlp_norm=True)),
 }
+# The Perception Encoder's spatial towers (timm's vit_pe_spatial_*): PE core's without the
+# attention-pooling head and without a final norm, aligned for dense features; headless.
+_PE_SPATIAL = dict(_PE_CORE, pooling="gap", pooling_num_heads=None, final_norm=False, num_classes=0,
+                   rope_reference_grid=(32, 32))
+_PE_SPATIAL_SIZES = {  # preset -> (name, size)
+    "t16": ("PE-Spatial T/16", dict(hidden_dim=192, num_layers=12, num_heads=3, mlp_dim=768, patch_size=16,
+                                    image_size=512)),
+    "s16": ("PE-Spatial S/16", dict(hidden_dim=384, num_layers=12, num_heads=6, mlp_dim=1536, patch_size=16,
+                                    image_size=512)),
+    "b16": ("PE-Spatial B/16", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=3072, patch_size=16,
+                                    image_size=512)),
+    "l14": ("PE-Spatial L/14", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=4096, patch_size=14,
+                                    image_size=448)),
+    # G/14: no [class] token, no grid offset, LayerScale
+    "g14": ("PE-Spatial G/14", dict(hidden_dim=1536, num_layers=50, num_heads=16, mlp_dim=8960, patch_size=14,
+                                    image_size=448, class_token=None, rope_grid_offset=0.0,
+                                    layer_scale_init=0.1)),
+}
 FAMILY_PRESETS = {
     "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
                                    **_SIZES["Ti"], **_DEIT),
@@ -197,6 +215,9 @@ FAMILY_PRESETS = {
     **{f"pe_core_{size}": _family(name, f"Perception Encoder {name} image tower: its CLIP embedding "
                                         "as the head.", **{**_PE_CORE, **shape})
        for size, (name, shape) in _PE_CORE_SIZES.items()},
+    **{f"pe_spatial_{size}": _family(name, f"Perception Encoder {name} image tower: dense features "
+                                           "(no final norm), the patch tokens' mean.", **{**_PE_SPATIAL, **shape})
+       for size, (name, shape) in _PE_SPATIAL_SIZES.items()},
     "siglip2_b16": _family("SigLIP 2 ViT-B/16 NaFlex", "SigLIP 2's NaFlex image tower, B/16: "
                            "images at their own aspect ratio, up to 256 patches.",
                            **_BASE, **_SIGLIP2_NAFLEX),
@@ -279,7 +300,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 52
+        print(len(presets))   # -> 57
         print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

@@ -326,14 +326,19 @@ _AIMV2 = [("aimv2_l14", "large", {224: 86.6, 336: 87.6, 448: 87.9}),
           ("aimv2_h14", "huge", {224: 87.5, 336: 88.2, 448: 88.6}),
           ("aimv2_1b14", "1b", {224: 88.1, 336: 88.7, 448: 89.0}),
           ("aimv2_3b14", "3b", {224: 88.5, 336: 89.2, 448: 89.5})]
-# The Perception Encoder's core towers on timm's Hub (Meta's own files are not read):
-# (preset, timm architecture). Their model cards' numbers were not at hand where this
+# The Perception Encoder's core and spatial towers on timm's Hub (Meta's own files are not
+# read): (preset, timm architecture, size, classes). Their model cards' numbers were not at hand where this
 # table was written, so no ImageNet number is given.
 _PE_CORE = [("pe_core_t16", "vit_pe_core_tiny_patch16_384", 384, 512),  # and the CLIP embedding's width
             ("pe_core_s16", "vit_pe_core_small_patch16_384", 384, 512),
             ("pe_core_b16", "vit_pe_core_base_patch16_224", 224, 1024),
             ("pe_core_l14", "vit_pe_core_large_patch14_336", 336, 1024),
-            ("pe_core_g14", "vit_pe_core_gigantic_patch14_448", 448, 1280)]
+            ("pe_core_g14", "vit_pe_core_gigantic_patch14_448", 448, 1280),
+            ("pe_spatial_t16", "vit_pe_spatial_tiny_patch16_512", 512, 0),  # headless
+            ("pe_spatial_s16", "vit_pe_spatial_small_patch16_512", 512, 0),
+            ("pe_spatial_b16", "vit_pe_spatial_base_patch16_512", 512, 0),
+            ("pe_spatial_l14", "vit_pe_spatial_large_patch14_448", 448, 0),
+            ("pe_spatial_g14", "vit_pe_spatial_gigantic_patch14_448", 448, 0)]
 # EVA-02's masked-image pre-training on timm's Hub (headless): (preset, timm architecture, tags).
 # No ImageNet number is given: the paper's are of its fine-tuned files, and its tables were not at
 # hand where this one was written.
@@ -443,8 +448,9 @@ def _rows():
     for arch, timm_name, resolution, classes in _PE_CORE:
         yield dataclasses.replace(
             _entry(arch, "timm_fb", "timm", f"hf://timm/{timm_name}.fb", resolution, classes, None,
-                   _FAMILY_DATA["pe_core"], f"{timm_name}.fb (timm), from facebook/PE-Core"),
-            metric="zero-shot top-1")
+                   _FAMILY_DATA["pe_core"], f"{timm_name}.fb (timm), from facebook/PE-"
+                   + ("Core" if classes else "Spatial")),
+            metric="zero-shot top-1" if classes else "linear-probe top-1")
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

@@ -35,6 +35,9 @@ ENCODERS = {
                     rope_grid_indexing="xy", rope_reference_grid=(4, 4), rope_theta=10000.0,
                     norm_pre=True, patch_bias=False, pooling="map", class_token=True,
                     layer_norm_epsilon=1e-5),
+    # PE's spatial towers (vit_pe_spatial_*): PE core's without the MAP head and any final norm
+    "pe_spatial": dict(position_embedding="learned_rope", rope_grid="index", rope_grid_indexing="xy",
+                       norm_pre=True, pooling="gap", class_token=True, fc_norm=False, final_norm=False),
     # EVA-02 (eva02_*): EvaAttention (a query and value bias, no key bias), a SwiGLU MLP, rotary
     # embeddings on its reference grid beside the learned table, the patch tokens' mean and fc_norm
     "eva02": dict(position_embedding="learned_rope", rope_grid="index", rope_reference_grid=(16, 16),
@@ -80,10 +83,11 @@ def test_written_back_in_timms_layout(encoder, tmp_path):
 def test_features_probe_and_naflex(encoder):
     family, model, images, _ = encoder
     grid, width = model.config.grid_size, model.config.hidden_dim
-    maps = model.feature_model(layers=[0, 1], norm=not model.config.fc_norm)(images)  # fc_norm: none before pooling
+    norm = model.parts.encoder_norm is not None  # fc_norm, or no final norm: none before pooling
+    maps = model.feature_model(layers=[0, 1], norm=norm)(images)
     assert {name: tuple(m.shape) for name, m in maps.items()} == {
         f"encoder_block_{i}": (2, *grid, width) for i in (0, 1)}
-    probe = keras_vit.segmentation_probe(model, 3, layers=[1], norm=not model.config.fc_norm)
+    probe = keras_vit.segmentation_probe(model, 3, layers=[1], norm=norm)
     assert tuple(probe(images).shape) == (2, *model.config.image_size, 3)
     flex = model.with_naflex(grid[0] * grid[1])
     pixels = [np.round((image + 1) * 127.5).astype(np.float32) for image in images]

@@ -87,6 +87,7 @@ def test_pe_core_presets_have_the_published_sizes(name, published):
              pooling_mlp_dim=20, class_token=True),
         dict(TINY, position_embedding="learned_rope", key_bias=False, mlp_activation="swiglu", mlp_norm=True,
              pooling="gap", fc_norm=True),
+        dict(TINY, pooling="gap", final_norm=False),
     ],
 )
 def test_analytic_count_matches_built_model(config):

@@ -93,7 +93,7 @@ _EVA_ARGUMENTS = {
     "global_pool": ("token", "avg", "map"), "attn_type": ("rope", "eva"), "use_rot_pos_emb": (True,),
     "use_abs_pos_emb": (True,), "rope_type": ("cat",), "rope_rotate_half": (False,),
     "rope_grid_indexing": ("ij", "xy"), "qkv_fused": None, "num_reg_tokens": (0,),
-    "no_embed_class": (False,), "use_fc_norm": (None, True, False), "use_post_transformer_norm": (None, True),
+    "no_embed_class": (False,), "use_fc_norm": (None, True, False), "use_post_transformer_norm": None,
     "norm_layer": (None, "layernorm"), "head_init_scale": None,
 }
 _EVA_DEFAULTS = dict(attn_type="eva", use_rot_pos_emb=False, global_pool="avg", use_abs_pos_emb=True,
@@ -285,7 +285,7 @@ EMBED_ROWS = [
     *r.norm_rows("norm_pre", "norm_pre", r.TORCH, when=lambda c: c.norm_pre),
 ]
 TOP_ROWS = [
-    *r.norm_rows("encoder_norm", "norm", r.TORCH, when=lambda c: not c.fc_norm),
+    *r.norm_rows("encoder_norm", "norm", r.TORCH, when=lambda c: c.final_norm and not c.fc_norm),
     *r.norm_rows("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
     r.row("pooling/probe", "attn_pool.latent", when=_MAP),
     *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, _POOL_IN, _POOL_BIAS, _MAP),
@@ -375,7 +375,8 @@ def _read_config(tensors, meta, args, num_heads, source):
         patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
         patch_norm="patch_embed.norm.weight" in tensors, out_bias="blocks.0.attn.proj.bias" in tensors,
         mlp_bias="blocks.0.mlp.fc2.bias" in tensors,
-        fc_norm="fc_norm.weight" in tensors, distillation="dist_token" in tensors,
+        fc_norm="fc_norm.weight" in tensors, final_norm="norm.weight" in tensors or "fc_norm.weight" in tensors,
+        distillation="dist_token" in tensors,
         num_registers=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
         num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
     )
@@ -538,7 +539,8 @@ def _eva_model_args(c):
         qkv_bias=c.qkv_bias, num_classes=c.num_classes, class_token=c.uses_class_token,
         attn_type="eva" if _eva(c) else "rope", qkv_fused=not split_qkv(c),
         swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm,
-        use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
+        use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm,
+        use_post_transformer_norm=c.final_norm and not c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
         ref_feat_shape=list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
         rope_grid_indexing=c.rope_grid_indexing, rope_temperature=c.rope_theta,
         attn_pool_num_heads=c.pooling_num_heads or c.num_heads,

@@ -52,6 +52,8 @@ ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     "eva02": ("eva02_tiny_patch14_224", {}),
     # q, k, v apart (q_proj, k_proj, v_proj), SwiGLU with a LayerNorm inside (scale_mlp)
     "eva02_mlp_norm": ("eva02_base_patch14_224", {}),
+    # PE's spatial tower: no attention pooling, no final norm (use_post_transformer_norm=False)
+    "pe_spatial": ("vit_pe_spatial_tiny_patch16_512", dict(ref_feat_shape=(4, 4))),
 }
 
 
