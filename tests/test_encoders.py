@@ -38,6 +38,9 @@ ENCODERS = {
     # PE's spatial towers (vit_pe_spatial_*): PE core's without the MAP head and any final norm
     "pe_spatial": dict(position_embedding="learned_rope", rope_grid="index", rope_grid_indexing="xy",
                        norm_pre=True, pooling="gap", class_token=True, fc_norm=False, final_norm=False),
+    # timm's ViTs with rotary embeddings (vit_*_patch16_rope_*; Heo et al., ECCV 2024): no table
+    "rope_vit": dict(position_embedding="rope", rope_grid="index", rope_grid_indexing="xy", rope_theta=100.0,
+                     rope_reference_grid=None, layer_scale_init=1e-5, pooling="token"),
     # EVA-02 (eva02_*): EvaAttention (a query and value bias, no key bias), a SwiGLU MLP, rotary
     # embeddings on its reference grid beside the learned table, the patch tokens' mean and fc_norm
     "eva02": dict(position_embedding="learned_rope", rope_grid="index", rope_reference_grid=(16, 16),

@@ -179,8 +179,8 @@ def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path
     """timm's Perception Encoder (tests/data/make_timm_architectures.py: a small random
     vit_pe_core_tiny_patch16_384 saved by timm's save_for_hf; tests/test_encoders.py reads
     it) has a plain ViT's key names (norm_pre, attn_pool.*; its rotary embeddings have no
-    weights): named as another Eva (EVA-02's CLIP towers, EVA-01, the ViTs with rotary
-    embeddings alone), its weights are refused by that architecture's
+    weights): named as another Eva (EVA-02's CLIP towers, EVA-01, the ViTs with mixed
+    rotary embeddings), its weights are refused by that architecture's
     arguments, not read by their keys. So are a name timm does not have and arguments
     keras_vit's ViT does not have (BEiT-3's scaled norms, RADIO's final_norm=False, ...);
     an old name is read as the one it stands for."""
@@ -189,7 +189,7 @@ def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path
     meta = json.loads((pe / "config.json").read_text())
     for architecture, refused in (("eva02_base_patch16_clip_224", "scale_attn_inner=True"),
                                   ("eva_giant_patch14_224", "use_rot_pos_emb=False"),
-                                  ("vit_small_patch16_rope_224", "use_abs_pos_emb=False")):
+                                  ("vit_small_patch16_rope_mixed_224", "rope_type='mixed'")):
         (pe / "config.json").write_text(json.dumps({**meta, "architecture": architecture}))
         with pytest.raises(CheckpointError, match=f"timm's {architecture} builds it with .*{refused}.*, "
                            "which keras_vit's ViT does not have.*Nothing was read"):

@@ -140,6 +140,7 @@ _PE = dict(position_embedding="learned_rope", rope_grid="index", rope_reference_
            layer_norm_epsilon=1e-5, pooling="map", class_token=True, gelu_approximate=False)
 # What keras_vit's ViT has and timm's Eva, as written for EVA-02 and the Perception Encoder, does not
 _NOT_EVA = {"num_registers": lambda c: c.num_registers, "mlp_activation": lambda c: c.mlp_activation == "quick_gelu",
+            "gelu_approximate": lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,  # Eva's is erf
             "qk_norm": lambda c: c.qk_norm, "distillation": lambda c: c.distillation,
             "norm_type": lambda c: c.norm_type != "layer_norm", "patch_norm": lambda c: c.patch_norm,
             "out_bias": lambda c: not c.out_bias, "mlp_bias": lambda c: not c.mlp_bias,
@@ -328,10 +329,10 @@ TABLE = {
                         TIMM), note="rotary alone"),
         timm=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings are "
                       "sin-cos; timm's VisionTransformer learns them", NPZ),
-                     (lambda c: c.position_embedding == "rope", "rotary position embeddings without "
-                      "a learned table (position_embedding='rope', DINOv3's), which keras_vit writes "
-                      "to timm's Eva beside a learned table only", "Write it with format='huggingface' "
-                      "(a DINOv3ViTModel) or 'keras_hub' (a DINOV3Backbone)."),
+                     (lambda c: c.position_embedding == "rope" and c.rope_grid == "centered", "rotary "
+                      "position embeddings on DINOv3's centred grid (position_embedding='rope'), which "
+                      "timm's Eva does not have", "Write it with format='huggingface' (a DINOv3ViTModel) "
+                      "or 'keras_hub' (a DINOV3Backbone)."),
                      (lambda c: c.uses_rope and _beside_rope(c), "rotary position embeddings beside "
                       "options of " + ", ".join(_NOT_EVA) + " that timm's Eva of EVA-02 and the "
                       "Perception Encoder does not have", KERAS),
@@ -348,10 +349,15 @@ TABLE = {
          "index grid", "Write it with format='huggingface' or 'keras_hub', where they apply."))),
     **{field: every(_ROPE_GRID, timm=with_("rope_grid")) for field in ("rope_grid_offset", "rope_grid_indexing")},
     "rope_reference_grid": every(_ROPE_GRID, timm=written(
-        (lambda c: c.uses_rope and c.rope_reference_grid is None, "its rotary embeddings have no "
-         "reference grid (rope_reference_grid=None), and timm's Perception Encoder architecture has "
-         "one that its model_args cannot take away", "Give the grid it was trained on: "
-         "`model.with_config(rope_reference_grid=model.config.grid_size)` at that size."))),
+        (lambda c: c.uses_rope and c.rope_reference_grid is None and c.layer_scale_init is None, "its "
+         "rotary embeddings have no reference grid (rope_reference_grid=None) and it has no LayerScale: "
+         "timm's rotary ViTs without a reference grid (vit_*_patch16_rope_*) have LayerScale, which "
+         "model_args cannot take away", "Give the grid it was trained on: `model.with_config("
+         "rope_reference_grid=model.config.grid_size)` at that size."),
+        values=(dict(position_embedding="rope", rope_grid="index", rope_grid_indexing="xy", rope_theta=100.0,
+                     layer_scale_init=0.1, gelu_approximate=False),
+                dict(position_embedding="learned_rope", rope_grid="index", layer_scale_init=0.1, pooling="gap",
+                     fc_norm=True, gelu_approximate=False)))),
     "resnet_block_units": dict(
         npz=writes(image_size=64, patch_size=1, resnet_block_units=(1, 2), resnet_width_factor=0.5),
         huggingface=_HYBRID, dinov2=_NOT_DINOV2, dinov3=_HYBRID,

@@ -81,7 +81,7 @@ _ARGUMENTS = {
 _TRAINING_ARGUMENTS = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate",
                        "attn_drop_rate", "drop_path_rate", "weight_init", "fix_init",
                        "dynamic_img_size", "dynamic_img_pad", "device", "dtype")
-# timm's Eva (eva.py) as EVA-02 and the Perception Encoder build it: its arguments keras_vit
+# timm's Eva (eva.py) as EVA-02, the Perception Encoder and timm's rotary ViTs build it: its arguments keras_vit
 # reads, as _ARGUMENTS, and the defaults of Eva's own that an entry point leaves as they are
 _EVA_ARGUMENTS = {
     **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
@@ -91,9 +91,9 @@ _EVA_ARGUMENTS = {
     # attn_type "rope": timm's AttentionRope (PE's, fused q, k, v and their biases); "eva":
     # EvaAttention (EVA-02's, query and value biases alone, q, k, v fused or apart)
     "global_pool": ("token", "avg", "map"), "attn_type": ("rope", "eva"), "use_rot_pos_emb": (True,),
-    "use_abs_pos_emb": (True,), "rope_type": ("cat",), "rope_rotate_half": (False,),
+    "use_abs_pos_emb": (True, False), "rope_type": ("cat",), "rope_rotate_half": (False,),
     "rope_grid_indexing": ("ij", "xy"), "qkv_fused": None, "num_reg_tokens": (0,),
-    "no_embed_class": (False,), "use_fc_norm": (None, True, False), "use_post_transformer_norm": None,
+    "no_embed_class": (False, True), "use_fc_norm": (None, True, False), "use_post_transformer_norm": None,
     "norm_layer": (None, "layernorm"), "head_init_scale": None,
 }
 _EVA_DEFAULTS = dict(attn_type="eva", use_rot_pos_emb=False, global_pool="avg", use_abs_pos_emb=True,
@@ -245,7 +245,8 @@ def _eva_attention_rows(split):
     `split`, apart (``q_proj``, ``k_proj`` without bias, ``v_proj``)."""
     ours, rotary = "encoder_block_{i}/attention/", r.even_first
     if split:
-        return [*r.dense_rows(ours + "query", _B + "attn.q_proj", r.TORCH, rotary(r.HEADS_IN), rotary(r.HEADS_BIAS), _eva),
+        return [*r.dense_rows(ours + "query", _B + "attn.q_proj", r.TORCH, rotary(r.HEADS_IN),
+                              rotary(r.HEADS_BIAS), _eva),
                 r.row(ours + "key/kernel", _B + "attn.k_proj.weight", rotary(r.HEADS_IN), _eva),
                 *r.dense_rows(ours + "value", _B + "attn.v_proj", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _eva)]
     return [*_qkv_rows("kernel", "weight", r.HEADS_IN, r.always),
@@ -281,7 +282,7 @@ EMBED_ROWS = [
     r.row("class_token/tokens", "cls_token", when=lambda c: c.uses_class_token),
     r.row("distillation_token/tokens", "dist_token", when=lambda c: c.distillation),
     r.row("registers/tokens", "reg_token", when=lambda c: c.num_registers),
-    r.row("position_embedding/embeddings", "pos_embed"),
+    r.row("position_embedding/embeddings", "pos_embed", when=lambda c: c.position_table == "learned"),
     *r.norm_rows("norm_pre", "norm_pre", r.TORCH, when=lambda c: c.norm_pre),
 ]
 TOP_ROWS = [
@@ -313,14 +314,15 @@ def key_map(c, unpacked=False, split=False):
 
 
 def unpacked_swiglu(c):
-    """Whether `write_timm` writes `c`'s SwiGLU unpacked: in the architecture it
-    names (`written_architecture`), AIMv2's and EVA-02 B's."""
-    return c.mlp_activation == "swiglu" and written_architecture(c).startswith(("aimv2", "eva02_base"))
+    """Whether `write_timm` writes `c`'s SwiGLU unpacked: as AIMv2's architecture
+    (`written_architecture`) has it, and timm's Eva where the MLP has a norm (EVA-02 B's)."""
+    return c.mlp_activation == "swiglu" and (written_architecture(c).startswith("aimv2")
+                                             or (c.uses_rope and c.mlp_norm))
 
 
 def split_qkv(c):
     """Whether `write_timm` writes `c`'s EvaAttention with q, k and v apart: EVA-02 B's."""
-    return written_architecture(c).startswith("eva02_base")
+    return _eva(c) and written_architecture(c).startswith("eva02_base")
 
 
 def mlp_ratio_factor(c):
@@ -412,19 +414,21 @@ def _read_config(tensors, meta, args, num_heads, source):
 
 
 def _eva_config(args, tensors, config):
-    """EVA-02's and the Perception Encoder's options in timm's Eva `args`: the
-    learned table beside rotary embeddings on the index grid (timm's
-    ``RotaryEmbeddingCat``), EvaAttention's missing key bias, Eva's LayerScale
+    """EVA-02's, the Perception Encoder's and timm's rotary ViTs' options in
+    timm's Eva `args`: rotary embeddings on the index grid (timm's
+    ``RotaryEmbeddingCat``) beside the learned table or alone, EvaAttention's missing key bias, Eva's LayerScale
     (``gamma_1``, ``gamma_2``) and the MAP head's own size."""
     reference = args.get("ref_feat_shape")
-    eva = dict(position_embedding="learned_rope", rope_grid="index", rope_theta=float(args["rope_temperature"]),
-               key_bias=args["attn_type"] != "eva" or not config["qkv_bias"],  # EvaAttention's: none
-               rope_grid_offset=float(args["rope_grid_offset"]), rope_grid_indexing=args["rope_grid_indexing"],
-               rope_reference_grid=None if reference is None else tuple(np.broadcast_to(reference, (2,)).tolist()))
+    eva = dict(position_embedding="learned_rope" if args["use_abs_pos_emb"] else "rope", rope_grid="index",
+               rope_theta=float(args["rope_temperature"]), rope_grid_offset=float(args["rope_grid_offset"]),
+               rope_grid_indexing=args["rope_grid_indexing"],
+               rope_reference_grid=None if reference is None else tuple(np.broadcast_to(reference, (2,)).tolist()),
+               key_bias=args["attn_type"] != "eva" or not config["qkv_bias"])  # EvaAttention's: none
     if "blocks.0.gamma_1" in tensors:
         eva["layer_scale_init"] = args.get("init_values") or 1e-5
     if "attn_pool.latent" in tensors:
-        heads, width = args.get("attn_pool_num_heads") or config["num_heads"], tensors["attn_pool.mlp.fc1.weight"].shape[0]
+        heads = args.get("attn_pool_num_heads") or config["num_heads"]
+        width = tensors["attn_pool.mlp.fc1.weight"].shape[0]
         eva.update(pooling_num_heads=None if heads == config["num_heads"] else heads,
                    pooling_mlp_dim=None if width == config["mlp_dim"] else width)
     return eva
@@ -445,15 +449,17 @@ def read_timm(path, num_heads=None):
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)
     unpacked = "blocks.0.mlp.fc1_g.weight" in tensors  # timm's SwiGLU (AIMv2)
-    r.require_keys(tensors, ("patch_embed.proj.weight", "pos_embed", "blocks.0.mlp.fc1_x.weight" if unpacked
-                             else "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight"), source)
     args = architecture_args(meta, source)
-    patches = _pad_position_embeddings(tensors, args.get("no_embed_class"))
+    table = args.get("use_abs_pos_emb", True)  # Eva's rotary ViTs may have no position table
+    r.require_keys(tensors, ("patch_embed.proj.weight", *["pos_embed"] * table, "blocks.0.mlp.fc1_x.weight"
+                             if unpacked else "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight"), source)
+    patches = _pad_position_embeddings(tensors, args.get("no_embed_class")) if table else None
     config = _read_config(tensors, meta, args, num_heads, source)
-    grid = square_grid(patches)
-    if "img_size" in args:  # the architecture's size, for any grid
-        size = np.broadcast_to(args["img_size"], (2,))
-        grid = tuple(int(s) // p for s, p in zip(size, config["patch_size"]))
+    grid = square_grid(patches) if table else None
+    size = args.get("img_size") or (None if table else (meta.get("pretrained_cfg") or {}).get("input_size", [])[1:])
+    if size:  # the architecture's size, for any grid
+        grid = tuple(int(s) // p for s, p in zip(np.broadcast_to(size, (2,)), config["patch_size"]))
+    patches = patches or (grid[0] * grid[1] if grid else None)
     if grid:
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
     c = config_view(config)
@@ -495,12 +501,22 @@ def written_architecture(c):
     model class and what ``model_args`` cannot say (the LayerNorm epsilon,
     `written_epsilon`); ``model_args`` give every size."""
     return ("deit_base_distilled_patch16_224" if c.distillation
-            else ("eva02_base_patch14_224" if c.mlp_norm else "eva02_tiny_patch14_224" if _eva(c)
-                  or c.mlp_activation == "swiglu" else "vit_pe_core_tiny_patch16_384")
-            if c.position_embedding == "learned_rope"
+            else _eva_architecture(c) if c.uses_rope and c.rope_grid == "index"
             else "aimv2_large_patch14_224" if c.norm_type == "rms_norm"
             else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
             else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224")
+
+
+def _eva_architecture(c):
+    """The timm ``Eva`` architecture `write_timm` names for a rotary `c`: one whose
+    defaults ``model_args`` need not take away: a reference grid (PE's, whose
+    epsilon is 1e-5; EVA-02's, 1e-6, with q, k and v apart where its MLP has a
+    norm), or none (timm's rotary ViTs, Heo et al., 2024, with a table or none)."""
+    if c.rope_reference_grid is None:
+        return "vit_base_patch16_rope_ape_224" if c.position_embedding == "learned_rope" else "vit_base_patch16_rope_224"
+    if c.layer_norm_epsilon == 1e-5:
+        return "vit_pe_core_tiny_patch16_384"
+    return "eva02_base_patch14_224" if c.mlp_norm else "eva02_tiny_patch14_224"
 
 
 def written_epsilon(c):
@@ -541,13 +557,14 @@ def _eva_model_args(c):
         swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm,
         use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm,
         use_post_transformer_norm=c.final_norm and not c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
-        ref_feat_shape=list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
+        use_abs_pos_emb=c.position_table == "learned", no_embed_class=False,
+        ref_feat_shape=c.rope_reference_grid and list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
         rope_grid_indexing=c.rope_grid_indexing, rope_temperature=c.rope_theta,
         attn_pool_num_heads=c.pooling_num_heads or c.num_heads,
         attn_pool_mlp_ratio=(c.pooling_mlp_dim or c.mlp_dim) / c.hidden_dim)
     if c.layer_scale_init is not None:  # Eva's None (no gammas) is its default
         model_args["init_values"] = c.layer_scale_init
-    return model_args
+    return {k: v for k, v in model_args.items() if v is not None}  # None: the architecture's
 
 
 def write_timm(model, path):

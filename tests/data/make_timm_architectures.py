@@ -54,6 +54,8 @@ ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     "eva02_mlp_norm": ("eva02_base_patch14_224", {}),
     # PE's spatial tower: no attention pooling, no final norm (use_post_transformer_norm=False)
     "pe_spatial": ("vit_pe_spatial_tiny_patch16_512", dict(ref_feat_shape=(4, 4))),
+    # timm's ViT with rotary embeddings alone (Heo et al., 2024): no position table, no reference grid
+    "rope_vit": ("vit_small_patch16_rope_224", {}),
 }
 
 # How far each model's weights are moved (normal noise of this scale): 0.3, and 0.1 for PE's,
