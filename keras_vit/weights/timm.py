@@ -241,24 +241,25 @@ def _eva(c):
 
 
 def _eva_attention_rows(split):
-    """EvaAttention's q, k and v (`_eva`): fused (``qkv``, ``q_bias``, ``v_bias``) or,
-    `split`, apart (``q_proj``, ``k_proj`` without bias, ``v_proj``)."""
+    """EvaAttention's own q, k and v rows (`_eva`): beside the fused ``qkv`` kernel its
+    ``q_bias`` and ``v_bias``, or, `split`, all apart (``q_proj``, ``k_proj`` without
+    bias, ``v_proj``)."""
     ours, rotary = "encoder_block_{i}/attention/", r.even_first
     if split:
         return [*r.dense_rows(ours + "query", _B + "attn.q_proj", r.TORCH, rotary(r.HEADS_IN),
                               rotary(r.HEADS_BIAS), _eva),
                 r.row(ours + "key/kernel", _B + "attn.k_proj.weight", rotary(r.HEADS_IN), _eva),
                 *r.dense_rows(ours + "value", _B + "attn.v_proj", r.TORCH, r.HEADS_IN, r.HEADS_BIAS, _eva)]
-    return [*_qkv_rows("kernel", "weight", r.HEADS_IN, r.always),
-            r.row(ours + "query/bias", _B + "attn.q_bias", rotary(r.HEADS_BIAS), _eva),
+    return [r.row(ours + "query/bias", _B + "attn.q_bias", rotary(r.HEADS_BIAS), _eva),
             r.row(ours + "value/bias", _B + "attn.v_bias", r.HEADS_BIAS, _eva)]
 
 
 def _block_rows(unpacked, split=False):
     return [
         *r.norm_rows("encoder_block_{i}/norm1", _B + "norm1", r.TORCH),
-        *_eva_attention_rows(split),
+        *([] if split else _qkv_rows("kernel", "weight", r.HEADS_IN, r.always)),  # fused q, k, v
         *_qkv_rows("bias", "bias", r.HEADS_BIAS, lambda c: c.qkv_bias and not _eva(c)),
+        *_eva_attention_rows(split),
         *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT,
                       has_bias=lambda c: c.out_bias),
         *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH,
