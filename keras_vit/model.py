@@ -431,7 +431,7 @@ class ViT(keras.Model):
         (``keras.Model(model.input, model.output)``) computes them.
 
         `resample_method`: None, or one of ``"bilinear"``, ``"bicubic"``,
-        ``"dinov2"``: `images` of any height and width, multiples of the
+        ``"dinov2"``, ``"cpe"``: `images` of any height and width, multiples of the
         patch size, the position embeddings resampled in the graph to their
         patch grid as ``with_image_size(..., method=resample_method)``
         resamples them (`forward`); what ``export(...,
@@ -580,8 +580,8 @@ class ViT(keras.Model):
         ``.safetensors``, by path, URL or ``hf://`` (docs/checkpoints.md).
         Another ``image_size`` resamples the position embeddings (Sec. 3.2,
         `resample_method` ``"bilinear"`` as vit_jax, ``"bicubic"`` as
-        timm or ``"dinov2"``; by default the source's own: DINOv2's for its
-        files, else bilinear); another ``num_classes`` gives a new zero-initialised head (0:
+        timm, ``"dinov2"`` or RADIO's ``"cpe"``; by default the source's own: DINOv2's and
+        RADIO's for their files, else bilinear); another ``num_classes`` gives a new zero-initialised head (0:
         none); `overrides` change other arguments (``dropout_rate``,
         ``dtype``). `keras_vit.load_model` loads through it, and takes a
         ``.keras`` file and a preset's name too."""
@@ -695,7 +695,7 @@ class ViT(keras.Model):
         on float images of any height and width, multiples of the patch size
         (one size per batch): the position embeddings are resampled in the
         graph to the batch's patch grid by `resample_method` (``"bilinear"``,
-        ``"bicubic"``, ``"dinov2"``), giving what ``with_image_size((height,
+        ``"bicubic"``, ``"dinov2"``, ``"cpe"``), giving what ``with_image_size((height,
         width), method=resample_method)`` gives (`keras_vit.export.serving.
         dynamic_model`). With preprocessing the images are resized to the
         model's size, as always.

@@ -171,6 +171,20 @@ _PE_SPATIAL_SIZES = {  # preset -> (name, size)
                                     image_size=448, class_token=None, rope_grid_offset=0.0,
                                     layer_scale_init=0.1)),
 }
+# C-RADIO (Ranzinger et al., CVPR 2024; v3: Heinrich et al., arXiv:2412.07679), timm's
+# vit_*_radio_v3 and _v4: a plain ViT distilled from several teachers, its summary tokens the
+# [class] token and registers (7 in v3, 9 in v4; timm keeps all but the first as registers), a
+# table of the patches alone, no final norm; headless, the [class] token as the features.
+_RADIO = dict(patch_size=16, image_size=512, final_norm=False, gelu_approximate=False, num_classes=0)
+_RADIO_SIZES = {  # preset -> (name, size)
+    "v3_b16": ("C-RADIOv3-B", dict(**_BASE, num_registers=7, layer_scale_init=1e-5)),
+    "v3_l16": ("C-RADIOv3-L", dict(**_SIZES["L"], num_registers=7, layer_scale_init=1e-5)),
+    "v3_h16": ("C-RADIOv3-H", dict(hidden_dim=1280, num_layers=32, num_heads=16, mlp_dim=5120, num_registers=7)),
+    "v3_g16": ("C-RADIOv3-g", dict(hidden_dim=1536, num_layers=40, num_heads=24, mlp_dim=6144, num_registers=7)),
+    "v4_so400m16": ("C-RADIOv4-SO400M", dict(hidden_dim=1152, num_layers=27, num_heads=16, mlp_dim=4304,
+                                             num_registers=9)),
+    "v4_h16": ("C-RADIOv4-H", dict(hidden_dim=1280, num_layers=32, num_heads=16, mlp_dim=5120, num_registers=9)),
+}
 FAMILY_PRESETS = {
     "deit_ti16_distilled": _family("DeiT-Ti/16 distilled", "DeiT-Tiny with distillation token.",
                                    **_SIZES["Ti"], **_DEIT),
@@ -218,6 +232,9 @@ FAMILY_PRESETS = {
     **{f"pe_spatial_{size}": _family(name, f"Perception Encoder {name} image tower: dense features "
                                            "(no final norm), the patch tokens' mean.", **{**_PE_SPATIAL, **shape})
        for size, (name, shape) in _PE_SPATIAL_SIZES.items()},
+    **{f"radio_{size}": _family(name, f"{name} backbone: agglomerative features (the [class] token; "
+                                      "dense features from the patch tokens), 512 px.", **{**_RADIO, **shape})
+       for size, (name, shape) in _RADIO_SIZES.items()},
     "siglip2_b16": _family("SigLIP 2 ViT-B/16 NaFlex", "SigLIP 2's NaFlex image tower, B/16: "
                            "images at their own aspect ratio, up to 256 patches.",
                            **_BASE, **_SIGLIP2_NAFLEX),
@@ -300,8 +317,8 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 57
-        print([name for name in sorted(presets) if name.startswith(("vit", "r"))])
+        print(len(presets))   # -> 63
+        print([name for name in sorted(presets) if name.startswith(("vit", "r_", "r26", "r50"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']
         print(presets["vit_b16"]["paper_name"], presets["vit_b16"]["params"])   # -> ViT-B/16 86567656

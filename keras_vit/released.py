@@ -346,7 +346,17 @@ _EVA02 = [("eva02_t14", "eva02_tiny_patch14_224", ("mim_in22k",)),
           ("eva02_s14", "eva02_small_patch14_224", ("mim_in22k",)),
           ("eva02_b14", "eva02_base_patch14_224", ("mim_in22k",)),
           ("eva02_l14", "eva02_large_patch14_224", ("mim_in22k", "mim_m38m"))]
+# C-RADIO's backbones on timm's Hub, remapped by timm from NVIDIA's own files (which are not
+# read): (preset, timm architecture). Headless; no ImageNet number is given: the RADIO papers'
+# tables were not at hand where this one was written.
+_RADIO = [("radio_v3_b16", "vit_base_patch16_radio_v3", "C-RADIOv3-B"),
+          ("radio_v3_l16", "vit_large_patch16_radio_v3", "C-RADIOv3-L"),
+          ("radio_v3_h16", "vit_huge_patch16_radio_v3", "C-RADIOv3-H"),
+          ("radio_v3_g16", "vit_giant_patch16_radio_v3", "C-RADIOv3-g"),
+          ("radio_v4_so400m16", "vit_so400m_patch16_radio_v4", "C-RADIOv4-SO400M"),
+          ("radio_v4_h16", "vit_huge_patch16_radio_v4", "C-RADIOv4-H")]
 _FAMILY_DATA = {"eva02": "ImageNet-21k or Merged-38M images (masked image modeling of EVA-CLIP's features)",
+                "radio": "images, distilled from several vision teachers (C-RADIO's agglomerative training)",
                 "pe_core": "MetaCLIP image-text pairs, then synthetic video captions (PE's data engine)",
                 "deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
                 "aimv2": "image-caption pairs (AIMv2's multimodal autoregressive pre-training)",
@@ -451,6 +461,12 @@ def _rows():
                    _FAMILY_DATA["pe_core"], f"{timm_name}.fb (timm), from facebook/PE-"
                    + ("Core" if classes else "Spatial")),
             metric="zero-shot top-1" if classes else "linear-probe top-1")
+
+    for arch, timm_name, repo in _RADIO:
+        yield dataclasses.replace(
+            _entry(arch, "timm_c_radio", "timm", f"hf://timm/{timm_name}.c_radio", 512, 0, None,
+                   _FAMILY_DATA["radio"], f"{timm_name}.c_radio (timm), from nvidia/{repo}"),
+            metric="linear-probe top-1")
 
     for timm_arch, tag, top1 in _TIMM:
         arch, size = _timm_preset(timm_arch)

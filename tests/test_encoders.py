@@ -49,6 +49,10 @@ ENCODERS = {
     # B and L's: q, k and v apart, a LayerNorm inside the MLP
     "eva02_mlp_norm": dict(position_embedding="learned_rope", rope_grid="index", key_bias=False,
                            mlp_activation="swiglu", mlp_norm=True, pooling="gap", fc_norm=True),
+    # C-RADIOv3 (vit_*_radio_v3): 7 registers beside the [class] token (RADIO's further summary
+    # tokens), LayerScale, no final norm; timm's table of the patches alone, zero rows for the prefix
+    "radio": dict(num_registers=7, layer_scale_init=1e-5, final_norm=False, fc_norm=False, pooling="token",
+                  position_embedding="learned"),
 }
 
 
@@ -132,3 +136,17 @@ def test_transformers_aimv2_gives_its_features(transformers_aimv2):
                        r"\(Aimv2AttentionPoolingHead.*Nothing was read"):
         ViT.from_checkpoint(folder)
     (folder / "config.json").write_text(json.dumps(config))
+
+
+def test_radio_resamples_its_table_as_radio_does():
+    """RADIO's folders resample by CPE (a square grid of the longer side, cropped from the
+    top left) unless told otherwise: `resample_position_embeddings(..., method="cpe")`."""
+    from keras_vit.layers import resample_position_embeddings
+
+    native = ViT.from_checkpoint(TIMM / "radio")
+    tall = ViT.from_checkpoint(TIMM / "radio", image_size=(48, 24))
+    layer = native.parts.position_embedding
+    np.testing.assert_allclose(
+        to_numpy(tall.parts.position_embedding.embeddings),
+        resample_position_embeddings(to_numpy(layer.embeddings), layer.grid_size, (6, 3), 8, "cpe"), atol=1e-6)
+    assert tall.parts.position_embedding.embeddings.shape == (1, 8 + 18, 32)

@@ -393,15 +393,16 @@ ANY_SIZE_VARIANTS = (dict(num_registers=2, data_format="channels_first"),
                      dict(position_embedding="sincos2d", pooling="map"),
                      dict(position_embedding="rope", key_bias=False, num_registers=1))
 # The first variant's sizes by resampling method; DINOv2's at the model's own size too.
-ANY_SIZE_CASES = {"bilinear": ((16, 40),), "bicubic": ((48, 24),), "dinov2": ((48, 24), (32, 32))}
+ANY_SIZE_CASES = {"bilinear": ((16, 40),), "bicubic": ((48, 24),), "dinov2": ((48, 24), (32, 32)),
+                  "cpe": ((48, 24),)}
 
 
 def test_the_any_size_model_is_with_image_size_at_each_size():
     """`keras_vit.export.serving.dynamic_model` (what ``dynamic_image_size=True``
     traces) on float images of sizes other than the model's gives
     ``with_image_size((h, w), method)``'s logits within 1e-5 (each
-    resampling method on the first variant, wide and tall), and with
-    DINOv2's the model's own at its own size (where its offset would
+    resampling method on the first variant, wide and tall; RADIO's crop of
+    a square grid too), and with DINOv2's the model's own at its own size (where its offset would
     otherwise move the table)."""
     from keras_vit.export.serving import dynamic_model
 
@@ -501,7 +502,7 @@ def test_what_an_artifact_with_preprocessing_cannot_be_is_refused(tmp_path, caps
             (dict(preprocessing="yes"), TypeError, r"`preprocessing` must be True or False, got 'yes'"),
             (dict(dynamic_image_size=1), TypeError, r"`dynamic_image_size` must be True or False, got 1"),
             (dict(dynamic_image_size=True, resample_method="nearest"), ValueError,
-             r"resample_method='nearest' is not one of \('bilinear', 'bicubic', 'dinov2'\)"),
+             r"resample_method='nearest' is not one of \('bilinear', 'bicubic', 'dinov2', 'cpe'\)"),
             (dict(resample_method="bicubic"), ValueError,
              r"resample_method='bicubic' is used by dynamic_image_size=True without preprocessing"),
             (dict(dynamic_image_size=True, input_signature=model.export_signature()), ValueError,

@@ -123,6 +123,24 @@ def test_bicubic_resample_is_torch_interpolate():
     np.testing.assert_allclose(out[0].reshape(8, 7, 3), expected[0].permute(1, 2, 0).numpy(), atol=1e-5)
 
 
+@pytest.mark.backend_independent
+def test_cpe_resample_is_radios_crop_of_the_square_grid():
+    """RADIO's CPE (its ``ViTPatchGenerator``): ``F.interpolate(..., mode="bilinear",
+    align_corners=True)`` to a square of the longer side, then the top-left rows and columns."""
+    torch = pytest.importorskip("torch")
+    grid = rand(4, 4, 3)
+    tensor = torch.from_numpy(grid).permute(2, 0, 1)[None]
+    for new in ((6, 3), (2, 5), (4, 2), (5, 5)):
+        out = layers.resample_position_embeddings(grid.reshape(1, 16, 3), 4, new, num_prefix_tokens=0,
+                                                  method="cpe")
+        side = max(new)
+        square = torch.nn.functional.interpolate(tensor, size=(side, side), mode="bilinear", align_corners=True)
+        expected = square[0, :, :new[0], :new[1]].permute(1, 2, 0).numpy()
+        np.testing.assert_allclose(out[0].reshape(*new, 3), expected, atol=1e-5, err_msg=str(new))
+    same = layers.resample_position_embeddings(grid.reshape(1, 16, 3), 4, (4, 2), num_prefix_tokens=0, method="cpe")
+    np.testing.assert_allclose(same[0].reshape(4, 2, 3), grid[:, :2], atol=1e-6)  # the table's own columns
+
+
 def test_resample_errors_name_the_problem():
     with pytest.raises(ValueError, match="do not fit a 3x3 grid"):
         layers.resample_position_embeddings(np.zeros((1, 5, 2)), 3, 4)

@@ -16,6 +16,7 @@ from keras_vit.presets import FAMILY_PRESETS
 from keras_vit.presets import PRESETS
 from keras_vit.presets import preset_config
 from keras_vit.weights import formats
+from keras_vit.weights import timm
 from keras_vit.weights.huggingface import read_huggingface
 from keras_vit.weights.npz import read_npz
 from keras_vit.weights.timm import read_timm
@@ -161,7 +162,7 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     # SigLIP 2's NaFlex rows, PE's and EVA-02's cite the folder alone: no ImageNet number of them
     # was at hand
     assert (entry.top1 is not None and "top-1: " in entry.reference) or (
-        entry.architecture.startswith(("siglip2", "pe_", "eva02")) and entry.top1 is None
+        entry.architecture.startswith(("siglip2", "pe_", "eva02", "radio")) and entry.top1 is None
         and "top-1" not in entry.reference)
     number = FAMILY_NUMBERS.get((entry.architecture, tag))
     assert number is None or (entry.top1, entry.metric) == number
@@ -187,10 +188,31 @@ def test_family_entry_parses_and_resolves_to_its_reader(entry, tmp_path):
     # alone, Apple's Hugging Face folders need their own remote code, Meta's and EVA-02's are their
     # code's own .pt files)
     twin = "timm" if source == "hf" else "hf"
-    if not entry.architecture.startswith(("dinov3", "siglip2", "aimv2", "pe_", "eva02")):
+    if not entry.architecture.startswith(("dinov3", "siglip2", "aimv2", "pe_", "eva02", "radio")):
         assert released.PRETRAINED[f"{entry.architecture}.{twin}_{tag}"].top1 == entry.top1
     else:
         assert f"{entry.architecture}.{twin}_{tag}" not in released.PRETRAINED
+
+
+@pytest.mark.backend_independent
+def test_family_presets_have_their_timm_architectures_shapes():
+    """Each family preset released on timm's Hub has the shape that timm's own
+    entry point builds (timm_architectures.json): width, depth, heads, patch,
+    registers, LayerScale or none, a final norm or none."""
+    table = timm.architectures()["architectures"]
+    checked = set()
+    for entry in FAMILY_ENTRIES:
+        if entry.format != "timm":
+            continue
+        args = table[entry.url.split("/")[-1].split(".")[0]]["args"]
+        c = preset_config(entry.architecture, image_size=entry.image_size)
+        ours = {"embed_dim": c.hidden_dim, "depth": c.num_layers, "num_heads": c.num_heads,
+                "patch_size": c.patch_size[0], "reg_tokens": c.num_registers, "final_norm": c.final_norm,
+                "init_values": c.layer_scale_init is not None}  # its value is an initializer alone
+        theirs = {**args, "init_values": bool(args.get("init_values"))}
+        assert {k: v for k, v in ours.items() if k in args} == {k: theirs[k] for k in ours if k in args}, entry.name
+        checked.add(entry.architecture.split("_")[0])
+    assert checked == {"deit", "dinov2", "clip", "siglip", "aimv2", "eva02", "pe", "radio"}
 
 
 def test_family_presets_default_to_their_release():

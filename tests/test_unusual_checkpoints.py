@@ -201,7 +201,7 @@ def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path
         ViT.from_checkpoint(folder)
     assert ViT.from_checkpoint(folder / "model.safetensors", num_heads=2).num_heads == 2  # the way out it names
     for architecture, refused in (("beit3_base_patch16_224", "scale_attn_norm=True, scale_mlp_norm=True"),
-                                  ("vit_base_patch16_radio_v3", "final_norm=False"),
+                                  ("vit_dwee_patch16_reg1_gap_256", "attn_layer='diff'"),
                                   ("vit_base_patch16_18x2_224", "block_fn='ParallelThingsBlock'"),
                                   ("vit_base_patch16_224", "pos_embed='none'")):
         model_args = {"embed_dim": 64, "num_heads": 2, **({"pos_embed": "none"} if "pos_embed" in refused else {})}

@@ -9,7 +9,7 @@ from keras import ops
 from keras_vit.config import POSITION_EMBEDDINGS
 from keras_vit.config import pair
 
-RESAMPLE_METHODS = ("bilinear", "bicubic", "dinov2")
+RESAMPLE_METHODS = ("bilinear", "bicubic", "dinov2", "cpe")
 
 
 def _linear_matrix(old, new):
@@ -74,6 +74,11 @@ def resample_position_embeddings(
             ``DinoVisionTransformer.interpolate_pos_encoding``): bicubic with
             ``scale_factor = (new + 0.1) / old``, the 0.1 offset its authors
             add against floating-point error in the output size.
+            ``"cpe"``: RADIO's cropped position embeddings (Ranzinger et al.,
+            CVPR 2024): ``"bilinear"`` to a square grid of the new grid's
+            longer side, then its top-left ``nh x nw`` rows: an image of
+            another aspect ratio sees a part of the table at the scale of
+            a square one.
 
     Returns:
         A float32 NumPy array of shape ``(1, num_prefix_tokens + nh * nw, D)``.
@@ -106,8 +111,10 @@ def resample_position_embeddings(
             f"{old_h}x{old_w} grid with {num_prefix_tokens} prefix tokens: "
             f"expected (1, {expected}, D)."
         )
+    side = max(new_h, new_w)  # "cpe": the square grid its rows are cropped from
     matrix = {"bilinear": _linear_matrix, "bicubic": _cubic_matrix,
-              "dinov2": lambda old, new: _cubic_matrix(old, new, offset=0.1)}[method]
+              "dinov2": lambda old, new: _cubic_matrix(old, new, offset=0.1),
+              "cpe": lambda old, new: _linear_matrix(old, side)[:new]}[method]
     prefix = embeddings[:, :num_prefix_tokens]
     grid = embeddings[0, num_prefix_tokens:].reshape(old_h, old_w, -1)
     grid = np.einsum("Hh,Ww,hwd->HWd", matrix(old_h, new_h), matrix(old_w, new_w), grid)
@@ -209,15 +216,17 @@ def grid_shapes(rows, cols, tokens):
     return ops.cast(batch[:, None] + size[None, :], "int32")
 
 
-def resize_weights(positions, old, method="bilinear"):
+def resize_weights(positions, old, method="bilinear", side=None):
     """`resample_position_embeddings`' weights in `keras.ops`, for a new
     grid known only as it runs: float32 ``(new, old)``, the rows of
-    `_linear_matrix` (``"bilinear"``) or `_cubic_matrix` (``"bicubic"``;
-    ``"dinov2"``: its 0.1 offset) for the output positions `positions`
-    (float32 ``(new,)``, ``0 .. new - 1``: `grid_positions`)."""
+    `_linear_matrix` (``"bilinear"``; ``"cpe"``: those of the square grid
+    of `side`, the new grid's longer side, float32 scalar) or `_cubic_matrix`
+    (``"bicubic"``; ``"dinov2"``: its 0.1 offset) for the output positions
+    `positions` (float32 ``(new,)``, ``0 .. new - 1``: `grid_positions`)."""
     new = _count(positions)
-    if method == "bilinear":  # scipy's zoom(order=1): corners aligned
-        coords = positions * ((old - 1) / ops.maximum(new - 1.0, 1.0))
+    if method in ("bilinear", "cpe"):  # scipy's zoom(order=1): corners aligned
+        length = side if method == "cpe" else new
+        coords = positions * ((old - 1) / ops.maximum(length - 1.0, 1.0))
         source = ops.convert_to_tensor(np.arange(old, dtype="float32"))[None, :]
         return ops.maximum(0.0, 1.0 - ops.abs(coords[:, None] - source))
     a = -0.75  # PyTorch's bicubic convolution, half-pixel centres
@@ -388,8 +397,9 @@ class PositionEmbedding(keras.layers.Layer):
         if self.kind == "learned":
             # the table's own grid keeps the table (`keras_vit.assign.transfer_weights`, DINOv2)
             same = ops.logical_and(ops.equal(_count(rows), grid_h), ops.equal(_count(cols), grid_w))
+            side = ops.maximum(_count(rows), _count(cols))  # "cpe": the square grid it crops
             row_weights, col_weights = (
-                ops.where(same, _one_hot_rows(positions, old), resize_weights(positions, old, method))
+                ops.where(same, _one_hot_rows(positions, old), resize_weights(positions, old, method, side))
                 for positions, old in ((rows, grid_h), (cols, grid_w)))
             old = ops.reshape(ops.cast(table[0, prefix:], "float32"), (grid_h, grid_w, hidden_dim))
             positions = ops.einsum("Hh,hwd->Hwd", row_weights, old)

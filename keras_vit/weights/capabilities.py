@@ -119,7 +119,7 @@ _FAMILY = {
     "patch_norm": "a norm of its patch embeddings (patch_norm, AIMv2's), which {reader} does not have",
     "out_bias": "its attention output has no bias (out_bias=False), which {reader} requires",
     "mlp_norm": "a norm inside its MLP (mlp_norm, EVA-02's), which {reader} does not have",
-    "final_norm": "no final norm (final_norm=False, PE's spatial towers'), which {reader} has always",
+    "final_norm": "no final norm (final_norm=False: RADIO's, PE's spatial towers'), which {reader} has always",
 }
 _REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
     refused(_FAMILY[f], TIMM) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
@@ -390,9 +390,8 @@ TABLE = {
     "fc_norm": every(_FC_NORM, dinov2=_NOT_DINOV2, timm=writes(fc_norm=True, pooling="gap")),
     "final_norm": every(
         refused(_FAMILY["final_norm"], TIMM), dinov2=_NOT_DINOV2,
-        timm=written((lambda c: not c.final_norm and not c.uses_rope, "no final norm (final_norm=False), "
-                      "which keras_vit writes to timm's Eva (rotary embeddings, PE's spatial towers) only",
-                      KERAS), values=(dict(_PE, pooling="gap", final_norm=False),))),
+        timm=written(values=(dict(final_norm=False, num_registers=2, layer_scale_init=1e-5),  # RADIO's
+                             dict(_PE, pooling="gap", final_norm=False)))),
     "patch_bias": every(_PATCH_BIAS, dinov2=_NOT_DINOV2, timm=with_("norm_pre"),
                         keras_hub=writes(patch_bias=False)),
     "mlp_bias": dict(

@@ -68,7 +68,7 @@ _ARGUMENTS = {
     **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth",
                      "num_heads", "mlp_ratio", "qkv_bias", "qk_norm", "init_values", "class_token",
                      "reg_tokens", "no_embed_class", "pre_norm", "fc_norm")),
-    "global_pool": ("", *_POOLS), "pos_embed": ("learn",), "final_norm": (True,),
+    "global_pool": ("", *_POOLS), "pos_embed": ("learn",), "final_norm": (True, False),
     "scale_attn_norm": (False,), "scale_mlp_norm": (False,),
     "pool_include_prefix": (False,), "embed_layer": ("patchembed",),
     "block_fn": ("block",), "attn_layer": ("attention",), "proj_bias": None,
@@ -465,7 +465,8 @@ def read_timm(path, num_heads=None):
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
     c = config_view(config)
     state = r.move(key_map(c, unpacked, "blocks.0.attn.q_proj.weight" in tensors), tensors, c, source)
-    method = "dinov2" if "dinov2" in str(meta.get("architecture", "")) else "bilinear"
+    architecture = str(meta.get("architecture", ""))  # its own resampling: DINOv2's, RADIO's (CPE)
+    method = "dinov2" if "dinov2" in architecture else "cpe" if "_radio_" in architecture else "bilinear"
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
 
 
@@ -532,8 +533,8 @@ def _model_args(c):
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
         mlp_ratio=mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, proj_bias=c.out_bias,
         num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
-        no_embed_class=False, fc_norm=c.fc_norm, qk_norm=c.qk_norm, pre_norm=c.norm_pre,
-        **r.write_settings([_GLOBAL_POOL], c),
+        no_embed_class=False, fc_norm=c.fc_norm, final_norm=c.final_norm, qk_norm=c.qk_norm,
+        pre_norm=c.norm_pre, **r.write_settings([_GLOBAL_POOL], c),
         # the gated MLPs' SiLU is their architecture's (DINOv2 giant's, AIMv2's)
         **r.write_settings([dataclasses.replace(_ACT_LAYER, when=lambda c: c.mlp_activation != "swiglu")], c),
     )
@@ -568,6 +569,22 @@ def _eva_model_args(c):
     return {k: v for k, v in model_args.items() if v is not None}  # None: the architecture's
 
 
+def _table_of_the_patches(c, tensors):
+    """A table whose prefix tokens' rows are all zero (read from timm's
+    ``no_embed_class``, as DINOv2 with registers, RADIO and the ``_rope_ape``
+    ViTs have it: `_pad_position_embeddings`) written as timm keeps it, the
+    patches' rows alone, so that the folder is timm's own key for key.
+
+    Returns:
+        whether `tensors`' ``pos_embed`` became the patches' rows.
+    """
+    table, prefix = tensors.get("pos_embed"), c.num_prefix_tokens
+    if table is None or not prefix or np.any(table[:, :prefix]):
+        return False
+    tensors["pos_embed"] = table[:, prefix:]
+    return True
+
+
 def write_timm(model, path):
     """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
     file, or a hub folder with its ``config.json`` (``model_args``)."""
@@ -578,6 +595,8 @@ def write_timm(model, path):
         files.write_atomic(path, safetensors_bytes(tensors))
         return
     model_args = _eva_model_args(c) if c.uses_rope else _model_args(c)
+    if _table_of_the_patches(c, tensors):
+        model_args["no_embed_class"] = True
     config = {
         "architecture": written_architecture(c),
         "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],

@@ -56,6 +56,10 @@ ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     "pe_spatial": ("vit_pe_spatial_tiny_patch16_512", dict(ref_feat_shape=(4, 4))),
     # timm's ViT with rotary embeddings alone (Heo et al., 2024): no position table, no reference grid
     "rope_vit": ("vit_small_patch16_rope_224", {}),
+    # C-RADIOv3 (Ranzinger et al.) as timm's VisionTransformer keeps it: 7 register tokens beside the
+    # [class] token (RADIO's summary tokens past the first), a table of the patches alone, LayerScale,
+    # no final norm
+    "radio": ("vit_base_patch16_radio_v3", {}),
 }
 
 # How far each model's weights are moved (normal noise of this scale): 0.3, and 0.1 for PE's,
