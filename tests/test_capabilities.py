@@ -24,13 +24,14 @@ from keras_vit.weights import formats
 DOCS = pathlib.Path(__file__).parent.parent / "docs" / "checkpoints.md"
 SMALL = dict(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
              num_classes=5)
-# Each format written, the model it starts from
-BASES = {"npz": {}, "huggingface": {}, "timm": {}, "keras_hub": dict(gelu_approximate=False),
-         "dinov3": dict(position_embedding="rope", layer_scale_init=1.0, num_classes=0,
-                        gelu_approximate=False),
-         "siglip2": dict(naflex=True, max_num_patches=6, pooling="map", num_classes=0)}
-# The formats whose writer format="huggingface" picks by the model (formats.huggingface_column)
-HUGGINGFACE = ("dinov3", "siglip2")
+# Each column written, the model it starts from
+BASES = {"npz": {}, "hf_vit": {}, "timm": {}, "keras_hub": dict(gelu_approximate=False),
+         "hf_dinov3": dict(position_embedding="rope", layer_scale_init=1.0, num_classes=0,
+                           gelu_approximate=False),
+         "hf_siglip2": dict(naflex=True, max_num_patches=6, pooling="map", num_classes=0)}
+# The format each column is written by (format="huggingface" picks its column by the model:
+# formats.huggingface_column)
+FORMAT_OF = {column: f.name for f in formats.FORMATS.values() for column in f.columns}
 
 
 def missing_entries(fields):
@@ -162,7 +163,7 @@ def test_what_the_table_writes_reads_back(tmp_path, format, config):
         table[:, 1:1 + model.num_registers] = 0
         model.parts.position_embedding.embeddings.assign(table)
     path = tmp_path / ("out.npz" if format == "npz" else "out")
-    model.save_checkpoint(path, format="huggingface" if format in HUGGINGFACE else format)
+    model.save_checkpoint(path, format=FORMAT_OF[format])
     size = {"image_size": model.image_size} if model.position_embedding == "sincos2d" else {}
     back = ViT.from_checkpoint(path, **size)
     x = np.random.default_rng(1).normal(size=(1, *model.image_size, 3)).astype("float32")

@@ -19,8 +19,8 @@ from keras_vit.weights.timm import written_epsilon
 # Every format's columns (`keras_vit.weights.formats.FORMATS`), and `.keras`
 COLUMNS = {**{name: column for format in FORMATS.values() for name, column in format.columns.items()},
            "keras": Column("`.keras`", "a .keras file", "Keras")}
-# the columns a TABLE row names; "siglip2" and "keras" are added below
-_FORMATS = tuple(f for f in COLUMNS if f not in ("siglip2", "keras"))
+# the columns a TABLE row names; "hf_siglip2" and "keras" are added below
+_FORMATS = tuple(f for f in COLUMNS if f not in ("hf_siglip2", "keras"))
 ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")
 
 
@@ -82,8 +82,8 @@ def dropped(note):
 
 
 def every(entry, **others):
-    """A row: `entry` in every format but `others` (format -> Entry); the
-    ``"siglip2"`` and ``"keras"`` columns are added below."""
+    """A row: `entry` in every column but `others` (column -> Entry); the
+    ``"hf_siglip2"`` and ``"keras"`` columns are added below."""
     return {**dict.fromkeys(_FORMATS, entry), **others}
 
 
@@ -103,7 +103,7 @@ _FIXED_SIZE = ("Write its fixed-size model (`model.with_config(naflex=False, max
 
 # Family options that formats have no key for: field -> why, in every column that refuses it
 # (instead: timm's, unless said)
-_FAMILY = {
+_NO_KEY = {
     "num_registers": "it has {c.num_registers} register tokens, which {reader} has no key for",
     "layer_scale_init": "it has LayerScale (layer_scale_init), which {reader} has no key for",
     "qk_norm": "qk_norm, which {reader} does not have",
@@ -122,12 +122,12 @@ _FAMILY = {
     "final_norm": "no final norm (final_norm=False: RADIO's, PE's spatial towers'), which {reader} has always",
 }
 _REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
-    refused(_FAMILY[f], TIMM) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
+    refused(_NO_KEY[f], TIMM) for f in ("num_registers", "layer_scale_init", "qk_norm", "norm_pre", "fc_norm",
                                         "patch_bias", "distillation", "class_token"))
-_NORM_BIAS = refused(_FAMILY["norm_bias"], "Write it with format='npz', which has it; else keep it "
+_NORM_BIAS = refused(_NO_KEY["norm_bias"], "Write it with format='npz', which has it; else keep it "
                      "as a .keras file (`model.save`).")
 _MLP_ACTIVATION = refused("mlp_activation={c.mlp_activation!r}, which {reader} does not have", TIMM)
-_KEY_BIAS = refused(_FAMILY["key_bias"], "DINOv3's formats have it (with rotary position embeddings); "
+_KEY_BIAS = refused(_NO_KEY["key_bias"], "DINOv3's formats have it (with rotary position embeddings); "
                     "else keep it as a .keras file (`model.save`).")
 # AIMv2's options (timm's aimv2_*): a small model's change that timm writes
 _AIMV2 = dict(norm_type="rms_norm", norm_bias=False, patch_norm=True, mlp_activation="swiglu",
@@ -181,11 +181,11 @@ _FEATURES = (lambda c: c.num_classes or c.pooling != "token" or c.representation
              "Write it headless (`model.with_config(num_classes=0)`), or with format='keras_hub'.")
 
 
-def _is(family_name):
-    """Whether a config is written as keras-hub's `family_name` backbone."""
-    from keras_vit.weights.keras_hub import family_of
+def _is(backbone):
+    """Whether a config is written as keras-hub's `backbone` (``"ViT"``, ``"DINOV2"``, ...)."""
+    from keras_vit.weights.keras_hub import backbone_of
 
-    return lambda c: family_of(c) == family_name
+    return lambda c: backbone_of(c) == backbone
 
 
 _DINOV3_HUB, _DINOV2_HUB = _is("DINOV3"), _is("DINOV2")
@@ -212,28 +212,28 @@ def _swiglu_width(c):
 
 # field -> {format: Entry}; ".keras" holds everything (added below)
 TABLE = {
-    "image_size": every(W, dinov2=_DINOV2_ONLY, timm=writes(image_size=(32, 16))),
-    "patch_size": every(W, huggingface=written(_SQUARE + ("Use format='timm'.",)), dinov2=_DINOV2_ONLY,
-                        dinov3=written(_SQUARE + (KERAS,))),
-    **{field: every(W, dinov2=_DINOV2_ONLY) for field in ("num_layers", "num_heads", "hidden_dim")},
+    "image_size": every(W, hf_dinov2=_DINOV2_ONLY, timm=writes(image_size=(32, 16))),
+    "patch_size": every(W, hf_vit=written(_SQUARE + ("Use format='timm'.",)), hf_dinov2=_DINOV2_ONLY,
+                        hf_dinov3=written(_SQUARE + (KERAS,))),
+    **{field: every(W, hf_dinov2=_DINOV2_ONLY) for field in ("num_layers", "num_heads", "hidden_dim")},
     "mlp_dim": every(
-        W, dinov2=_DINOV2_ONLY, keras_hub=written(
+        W, hf_dinov2=_DINOV2_ONLY, keras_hub=written(
             (_swiglu_width, "a SwiGLU width of {c.mlp_dim}, which keras-hub's rounding to multiples "
              "of 8 does not give", HUB_FIX)),
         timm=written((lambda c: int(c.hidden_dim * (mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim))
                       != mlp_ratio_factor(c) * c.mlp_dim,
                       "timm makes the MLP width int(embed_dim * mlp_ratio), which does not give "
                       "{c.mlp_dim} for width {c.hidden_dim}", "Use format='huggingface' or 'npz'."))),
-    "num_classes": every(writes(num_classes=0), dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
+    "num_classes": every(writes(num_classes=0), hf_dinov2=_DINOV2_ONLY, hf_dinov3=written(_FEATURES),
                          keras_hub=written(_HUB_DINOV3, _HUB_DINOV2, values=(dict(num_classes=0),))),
     "pooling": dict(
         npz=written((lambda c: c.pooling == "none", "pooling='none' (the token sequence) has no "
                      "vit_jax classifier", "Use pooling 'token', 'gap' or 'map'."),
                     values=(dict(pooling="gap"), dict(pooling="map"))),
-        huggingface=written((lambda c: c.pooling != "token", "pooling {c.pooling!r}: Hugging Face's "
+        hf_vit=written((lambda c: c.pooling != "token", "pooling {c.pooling!r}: Hugging Face's "
                              "ViT classifies the [class] token", "Write it with format='timm' (gap, "
                              "map) or 'npz'.")),
-        dinov2=_DINOV2_ONLY, dinov3=written(_FEATURES),
+        hf_dinov2=_DINOV2_ONLY, hf_dinov3=written(_FEATURES),
         timm=written((lambda c: c.pooling == "none", "pooling='none' has no timm classifier",
                       "Use another pooling."), values=(dict(pooling="gap"), dict(pooling="map"))),
         keras_hub=written((lambda c: c.pooling not in ("token", "gap") or (
@@ -248,21 +248,21 @@ TABLE = {
        for field in ("pooling_num_heads", "pooling_mlp_dim")},
     "representation_size": dict(
         npz=writes(representation_size=8),
-        huggingface=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
+        hf_vit=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
                              "layer and a head: ViTForImageClassification classifies the [class] "
                              "token without its pooler", "Drop the head (`model.with_config("
                              "num_classes=0)`) to write a ViTModel whose pooler is the pre-logits "
                              "layer, or use format='npz'."),
                             values=(dict(representation_size=8, num_classes=0),)),
-        dinov2=_NOT_DINOV2, dinov3=written(_FEATURES),
+        hf_dinov2=_NOT_DINOV2, hf_dinov3=written(_FEATURES),
         timm=read("it has a pre-logits layer, which timm's VisionTransformer no longer has",
                   "Write it with format='npz' or 'huggingface'."),
         keras_hub=written((lambda c: c.representation_size and not c.num_classes, "it has a "
                            "pre-logits layer and no head: a keras-hub ViTBackbone has no pre-logits "
                            "layer", "Write it with a head, or with format='npz'."),
                           values=(dict(representation_size=8),))),
-    "projection_dim": every(_PROJECTION, dinov2=_NOT_DINOV2),
-    "normalize_features": every(_NORMALIZE, dinov2=_NOT_DINOV2),
+    "projection_dim": every(_PROJECTION, hf_dinov2=_NOT_DINOV2),
+    "normalize_features": every(_NORMALIZE, hf_dinov2=_NOT_DINOV2),
     "dropout_rate": every(LOADING, keras_hub=writes(dropout_rate=0.1)),
     "attention_dropout_rate": every(LOADING, keras_hub=writes(attention_dropout_rate=0.1)),
     "drop_path_rate": every(LOADING, keras_hub=Entry("loading", note="DINO presets store it")),
@@ -270,8 +270,8 @@ TABLE = {
         npz=written((lambda c: c.layer_norm_epsilon != 1e-6, "its LayerNorm epsilon is "
                      "{c.layer_norm_epsilon:g}, and vit_jax's is 1e-6", "Use format='huggingface' "
                      "(it stores the epsilon).")),
-        huggingface=writes(layer_norm_epsilon=1e-12), dinov2=_DINOV2_ONLY,
-        dinov3=W, keras_hub=writes(layer_norm_epsilon=1e-5),
+        hf_vit=writes(layer_norm_epsilon=1e-12), hf_dinov2=_DINOV2_ONLY,
+        hf_dinov3=W, keras_hub=writes(layer_norm_epsilon=1e-5),
         timm=written((lambda c: c.layer_norm_epsilon != written_epsilon(c),
                       "its LayerNorm epsilon is {c.layer_norm_epsilon:g}, and timm's ViT uses 1e-6 "
                       "(its CLIP, with norm_pre, 1e-5)", "Use format='huggingface' (it stores the "
@@ -281,8 +281,8 @@ TABLE = {
                      "runs the tanh approximation", "Use format='timm' or 'huggingface', or accept "
                      "slightly different numbers: `model.with_config(gelu_approximate=True)"
                      ".save_checkpoint(...)`.")),
-        huggingface=writes(gelu_approximate=False), dinov2=_DINOV2_ONLY,
-        dinov3=written((lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,
+        hf_vit=writes(gelu_approximate=False), hf_dinov2=_DINOV2_ONLY,
+        hf_dinov3=written((lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,
                         "gelu_approximate=True, and DINOv3's MLP is exact GELU (or gated SiLU)",
                         KERAS)),
         timm=writes(gelu_approximate=False),
@@ -291,12 +291,12 @@ TABLE = {
                            "numbers with `model.with_config(gelu_approximate=False).save_checkpoint"
                            "(...)`, or use format='npz'."))),
     "qkv_bias": every(
-        writes(qkv_bias=False), dinov2=_DINOV2_ONLY,
+        writes(qkv_bias=False), hf_dinov2=_DINOV2_ONLY,
         keras_hub=written((lambda c: not c.qkv_bias and not _DINOV3_HUB(c), "qkv_bias=False, and "
                            "keras-hub's use_mha_bias=False also drops the attention output's bias",
                            HUB_FIX))),
     "key_bias": every(
-        _KEY_BIAS, dinov2=_NOT_DINOV2, dinov3=writes(key_bias=False),
+        _KEY_BIAS, hf_dinov2=_NOT_DINOV2, hf_dinov3=writes(key_bias=False),
         timm=written((lambda c: not c.key_bias and not c.uses_rope, "its key projection has no bias "
                       "(key_bias=False), which timm's VisionTransformer requires; its Eva has it beside "
                       "rotary embeddings (EVA-02's)", KERAS)),
@@ -304,8 +304,8 @@ TABLE = {
                            "no bias (key_bias=False), which keras-hub has for DINOv3 (rotary "
                            "position embeddings) only", HUB_FIX))),
     "layer_scale_init": every(
-        _LAYER_SCALE, dinov2=_DINOV2_ONLY,
-        dinov3=written((lambda c: c.layer_scale_init is None, "it has no LayerScale, which "
+        _LAYER_SCALE, hf_dinov2=_DINOV2_ONLY,
+        hf_dinov3=written((lambda c: c.layer_scale_init is None, "it has no LayerScale, which "
                         "DINOv3ViTModel has always", KERAS), values=(dict(layer_scale_init=0.1),)),
         timm=writes(layer_scale_init=0.1),
         keras_hub=written(
@@ -314,18 +314,18 @@ TABLE = {
             (lambda c: _DINOV3_HUB(c) and c.layer_scale_init is None, "rotary position embeddings "
              "without LayerScale, which keras-hub's DINOV3Backbone has always", HUB_FIX),
             values=(dict(layer_scale_init=1.0, num_classes=0),))),
-    "num_registers": every(_REGISTERS, dinov2=_DINOV2_ONLY, dinov3=writes(num_registers=2),
+    "num_registers": every(_REGISTERS, hf_dinov2=_DINOV2_ONLY, hf_dinov3=writes(num_registers=2),
                            timm=writes(num_registers=2, layer_scale_init=0.1),
                            keras_hub=writes(num_registers=2, layer_scale_init=1.0, num_classes=0)),
     "position_embedding": dict(
         npz=written((lambda c: c.uses_rope, _ROPE, _TO_DINOV3 + " With a learned table too: " + TIMM),
                     values=(dict(position_embedding="sincos2d", pooling="gap"),)),
-        huggingface=written((lambda c: c.position_embedding == "sincos2d", "its position "
+        hf_vit=written((lambda c: c.position_embedding == "sincos2d", "its position "
                              "embeddings are sin-cos, not learned", NPZ),
                             (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
                             note="rotary: written as a DINOv3ViTModel"),
-        dinov2=_DINOV2_ONLY,
-        dinov3=written((lambda c: c.position_embedding == "learned_rope", _ROPE + " beside a learned table",
+        hf_dinov2=_DINOV2_ONLY,
+        hf_dinov3=written((lambda c: c.position_embedding == "learned_rope", _ROPE + " beside a learned table",
                         TIMM), note="rotary alone"),
         timm=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings are "
                       "sin-cos; timm's VisionTransformer learns them", NPZ),
@@ -342,7 +342,7 @@ TABLE = {
                           (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
                           values=(dict(position_embedding="rope", layer_scale_init=1.0,
                                        num_classes=0),))),
-    "rope_theta": every(with_("position_embedding"), dinov3=W, keras_hub=W, timm=W),
+    "rope_theta": every(with_("position_embedding"), hf_dinov3=W, keras_hub=W, timm=W),
     "rope_grid": every(_ROPE_GRID, timm=written(
         (lambda c: c.uses_rope and c.rope_grid != "index", "its rotary embeddings turn on DINOv3's "
          "centred grid (rope_grid='centered'), and timm's Eva of the Perception Encoder on the "
@@ -360,7 +360,7 @@ TABLE = {
                      fc_norm=True, gelu_approximate=False)))),
     "resnet_block_units": dict(
         npz=writes(image_size=64, patch_size=1, resnet_block_units=(1, 2), resnet_width_factor=0.5),
-        huggingface=_HYBRID, dinov2=_NOT_DINOV2, dinov3=_HYBRID,
+        hf_vit=_HYBRID, hf_dinov2=_NOT_DINOV2, hf_dinov3=_HYBRID,
         timm=refused("it is a hybrid (ResNet stem); timm keeps those in another model class "
                      "(vision_transformer_hybrid)", NPZ),
         keras_hub=refused("it is a hybrid (ResNet stem)", "Use format='npz'.")),
@@ -368,67 +368,67 @@ TABLE = {
     "head_bias_init": every(INITIALIZER),
     "mlp_activation": dict(
         npz=_MLP_ACTIVATION,
-        huggingface=written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', which "
+        hf_vit=written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', which "
                              "Hugging Face's ViT does not have", TIMM),
                             values=(dict(mlp_activation="quick_gelu"),)),
-        dinov2=_DINOV2_ONLY,
-        dinov3=written((lambda c: c.mlp_activation == "quick_gelu", "mlp_activation='quick_gelu', "
+        hf_dinov2=_DINOV2_ONLY,
+        hf_dinov3=written((lambda c: c.mlp_activation == "quick_gelu", "mlp_activation='quick_gelu', "
                         "and DINOv3's MLP is exact GELU (or gated SiLU)", KERAS),
                        values=(dict(mlp_activation="swiglu"),)),
         timm=written(values=(dict(mlp_activation="quick_gelu"), dict(mlp_activation="swiglu"))),
         keras_hub=written((lambda c: c.mlp_activation not in ("gelu", "swiglu") or (
             c.mlp_activation == "swiglu" and not _DINOV2_HUB(c) and not _DINOV3_HUB(c)),
             "mlp_activation={c.mlp_activation!r}, which keras-hub's ViT does not have", HUB_FIX))),
-    "qk_norm": every(_QK_NORM, dinov2=_NOT_DINOV2, timm=writes(qk_norm=True)),
+    "qk_norm": every(_QK_NORM, hf_dinov2=_NOT_DINOV2, timm=writes(qk_norm=True)),
     "norm_pre": every(
-        _NORM_PRE, dinov2=_NOT_DINOV2,
+        _NORM_PRE, hf_dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.norm_pre == c.patch_bias, "timm builds a LayerNorm before the "
                       "encoder exactly when the patch embedding has no bias (pre_norm), and this "
                       "model has norm_pre={c.norm_pre}, patch_bias={c.patch_bias}",
                       "Use format='huggingface' or 'npz' where they apply."),
                      values=(dict(norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5),))),
-    "fc_norm": every(_FC_NORM, dinov2=_NOT_DINOV2, timm=writes(fc_norm=True, pooling="gap")),
+    "fc_norm": every(_FC_NORM, hf_dinov2=_NOT_DINOV2, timm=writes(fc_norm=True, pooling="gap")),
     "final_norm": every(
-        refused(_FAMILY["final_norm"], TIMM), dinov2=_NOT_DINOV2,
+        refused(_NO_KEY["final_norm"], TIMM), hf_dinov2=_NOT_DINOV2,
         timm=written(values=(dict(final_norm=False, num_registers=2, layer_scale_init=1e-5),  # RADIO's
                              dict(_PE, pooling="gap", final_norm=False)))),
-    "patch_bias": every(_PATCH_BIAS, dinov2=_NOT_DINOV2, timm=with_("norm_pre"),
+    "patch_bias": every(_PATCH_BIAS, hf_dinov2=_NOT_DINOV2, timm=with_("norm_pre"),
                         keras_hub=writes(patch_bias=False)),
     "mlp_bias": dict(
         npz=writes(mlp_bias=False, pooling="map"),
-        huggingface=refused(_FAMILY["mlp_bias"], "Write it with format='npz', which has it."),
-        dinov2=_NOT_DINOV2, dinov3=writes(mlp_bias=False),
+        hf_vit=refused(_NO_KEY["mlp_bias"], "Write it with format='npz', which has it."),
+        hf_dinov2=_NOT_DINOV2, hf_dinov3=writes(mlp_bias=False),
         timm=with_("out_bias"),
         keras_hub=writes(mlp_bias=False)),
     "norm_bias": every(
-        _NORM_BIAS, npz=writes(norm_bias=False, pooling="map"), dinov2=_NOT_DINOV2,
-        timm=written((lambda c: not c.norm_bias and c.norm_type != "rms_norm", _FAMILY["norm_bias"],
+        _NORM_BIAS, npz=writes(norm_bias=False, pooling="map"), hf_dinov2=_NOT_DINOV2,
+        timm=written((lambda c: not c.norm_bias and c.norm_type != "rms_norm", _NO_KEY["norm_bias"],
                       "Write it with format='npz', which has it."))),
     "norm_type": every(
-        refused(_FAMILY["norm_type"], TIMM), dinov2=_NOT_DINOV2,
+        refused(_NO_KEY["norm_type"], TIMM), hf_dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.norm_type == "rms_norm" and c.mlp_activation != "swiglu",
                       "its norms are RMSNorms and its MLP is not SwiGLU, and timm's RMSNorm ViT "
                       "(AIMv2's) has a SwiGLU MLP", KERAS),
                      values=(dict(_AIMV2),))),
     "patch_norm": every(
-        refused(_FAMILY["patch_norm"], TIMM), dinov2=_NOT_DINOV2,
+        refused(_NO_KEY["patch_norm"], TIMM), hf_dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.patch_norm and c.norm_type != "rms_norm", "a LayerNorm of its "
                       "patch embeddings, and timm's ViT has one as AIMv2's, an RMSNorm", KERAS),
                      values=(dict(_AIMV2, patch_norm=False),))),
     "mlp_norm": every(
-        refused(_FAMILY["mlp_norm"], TIMM), dinov2=_NOT_DINOV2,
+        refused(_NO_KEY["mlp_norm"], TIMM), hf_dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.mlp_norm and not c.uses_rope, "a norm inside its MLP (mlp_norm), which "
                       "timm's VisionTransformer does not have; its Eva has it beside rotary embeddings "
                       "(EVA-02's)", KERAS))),
     "out_bias": every(
-        refused(_FAMILY["out_bias"], TIMM), dinov2=_NOT_DINOV2,
+        refused(_NO_KEY["out_bias"], TIMM), hf_dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.out_bias != c.mlp_bias, "out_bias={c.out_bias} with "
                       "mlp_bias={c.mlp_bias}, and timm's proj_bias sets both", KERAS),
                      values=(dict(out_bias=False, mlp_bias=False),))),
     "distillation": dict(
-        npz=_DISTILLATION, huggingface=read("distillation (DeiT's second token and head), which "
+        npz=_DISTILLATION, hf_vit=read("distillation (DeiT's second token and head), which "
                                             "{reader} does not write", TIMM),
-        dinov2=_NOT_DINOV2, dinov3=_DISTILLATION, timm=writes(distillation=True),
+        hf_dinov2=_NOT_DINOV2, hf_dinov3=_DISTILLATION, timm=writes(distillation=True),
         keras_hub=written(
             (lambda c: c.distills_by_head, "DeiT's two heads averaged (distillation_head=True), and "
              "keras-hub's DeiT classifies the [class] token alone", "Write it with format='timm'."),
@@ -440,25 +440,25 @@ TABLE = {
         timm=written((lambda c: c.distillation and not c.distillation_head, "its distillation token "
                       "has no head (distillation_head=False), and timm's distilled ViT has both "
                       "heads", KERAS))),
-    "class_token": every(_CLASS_TOKEN, dinov2=_NOT_DINOV2,
+    "class_token": every(_CLASS_TOKEN, hf_dinov2=_NOT_DINOV2,
                          timm=written(values=(dict(pooling="gap", class_token=True),
                                               dict(pooling="map", class_token=True)))),
-    "num_channels": every(W, dinov2=_DINOV2_ONLY),
+    "num_channels": every(W, hf_dinov2=_DINOV2_ONLY),
     "class_names": dict(npz=dropped("vit_jax files hold no class names"),
-                        huggingface=writes(class_names=list("abcde")),
-                        dinov2=with_("num_classes"), dinov3=with_("num_classes"),
+                        hf_vit=writes(class_names=list("abcde")),
+                        hf_dinov2=with_("num_classes"), hf_dinov3=with_("num_classes"),
                         timm=writes(class_names=list("abcde")),
                         keras_hub=dropped("keras-hub presets hold no class names")),
     "head_activation": every(dropped("the format records no output activation"),
-                             dinov2=with_("num_classes"), dinov3=with_("num_classes")),
-    **{field: every(W, npz=dropped("vit_jax files hold no pixel scaling"), dinov2=_DINOV2_ONLY)
+                             hf_dinov2=with_("num_classes"), hf_dinov3=with_("num_classes")),
+    **{field: every(W, npz=dropped("vit_jax files hold no pixel scaling"), hf_dinov2=_DINOV2_ONLY)
        for field in ("pixel_scale", "pixel_offset")},
     "data_format": every(LOADING, keras_hub=written((lambda c: c.data_format != "channels_last",
                                                      "it takes channels-first images", HUB_FIX))),
     # NaFlex (SigLIP 2's any-size sequences): format="huggingface" writes a Siglip2VisionModel
-    # (the "siglip2" column); the other formats have no setting for it
+    # (the "hf_siglip2" column); the other formats have no setting for it
     "naflex": every(refused("it is a NaFlex model (naflex=True), which {reader} has no setting for",
-                            _FIXED_SIZE), huggingface=written(note="NaFlex: written as a Siglip2VisionModel")),
+                            _FIXED_SIZE), hf_vit=written(note="NaFlex: written as a Siglip2VisionModel")),
     "max_num_patches": every(with_("naflex")),
     # token merging (ToMe) changes how the model runs, not its weights
     **{field: every(LOADING) for field in ("token_merging", "proportional_attention")},
@@ -471,7 +471,7 @@ _S2_SAME = ("mlp_dim", "num_channels", "num_heads", "num_layers", "hidden_dim", 
             "pixel_offset")
 _SIGLIP2 = {
     **{field: W for field in _S2_SAME},
-    **{field: refused(why, _FIXED_SIZE) for field, why in _FAMILY.items()},
+    **{field: refused(why, _FIXED_SIZE) for field, why in _NO_KEY.items()},
     **{field: LOADING for field in ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
                                     "data_format")},
     "image_size": written((lambda c: c.grid_size[0] != c.grid_size[1], "its position table is "
@@ -514,24 +514,24 @@ _SIGLIP2 = {
     **{field: LOADING for field in ("token_merging", "proportional_attention")},
 }
 for _field, _entries in TABLE.items():
-    _entries["siglip2"] = _SIGLIP2[_field]
+    _entries["hf_siglip2"] = _SIGLIP2[_field]
     _entries["keras"] = W
 
 
 _DEFAULTS = {field.name: field.default for field in dataclasses.fields(ViTConfig)}
 
 
-def refusal(config, format):
-    """The first thing `format` (a `COLUMNS` key) cannot hold of `config`
+def refusal(config, column):
+    """The first thing `column` (a `COLUMNS` key) cannot hold of `config`
     (a `ViTConfig`), or None.
 
     Returns:
-        None, or ``(why, instead)``: the reason, in the format's words, and
+        None, or ``(why, instead)``: the reason, in the column's words, and
         what to do.
     """
-    owner = COLUMNS[format].owner
+    owner = COLUMNS[column].owner
     for field in FIELDS:
-        entry = TABLE.get(field, {}).get(format)
+        entry = TABLE.get(field, {}).get(column)
         if entry is None:
             if getattr(config, field) != _DEFAULTS.get(field):
                 return (f"{field}={getattr(config, field)!r}, which keras_vit does not map to "

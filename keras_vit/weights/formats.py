@@ -83,7 +83,7 @@ def huggingface_column(c):
     """The column format="huggingface" writes a `ViTConfig` `c` as: SigLIP 2's
     ``Siglip2VisionModel`` for NaFlex, ``DINOv3ViTModel`` for rotary position
     embeddings, a ``ViTModel`` otherwise."""
-    return "siglip2" if c.naflex else "dinov3" if c.position_embedding == "rope" else "huggingface"
+    return "hf_siglip2" if c.naflex else "hf_dinov3" if c.position_embedding == "rope" else "hf_vit"
 
 
 def _folder_unless_safetensors(path):
@@ -124,11 +124,11 @@ FORMATS = {format.name: format for format in (
                 "Hugging Face; `config.json` must be in the same directory")),
         claims=lambda found: found.config is not None or any(k.endswith(_HF_PATCH_KEYS) for k in found.keys),
         columns={
-            "huggingface": Column("Hugging Face ViT", "a Hugging Face ViT", "Hugging Face's ViT"),
-            "dinov2": Column("Hugging Face DINOv2", None, "Hugging Face's Dinov2Model"),
-            "dinov3": Column("Hugging Face DINOv3", "a Hugging Face DINOv3ViTModel",
+            "hf_vit": Column("Hugging Face ViT", "a Hugging Face ViT", "Hugging Face's ViT"),
+            "hf_dinov2": Column("Hugging Face DINOv2", None, "Hugging Face's Dinov2Model"),
+            "hf_dinov3": Column("Hugging Face DINOv3", "a Hugging Face DINOv3ViTModel",
                              "Hugging Face's DINOv3ViTModel"),
-            "siglip2": Column("Hugging Face SigLIP 2 NaFlex", "a Hugging Face Siglip2VisionModel",
+            "hf_siglip2": Column("Hugging Face SigLIP 2 NaFlex", "a Hugging Face Siglip2VisionModel",
                               "Hugging Face's Siglip2VisionModel"),
         },
         written_as=huggingface_column, writes_folder=_folder_unless_safetensors),

@@ -437,11 +437,10 @@ _MODEL_TYPES = {
 # `keras_vit.weights.formats.huggingface_column` -> (the family, `SETTINGS`'s and `key_map`'s), model class,
 # model type and the constants of its config.json
 _HUGGINGFACE = {
-    "huggingface": ("vit", "ViTModel", "vit",
-                    dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
-    "dinov3": ("dinov3", "DINOv3ViTModel", "dinov3_vit", {}),
-    "siglip2": ("siglip2", "Siglip2VisionModel", "siglip2_vision_model",
-                dict(attention_dropout=0.0, vision_use_head=True))}
+    "hf_vit": ("vit", "ViTModel", "vit", dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    "hf_dinov3": ("dinov3", "DINOv3ViTModel", "dinov3_vit", {}),
+    "hf_siglip2": ("siglip2", "Siglip2VisionModel", "siglip2_vision_model",
+                   dict(attention_dropout=0.0, vision_use_head=True))}
 
 
 def write_huggingface(model, path):

@@ -86,17 +86,17 @@ _ENCODERS = {"ViT": "layers/vi_t_encoder/encoder_layers/vi_t_encoder_block{n}/",
 _QKVO = ("query_dense", "key_dense", "value_dense", "output_dense")
 
 
-def _block(family, c):
-    """One block's rows in `family`'s h5 layout (`r.block_rows`; ``{n}``: the
+def _block(backbone, c):
+    """One block's rows in `backbone`'s h5 layout (`r.block_rows`; ``{n}``: the
     block's suffix, none for the first): DINOv3's Dense ``(D, D)`` attention
     kernels and gated MLP halves, LayerScales where the model has them."""
-    vit, dense, gated = family in ("ViT", "DeiT"), family == "DINOV3", c.mlp_activation == "swiglu"
-    attention = {"ViT": "mha/", "DeiT": "mha/", "DINOV2": "attention/attention/", "DINOV3": "attention/"}[family]
+    vit, dense, gated = backbone in ("ViT", "DeiT"), backbone == "DINOV3", c.mlp_activation == "swiglu"
+    attention = {"ViT": "mha/", "DeiT": "mha/", "DINOV2": "attention/attention/", "DINOV3": "attention/"}[backbone]
     mlp = {"ViT": ("mlp/dense_1", "mlp/dense_2"), "DeiT": ("mlp/dense", "output_layer/dense"),
            "DINOV2": ("mlp/weights_in", "mlp/weights_out") if gated else ("mlp/fc1", "mlp/fc2"),
            "DINOV3": ("mlp/gate_proj", "mlp/up_proj", "mlp/down_proj") if gated
-           else ("mlp/up_proj", "mlp/down_proj")}[family]
-    return r.block_rows(_ENCODERS[family], ("layer_norm_1", "layer_norm_2") if vit else ("norm1", "norm2"),
+           else ("mlp/up_proj", "mlp/down_proj")}[backbone]
+    return r.block_rows(_ENCODERS[backbone], ("layer_norm_1", "layer_norm_2") if vit else ("norm1", "norm2"),
                         [attention + name for name in _QKVO], mlp, r.H5,
                         (r.DENSE_IN, r.DENSE_OUT) if dense else (r.SAME, r.SAME),
                         (r.HEADS_BIAS, r.SAME) if dense else (r.SAME, r.SAME), r.SAME,
@@ -105,19 +105,19 @@ def _block(family, c):
                         scale_when=lambda c: c.layer_scale_init is not None)
 
 
-def _embedding(family, c, mask_token):
+def _embedding(backbone, c, mask_token):
     """The embedding layer's rows: its own variables are numbered
     (``vars/0``, ...) in the order the layer makes them (DINO's mask token
     where the preset has one, registers where the model has them)."""
-    if family in ("ViT", "DeiT"):
-        embed = "layers/vi_t_patching_and_embedding/" if family == "ViT" else "layers/dei_t_embeddings/"
-        posemb = embed + ("position_embedding/vars/0" if family == "ViT" else "vars/2")
+    if backbone in ("ViT", "DeiT"):
+        embed = "layers/vi_t_patching_and_embedding/" if backbone == "ViT" else "layers/dei_t_embeddings/"
+        posemb = embed + ("position_embedding/vars/0" if backbone == "ViT" else "vars/2")
         return [r.row("class_token/tokens", embed + "vars/0", when=lambda c: c.uses_class_token),
                 r.row("distillation_token/tokens", embed + "vars/1", when=lambda c: c.distillation),
                 *r.dense_rows("patch_embedding/projection", embed + "patch_embedding", r.H5,
                          has_bias=lambda c: c.patch_bias),
                 r.row("position_embedding/embeddings", posemb, r.TOKENS)]
-    embed = f"layers/{family.lower()}_embedding/"
+    embed = f"layers/{backbone.lower()}_embedding/"
     names = ["class_token", *(["mask_token"] if mask_token else []),
              *(["registers"] if c.num_registers else []), "table", "stored_table"]
     var = {name: f"{embed}vars/{k}" for k, name in enumerate(names)}
@@ -127,7 +127,7 @@ def _embedding(family, c, mask_token):
         rows.append(r.row((), var["mask_token"], r.MASK_TOKEN))
     if c.num_registers:
         rows.append(r.row("registers/tokens", var["registers"]))
-    if family == "DINOV2":  # the table interpolated to the image size, then the stored one
+    if backbone == "DINOV2":  # the table interpolated to the image size, then the stored one
         rows.append(r.row("position_embedding/embeddings", (var["table"], var["stored_table"]),
                           _DINOV2_TABLES))
     return rows
@@ -139,14 +139,14 @@ _DINOV2_TABLES = (lambda c, table, stored: r.REGISTER_ROWS[0](c, table),
                   lambda c, table: r.REGISTER_ROWS[1](c, table) * 2)
 
 
-def key_map(c, family, mask_token=True):
-    """The map of a `ViTConfig` `c`'s model as keras-hub's `family`
-    backbone (``"ViT"``, ``"DeiT"``, ``"DINOV2"``, ``"DINOV3"``) in
+def key_map(c, backbone, mask_token=True):
+    """The map of a `ViTConfig` `c`'s model as keras-hub's `backbone`
+    (``"ViT"``, ``"DeiT"``, ``"DINOV2"``, ``"DINOV3"``) in
     ``model.weights.h5``; `mask_token`: whether a DINO preset has one."""
-    encoder = "layers/layer_normalization/" if family.startswith("DINO") else \
-        _ENCODERS[family].split("encoder_layers")[0] + "layer_norm/"
-    return [*_embedding(family, c, mask_token),
-            *r.blocks(_block(family, c), c.num_layers, lambda i: {"i": i, "n": f"_{i}" if i else ""}),
+    encoder = "layers/layer_normalization/" if backbone.startswith("DINO") else \
+        _ENCODERS[backbone].split("encoder_layers")[0] + "layer_norm/"
+    return [*_embedding(backbone, c, mask_token),
+            *r.blocks(_block(backbone, c), c.num_layers, lambda i: {"i": i, "n": f"_{i}" if i else ""}),
             *r.norm_rows("encoder_norm", encoder[:-1], r.H5)]
 
 
@@ -187,32 +187,32 @@ def _read_preset(path):
         raise CheckpointError(
             f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
             f"{', '.join(BACKBONES)} presets.")
-    hub, family = spec["config"], name[:-len("Backbone")]
-    config = r.read_settings(SETTINGS[family], hub, f"{config_json}'s \"config\"")
+    hub, backbone = spec["config"], name[:-len("Backbone")]
+    config = r.read_settings(SETTINGS[backbone], hub, f"{config_json}'s \"config\"")
     if not hub.get("use_mha_bias", True):
         raise CheckpointError(
             f"{source}: use_mha_bias=False leaves out the attention output's bias too, and "
             "keras_vit's qkv_bias=False leaves out the query, key and value biases only.")
-    if family == "DINOV3":
+    if backbone == "DINOV3":
         r.read_dinov3(source, hub, _DINOV3_NAMES, config)
-    config.update(_FIXED[family], num_channels=int(hub["image_shape"][2]), gelu_approximate=False,
+    config.update(_FIXED[backbone], num_channels=int(hub["image_shape"][2]), gelu_approximate=False,
                   data_format="channels_last", num_classes=0)
     arrays = load_h5(folder / "model.weights.h5", source, _SAVE_AGAIN)
-    if family == "DINOV2":  # the width and the SwiGLU width: the tensors'
+    if backbone == "DINOV2":  # the width and the SwiGLU width: the tensors'
         config["hidden_dim"] = int(arrays["layers/dinov2_embedding/vars/0"].shape[-1])
         fc2 = "mlp/weights_out" if config["mlp_activation"] == "swiglu" else "mlp/fc2"
-        config["mlp_dim"] = int(arrays[_ENCODERS[family].format(n="") + fc2 + "/vars/0"].shape[0])
+        config["mlp_dim"] = int(arrays[_ENCODERS[backbone].format(n="") + fc2 + "/vars/0"].shape[0])
     if (folder / "task.json").exists():
         _classifier_config(folder, source, config)
     c = config_view(config)
-    state = r.move(key_map(c, family, hub.get("use_mask_token", True)), arrays, c, source)
+    state = r.move(key_map(c, backbone, hub.get("use_mask_token", True)), arrays, c, source)
     if (folder / "task.json").exists():
         state.update(r.move(TASK_ROWS, load_h5(folder / "task.weights.h5", source, _SAVE_AGAIN), c, source))
     _read_converter(folder, config)
     grid = c.grid_size
-    if c.position_embedding == "rope" or family == "DINOV2":  # the table at the image size
+    if c.position_embedding == "rope" or backbone == "DINOV2":  # the table at the image size
         return Checkpoint(config, state, source, grid, grid[0] * grid[1],
-                          resample_method="dinov2" if family == "DINOV2" else "bilinear")
+                          resample_method="dinov2" if backbone == "DINOV2" else "bilinear")
     patches = state["position_embedding/embeddings"].shape[1] - c.num_prefix_tokens
     return Checkpoint(config, state, source, square_grid(patches), patches)
 
@@ -249,7 +249,7 @@ def _read_converter(folder, config):
         config["pixel_offset"] = 0.0 if scaling.get("offset") is None else scaling["offset"]
 
 
-def family_of(config):
+def backbone_of(config):
     """The keras-hub backbone the writer makes of a `ViTConfig`: ``"DINOV3"``
     (rotary position embeddings), ``"DINOV2"`` (registers or LayerScale),
     ``"DeiT"`` (distillation) or ``"ViT"``."""
@@ -263,7 +263,7 @@ def family_of(config):
 def write_keras_hub(model, path):
     """`model` as a keras-hub preset folder at `path` (new), through
     keras-hub's own ``save_to_preset``, its weights files then filled in by
-    `key_map` (the keys the reader reads): the backbone `family_of` names
+    `key_map` (the keys the reader reads): the backbone `backbone_of` names
     (``num_classes=0``), else a ``ViTImageClassifier`` (DeiT without its
     distillation head: ``DeiTImageClassifier``) with its preprocessor. The
     image converter scales pixels by the model's ``pixel_scale`` and
@@ -271,25 +271,25 @@ def write_keras_hub(model, path):
     keras-hub can express; DINOv2's register tokens take no position
     embeddings, so non-zero rows are refused here (a check of weights)."""
     c, ours = model.config, model_state(model)
-    if family_of(c) == "DINOV2" and np.any(ours["position_embedding/embeddings"][0, 1:1 + c.num_registers]):
+    if backbone_of(c) == "DINOV2" and np.any(ours["position_embedding/embeddings"][0, 1:1 + c.num_registers]):
         raise ValueError(f"{model.name} cannot be written as a keras-hub ViT preset: its register "
                          "tokens have position embeddings (non-zero rows), which DINOv2 does not add. "
                          "Nothing was written. Write it with format='timm' or 'npz', where they apply.")
     keras_hub = extras.require("keras_hub", "Writing a keras-hub preset (reading one does not)")
-    path, family = pathlib.Path(path), family_of(c)
-    backbone = getattr(keras_hub.models, f"{family}Backbone")(**r.write_settings(SETTINGS[family], c))
+    path, name = pathlib.Path(path), backbone_of(c)
+    backbone = getattr(keras_hub.models, f"{name}Backbone")(**r.write_settings(SETTINGS[name], c))
     scaling = {key: list(value) if isinstance(value, tuple) else value
                for key, value in (("scale", c.pixel_scale), ("offset", c.pixel_offset))}
-    converter = getattr(keras_hub.layers, f"{family}ImageConverter")(image_size=c.image_size, **scaling)
+    converter = getattr(keras_hub.layers, f"{name}ImageConverter")(image_size=c.image_size, **scaling)
     head = {key: ours.pop(key) for key in list(ours) if key.split("/")[0] in ("head", "pre_logits")}
-    weights = r.write_rows(key_map(c, family), ours, c, model.name, "keras-hub")
+    weights = r.write_rows(key_map(c, name), ours, c, model.name, "keras-hub")
     task_weights = r.write_rows(TASK_ROWS, head, c, model.name, "keras-hub")
     if not c.num_classes:  # the converter beside the backbone, for the pixel scaling
         backbone.save_to_preset(str(path))
         converter.save_to_preset(str(path))
         _fill_h5(path / "model.weights.h5", weights)
         return path
-    preprocessor = getattr(keras_hub.models, f"{family}ImageClassifierPreprocessor")(
+    preprocessor = getattr(keras_hub.models, f"{name}ImageClassifierPreprocessor")(
         image_converter=converter)
     if c.distillation:
         task = keras_hub.models.DeiTImageClassifier(

@@ -63,11 +63,11 @@ def check_output(path, format):
     return path
 
 
-def refuse(model, format):
-    """Raises a ValueError naming what `format` (a
+def refuse(model, column):
+    """Raises a ValueError naming what `column` (a
     `keras_vit.weights.capabilities.COLUMNS` key) cannot hold of `model`."""
-    found = refusal(model.config, format)
+    found = refusal(model.config, column)
     if found:
         why, instead = found
-        raise ValueError(f"{model.name} cannot be written as {COLUMNS[format].writes}: {why}. "
+        raise ValueError(f"{model.name} cannot be written as {COLUMNS[column].writes}: {why}. "
                          f"Nothing was written. {instead}")
