@@ -49,7 +49,9 @@ class ViTConfig:
     Perception Encoder's spatial towers, timm's ``use_post_transformer_norm=False``), ``patch_bias=False`` (CLIP's patch embedding),
     ``mlp_bias=False`` (MLP layers without biases: keras-hub's
     ``use_mlp_bias``, DINOv3's ``mlp_bias``), ``mlp_norm`` (a norm of the
-    MLP's hidden units before its second layer: EVA-02's), ``norm_bias=False`` (every
+    MLP's hidden units before its second layer: EVA-02's), ``attention_norm`` (a norm of
+    the attention heads' outputs before its output projection: EVA-CLIP's
+    sub-LN, timm's ``scale_attn_inner``), ``norm_bias=False`` (every
     LayerNorm without its bias, beta: ViT-22B's and PaLI's), ``norm_type="rms_norm"``
     (every norm an RMSNorm, Zhang and Sennrich 2019, Keras's ``RMSNormalization``:
     AIMv2's, with ``norm_bias=False``), ``patch_norm`` (a norm of the patch
@@ -168,6 +170,7 @@ class ViTConfig:
     patch_bias: bool = True
     mlp_bias: bool = True
     mlp_norm: bool = False
+    attention_norm: bool = False
     norm_bias: bool = True
     norm_type: str = "layer_norm"
     patch_norm: bool = False
@@ -226,7 +229,7 @@ class ViTConfig:
             raise ValueError(f"Unknown head_activation {self.head_activation!r}; use one of "
                              f"{HEAD_ACTIVATIONS} (how the logits become probabilities).")
         for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "final_norm", "patch_bias",
-                     "mlp_bias", "mlp_norm", "norm_bias", "patch_norm", "out_bias", "distillation",
+                     "mlp_bias", "mlp_norm", "attention_norm", "norm_bias", "patch_norm", "out_bias", "distillation",
                      "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
@@ -488,7 +491,7 @@ class ViTConfig:
         block_mlp = mlp if c.mlp_bias else mlp - gated * m - d
         attention = 4 * d * d + d * c.out_bias + ((2 + c.key_bias) * d if c.qkv_bias else 0)
         qk_norm = 2 * ln * (d // c.num_heads) if c.qk_norm else 0
-        block = (2 * ln * d + attention + qk_norm + block_mlp + ln * m * c.mlp_norm
+        block = (2 * ln * d + attention + qk_norm + block_mlp + ln * m * c.mlp_norm + ln * d * c.attention_norm
                  + (2 * d if c.layer_scale_init is not None else 0))
         total += c.num_layers * block + ln * d * (c.final_norm + c.norm_pre)  # encoder_norm (or fc_norm)
         if c.pooling == "map":
@@ -517,7 +520,7 @@ class ViTConfig:
             layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
             qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
             qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
-            mlp_norm=self.mlp_norm, norm_bias=self.norm_bias, norm_type=self.norm_type, out_bias=self.out_bias, rope=self.rope,
+            mlp_norm=self.mlp_norm, attention_norm=self.attention_norm, norm_bias=self.norm_bias, norm_type=self.norm_type, out_bias=self.out_bias, rope=self.rope,
             token_merging=self.merge_counts[index], num_prefix_tokens=self.num_prefix_tokens,
             proportional_attention=self.proportional_attention,
         )

@@ -153,6 +153,17 @@ _EVA02_SIZES = {  # preset -> (name, size)
     "b14": ("EVA-02-B/14", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=2048, mlp_norm=True)),
     "l14": ("EVA-02-L/14", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=2730, mlp_norm=True)),
 }
+# EVA-02's CLIP image towers (EVA-CLIP, Sun et al., arXiv:2303.15389, 2023), timm's
+# eva02_*_clip_*: EVA-02 B and L's blocks with a LayerNorm of the attention heads' outputs
+# (sub-LN), the [class] token, the CLIP projection as the head. Sizes as timm's.
+_EVA02_CLIP = dict(_EVA02, pooling="token", fc_norm=False, class_token=None, mlp_norm=True, attention_norm=True)
+_EVA02_CLIP_SIZES = {  # preset -> (name, size)
+    "b16": ("EVA02-CLIP-B/16", dict(hidden_dim=768, num_layers=12, num_heads=12, mlp_dim=2048, patch_size=16,
+                                    num_classes=512)),
+    "l14": ("EVA02-CLIP-L/14", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=2730, num_classes=768)),
+    "l14_336": ("EVA02-CLIP-L/14@336", dict(hidden_dim=1024, num_layers=24, num_heads=16, mlp_dim=2730,
+                                            image_size=336, num_classes=768)),
+}
 # The Perception Encoder's spatial towers (timm's vit_pe_spatial_*): PE core's without the
 # attention-pooling head and without a final norm, aligned for dense features; headless.
 _PE_SPATIAL = dict(_PE_CORE, pooling="gap", pooling_num_heads=None, final_norm=False, num_classes=0,
@@ -226,6 +237,9 @@ FAMILY_PRESETS = {
     **{f"eva02_{size}": _family(name, f"{name} masked-image pre-trained features (224 px).",
                                 **{**_EVA02, **shape})
        for size, (name, shape) in _EVA02_SIZES.items()},
+    **{f"eva02_clip_{size}": _family(name, f"{name} image tower: its CLIP embedding as the head.",
+                                     **{**_EVA02_CLIP, **shape})
+       for size, (name, shape) in _EVA02_CLIP_SIZES.items()},
     **{f"pe_core_{size}": _family(name, f"Perception Encoder {name} image tower: its CLIP embedding "
                                         "as the head.", **{**_PE_CORE, **shape})
        for size, (name, shape) in _PE_CORE_SIZES.items()},
@@ -317,7 +331,7 @@ def presets():
         import keras_vit
 
         presets = keras_vit.presets()
-        print(len(presets))   # -> 63
+        print(len(presets))   # -> 66
         print([name for name in sorted(presets) if name.startswith(("vit", "r_", "r26", "r50"))])
         # -> ['r26_vit_s32', 'r50_vit_b16', 'r50_vit_l32', 'r_vit_ti16', 'vit_b16', 'vit_b32',
         # ->  'vit_b8', 'vit_h14', 'vit_l16', 'vit_l32', 'vit_s16', 'vit_s32', 'vit_ti16']

@@ -355,7 +355,13 @@ _RADIO = [("radio_v3_b16", "vit_base_patch16_radio_v3", "C-RADIOv3-B"),
           ("radio_v3_g16", "vit_giant_patch16_radio_v3", "C-RADIOv3-g"),
           ("radio_v4_so400m16", "vit_so400m_patch16_radio_v4", "C-RADIOv4-SO400M"),
           ("radio_v4_h16", "vit_huge_patch16_radio_v4", "C-RADIOv4-H")]
+# EVA-02's CLIP image towers on timm's Hub: (preset, timm architecture, the CLIP embedding's width).
+# Their zero-shot numbers were not at hand where this table was written, so none is given.
+_EVA02_CLIP = [("eva02_clip_b16", "eva02_base_patch16_clip_224", 512),
+               ("eva02_clip_l14", "eva02_large_patch14_clip_224", 768),
+               ("eva02_clip_l14_336", "eva02_large_patch14_clip_336", 768)]
 _FAMILY_DATA = {"eva02": "ImageNet-21k or Merged-38M images (masked image modeling of EVA-CLIP's features)",
+                "eva02_clip": "Merged-2B image-text pairs (LAION-2B and COYO-700M; EVA-CLIP's contrastive training)",
                 "radio": "images, distilled from several vision teachers (C-RADIO's agglomerative training)",
                 "pe_core": "MetaCLIP image-text pairs, then synthetic video captions (PE's data engine)",
                 "deit": "ImageNet-1k", "dinov2": "LVD-142M", "dinov3": "LVD-1689M",
@@ -454,6 +460,14 @@ def _rows():
                 _entry(arch, f"timm_{tag}", "timm", f"hf://timm/{timm_name}.{tag}", 224, 0, None,
                        _FAMILY_DATA["eva02"], f"{timm_name}.{tag} (timm), from Yuxin-CV/EVA-02"),
                 metric="fine-tuned top-1")
+
+    for arch, timm_name, classes in _EVA02_CLIP:
+        resolution = int(timm_name.rsplit("_", 1)[1])
+        yield dataclasses.replace(
+            _entry(arch, "timm_merged2b", "timm", f"hf://timm/{timm_name}.merged2b", resolution,
+                   classes, None, _FAMILY_DATA["eva02_clip"],
+                   f"{timm_name}.merged2b (timm), from QuanSun/EVA-CLIP"),
+            metric="zero-shot top-1")
 
     for arch, timm_name, resolution, classes in _PE_CORE:
         yield dataclasses.replace(

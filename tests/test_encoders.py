@@ -49,6 +49,11 @@ ENCODERS = {
     # B and L's: q, k and v apart, a LayerNorm inside the MLP
     "eva02_mlp_norm": dict(position_embedding="learned_rope", rope_grid="index", key_bias=False,
                            mlp_activation="swiglu", mlp_norm=True, pooling="gap", fc_norm=True),
+    # EVA-02's CLIP towers (eva02_*_clip_*): B and L's, with a norm of the attention heads' outputs
+    # (EVA-CLIP's sub-LN), the [class] token
+    "eva02_clip": dict(position_embedding="learned_rope", rope_grid="index", key_bias=False,
+                       mlp_activation="swiglu", mlp_norm=True, attention_norm=True, pooling="token",
+                       fc_norm=False),
     # C-RADIOv3 (vit_*_radio_v3): 7 registers beside the [class] token (RADIO's further summary
     # tokens), LayerScale, no final norm; timm's table of the patches alone, zero rows for the prefix
     "radio": dict(num_registers=7, layer_scale_init=1e-5, final_norm=False, fc_norm=False, pooling="token",

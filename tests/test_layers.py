@@ -190,6 +190,23 @@ def test_attention_matches_reference_and_scores_do_not_change_output(tmp_path):
     np.testing.assert_allclose(to_numpy(scores), expected_weights, atol=1e-6)
 
 
+def test_attention_out_norm_normalises_each_tokens_heads_together(tmp_path):
+    """EVA-CLIP's sub-LN (timm's ``scale_attn_inner``): a LayerNorm over all
+    ``heads * head_dim`` outputs of a token, before the output projection."""
+    x = rand(2, 5, 8)
+    layer, _ = run_layer_test(layers.MultiHeadDotProductAttention, dict(num_heads=2, out_norm=True), x,
+                              x.shape, tmp_path)
+    for v in layer.weights:
+        v.assign(v + RNG.normal(0, 0.1, v.shape))
+    w = {v.path.split("/", 1)[1]: to_numpy(v) for v in layer.weights}
+    q, k, v = (np.einsum("btd,dnh->btnh", x, w[f"{n}/kernel"]) + w[f"{n}/bias"] for n in ("query", "key", "value"))
+    heads = softmax_attention(q, k, v, q.shape[-1] ** -0.5).reshape(2, 5, 8)
+    normed = (heads - heads.mean(-1, keepdims=True)) / np.sqrt(heads.var(-1, keepdims=True) + 1e-6)
+    normed = normed * w["out_norm/gamma"].reshape(-1) + w["out_norm/beta"].reshape(-1)
+    expected = np.einsum("bqnh,nhd->bqd", normed.reshape(2, 5, 2, 4), w["out/kernel"]) + w["out/bias"]
+    np.testing.assert_allclose(to_numpy(layer(x)), expected, atol=1e-5)
+
+
 def softmax_attention(q, k, v, scale):
     """float64 reference of ``softmax(q kᵀ · scale) v``, (batch, T, heads, head_dim)."""
     logits = np.einsum("bqnh,bknh->bnqk", q.astype("float64"), k.astype("float64")) * scale

@@ -59,6 +59,15 @@ def test_aimv2_presets_have_the_published_sizes(name, published):
     assert math.floor(params / 1e8) / 10 == published, params
 
 
+@pytest.mark.parametrize("name, published", [("eva02_clip_b16", 86), ("eva02_clip_l14", 304)])
+@pytest.mark.backend_independent
+def test_eva02_clip_presets_have_the_published_sizes(name, published):
+    """EVA-CLIP's paper (Sun et al., 2023, Table 1): the image encoders of EVA02-CLIP-B/16
+    and L/14 have 86M and 304M parameters (with the projection, timm's head)."""
+    params = keras_vit.presets()[name]["params"]
+    assert round(params / 1e6) == published, params
+
+
 @pytest.mark.parametrize("name, published", [("pe_core_b16", 0.09), ("pe_core_l14", 0.32), ("pe_core_g14", 1.88)])
 @pytest.mark.backend_independent
 def test_pe_core_presets_have_the_published_sizes(name, published):
@@ -88,6 +97,7 @@ def test_pe_core_presets_have_the_published_sizes(name, published):
         dict(TINY, position_embedding="learned_rope", key_bias=False, mlp_activation="swiglu", mlp_norm=True,
              pooling="gap", fc_norm=True),
         dict(TINY, pooling="gap", final_norm=False),
+        dict(TINY, position_embedding="learned_rope", mlp_norm=True, attention_norm=True),
     ],
 )
 def test_analytic_count_matches_built_model(config):

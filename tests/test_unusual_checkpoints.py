@@ -187,7 +187,7 @@ def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path
     pe = tmp_path / "pe"
     shutil.copytree(DATA / "timm" / "pe_core", pe)
     meta = json.loads((pe / "config.json").read_text())
-    for architecture, refused in (("eva02_base_patch16_clip_224", "scale_attn_inner=True"),
+    for architecture, refused in (("eva02_enormous_patch14_clip_224", "use_post_norm=True"),
                                   ("eva_giant_patch14_224", "use_rot_pos_emb=False"),
                                   ("vit_small_patch16_rope_mixed_224", "rope_type='mixed'")):
         (pe / "config.json").write_text(json.dumps({**meta, "architecture": architecture}))

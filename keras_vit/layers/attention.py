@@ -39,6 +39,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         norm_bias: bool. Their bias (beta); False: ``center=False``.
         norm_type: str. ``"layer_norm"`` or ``"rms_norm"`` (`qk_norm`'s norms RMSNorms).
         out_bias: bool. A bias on the output projection (False: AIMv2's).
+        out_norm: bool. A norm of the heads' outputs, all ``heads * head_dim``
+            of a token together (``out_norm``, weights ``(heads, head_dim)``),
+            before the output projection (EVA-CLIP's sub-LN, Fang et al., 2023;
+            timm's ``scale_attn_inner``).
         key_bias: bool. With `use_bias`, a bias on the key projection too;
             False: on the query and value only (DINOv3's ``key_bias``).
         rope: dict or None. `keras_vit.layers.RotaryPositionEmbedding`'s
@@ -97,9 +101,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
     def __init__(
         self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
         qk_norm=False, norm_epsilon=1e-6, norm_bias=True, key_bias=True, rope=None, causal=False,
-        norm_type="layer_norm", out_bias=True, **kwargs,
+        norm_type="layer_norm", out_bias=True, out_norm=False, **kwargs,
     ):
         super().__init__(**kwargs)
+        self.out_norm = bool(out_norm)
         self.norm_type = norm_type
         self.out_bias = bool(out_bias)
         self.causal = bool(causal)
@@ -154,6 +159,11 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         self.out.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
         if self.rotary is not None:
             self.rotary.build(value_shape[:-1] + (self.num_heads, head_dim))
+        self.output_norm = None
+        if self.out_norm:  # over each token's heads together
+            self.output_norm = normalization(self.norm_type, self.norm_epsilon, self.norm_bias, axis=(-2, -1),
+                                             dtype=self.dtype_policy, name="out_norm")
+            self.output_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
         if self.qk_norm:
             self.query_norm, self.key_norm = (
                 normalization(self.norm_type, self.norm_epsilon, self.norm_bias,
@@ -181,6 +191,8 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
                                     key_offsets=None if token_sizes is None else ops.log(token_sizes[..., 0]))
         if return_attention_scores:
             x, weights = x
+        if self.output_norm is not None:
+            x = self.output_norm(x)
         x = kernels.dense(self.out, x)  # (batch, Tq, D)
         outputs = (x, *([weights] if return_attention_scores else []), *([keys] if return_keys else []))
         return outputs if len(outputs) > 1 else x
@@ -204,5 +216,6 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             causal=self.causal,
             norm_type=self.norm_type,
             out_bias=self.out_bias,
+            out_norm=self.out_norm,
         )
         return config

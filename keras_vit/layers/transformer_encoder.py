@@ -38,6 +38,9 @@ class TransformerEncoder(keras.layers.Layer):
         mlp_bias: bool. Biases on the MLP's two dense layers. Defaults to True.
         mlp_norm: bool. A norm of the MLP's hidden units before its second
             layer (`MlpBlock`'s ``norm``: EVA-02's). Defaults to False.
+        attention_norm: bool. A norm of the attention heads' outputs before
+            its output projection (`MultiHeadDotProductAttention`'s
+            ``out_norm``: EVA-CLIP's). Defaults to False.
         norm_bias: bool. Every LayerNorm of the block (``norm1``, ``norm2``,
             `qk_norm`'s) with its bias (beta). False: ``center=False``,
             ViT-22B's and PaLI's LayerNorms. Defaults to True.
@@ -128,6 +131,7 @@ class TransformerEncoder(keras.layers.Layer):
         mlp_activation="gelu",
         mlp_bias=True,
         mlp_norm=False,
+        attention_norm=False,
         norm_bias=True,
         norm_type="layer_norm",
         out_bias=True,
@@ -158,6 +162,7 @@ class TransformerEncoder(keras.layers.Layer):
         self.mlp_activation = mlp_activation
         self.mlp_bias = bool(mlp_bias)
         self.mlp_norm = bool(mlp_norm)
+        self.attention_norm = bool(attention_norm)
         self.norm_bias = bool(norm_bias)
         self.norm_type = norm_type
         self.out_bias = bool(out_bias)
@@ -170,7 +175,7 @@ class TransformerEncoder(keras.layers.Layer):
             self.num_heads, use_bias=self.qkv_bias,
             dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
             norm_epsilon=self.layer_norm_epsilon, norm_bias=self.norm_bias, norm_type=norm_type,
-            out_bias=self.out_bias, key_bias=self.key_bias, rope=self.rope,
+            out_bias=self.out_bias, out_norm=self.attention_norm, key_bias=self.key_bias, rope=self.rope,
             causal=self.causal, dtype=policy, name="attention",
         )
         self.dropout = keras.layers.Dropout(
@@ -297,6 +302,7 @@ class TransformerEncoder(keras.layers.Layer):
             mlp_activation=self.mlp_activation,
             mlp_bias=self.mlp_bias,
             mlp_norm=self.mlp_norm,
+            attention_norm=self.attention_norm,
             norm_bias=self.norm_bias,
             norm_type=self.norm_type,
             out_bias=self.out_bias,

@@ -119,6 +119,8 @@ _NO_KEY = {
     "patch_norm": "a norm of its patch embeddings (patch_norm, AIMv2's), which {reader} does not have",
     "out_bias": "its attention output has no bias (out_bias=False), which {reader} requires",
     "mlp_norm": "a norm inside its MLP (mlp_norm, EVA-02's), which {reader} does not have",
+    "attention_norm": "a norm of its attention heads' outputs (attention_norm, EVA-CLIP's), which {reader} "
+                      "does not have",
     "final_norm": "no final norm (final_norm=False: RADIO's, PE's spatial towers'), which {reader} has always",
 }
 _REGISTERS, _LAYER_SCALE, _QK_NORM, _NORM_PRE, _FC_NORM, _PATCH_BIAS, _DISTILLATION, _CLASS_TOKEN = (
@@ -420,6 +422,13 @@ TABLE = {
         timm=written((lambda c: c.mlp_norm and not c.uses_rope, "a norm inside its MLP (mlp_norm), which "
                       "timm's VisionTransformer does not have; its Eva has it beside rotary embeddings "
                       "(EVA-02's)", KERAS))),
+    "attention_norm": every(
+        refused(_NO_KEY["attention_norm"], TIMM), hf_dinov2=_NOT_DINOV2,
+        timm=written((lambda c: c.attention_norm and not c.uses_rope, "a norm of its attention heads' "
+                      "outputs (attention_norm), which keras_vit writes to timm's Eva only, beside rotary "
+                      "embeddings (EVA-02's CLIP towers)", KERAS),
+                     values=(dict(_EVA02, mlp_norm=True, attention_norm=True, pooling="token", fc_norm=False,
+                                  class_token=None),))),
     "out_bias": every(
         refused(_NO_KEY["out_bias"], TIMM), hf_dinov2=_NOT_DINOV2,
         timm=written((lambda c: c.out_bias != c.mlp_bias, "out_bias={c.out_bias} with "

@@ -87,7 +87,7 @@ _EVA_ARGUMENTS = {
     **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
                      "mlp_ratio", "qkv_bias", "init_values", "class_token", "use_pre_transformer_norm",
                      "ref_feat_shape", "rope_grid_offset", "rope_temperature", "attn_pool_num_heads",
-                     "attn_pool_mlp_ratio", "swiglu_mlp", "scale_mlp")),
+                     "attn_pool_mlp_ratio", "swiglu_mlp", "scale_mlp", "scale_attn_inner")),
     # attn_type "rope": timm's AttentionRope (PE's, fused q, k, v and their biases); "eva":
     # EvaAttention (EVA-02's, query and value biases alone, q, k, v fused or apart)
     "global_pool": ("token", "avg", "map"), "attn_type": ("rope", "eva"), "use_rot_pos_emb": (True,),
@@ -260,6 +260,8 @@ def _block_rows(unpacked, split=False):
         *([] if split else _qkv_rows("kernel", "weight", r.HEADS_IN, r.always)),  # fused q, k, v
         *_qkv_rows("bias", "bias", r.HEADS_BIAS, lambda c: c.qkv_bias and not _eva(c)),
         *_eva_attention_rows(split),
+        *r.norm_rows("encoder_block_{i}/attention/out_norm", _B + "attn.norm", r.TORCH, r.HEADS_BIAS,
+                     when=lambda c: c.attention_norm),  # Eva's scale_attn_inner: (D,) as (heads, head_dim)
         *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT,
                       has_bias=lambda c: c.out_bias),
         *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH,
@@ -375,6 +377,7 @@ def _read_config(tensors, meta, args, num_heads, source):
         mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation["mlp_activation"],
         qkv_bias=any(f"blocks.0.attn.{k}" in tensors for k in ("qkv.bias", "q_bias", "q_proj.bias")),
         mlp_norm="blocks.0.mlp.norm.weight" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
+        attention_norm="blocks.0.attn.norm.weight" in tensors,
         patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
         patch_norm="patch_embed.norm.weight" in tensors, out_bias="blocks.0.attn.proj.bias" in tensors,
         mlp_bias="blocks.0.mlp.fc2.bias" in tensors,
@@ -513,11 +516,13 @@ def _eva_architecture(c):
     """The timm ``Eva`` architecture `write_timm` names for a rotary `c`: one whose
     defaults ``model_args`` need not take away: a reference grid (PE's, whose
     epsilon is 1e-5; EVA-02's, 1e-6, with q, k and v apart where its MLP has a
-    norm), or none (timm's rotary ViTs, Heo et al., 2024, with a table or none)."""
+    norm; its CLIP towers' with the attention's norm too), or none (timm's rotary ViTs, Heo et al., 2024, with a table or none)."""
     if c.rope_reference_grid is None:
         return "vit_base_patch16_rope_ape_224" if c.position_embedding == "learned_rope" else "vit_base_patch16_rope_224"
     if c.layer_norm_epsilon == 1e-5:
         return "vit_pe_core_tiny_patch16_384"
+    if c.attention_norm:  # EVA-02's CLIP towers
+        return "eva02_base_patch16_clip_224"
     return "eva02_base_patch14_224" if c.mlp_norm else "eva02_tiny_patch14_224"
 
 
@@ -556,7 +561,7 @@ def _eva_model_args(c):
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads, mlp_ratio=c.mlp_dim / c.hidden_dim,
         qkv_bias=c.qkv_bias, num_classes=c.num_classes, class_token=c.uses_class_token,
         attn_type="eva" if _eva(c) else "rope", qkv_fused=not split_qkv(c),
-        swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm,
+        swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm, scale_attn_inner=c.attention_norm,
         use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm,
         use_post_transformer_norm=c.final_norm and not c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
         use_abs_pos_emb=c.position_table == "learned", no_embed_class=False,

@@ -60,6 +60,8 @@ ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     # [class] token (RADIO's summary tokens past the first), a table of the patches alone, LayerScale,
     # no final norm
     "radio": ("vit_base_patch16_radio_v3", {}),
+    # EVA-02's CLIP towers: EVA-02 B's, with a LayerNorm of the attention heads' outputs (scale_attn_inner)
+    "eva02_clip": ("eva02_base_patch16_clip_224", {}),
 }
 
 # How far each model's weights are moved (normal noise of this scale): 0.3, and 0.1 for PE's,
