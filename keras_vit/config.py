@@ -520,7 +520,8 @@ class ViTConfig:
             layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
             qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
             qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
-            mlp_norm=self.mlp_norm, attention_norm=self.attention_norm, norm_bias=self.norm_bias, norm_type=self.norm_type, out_bias=self.out_bias, rope=self.rope,
+            mlp_norm=self.mlp_norm, attention_norm=self.attention_norm, norm_bias=self.norm_bias,
+            norm_type=self.norm_type, out_bias=self.out_bias, rope=self.rope,
             token_merging=self.merge_counts[index], num_prefix_tokens=self.num_prefix_tokens,
             proportional_attention=self.proportional_attention,
         )
