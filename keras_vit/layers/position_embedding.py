@@ -397,7 +397,7 @@ class PositionEmbedding(keras.layers.Layer):
         if self.kind == "learned":
             # the table's own grid keeps the table (`keras_vit.assign.transfer_weights`, DINOv2)
             same = ops.logical_and(ops.equal(_count(rows), grid_h), ops.equal(_count(cols), grid_w))
-            side = ops.maximum(_count(rows), _count(cols))  # "cpe": the square grid it crops
+            side = ops.maximum(_count(rows), _count(cols)) if method == "cpe" else None  # the square it crops
             row_weights, col_weights = (
                 ops.where(same, _one_hot_rows(positions, old), resize_weights(positions, old, method, side))
                 for positions, old in ((rows, grid_h), (cols, grid_w)))

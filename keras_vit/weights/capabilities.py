@@ -233,8 +233,8 @@ TABLE = {
                      "vit_jax classifier", "Use pooling 'token', 'gap' or 'map'."),
                     values=(dict(pooling="gap"), dict(pooling="map"))),
         hf_vit=written((lambda c: c.pooling != "token", "pooling {c.pooling!r}: Hugging Face's "
-                             "ViT classifies the [class] token", "Write it with format='timm' (gap, "
-                             "map) or 'npz'.")),
+                        "ViT classifies the [class] token", "Write it with format='timm' (gap, "
+                        "map) or 'npz'.")),
         hf_dinov2=_DINOV2_ONLY, hf_dinov3=written(_FEATURES),
         timm=written((lambda c: c.pooling == "none", "pooling='none' has no timm classifier",
                       "Use another pooling."), values=(dict(pooling="gap"), dict(pooling="map"))),
@@ -251,11 +251,11 @@ TABLE = {
     "representation_size": dict(
         npz=writes(representation_size=8),
         hf_vit=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
-                             "layer and a head: ViTForImageClassification classifies the [class] "
-                             "token without its pooler", "Drop the head (`model.with_config("
-                             "num_classes=0)`) to write a ViTModel whose pooler is the pre-logits "
-                             "layer, or use format='npz'."),
-                            values=(dict(representation_size=8, num_classes=0),)),
+                        "layer and a head: ViTForImageClassification classifies the [class] "
+                        "token without its pooler", "Drop the head (`model.with_config("
+                        "num_classes=0)`) to write a ViTModel whose pooler is the pre-logits "
+                        "layer, or use format='npz'."),
+                       values=(dict(representation_size=8, num_classes=0),)),
         hf_dinov2=_NOT_DINOV2, hf_dinov3=written(_FEATURES),
         timm=read("it has a pre-logits layer, which timm's VisionTransformer no longer has",
                   "Write it with format='npz' or 'huggingface'."),
@@ -285,8 +285,8 @@ TABLE = {
                      ".save_checkpoint(...)`.")),
         hf_vit=writes(gelu_approximate=False), hf_dinov2=_DINOV2_ONLY,
         hf_dinov3=written((lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,
-                        "gelu_approximate=True, and DINOv3's MLP is exact GELU (or gated SiLU)",
-                        KERAS)),
+                           "gelu_approximate=True, and DINOv3's MLP is exact GELU (or gated SiLU)",
+                           KERAS)),
         timm=writes(gelu_approximate=False),
         keras_hub=written((lambda c: c.gelu_approximate, "it uses tanh GELU (the paper's), and "
                            "keras-hub's ViT the exact (erf) form", "Accept slightly different "
@@ -308,7 +308,7 @@ TABLE = {
     "layer_scale_init": every(
         _LAYER_SCALE, hf_dinov2=_DINOV2_ONLY,
         hf_dinov3=written((lambda c: c.layer_scale_init is None, "it has no LayerScale, which "
-                        "DINOv3ViTModel has always", KERAS), values=(dict(layer_scale_init=0.1),)),
+                           "DINOv3ViTModel has always", KERAS), values=(dict(layer_scale_init=0.1),)),
         timm=writes(layer_scale_init=0.1),
         keras_hub=written(
             (lambda c: _DINOV2_HUB(c) and c.layer_scale_init is None, "registers without "
@@ -323,12 +323,12 @@ TABLE = {
         npz=written((lambda c: c.uses_rope, _ROPE, _TO_DINOV3 + " With a learned table too: " + TIMM),
                     values=(dict(position_embedding="sincos2d", pooling="gap"),)),
         hf_vit=written((lambda c: c.position_embedding == "sincos2d", "its position "
-                             "embeddings are sin-cos, not learned", NPZ),
-                            (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
-                            note="rotary: written as a DINOv3ViTModel"),
+                        "embeddings are sin-cos, not learned", NPZ),
+                       (lambda c: c.position_embedding == "learned_rope", _ROPE, TIMM),
+                       note="rotary: written as a DINOv3ViTModel"),
         hf_dinov2=_DINOV2_ONLY,
         hf_dinov3=written((lambda c: c.position_embedding == "learned_rope", _ROPE + " beside a learned table",
-                        TIMM), note="rotary alone"),
+                           TIMM), note="rotary alone"),
         timm=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings are "
                       "sin-cos; timm's VisionTransformer learns them", NPZ),
                      (lambda c: c.position_embedding == "rope" and c.rope_grid == "centered", "rotary "
@@ -371,12 +371,12 @@ TABLE = {
     "mlp_activation": dict(
         npz=_MLP_ACTIVATION,
         hf_vit=written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', which "
-                             "Hugging Face's ViT does not have", TIMM),
-                            values=(dict(mlp_activation="quick_gelu"),)),
+                        "Hugging Face's ViT does not have", TIMM),
+                       values=(dict(mlp_activation="quick_gelu"),)),
         hf_dinov2=_DINOV2_ONLY,
         hf_dinov3=written((lambda c: c.mlp_activation == "quick_gelu", "mlp_activation='quick_gelu', "
-                        "and DINOv3's MLP is exact GELU (or gated SiLU)", KERAS),
-                       values=(dict(mlp_activation="swiglu"),)),
+                           "and DINOv3's MLP is exact GELU (or gated SiLU)", KERAS),
+                          values=(dict(mlp_activation="swiglu"),)),
         timm=written(values=(dict(mlp_activation="quick_gelu"), dict(mlp_activation="swiglu"))),
         keras_hub=written((lambda c: c.mlp_activation not in ("gelu", "swiglu") or (
             c.mlp_activation == "swiglu" and not _DINOV2_HUB(c) and not _DINOV3_HUB(c)),
@@ -436,7 +436,7 @@ TABLE = {
                      values=(dict(out_bias=False, mlp_bias=False),))),
     "distillation": dict(
         npz=_DISTILLATION, hf_vit=read("distillation (DeiT's second token and head), which "
-                                            "{reader} does not write", TIMM),
+                                       "{reader} does not write", TIMM),
         hf_dinov2=_NOT_DINOV2, hf_dinov3=_DISTILLATION, timm=writes(distillation=True),
         keras_hub=written(
             (lambda c: c.distills_by_head, "DeiT's two heads averaged (distillation_head=True), and "
