@@ -104,6 +104,17 @@ def test_the_docs_show_the_registrys_paths_and_formats():
 
 
 @pytest.mark.backend_independent
+def test_a_rotary_model_is_refused_by_timm_naming_the_options_eva_lacks():
+    rotary = dict(SMALL, position_embedding="rope", rope_grid="index", layer_scale_init=1e-5,
+                  gelu_approximate=False)
+    why, instead = refusal(ViTConfig(**rotary, qk_norm=True), "timm")
+    assert why.startswith("rotary position embeddings beside qk_norm, which timm's Eva") and "keras" in instead
+    why, _ = refusal(ViTConfig(**rotary, qk_norm=True, mlp_bias=False), "timm")
+    assert why.startswith("rotary position embeddings beside qk_norm, mlp_bias, which")
+    assert refusal(ViTConfig(**rotary, num_registers=2), "timm") is None  # timm's rotary ViTs with registers
+
+
+@pytest.mark.backend_independent
 def test_the_docs_show_the_table():
     assert capabilities.markdown() in DOCS.read_text(), (
         "docs/checkpoints.md does not hold the current capability table: paste "

@@ -54,6 +54,11 @@ ENCODERS = {
     "eva02_clip": dict(position_embedding="learned_rope", rope_grid="index", key_bias=False,
                        mlp_activation="swiglu", mlp_norm=True, attention_norm=True, pooling="token",
                        fc_norm=False),
+    # timm's rotary ViTs with registers (vit_*_patch16_rope_reg*_gap_256): EvaAttention, rotary embeddings
+    # alone on a reference grid, a register token and no [class] token, the patch tokens' mean
+    "rope_registers": dict(position_embedding="rope", rope_grid="index", rope_reference_grid=(4, 4),
+                           key_bias=False, num_registers=1, pooling="gap", class_token=None,
+                           layer_scale_init=1e-5),
     # C-RADIOv3 (vit_*_radio_v3): 7 registers beside the [class] token (RADIO's further summary
     # tokens), LayerScale, no final norm; timm's table of the patches alone, zero rows for the prefix
     "radio": dict(num_registers=7, layer_scale_init=1e-5, final_norm=False, fc_norm=False, pooling="token",

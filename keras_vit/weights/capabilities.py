@@ -38,7 +38,7 @@ class Entry:
             ``"with"`` (decided by the entry of the field `note` names).
         checks: ``(bad, why, instead)`` triples: ``bad(config)`` refuses
             with `why` (``{c}``: the config, ``{reader}``: the format's
-            owner) and `instead`, what to do.
+            owner; or ``why(config)``, that text) and `instead`, what to do.
         note: the docs' words; for ``"with"``, the other field.
         values: for ``"written"``: changes of a small model that the
             format writes, for the round-trip test.
@@ -141,7 +141,7 @@ _PE = dict(position_embedding="learned_rope", rope_grid="index", rope_reference_
            rope_grid_offset=1.0, rope_grid_indexing="xy", rope_theta=10000.0, norm_pre=True, patch_bias=False,
            layer_norm_epsilon=1e-5, pooling="map", class_token=True, gelu_approximate=False)
 # What keras_vit's ViT has and timm's Eva, as written for EVA-02 and the Perception Encoder, does not
-_NOT_EVA = {"num_registers": lambda c: c.num_registers, "mlp_activation": lambda c: c.mlp_activation == "quick_gelu",
+_NOT_EVA = {"mlp_activation": lambda c: c.mlp_activation == "quick_gelu",
             "gelu_approximate": lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,  # Eva's is erf
             "qk_norm": lambda c: c.qk_norm, "distillation": lambda c: c.distillation,
             "norm_type": lambda c: c.norm_type != "layer_norm", "patch_norm": lambda c: c.patch_norm,
@@ -156,10 +156,19 @@ def _beside_rope(c):
     return [name for name, has in _NOT_EVA.items() if has(c)]
 
 
+def _beside_rope_refusal(c):
+    """Why `c`'s options beside its rotary embeddings are refused: those it has (`_beside_rope`)."""
+    return (f"rotary position embeddings beside {', '.join(_beside_rope(c))}, which timm's Eva of "
+            "EVA-02 and the Perception Encoder does not have")
+
+
 # EVA-02's (timm's eva02_*, an Eva): EvaAttention (no key bias), a SwiGLU MLP; B and L's with a
 # norm inside it (mlp_norm)
 _EVA02 = dict(_PE, norm_pre=False, patch_bias=True, layer_norm_epsilon=1e-6, pooling="gap", fc_norm=True,
               rope_grid_offset=0.0, rope_grid_indexing="ij", key_bias=False, mlp_activation="swiglu")
+# timm's rotary ViTs with registers (vit_*_patch16_rope_reg*_gap_256, an Eva): no table, no [class] token
+_ROPE_REGISTERS = dict(position_embedding="rope", rope_grid="index", rope_reference_grid=(2, 2), key_bias=False,
+                       num_registers=1, pooling="gap", layer_scale_init=1e-5, gelu_approximate=False)
 _ROPE_GRID = refused("its rotary embeddings turn on EVA-02's and PE's index grid (rope_grid="
                      "{c.rope_grid!r}, rope_grid_offset, rope_grid_indexing, rope_reference_grid), "
                      "which {reader} does not have", TIMM)
@@ -317,7 +326,8 @@ TABLE = {
              "without LayerScale, which keras-hub's DINOV3Backbone has always", HUB_FIX),
             values=(dict(layer_scale_init=1.0, num_classes=0),))),
     "num_registers": every(_REGISTERS, hf_dinov2=_DINOV2_ONLY, hf_dinov3=writes(num_registers=2),
-                           timm=writes(num_registers=2, layer_scale_init=0.1),
+                           timm=written(values=(dict(num_registers=2, layer_scale_init=0.1),
+                                                dict(_ROPE_REGISTERS))),
                            keras_hub=writes(num_registers=2, layer_scale_init=1.0, num_classes=0)),
     "position_embedding": dict(
         npz=written((lambda c: c.uses_rope, _ROPE, _TO_DINOV3 + " With a learned table too: " + TIMM),
@@ -335,9 +345,7 @@ TABLE = {
                       "position embeddings on DINOv3's centred grid (position_embedding='rope'), which "
                       "timm's Eva does not have", "Write it with format='huggingface' (a DINOv3ViTModel) "
                       "or 'keras_hub' (a DINOV3Backbone)."),
-                     (lambda c: c.uses_rope and _beside_rope(c), "rotary position embeddings beside "
-                      "options of " + ", ".join(_NOT_EVA) + " that timm's Eva of EVA-02 and the "
-                      "Perception Encoder does not have", KERAS),
+                     (lambda c: c.uses_rope and _beside_rope(c), _beside_rope_refusal, KERAS),
                      values=(dict(_PE), dict(_EVA02), dict(_EVA02, mlp_norm=True))),
         keras_hub=written((lambda c: c.position_embedding == "sincos2d", "its position embeddings "
                            "are sin-cos", "Use format='npz'."),
@@ -548,8 +556,8 @@ def refusal(config, column):
             continue
         for bad, why, instead in entry.checks:
             bad = bad or (lambda c, field=field: getattr(c, field) != _DEFAULTS.get(field))
-            if bad(config):
-                return why.format(c=config, reader=owner), instead
+            if bad(config):  # `why`: a text, or a function of the config that gives it
+                return (why(config) if callable(why) else why).format(c=config, reader=owner), instead
     return None
 
 

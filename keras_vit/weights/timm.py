@@ -92,7 +92,7 @@ _EVA_ARGUMENTS = {
     # EvaAttention (EVA-02's, query and value biases alone, q, k, v fused or apart)
     "global_pool": ("token", "avg", "map"), "attn_type": ("rope", "eva"), "use_rot_pos_emb": (True,),
     "use_abs_pos_emb": (True, False), "rope_type": ("cat",), "rope_rotate_half": (False,),
-    "rope_grid_indexing": ("ij", "xy"), "qkv_fused": None, "num_reg_tokens": (0,),
+    "rope_grid_indexing": ("ij", "xy"), "qkv_fused": None, "num_reg_tokens": None,
     "no_embed_class": (False, True), "use_fc_norm": (None, True, False), "use_post_transformer_norm": None,
     "norm_layer": (None, "layernorm"), "head_init_scale": None,
 }
@@ -522,6 +522,8 @@ def _eva_architecture(c):
         return "vit_base_patch16_rope_ape_224" if c.position_embedding == "learned_rope" else "vit_base_patch16_rope_224"
     if c.layer_norm_epsilon == 1e-5:
         return "vit_pe_core_tiny_patch16_384"
+    if c.num_registers and c.layer_scale_init is not None:  # timm's rotary ViTs with registers (SBB's)
+        return "vit_base_patch16_rope_reg1_gap_256"
     if c.attention_norm:  # EVA-02's CLIP towers
         return "eva02_base_patch16_clip_224"
     return "eva02_base_patch14_224" if c.mlp_norm else "eva02_tiny_patch14_224"
@@ -561,6 +563,7 @@ def _eva_model_args(c):
         img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads, mlp_ratio=c.mlp_dim / c.hidden_dim,
         qkv_bias=c.qkv_bias, num_classes=c.num_classes, class_token=c.uses_class_token,
+        num_reg_tokens=c.num_registers,
         attn_type="eva" if _eva(c) else "rope", qkv_fused=not split_qkv(c),
         swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm, scale_attn_inner=c.attention_norm,
         use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm,

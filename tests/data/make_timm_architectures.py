@@ -62,6 +62,9 @@ ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     "radio": ("vit_base_patch16_radio_v3", {}),
     # EVA-02's CLIP towers: EVA-02 B's, with a LayerNorm of the attention heads' outputs (scale_attn_inner)
     "eva02_clip": ("eva02_base_patch16_clip_224", {}),
+    # timm's rotary ViTs with registers (SBB's vit_*_patch16_rope_reg*_gap_256): EvaAttention, a register token
+    # and no [class] token, the patch tokens' mean
+    "rope_registers": ("vit_medium_patch16_rope_reg1_gap_256", dict(ref_feat_shape=(4, 4))),
 }
 
 # How far each model's weights are moved (normal noise of this scale): 0.3, and 0.1 for PE's,
