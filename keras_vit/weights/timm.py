@@ -516,8 +516,9 @@ def _eva_architecture(c):
     """The timm ``Eva`` architecture `write_timm` names for a rotary `c`: one whose
     defaults ``model_args`` need not take away: a reference grid (PE's, whose
     epsilon is 1e-5; EVA-02's, 1e-6, with q, k and v apart where its MLP has a
-    norm; its CLIP towers' with the attention's norm too), or none (timm's rotary
-    ViTs, Heo et al., 2024, with a table or none)."""
+    norm; its CLIP towers' with the attention's norm too; with registers and LayerScale,
+    timm's rotary ViTs of SBB's), or none (timm's rotary ViTs, Heo et al., 2024, with a
+    table or none)."""
     if c.rope_reference_grid is None:
         return "vit_base_patch16_rope_ape_224" if c.position_embedding == "learned_rope" else "vit_base_patch16_rope_224"
     if c.layer_norm_epsilon == 1e-5:
