@@ -542,7 +542,7 @@ def _model_args(c):
         embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
         mlp_ratio=mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, proj_bias=c.out_bias,
         num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
-        no_embed_class=False, fc_norm=c.fc_norm, final_norm=c.final_norm, qk_norm=c.qk_norm,
+        fc_norm=c.fc_norm, final_norm=c.final_norm, qk_norm=c.qk_norm,
         pre_norm=c.norm_pre, **r.write_settings([_GLOBAL_POOL], c),
         # the gated MLPs' SiLU is their architecture's (DINOv2 giant's, AIMv2's)
         **r.write_settings([dataclasses.replace(_ACT_LAYER, when=lambda c: c.mlp_activation != "swiglu")], c),
@@ -569,7 +569,7 @@ def _eva_model_args(c):
         swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm, scale_attn_inner=c.attention_norm,
         use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm,
         use_post_transformer_norm=c.final_norm and not c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
-        use_abs_pos_emb=c.position_table == "learned", no_embed_class=False,
+        use_abs_pos_emb=c.position_table == "learned",
         ref_feat_shape=c.rope_reference_grid and list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
         rope_grid_indexing=c.rope_grid_indexing, rope_temperature=c.rope_theta,
         attn_pool_num_heads=c.pooling_num_heads or c.num_heads,
@@ -605,8 +605,7 @@ def write_timm(model, path):
         files.write_atomic(path, safetensors_bytes(tensors))
         return
     model_args = _eva_model_args(c) if c.uses_rope else _model_args(c)
-    if _table_of_the_patches(c, tensors):
-        model_args["no_embed_class"] = True
+    model_args["no_embed_class"] = _table_of_the_patches(c, tensors)
     config = {
         "architecture": written_architecture(c),
         "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],
