@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 import scipy.special
 import conftest
+from helpers import TINY
 from helpers import to_numpy
 from helpers import value_and_gradient
 
+import keras_vit
 from keras_vit import ViT
 from keras_vit import kernels
 from keras_vit.kernels import projection
@@ -282,6 +284,38 @@ def test_dense_errors_name_the_problem():
     layer, x = projection_layer("mlp")
     with pytest.raises(ValueError, match=r"activation must be one of \(None, 'gelu', 'gelu_approximate'\), got 'relu'"):
         kernels.dense(layer, x, activation="relu")
+
+
+@pytest.mark.skipif(conftest.BACKEND != "jax", reason="compiled programs kept per call are JAX's: "
+                    "TensorFlow and PyTorch run eager ops without compiling them")
+def test_an_eager_call_on_jax_compiles_only_the_first_time():
+    """JAX compiles each program an eager call runs once and keeps it: the
+    same call again, on a fixed model, on one that merges tokens (the keys'
+    offsets) and on NaFlex inputs (the key mask), traces and compiles
+    nothing. `per_image_attention` loops with the same step function each
+    time for that."""
+    import jax
+
+    events = []
+
+    def record(event, duration, **kwargs):
+        if event.startswith("/jax/core/compile/"):
+            events.append(event)
+
+    x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
+    fixed = ViT(**TINY)
+    calls = {"fixed": lambda: fixed(x), "token merging": lambda: merging(x),
+             "naflex": lambda: flex(keras_vit.naflex_inputs(x, 8, 16))}
+    merging, flex = fixed.with_token_merging(2), fixed.with_naflex(16)
+    jax.monitoring.register_event_duration_secs_listener(record)
+    try:
+        for name, call in calls.items():
+            call()
+            events.clear()
+            call()
+            assert events == [], f"{name}: the second eager call compiled again: {events}"
+    finally:
+        jax.monitoring.unregister_event_duration_listener(record)
 
 
 def test_projection_runs_the_sequential_matmul_on_jax_cpu_only():

@@ -3,6 +3,8 @@ the fastest path each backend has, beside its ``keras.ops`` reference
 (`attention_reference`). What each path gains, measured, is in
 docs/performance.md."""
 
+import functools
+
 from keras import ops
 
 from keras_vit.kernels._platform import upstream_gradient
@@ -182,7 +184,7 @@ def _heads_first_softmax_attention(q, k, v, scale, *bias):
 
 
 def per_image_attention(query, key, value, scale, key_mask=None, key_offsets=None):
-    """`heads_first_attention` of one image at a time (``keras.ops.map``).
+    """`heads_first_attention` of one image at a time (``keras.ops.scan``).
 
     For JAX's CPU inference: XLA:CPU runs the ``(batch * heads)``-batched
     products of `heads_first_attention` slowly; looping over the images
@@ -195,13 +197,35 @@ def per_image_attention(query, key, value, scale, key_mask=None, key_offsets=Non
     """
     masks = () if key_mask is None else (ops.cast(key_mask, "int32"),)
     offsets = () if key_offsets is None else (key_offsets,)
+    step = _one_image_attention(scale, bool(masks), bool(offsets))
+    return ops.scan(step, (), (query, key, value, *masks, *offsets))[1]
 
-    def one_image(inputs):
+
+@functools.lru_cache(maxsize=None)
+def _one_image_attention(scale, masked, offset):
+    """`per_image_attention`'s loop step, one image: the same function each
+    time for the same arguments. Outside ``jax.jit`` JAX compiles each loop
+    it is given, and keeps the program by the step function: a step made
+    anew on each call (``keras.ops.map`` wraps its function in a new one
+    each time) was compiled anew on each eager call, 0.2 s per attention
+    layer, more than a tiny model's whole forward pass.
+
+    Args:
+        scale: float, as `fused_attention`'s.
+        masked: bool. The inputs hold a ``key_mask`` after q, k and v.
+        offset: bool. The inputs end with ``key_offsets``.
+
+    Returns:
+        A ``keras.ops.scan`` step: ``(carry, (q, k, v[, key_mask][,
+        key_offsets]))`` of one image, each without the batch axis, to
+        ``(carry, (Tq, heads, head_dim))``; the carry is ``()``.
+    """
+    def one_image(carry, inputs):
         q, k, v, *rest = (x[None] for x in inputs)
-        mask, rest = (rest[0], rest[1:]) if masks else (None, rest)
-        return heads_first_attention(q, k, v, scale, mask, *rest)[0]
+        mask = rest.pop(0) if masked else None
+        return carry, heads_first_attention(q, k, v, scale, mask, rest[0] if offset else None)[0]
 
-    return ops.map(one_image, (query, key, value, *masks, *offsets))
+    return one_image
 
 
 def padded_attention(query, key, value, scale, implementation=None):
