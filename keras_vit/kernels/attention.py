@@ -5,6 +5,7 @@ docs/performance.md."""
 
 import functools
 
+import keras
 from keras import ops
 
 from keras_vit.kernels._platform import upstream_gradient
@@ -184,7 +185,8 @@ def _heads_first_softmax_attention(q, k, v, scale, *bias):
 
 
 def per_image_attention(query, key, value, scale, key_mask=None, key_offsets=None):
-    """`heads_first_attention` of one image at a time (``keras.ops.scan``).
+    """`heads_first_attention` of one image at a time (``keras.ops.scan`` on
+    JAX, ``keras.ops.map`` elsewhere).
 
     For JAX's CPU inference: XLA:CPU runs the ``(batch * heads)``-batched
     products of `heads_first_attention` slowly; looping over the images
@@ -198,7 +200,11 @@ def per_image_attention(query, key, value, scale, key_mask=None, key_offsets=Non
     masks = () if key_mask is None else (ops.cast(key_mask, "int32"),)
     offsets = () if key_offsets is None else (key_offsets,)
     step = _one_image_attention(scale, bool(masks), bool(offsets))
-    return ops.scan(step, (), (query, key, value, *masks, *offsets))[1]
+    images = (query, key, value, *masks, *offsets)
+    if keras.backend.backend() == "jax":
+        return ops.scan(step, (), images)[1]
+    # TensorFlow's ops.scan stacks outputs of the carry's shape only
+    return ops.map(lambda inputs: step((), inputs)[1], images)
 
 
 @functools.lru_cache(maxsize=None)
