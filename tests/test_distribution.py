@@ -291,13 +291,11 @@ def kill_at_file(process, fifo, written=None):
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
+@pytest.mark.backend_independent  # files and a SIGKILL: the checkpoints' writing is numpy's on every backend
+def test_a_run_killed_while_checkpointing_keeps_the_checkpoints_before(tmp_path):
     """SIGKILL from outside in the first interval (before any checkpoint),
-    while a checkpoint is written (its data in place, its record not yet),
-    at a random moment later on, and after a checkpoint was damaged: the
-    same command each time, and the end is the run never interrupted."""
-    whole = tmp_path / "whole"
-    run_ok(command(whole, *DROPOUT, script=True, base=RUN))
+    and while a checkpoint is written (its data in place, its record not
+    yet): the checkpoints the run had before are all it has."""
     workdir = tmp_path / "killed"
     folder = workdir / "checkpoints"
     again = command(workdir, *DROPOUT, script=True, base=RUN)
@@ -308,7 +306,20 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     steps = checkpoints.CheckpointManager(folder).steps()
     assert steps == [2], steps  # the checkpoint of step 4 lacks its record: it does not exist
     assert (folder / "ckpt-000000004.npz").exists()
-    assert (whole / "checkpoints" / "ckpt-000000008.npz").stat().st_size > 64 * 1024  # fills a pipe
+    assert (folder / "ckpt-000000004.npz").stat().st_size > 64 * 1024  # fills a pipe
+
+
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
+    """SIGKILL at a random moment once the checkpoint of step 4 is on disk,
+    then a damaged newest checkpoint: the same command each time, and the
+    end is the run never interrupted. (Kills at the checkpoints' own files:
+    `test_a_run_killed_while_checkpointing_keeps_the_checkpoints_before`.)"""
+    whole = tmp_path / "whole"
+    run_ok(command(whole, *DROPOUT, script=True, base=RUN))
+    workdir = tmp_path / "killed"
+    folder = workdir / "checkpoints"
+    again = command(workdir, *DROPOUT, script=True, base=RUN)
 
     # At a random moment, once the checkpoint of step 4 is on disk (half the run to go).
     process = launch(again)
@@ -321,17 +332,17 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     assert not (workdir / "model.keras").exists()
 
     # Damage the newest checkpoint: it is reported and the one before is used.
-    newest = checkpoints.CheckpointManager(workdir / "checkpoints").steps()[-1]
-    data = workdir / "checkpoints" / f"ckpt-{newest:09d}.npz"
+    newest = checkpoints.CheckpointManager(folder).steps()[-1]
+    data = folder / f"ckpt-{newest:09d}.npz"
     data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     out = run_ok(again)
     assert f"Skipping checkpoint of step {newest}" in out and "damaged or partial" in out, out[-3000:]
 
     difference = max_difference(workdir, whole)
-    print(f"killed 3 times, a checkpoint damaged, resumed ({BACKEND}): max |weight - uninterrupted weight| = {difference:.2e}")
+    print(f"killed, a checkpoint damaged, resumed ({BACKEND}): max |weight - uninterrupted weight| = {difference:.2e}")
     assert difference <= 1e-6
     assert len(losses(workdir)) >= 4
-    assert checkpoints.CheckpointManager(workdir / "checkpoints").steps() == [4, 6, 8]  # the newest 3
+    assert checkpoints.CheckpointManager(folder).steps() == [4, 6, 8]  # the newest 3
 
 
 # -- checkpoints ------------------------------------------------------------------
