@@ -304,9 +304,9 @@ def test_an_eager_call_on_jax_compiles_only_the_first_time():
 
     x = np.random.default_rng(0).uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     fixed = ViT(**TINY)
+    merging, flex = fixed.with_token_merging(2), fixed.with_naflex(16)
     calls = {"fixed": lambda: fixed(x), "token merging": lambda: merging(x),
              "naflex": lambda: flex(keras_vit.naflex_inputs(x, 8, 16))}
-    merging, flex = fixed.with_token_merging(2), fixed.with_naflex(16)
     jax.monitoring.register_event_duration_secs_listener(record)
     try:
         for name, call in calls.items():
