@@ -12,8 +12,9 @@ torch). Four markers decide where a test runs and which loop it is in:
 - ``one_pass(backend)``: it runs in that backend's pass only. The examples
   of the docs and docstrings take turns (`take_turns`): each runs once, on
   one backend, and every backend runs a third of them; so do the tiny
-  benchmark's rows beside the fixed model (`test_benchmark.VARIANT_ROWS`).
-  What they call is tested on every backend by the other files.
+  benchmark's rows beside the fixed model (`test_benchmark.NAFLEX_PASS`,
+  `TOKEN_MERGING_PASS`). What they call is tested on every backend by the
+  other files.
 - ``slow``: kept out of ``make test-fast`` (``pytest -m "not slow"``), the
   edit-run loop; ``make test`` runs it.
 

@@ -297,23 +297,25 @@ def test_the_benchmark_names_the_cpu_kind(vendor, family, model, name, flags, ki
                     "2 cores; jax 0.10.2")
 
 
-# The rows beside the fixed model, each timed in one pass: their bookkeeping
-# (rows, ratios, labels) is the script's own on every backend, and the
-# models they time run on every backend in test_naflex.py and
+# The pass that times each kind of row beside the fixed model: their
+# bookkeeping (rows, ratios, labels) is the script's own on every backend,
+# and the models they time run on every backend in test_naflex.py and
 # test_token_merging.py.
-VARIANT_ROWS = {"jax": ["--naflex"], "tensorflow": ["--token-merging", "0,2"], "torch": []}
+NAFLEX_PASS, TOKEN_MERGING_PASS = "jax", "tensorflow"
 
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """One tiny run on this backend, the fixed model with this pass's
-    `VARIANT_ROWS` beside it (--naflex on JAX, ToMe's r=2 on TensorFlow):
+    """One tiny run on this backend, the fixed model with --naflex beside
+    it in the `NAFLEX_PASS` and ToMe's r=2 in the `TOKEN_MERGING_PASS`:
     ViT-Ti/16 of two blocks at 32 px, inference and training, with the
     allocator's thresholds set. Returns (its JSON, its stdout, the environment)."""
     backend = keras.backend.backend()
     out = tmp_path_factory.mktemp("bench") / "bench.json"
+    variants = (["--naflex"] if backend == NAFLEX_PASS else []) + (
+        ["--token-merging", "0,2"] if backend == TOKEN_MERGING_PASS else [])
     args = [sys.executable, SCRIPT, "--models", "vit_ti16", "--image-size", "32", "--batch-size", "2",
-            "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", *VARIANT_ROWS[backend],
+            "--backends", backend, "--impls", "keras_vit", "--modes", "inference,train", *variants,
             "--rounds", "1", "--runs", "2", "--steps", "1", "--warmup", "1", "--matmul-size", "128",
             "--threads", "1", "--device", "cpu", "--num-layers", "2", "--json", str(out)]
     # glibc's two allocator thresholds (docs/deploy.md): recorded with the machine, since they change the speed
@@ -371,7 +373,7 @@ def test_a_tiny_run_writes_the_documented_json(tiny_run):
 
 
 @pytest.mark.slow
-@pytest.mark.one_pass("jax")  # VARIANT_ROWS
+@pytest.mark.one_pass(NAFLEX_PASS)
 def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tiny_run):
     """--naflex at 32 px, patch 16 (a budget of 4 patches): the NaFlex model
     on square images (4 of 4 patches valid) and on images of half their
@@ -397,7 +399,7 @@ def test_a_tiny_naflex_run_times_both_fills_beside_the_fixed_model(tiny_run):
 
 
 @pytest.mark.slow
-@pytest.mark.one_pass("tensorflow")  # VARIANT_ROWS
+@pytest.mark.one_pass(TOKEN_MERGING_PASS)
 def test_a_tiny_run_times_token_merging_beside_the_model(tiny_run):
     """--token-merging 0,2 at 32 px, patch 16 (5 tokens): keras_vit's model
     merging 2 tokens in each block (5 -> 3 -> 2) in inference, the same
