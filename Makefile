@@ -31,8 +31,11 @@ demo: $(STAMP)
 # and the files go out longest first, by tests/durations.json), and the 15
 # slowest tests of each pass printed, so that growth shows in every log.
 # Backend-independent and cross-backend tests run in the torch pass only
-# (tests/conftest.py).
-PYTEST := $(PY) -m pytest tests -n 2 --dist loadscope --no-loadscope-reorder --durations=15
+# (tests/conftest.py). A worker that crashes (a segfault in a backend) fails
+# its test and ends the pass, whose summary names it: pytest-xdist 3.8's
+# loadscope scheduler, given a replacement worker, can wait forever
+# (pytest-dev/pytest-xdist#1313, #1323).
+PYTEST := $(PY) -m pytest tests -n 2 --dist loadscope --no-loadscope-reorder --max-worker-restart=0 --durations=15
 test: $(STAMP)
 	@status=0; for backend in $(BACKENDS); do \
 		echo "=== KERAS_BACKEND=$$backend"; start=$$(date +%s); \
