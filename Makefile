@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 BACKENDS := tensorflow jax torch
 
-.PHONY: demo test test-durations test-fast test-install docs clean bench
+.PHONY: demo test test-slow test-all test-durations test-fast test-install docs clean bench
 
 # Python compiles each module to bytecode the first time a process imports it
 # and keeps it (__pycache__), so the build compiles none (pip's --no-compile)
@@ -26,45 +26,66 @@ $(STAMP): requirements/dev.txt requirements/keras-hub.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) recipes/demo.py
 
-# The whole suite once per backend; every backend runs even if one fails. Two
-# workers (pytest-xdist; each file stays on one worker, with its fixtures,
-# and the files go out longest first, by tests/durations.json), and the 15
-# slowest tests of each pass printed, so that growth shows in every log.
-# Backend-independent and cross-backend tests run in the torch pass only
-# (tests/conftest.py). A worker that crashes (a segfault in a backend) fails
-# its test and ends the pass, whose summary names it: pytest-xdist 3.8's
-# loadscope scheduler, given a replacement worker, can wait forever
-# (pytest-dev/pytest-xdist#1313, #1323).
+# The suite in tiers, each once per backend; every backend runs even if one
+# fails. Two workers (pytest-xdist; each file stays on one worker, with its
+# fixtures, and the files go out longest first, by tests/durations.json),
+# and the 15 slowest tests of each pass printed, so that growth shows in
+# every log. Backend-independent and cross-backend tests run in the torch
+# pass only (tests/conftest.py). A worker that crashes (a segfault in a
+# backend) fails its test and ends the pass, whose summary names it:
+# pytest-xdist 3.8's loadscope scheduler, given a replacement worker, can
+# wait forever (pytest-dev/pytest-xdist#1313, #1323).
+#   make test          the fast tier: every test not marked slow (plain pytest)
+#   make test-slow     the tests marked slow, but the install's (pytest -m slow)
+#   make test-install  a user's install from the wheel, four extra sets
+#   make test-all      all three, as .ci/run runs them; fails if any tier fails
 PYTEST := $(PY) -m pytest tests -n 2 --dist loadscope --no-loadscope-reorder --max-worker-restart=0 --durations=15
-test: $(STAMP)
+SLOW := -m "slow and not install"
+define passes
 	@status=0; for backend in $(BACKENDS); do \
-		echo "=== KERAS_BACKEND=$$backend"; start=$$(date +%s); \
-		KERAS_BACKEND=$$backend $(PYTEST) || status=1; \
-		echo "=== KERAS_BACKEND=$$backend took $$(( $$(date +%s) - start )) s"; \
+		echo "=== $(1): KERAS_BACKEND=$$backend"; start=$$(date +%s); \
+		KERAS_BACKEND=$$backend $(PYTEST) $(2) || status=1; \
+		echo "=== $(1): KERAS_BACKEND=$$backend took $$(( $$(date +%s) - start )) s"; \
 	done; exit $$status
+endef
 
-# Each pass again, storing its seconds per test file in tests/durations.json
-# (the order in which the workers take the files).
+test: $(STAMP)
+	$(call passes,test,)
+
+test-slow: $(STAMP)
+	$(call passes,test-slow,$(SLOW))
+
+test-all: $(STAMP)
+	@start=$$(date +%s); status=0; \
+	$(MAKE) --no-print-directory test || status=1; \
+	$(MAKE) --no-print-directory test-slow || status=1; \
+	$(MAKE) --no-print-directory test-install || status=1; \
+	echo "=== test-all took $$(( $$(date +%s) - start )) s"; exit $$status
+
+# Each tier's passes again, storing each test's seconds and the processes it
+# started in tests/durations.json: the rule of the tiers (tests/test_suite.py)
+# and the order in which the workers take the files read them.
 test-durations: $(STAMP)
-	@for backend in $(BACKENDS); do \
-		KERAS_BACKEND=$$backend $(PYTEST) --write-durations || exit 1; \
-	done
+	@status=0; for backend in $(BACKENDS); do \
+		KERAS_BACKEND=$$backend $(PYTEST) --write-durations || status=1; \
+		KERAS_BACKEND=$$backend $(PYTEST) $(SLOW) --write-durations || status=1; \
+	done; exit $$status
 
 # A user's install (tests/test_install.py): the wheel built from this tree, installed into a
 # fresh virtual environment per extra set ([jax], [torch], [tensorflow], [jax,data]; kept in
 # ~/.cache/keras_vit/install and reused while the wheel and its requirements stay the same),
-# and each user journey run there as a process of its own. `make test` runs the [jax]
-# environment's alone. The test is backend-independent: it runs in the torch pass.
+# and each user journey run there as a process of its own. The test is backend-independent:
+# it runs in the torch pass.
 INSTALL_ENVS := jax,torch,tensorflow,jax-data
 test-install: $(STAMP)
 	@start=$$(date +%s); \
-	KERAS_BACKEND=torch KERAS_VIT_INSTALL_ENVS=$(INSTALL_ENVS) $(PY) -m pytest tests/test_install.py; \
+	KERAS_BACKEND=torch KERAS_VIT_INSTALL_ENVS=$(INSTALL_ENVS) $(PY) -m pytest tests/test_install.py -m install; \
 	status=$$?; echo "=== test-install took $$(( $$(date +%s) - start )) s"; exit $$status
 
-# The edit-run loop: one backend, without the tests marked slow.
+# The edit-run loop: the fast tier on one backend.
 FAST_BACKEND ?= torch
 test-fast: $(STAMP)
-	KERAS_BACKEND=$(FAST_BACKEND) $(PYTEST) -m "not slow"
+	KERAS_BACKEND=$(FAST_BACKEND) $(PYTEST)
 
 # The docs site into site/ (mkdocs.yml); a broken reference or a missing docstring fails.
 # `.venv/bin/mkdocs serve` serves it with live reload.

@@ -7,13 +7,17 @@ from keras_vit.lazy import import_when_ready as _import_when_ready
 
 __version__ = "0.1.0"
 
-# The public names: the modules `keras_vit.kernels` and `keras_vit.layers`,
-# and each name of `_NAMES` from its module. They import Keras and its
-# backend, so the package imports them when they are first used
-# (`keras_vit.lazy.import_lazily`: each module by itself, the other names
-# all together), not with itself: modules that need no Keras (`keras_vit.cli`'s parser, for
-# ``keras-vit --help``) import none.
-_MODULES = ("kernels", "layers")
+# The public names: the subpackages (`keras_vit.kernels`, `keras_vit.layers`,
+# `keras_vit.export`, ...), and each name of `_NAMES` from its module. They
+# import Keras and its backend, so the package imports them when they are
+# first used (`keras_vit.lazy.import_lazily`: each subpackage by itself, the
+# other names all together), not with itself: modules that need no Keras
+# (`keras_vit.cli`'s parser, for ``keras-vit --help``) import none. So
+# ``import keras_vit`` is all that ``keras_vit.explain.attention_rollout(...)``
+# needs. Of the subpackages, `__all__` names the two that need nothing but a
+# backend, as ``from keras_vit import *`` imports each name of it (and
+# `keras_vit.data` needs TensorFlow); `dir(keras_vit)` lists them all.
+_MODULES = ("data", "evaluation", "explain", "export", "io", "kernels", "layers", "training", "weights")
 _NAMES = {
     "ImageTextModel": "keras_vit.image_text",
     "TextTokenizer": "keras_vit.text_tokenizer",
@@ -33,8 +37,15 @@ __all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConf
            "__version__"]
 
 if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, type checkers)
+    from keras_vit import data
+    from keras_vit import evaluation
+    from keras_vit import explain
+    from keras_vit import export
+    from keras_vit import io
     from keras_vit import kernels
     from keras_vit import layers
+    from keras_vit import training
+    from keras_vit import weights
     from keras_vit.config import ViTConfig
     from keras_vit.dense import segmentation_probe
     from keras_vit.image_text import ImageTextModel

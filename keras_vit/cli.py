@@ -16,7 +16,11 @@
     keras-vit zero-shot hf://openai/clip-vit-base-patch32 photo.jpg --labels cat,dog,car
     keras-vit segment --init demo_output/finetune/model.keras --workdir runs/segment
 
-Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``.
+Choose the backend with ``KERAS_BACKEND=tensorflow|jax|torch``. The
+command starts without TensorFlow's start-up log lines
+(`keras_vit.startup.quiet_start`); ``keras-vit --verbose COMMAND ...`` keeps
+them. Keras's progress bars are drawn on a terminal and written as plain
+lines into a file or a pipe (`keras_vit.startup.progress_verbose`).
 
 Parsing the command line starts no backend: the parser is built from
 `keras_vit.arguments`, the recipes' flags (`keras_vit.training.configs.FLAGS`,
@@ -43,6 +47,7 @@ from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_key_values
 from keras_vit.arguments import parse_shots
 from keras_vit.export.int8 import QUANTIZE_MODES
+from keras_vit.startup import progress_verbose
 from keras_vit.startup import quiet_start
 from keras_vit.weights.formats import FORMATS
 
@@ -125,7 +130,7 @@ def _run_recipe(args):
         num_processes=args.num_processes, process_id=args.process_id, model_axis=args.model_axis,
         host_devices=args.host_devices,
     )
-    _, results = train(config, args.workdir, topology=topology)
+    _, results = train(config, args.workdir, verbose=progress_verbose(), topology=topology)
     for key, value in results.items():
         print(f"{key}: {value}")
     if "test_accuracy" in results:
@@ -808,6 +813,9 @@ def build_parser():
         epilog="Run keras-vit COMMAND --help for each command's flags. "
         "Backend: KERAS_BACKEND=tensorflow|jax|torch.",
     )
+    parser.add_argument("--verbose", dest="logs", action="store_true",
+                        help="keep TensorFlow's and absl's log lines (left out unless "
+                        "TF_CPP_MIN_LOG_LEVEL is set); give it before COMMAND")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     for add in (_add_listings, _add_recipes, _add_predict, _add_zero_shot, _add_evaluate, _add_explain,
@@ -834,7 +842,11 @@ def main(argv=None):
         int: the exit status.
     """
     parser = build_parser()
-    args = parser.parse_args(argv)
+    return _command(parser, parser.parse_args(argv))
+
+
+def _command(parser, args):
+    """Runs the command `parser` parsed into `args`; returns its exit status."""
     try:
         _import_package()  # every command runs Keras
         return HANDLERS[args.command](args)
@@ -858,8 +870,10 @@ def run(argv=None):
     with its status (the ``keras-vit`` entry point, ``python -m
     keras_vit.cli`` and the scripts in ``recipes/``).
 
-    The program starts quietly (`keras_vit.startup.quiet_start`: without
-    TensorFlow's start-up lines, unless TF_CPP_MIN_LOG_LEVEL asks for them).
+    The command line is parsed first (parsing imports no backend); then the
+    program starts quietly (`keras_vit.startup.quiet_start`: without
+    TensorFlow's start-up lines, unless TF_CPP_MIN_LOG_LEVEL asks for
+    them), or, given ``--verbose``, with the environment as it is.
     Before the interpreter shuts down, the objects still alive (Keras's, the
     backend's, TensorFlow's) are moved out of the cyclic collector's reach
     (`gc.freeze`): shutting down collects them otherwise, which takes seconds
@@ -870,9 +884,12 @@ def run(argv=None):
     Args:
         argv: list of str or None. As for `main`.
     """
-    quiet_start()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.logs:
+        quiet_start()
     try:
-        status = main(argv)
+        status = _command(parser, args)
     finally:
         gc.freeze()
     sys.exit(status)

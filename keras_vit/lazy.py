@@ -7,7 +7,6 @@ own `load_model` finds the package's classes after ``import keras_vit``
 import gc
 import importlib
 import importlib.abc
-import importlib.util
 import sys
 import types
 
@@ -19,7 +18,7 @@ def import_lazily(package, names, modules=(), by_module=False):
     module that defines it) all together; or, with `by_module`, the names of
     the used name's module (`keras_vit.evaluation`: its scores need neither
     Keras nor TensorFlow, its VTAB tasks TensorFlow). Its `__dir__` lists them before
-    they are imported (its `__all__`), and a submodule whose name is also a
+    they are imported (its `__all__` and `modules`), and a submodule whose name is also a
     public name (`keras_vit.presets`, the module, and the function) is not
     bound over that name when it is imported, as the import system binds
     each submodule on its package. `keras_vit` and `keras_vit.training` call
@@ -52,7 +51,7 @@ def import_lazily(package, names, modules=(), by_module=False):
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     def __dir__():
-        return sorted({*namespace, *namespace["__all__"]})
+        return sorted({*namespace, *namespace["__all__"], *modules})
 
     class Package(types.ModuleType):
         def __setattr__(self, name, value):
@@ -148,10 +147,13 @@ class _CountedLoader(importlib.abc.Loader):
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
-    """Finds the module `name` as the other finders do, the first time it is
-    imported, and has it executed within `around()` (a context manager);
-    the module keeps its own loader. Once used (or not found), the hook
-    leaves `sys.meta_path`."""
+    """Finds the module `name` as the other finders do and has it executed
+    within `around()` (a context manager), the first time it is imported;
+    the module keeps its own loader. A search that imports nothing
+    (`importlib.util.find_spec`, as torch._dynamo makes for tensorflow
+    while it is imported) leaves the hook in place for the import that
+    follows; the import, or a search that finds nothing, takes it out of
+    `sys.meta_path`."""
 
     def __init__(self, name, around):
         self.name, self.around = name, around
@@ -161,23 +163,31 @@ class ImportHook(importlib.abc.MetaPathFinder):
         for every other module."""
         if name != self.name:
             return None
-        sys.meta_path.remove(self)  # once; and the search below is the others'
-        spec = importlib.util.find_spec(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _HookedLoader(spec.loader, self.around)
+        spec = _other_spec(self, name, path, target)
+        if spec is None or spec.loader is None:
+            self.leave()
+            return spec
+        spec.loader = _HookedLoader(spec.loader, self)
         return spec
+
+    def leave(self):
+        """Takes the hook out of `sys.meta_path`, if it is there."""
+        if self in sys.meta_path:
+            sys.meta_path.remove(self)
 
 
 class _HookedLoader(importlib.abc.Loader):
-    """`loader`, executing its module within `around()`."""
+    """`loader`, executing its module within `hook.around()`; the hook
+    leaves `sys.meta_path` first, as the module is being imported."""
 
-    def __init__(self, loader, around):
-        self.loader, self.around = loader, around
+    def __init__(self, loader, hook):
+        self.loader, self.hook = loader, hook
 
     def create_module(self, spec):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
         module.__loader__ = module.__spec__.loader = self.loader
-        with self.around():
+        self.hook.leave()
+        with self.hook.around():
             self.loader.exec_module(module)

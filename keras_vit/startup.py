@@ -1,4 +1,6 @@
-"""A quiet start for the command line and the recipes: `quiet_start`.
+"""How the command line and the recipes start and what they write: a quiet
+start (`quiet_start`) and progress fit for where stdout goes
+(`progress_verbose`).
 
 TensorFlow's C++ code logs information while it loads: "This TensorFlow
 binary is optimized to use available CPU instructions ...", and where oneDNN
@@ -31,8 +33,9 @@ _ABSL_PREAMBLE = b"WARNING: All log messages before absl::InitializeLog() is cal
 
 def quiet_start():
     """Keeps TensorFlow's start-up lines off stderr, unless the user asked for
-    them: the command line (`keras_vit.cli.run`) and each script in
-    ``recipes/`` call it before they import a backend.
+    them: the command line (`keras_vit.cli.run`, unless given
+    ``--verbose``) and each script in ``recipes/`` call it before they
+    import a backend.
 
     TF_CPP_MIN_LOG_LEVEL becomes 1 (TensorFlow's C++ warnings and errors,
     not its information) unless it is set already. TensorFlow 2.21 logs the
@@ -49,6 +52,16 @@ def quiet_start():
         return
     if not any(isinstance(finder, _QuietTensorFlowImport) for finder in sys.meta_path):
         sys.meta_path.insert(0, _QuietTensorFlowImport())
+
+
+def progress_verbose():
+    """Keras's `verbose` for a progress bar on stdout: 1, the bar redrawn
+    in place, on a terminal (or in a notebook); 2, one plain line as each
+    bar ends, into a file or a pipe. Keras draws its bar with ANSI escape
+    codes and carriage returns wherever stdout goes, and in a log
+    (``keras-vit evaluate ... | tee log``) they come out as they are."""
+    interactive = "ipykernel" in sys.modules or (sys.stdout is not None and sys.stdout.isatty())
+    return 1 if interactive else 2
 
 
 def _level():

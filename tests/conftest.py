@@ -1,8 +1,23 @@
-"""The suite's shared set-up: markers, the pass that runs what does not depend
-on the backend, the compilation caches, and fixtures every file shares.
+"""The suite's shared set-up: the tiers, markers, the pass that runs what
+does not depend on the backend, the compilation caches, and fixtures every
+file shares.
 
 `make test` runs the suite once per backend (KERAS_BACKEND=tensorflow, jax,
-torch). Four markers decide where a test runs and which loop it is in:
+torch) in tiers, as transformers (``@slow``, ``RUN_SLOW``) and keras-hub
+(``large``, ``--run_large``) run theirs: the plain command is the fast tier,
+and the slow tier is asked for by name.
+
+- ``slow``: a test that took more than `SLOW_SECONDS` in some backend's pass
+  (`tests/durations.json`), starts a process of its own, trains more than a
+  few steps, or exports to more than one runtime. Plain ``pytest`` leaves it
+  out and says so in its header (`make test`); ``pytest -m slow`` runs these
+  alone (`make test-slow`), ``--run-slow`` runs both tiers.
+  `test_suite.py` holds every test to the first two rules.
+  ``slow_cases(*ids)`` marks some cases of a parametrized test slow.
+- ``install``: a user's install from the wheel (`test_install.py`), the tier
+  of `make test-install`; ``-m "slow and not install"`` is `make test-slow`.
+
+Three more markers decide in which backend's pass a test runs, in each tier:
 
 - ``backend_independent``: its subject does not go through a Keras backend
   (a catalogue, a config, an argument check, a tf.data stream, a docs
@@ -15,8 +30,6 @@ torch). Four markers decide where a test runs and which loop it is in:
   benchmark's rows beside the fixed model (`test_benchmark.NAFLEX_PASS`,
   `TOKEN_MERGING_PASS`). What they call is tested on every backend by the
   other files.
-- ``slow``: kept out of ``make test-fast`` (``pytest -m "not slow"``), the
-  edit-run loop; ``make test`` runs it.
 
 The other passes deselect the first two kinds and say so in their header
 (and, without xdist, with the count in their summary).
@@ -140,6 +153,23 @@ def _one_thread_per_worker():
 _one_thread_per_worker()
 
 
+def _shared_imports():
+    """Each pytest-xdist worker imports, before its first test, what the
+    tests of most files import: TensorFlow (tf.data, exports) and
+    transformers' PyTorch models (the parity references), 5 s on the JAX
+    and TensorFlow passes. So a test's seconds in `DURATIONS` are its own,
+    not those of the first import in whichever file its worker took first,
+    and the rule of the tiers (test_suite.py) reads the same seconds
+    whatever the order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    import tensorflow  # noqa: F401
+    from transformers import PreTrainedModel  # noqa: F401
+
+
+_shared_imports()
+
+
 def pytest_collection_finish(session):
     """Keras calls ``gc.collect()`` each time a layer attribute is deleted
     (``Layer.__delattr__``): ``quantize`` and ``enable_lora`` delete one per
@@ -159,13 +189,20 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"cross_backend: starts the other backends; runs in the "
                                        f"KERAS_BACKEND={HOME_BACKEND} pass only")
     config.addinivalue_line("markers", "one_pass(backend): runs in that backend's pass only")
-    config.addinivalue_line("markers", "slow: left out of `make test-fast` (-m 'not slow'); `make test` runs it")
+    config.addinivalue_line("markers", f"slow: over {SLOW_SECONDS:g} s in some pass, or starts a process, trains "
+                                       "more than a few steps, exports to more than one runtime; left out of plain "
+                                       "pytest (make test), run by -m slow (make test-slow) or --run-slow")
+    config.addinivalue_line("markers", "install: a user's install from the wheel; make test-install's tier")
+    config.addinivalue_line("markers", "slow_cases(*ids): the cases of a parametrized test with these ids are slow")
 
 
 def pytest_report_header(config):
     from importlib.metadata import version
 
     lines = [f"keras {version('keras')}, backend: {BACKEND}"]
+    if _fast_tier(config):
+        lines.append("the fast tier: tests marked slow are deselected (make test-slow, pytest -m slow, runs them; "
+                     "--run-slow runs both tiers)")
     if BACKEND != HOME_BACKEND:  # printed by xdist's controller too, whose workers deselect
         lines.append(f"backend-independent and cross-backend tests are deselected: they run once, "
                      f"in the KERAS_BACKEND={HOME_BACKEND} pass")
@@ -186,8 +223,16 @@ def take_turns(params):
 
 
 def pytest_addoption(parser):
+    parser.addoption("--run-slow", action="store_true",
+                     help="run the tests marked slow too; plain pytest leaves them out, -m slow runs them alone")
     parser.addoption("--write-durations", action="store_true",
-                     help=f"store this pass's seconds per test file in {os.path.basename(DURATIONS)}")
+                     help=f"store this pass's seconds per test in {os.path.basename(DURATIONS)}")
+
+
+def _fast_tier(config):
+    """Whether this run is the fast tier: no ``-m`` expression of the
+    user's (which then decides alone) and no ``--run-slow``."""
+    return not config.getoption("markexpr") and not config.getoption("--run-slow")
 
 
 def _elsewhere(item):
@@ -198,61 +243,170 @@ def _elsewhere(item):
     return BACKEND != HOME_BACKEND and any(item.get_closest_marker(m) for m in ONCE)
 
 
-def pytest_collection_modifyitems(config, items):
-    kept, elsewhere = [], []
+# Every test this session collected, before any was deselected: its node id
+# -> whether it is marked slow (`test_suite.py` reads it).
+COLLECTED = pytest.StashKey[dict]()
+
+
+def _mark_slow_cases(items):
+    """``@pytest.mark.slow_cases("id", ...)`` marks the cases of a
+    parametrized test with those ids ``slow``; an id that names no case is
+    an error, so that a renamed case cannot leave the fast tier unnoticed."""
+    named, found = {}, {}
     for item in items:
-        (elsewhere if _elsewhere(item) else kept).append(item)
-    if elsewhere:
-        config.hook.pytest_deselected(items=elsewhere)
+        marker = item.get_closest_marker("slow_cases")
+        if marker is None:
+            continue
+        function = item.nodeid.split("[")[0]
+        named[function] = set(marker.args)
+        case = item.callspec.id
+        found.setdefault(function, set()).add(case)
+        if case in marker.args:
+            item.add_marker(pytest.mark.slow)
+    missing = {function: ids - found[function] for function, ids in named.items() if ids - found[function]}
+    if missing:
+        raise pytest.UsageError("slow_cases names cases that are not there: " + "; ".join(
+            f"{function}: {', '.join(sorted(ids))} (its cases: {', '.join(sorted(found[function]))})"
+            for function, ids in missing.items()))
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest's own -m and -k deselect
+def pytest_collection_modifyitems(config, items):
+    _mark_slow_cases(items)
+    config.stash[COLLECTED] = {item.nodeid: item.get_closest_marker("slow") is not None for item in items}
+    fast = _fast_tier(config)
+    kept, elsewhere, slow = [], [], []
+    for item in items:
+        if _elsewhere(item):
+            elsewhere.append(item)
+        elif fast and item.get_closest_marker("slow"):
+            slow.append(item)
+        else:
+            kept.append(item)
+    if elsewhere or slow:
+        config.hook.pytest_deselected(items=elsewhere + slow)
         items[:] = kept
     config.stash[_ONCE_KEY] = len(elsewhere)
     _longest_files_first(items)
 
 
-# The seconds each test file took in the last measured pass of each backend
-# (`make test-durations` rewrites them). xdist's `--dist loadscope` keeps a
-# file on one worker and, with `--no-loadscope-reorder`, hands the files out
-# in collection order: longest first, two workers finish within seconds of
-# each other (the default order, by number of tests, put the cross-backend
-# file, 3 long tests, last, and the workers ended far apart).
+# The seconds each test took (set-up, call and tear-down) in the last
+# measured pass of each backend and tier, and the programs it started
+# (`make test-durations` rewrites them): {"seconds": {backend: {test:
+# seconds}}, "processes": {backend: {test: [program, ...]}}}. The rule of
+# the tiers reads them (`test_suite.py`), and xdist's `--dist loadscope`,
+# which keeps a file on one worker and, with `--no-loadscope-reorder`, hands
+# the files out in collection order, gets them longest first, so that the
+# two workers finish within seconds of each other.
 DURATIONS = os.path.join(os.path.dirname(__file__), "durations.json")
-UNMEASURED_SECONDS_PER_TEST = 0.5  # a file not in DURATIONS yet
+UNMEASURED_SECONDS = 0.5  # a test not in DURATIONS yet
+# A test over this in any pass is marked slow (test_suite.py). The tiers were
+# cut tighter, at 3 s, to hold `make test` within 12 minutes on a 2-core AMD
+# EPYC (Zen 3), keeping under this limit one quick check of each capability
+# (docs/getting_started.md#tests lists them).
+SLOW_SECONDS = 5.0
+
+
+def read_durations():
+    """`DURATIONS`, read."""
+    import json
+
+    with open(DURATIONS) as file:
+        return json.load(file)
 
 
 def _longest_files_first(items):
-    import json
-
-    with open(DURATIONS) as file:
-        measured = json.load(file).get(BACKEND, {})
-    counts = {}
+    measured = read_durations()["seconds"].get(BACKEND, {})
+    seconds = {}
     for item in items:
-        counts[item.location[0]] = counts.get(item.location[0], 0) + 1
-    seconds = {path: measured.get(path, UNMEASURED_SECONDS_PER_TEST * n) for path, n in counts.items()}
+        path = item.location[0]
+        seconds[path] = seconds.get(path, 0.0) + measured.get(item.nodeid, UNMEASURED_SECONDS)
     items.sort(key=lambda item: -seconds[item.location[0]])  # stable: each file keeps its order
 
 
-_SECONDS = {}  # test file -> seconds in this pass, for `--write-durations`
+_RUNNING = []  # the item running in this process, for `_note_processes`
+_STARTS = frozenset(("subprocess.Popen", "os.posix_spawn", "os.exec", "os.fork"))
+
+
+def _note_processes(event, args):
+    """An audit hook (`sys.addaudithook`): a process started during a test
+    (``subprocess.Popen``, ``os.posix_spawn``, ``os.exec*``, ``os.fork``)
+    is noted in its report's ``user_properties``, which pytest-xdist sends
+    to the process that writes `DURATIONS`."""
+    if not _RUNNING or event not in _STARTS:
+        return
+    if event == "os.fork":
+        program = "fork"
+    elif event == "subprocess.Popen":  # (executable, args, cwd, env)
+        executable, argv = args[0], args[1]
+        program = executable or (argv if isinstance(argv, (str, bytes, os.PathLike)) else argv[0])
+    else:  # (path, argv, env)
+        program = args[0]
+    program = os.fsdecode(program) if isinstance(program, (bytes, os.PathLike)) else str(program)
+    _RUNNING[-1].user_properties.append(("process", os.path.basename(program.split()[0])))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _RUNNING.append(item)
+    try:
+        return (yield)
+    finally:
+        _RUNNING.pop()
+
+
+sys.addaudithook(_note_processes)
+_SECONDS = {}  # test -> seconds in this pass, for `--write-durations`
+_PROCESSES = {}  # test -> the programs it started
 
 
 def pytest_runtest_logreport(report):
-    """Adds up each file's seconds (set-up, call, tear-down) for `--write-durations`."""
-    path = report.nodeid.split("::")[0]
-    _SECONDS[path] = _SECONDS.get(path, 0.0) + report.duration
+    """Adds up each test's seconds (set-up, call, tear-down) and the
+    processes it started, for `--write-durations`."""
+    _SECONDS[report.nodeid] = _SECONDS.get(report.nodeid, 0.0) + report.duration
+    programs = [value for key, value in report.user_properties if key == "process"]
+    if programs:
+        _PROCESSES.setdefault(report.nodeid, set()).update(programs)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller, which collects nothing itself, gets each
+    worker's `COLLECTED` (sent by `pytest_sessionfinish`)."""
+    collected = getattr(node, "workeroutput", {}).get("collected", {})
+    node.config.stash[COLLECTED] = {**node.config.stash.get(COLLECTED, {}), **collected}
 
 
 def pytest_sessionfinish(session):
+    """With `--write-durations`, this pass's seconds replace the stored ones
+    of the tests it ran; the tests of this pass's other tier, or of files
+    it did not collect, keep theirs, and a test no longer collected from a
+    file it collected is dropped."""
     config = session.config
-    if not config.getoption("--write-durations") or hasattr(config, "workerinput"):
-        return  # only the process that saw every file's reports writes
+    if hasattr(config, "workerinput"):  # a worker: its collection goes to the controller
+        config.workeroutput["collected"] = config.stash.get(COLLECTED, {})
+        return
+    if not config.getoption("--write-durations"):
+        return
     import json
 
-    with open(DURATIONS) as file:
-        stored = json.load(file)
+    stored = read_durations()
+    collected = config.stash.get(COLLECTED, {})
+    files = {test.split("::")[0] for test in collected}
     root = os.path.dirname(os.path.dirname(DURATIONS))
-    kept = {path: s for path, s in stored.get(BACKEND, {}).items() if os.path.exists(os.path.join(root, path))}
-    stored[BACKEND] = {**kept, **{path: round(s, 1) for path, s in _SECONDS.items()}}  # a part run keeps the rest
+
+    def kept(test):
+        path = test.split("::")[0]
+        return os.path.exists(os.path.join(root, path)) and (path not in files or test in collected)
+
+    seconds = {test: s for test, s in stored["seconds"].get(BACKEND, {}).items() if kept(test)}
+    seconds.update({test: round(s, 2) for test, s in _SECONDS.items()})
+    processes = {test: p for test, p in stored["processes"].get(BACKEND, {}).items()
+                 if kept(test) and test not in _SECONDS}
+    processes.update({test: sorted(p) for test, p in _PROCESSES.items()})
+    stored["seconds"][BACKEND], stored["processes"][BACKEND] = seconds, processes
     with open(DURATIONS, "w") as file:
-        json.dump(stored, file, indent=1, sort_keys=True)
+        json.dump(stored, file, indent=0, sort_keys=True)
         file.write("\n")
 
 
@@ -266,6 +420,12 @@ def pytest_unconfigure(config):
 
 
 def pytest_terminal_summary(terminalreporter, config):
+    measured = read_durations()["seconds"].get(BACKEND, {})
+    unmeasured = [test for test in _SECONDS if test not in measured]
+    if unmeasured and not config.getoption("--write-durations"):
+        terminalreporter.write_line(
+            f"{len(unmeasured)} tests of this pass are not in {os.path.basename(DURATIONS)} (as "
+            f"{unmeasured[0]}): `make test-durations` measures them for the rule of the tiers (test_suite.py)")
     count = config.stash.get(_ONCE_KEY, 0)
     if count:
         terminalreporter.write_line(

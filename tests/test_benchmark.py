@@ -419,6 +419,7 @@ def test_a_tiny_run_times_token_merging_beside_the_model(tiny_run):
 
 
 @pytest.mark.backend_independent  # the script runs PyTorch in its own process, whatever the pass
+@pytest.mark.slow
 def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
     """benchmarks/gelu_forms.py, cut to one block at 32 px: the machine line, then
     per dtype the kernel times and the three models' rates in inference and in
@@ -471,6 +472,7 @@ def test_the_gelu_forms_script_prints_both_forms_and_their_ratios():
 
 
 @pytest.mark.backend_independent  # the script exports in children of their own backends
+@pytest.mark.slow
 def test_the_serving_latency_script_times_each_artifact_and_its_ratio(tmp_path):
     """benchmarks/serving_latency.py, cut to one block at 32 px: the artifact
     with preprocessing, exported from TensorFlow to ONNX and OpenVINO in one

@@ -45,6 +45,7 @@ def assert_parity(model, params, x, **reference_kwargs):
     ],
     ids=["token", "gap", "pre_logits", "hybrid"],
 )
+@pytest.mark.slow_cases("hybrid")
 def test_vit_jax_npz_matches_reference(kwargs, tmp_path):
     params = random_vit_params(**kwargs)
     model = ViT.from_checkpoint(save_npz(params, tmp_path / "vit.npz"))
@@ -122,6 +123,7 @@ def test_huggingface_vit_model_pooler_is_pre_logits(tmp_path):
 
 # -- timm ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_timm_safetensors_matches_reference_with_exact_gelu(tmp_path):
     params = random_vit_params(hidden=192, heads=3, mlp_dim=64, layers=1, image_size=16)
     path = save_safetensors(to_timm(params), tmp_path / "timm.safetensors")
@@ -151,6 +153,7 @@ def test_timm_head_count_override(tmp_path):
 # -- resolution and head changes ----------------------------------------------
 
 @pytest.mark.parametrize("method", ["bilinear", "bicubic"])
+@pytest.mark.slow_cases("bilinear")
 def test_new_image_size_resamples_position_embeddings(method, tmp_path):
     params = random_vit_params()
     model = ViT.from_checkpoint(save_npz(params, tmp_path / "vit.npz"), image_size=48, resample_method=method)
@@ -171,6 +174,7 @@ def test_new_num_classes_gets_a_zero_head(tmp_path):
     assert_parity(features, head_free, images())
 
 
+@pytest.mark.slow
 def test_non_square_grid_needs_and_uses_the_image_size(tmp_path):
     params = random_vit_params(image_size=(32, 16))
     path = save_npz(params, tmp_path / "wide.npz")

@@ -126,6 +126,7 @@ class BackboneTest(HubTestCase):
         self.run_model_saving_test(cls, dict(init_kwargs), input_data, atol=1e-5, rtol=1e-5)
         return model, output
 
+    @pytest.mark.slow
     def test_vit_families_in_both_data_formats(self):
         for family, config in FAMILIES.items():
             with self.subTest(family=family):
@@ -141,6 +142,7 @@ class BackboneTest(HubTestCase):
                 self.assertAllClose(twin(images(config, channels_first=True)), output,
                                     atol=1e-5, rtol=1e-5)
 
+    @pytest.mark.slow
     def test_text_tower(self):
         self.check_backbone(TextTransformer, dict(TEXT_TOWER), token_ids(),
                             (2, TEXT_TOWER["projection_dim"]))
@@ -158,6 +160,7 @@ def test_image_text_model_compute_output_spec_on_arrays_and_keras_tensors():
 
 
 @pytest.mark.parametrize("mode", ["int8", "float8", "int4", "mixed"])
+@pytest.mark.slow_cases("int4")
 def test_a_dtype_policy_map_model_saves_and_reloads(mode, tmp_path):
     """keras-hub's way to build a quantized model without computing: a
     ``DTypePolicyMap`` of quantized policies by layer path. It gives its
@@ -237,6 +240,7 @@ def test_every_public_layer_has_a_case():
 class LayerTest(KerasTestCase):
     """Keras's ``run_layer_test`` on each public layer of `keras_vit.layers`."""
 
+    @pytest.mark.slow
     def test_every_public_layer(self):
         for name, (init_kwargs, inputs, call_kwargs, shape) in LAYER_CASES.items():
             # Given as (shapes, dtypes) by argument: Keras's training check

@@ -250,6 +250,7 @@ def augmented_stream():
     return batches(input_pipeline(seed=11, **AUGMENTED), 5)
 
 
+@pytest.mark.slow
 def test_same_seed_same_batches_whatever_the_global_seed(augmented_stream):
     tf.random.set_seed(123)  # TensorFlow's global seed must not matter
     again = batches(input_pipeline(seed=11, **AUGMENTED), 5)

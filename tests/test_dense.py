@@ -155,6 +155,7 @@ def test_every_family_gives_its_blocks_tokens():
                                    maps_of(record["encoded"], prefix, grid), atol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow
 def test_channels_first_maps_and_the_blocks_a_feature_model_runs(tiny):
     """A channels-first model gives the channels-last maps transposed; a
     feature model holds the blocks up to the last one asked for, no later
@@ -179,6 +180,7 @@ def test_channels_first_maps_and_the_blocks_a_feature_model_runs(tiny):
         np.testing.assert_allclose(to_numpy(got[key]), value, atol=1e-5, err_msg=key)
 
 
+@pytest.mark.slow
 def test_a_head_trains_on_frozen_features_which_save_and_export(tiny, tmp_path):
     """A 1x1 convolution and global pooling trained by ``fit`` on the
     frozen feature model: the backbone's weights stay, the head's move. The
@@ -290,6 +292,7 @@ def test_wrong_blocks_and_norm_without_encoder_norm_name_the_fix():
 # `keras_vit.segmentation_probe` (DINOv3's linear head, `LinearSegmentationHead`, on the
 # feature model), `keras_vit.data.digit_segmentation` and `keras-vit segment`.
 
+@pytest.mark.slow
 def test_the_probe_trains_its_head_alone_reloads_and_exports(tmp_path):
     """``fit`` on a frozen backbone moves the head's weights (BatchNorm's
     moving statistics too) and none of the ViT's; the logits are per pixel,
@@ -348,6 +351,7 @@ def test_the_heads_upsampling_is_keras_bilinear_resize():
         np.testing.assert_allclose(got, to_numpy(want), rtol=0, atol=1e-5, err_msg=image_size)
 
 
+@pytest.mark.slow
 def test_the_mean_iou_counts_as_keras_mean_iou():
     """`SegmentationMeanIoU` (a matmul of one-hot labels) has the confusion
     matrix and result of Keras's ``MeanIoU`` (a scatter), with labels out of
@@ -366,6 +370,7 @@ def test_the_mean_iou_counts_as_keras_mean_iou():
         assert abs(float(ours.result()) - float(keras_own.result())) < 1e-6, options
 
 
+@pytest.mark.slow
 def test_the_probe_learns_to_segment_held_out_digits(trained_digits, tmp_path):
     """The probe of the suite's trained digits model (at 32 px: its 16-pixel
     digits, four to a canvas's cell grid, are the size it learned) reaches a

@@ -158,6 +158,7 @@ def test_multi_worker_on_two_processes_is_the_one_device_run(tmp_path, reference
 
 
 @only_on("tensorflow", "TPUStrategy")
+@pytest.mark.slow
 def test_tpu_without_a_tpu_is_a_clear_error(tmp_path):
     code, out = finish(launch(command(tmp_path / "tpu", "--strategy", "tpu")))
     assert code == 2 and "--strategy tpu: no TPU found" in out and "--tpu local" in out, out[-2000:]
@@ -165,6 +166,7 @@ def test_tpu_without_a_tpu_is_a_clear_error(tmp_path):
 
 
 @only_on("tensorflow", "TPUStrategy")
+@pytest.mark.slow
 def test_tpu_runs_the_mirrored_code_path_after_the_strategy(tmp_path, monkeypatch):
     import tensorflow as tf
 
@@ -397,6 +399,7 @@ def test_checkpoints_are_atomic_pruned_and_checked(tmp_path):
         checkpoints.CheckpointManager(tmp_path, keep=0)
 
 
+@pytest.mark.slow
 def test_hosts_read_disjoint_parts_and_make_the_global_batches():
     """Each of 4 hosts reads a quarter of the split; their rows side by side
     are the global batches of a one-device run fed as 4 hosts."""
@@ -493,6 +496,7 @@ def test_layout_map_checks_the_mesh_and_the_model():
                                 keras.distribution.DeviceMesh((1,), ["batch"], devices))
 
 
+@pytest.mark.slow
 def test_a_resume_may_change_placement_but_not_the_run(tmp_path):
     config = resolve_config("digits", dict(steps=2, warmup_steps=1, batch_size=16, checkpoint_every=1,
                                            few_shot=[], model_args=dict(num_layers=1, hidden_dim=16,
@@ -503,6 +507,7 @@ def test_a_resume_may_change_placement_but_not_the_run(tmp_path):
         train(config.replace(seed=1), tmp_path, verbose=0)
 
 
+@pytest.mark.slow
 def test_steps_per_execution_is_the_same_run(tmp_path):
     config = resolve_config("digits", dict(steps=4, warmup_steps=1, batch_size=16, checkpoint_every=2,
                                            few_shot=[], model_args=dict(num_layers=1, hidden_dim=16,

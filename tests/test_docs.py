@@ -97,6 +97,7 @@ def _small_site(tmp_path, page, package=None):
 
 
 @pytest.mark.backend_independent
+@pytest.mark.slow
 def test_strict_build_passes_a_good_page(tmp_path):
     # The control for the two failures below: the same small site builds.
     result = _small_site(tmp_path, "# ClassToken\n\n::: keras_vit.layers.ClassToken\n")
@@ -104,6 +105,7 @@ def test_strict_build_passes_a_good_page(tmp_path):
 
 
 @pytest.mark.backend_independent
+@pytest.mark.slow
 def test_strict_build_fails_on_a_broken_reference(tmp_path):
     result = _small_site(tmp_path, "# Broken\n\n::: keras_vit.does_not_exist\n")
     assert result.returncode != 0, result.stderr
@@ -111,6 +113,7 @@ def test_strict_build_fails_on_a_broken_reference(tmp_path):
 
 
 @pytest.mark.backend_independent
+@pytest.mark.slow
 def test_strict_build_fails_on_a_missing_docstring(tmp_path):
     source = '''
         """A package with one documented and one undocumented function."""
@@ -174,6 +177,13 @@ def test_not_run_markers_precede_python_blocks():
 
 
 @pytest.mark.parametrize("path", take_turns(pytest.param(p, id=str(p.relative_to(ROOT))) for p in GUIDES))
+@pytest.mark.slow_cases("docs/architecture.md",
+                        "docs/data.md",
+                        "docs/getting_started.md",
+                        "docs/token_merging.md",
+                        "docs/deploy.md",
+                        "docs/explain.md",
+                        "docs/zero_shot.md")
 def test_guide_examples_run(path, tmp_path, monkeypatch):
     blocks = code_blocks(path)
     if not blocks:
@@ -323,6 +333,12 @@ DOCTESTS = doctests()
 
 @pytest.mark.parametrize("path,code", take_turns(pytest.param(*example, id=example[0])
                                                  for example in DOCSTRING_EXAMPLES))
+@pytest.mark.slow_cases("keras_vit.kernels.keras_layers_only",
+                        "keras_vit.layers.BottleneckUnit",
+                        "keras_vit.training.masked_patch_dataset",
+                        "keras_vit.training.pretrain_optimizer",
+                        "keras_vit.segmentation_probe",
+                        "keras_vit.training.train")
 def test_docstring_examples_run(path, code, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_example(code, f"<docstring of {path}>", {"__name__": "__docs__"})

@@ -285,6 +285,7 @@ def write_hf_cache(root, repo_id, files, commit):
         (snapshot / name).symlink_to(os.path.relpath(blob, snapshot))
 
 
+@pytest.mark.slow
 def test_hf_url_from_the_hugging_face_cache_offline(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")

@@ -73,6 +73,7 @@ def encoder(request):
     return request.param, ViT.from_checkpoint(TIMM / request.param), reference["images"], reference["logits"]
 
 
+@pytest.mark.slow_cases("pe_core")
 def test_logits_are_timms(encoder):
     family, model, images, logits = encoder
     options = {name: getattr(model.config, name) for name in ENCODERS[family]}
@@ -97,6 +98,7 @@ def test_written_back_in_timms_layout(encoder, tmp_path):
     np.testing.assert_allclose(to_numpy(again(images)), to_numpy(model(images)), atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow_cases("aimv2")
 def test_features_probe_and_naflex(encoder):
     family, model, images, _ = encoder
     grid, width = model.config.grid_size, model.config.hidden_dim

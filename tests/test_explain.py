@@ -34,6 +34,7 @@ def case(request, tmp_path_factory):
     return model, images, record, params
 
 
+@pytest.mark.slow_cases("token")
 def test_attention_weights_are_the_reference_and_leave_outputs_unchanged(case):
     model, images, reference, _ = case
     before = to_numpy(model(images))
@@ -148,6 +149,7 @@ def test_wrong_image_size_is_the_models_own_error():
     assert str(ours.value) == str(model_error.value)
 
 
+@pytest.mark.slow
 def test_report_and_command_write_the_pictures(case, tmp_path, capsys):
     pytest.importorskip("matplotlib", reason="the plots extra (matplotlib) is not installed")
     model, images, _, _ = case

@@ -37,21 +37,45 @@ def _registered_in_source():
     # once it has run, not while it and the modules importing it are partly run.
     "from keras_vit.model import ViT; import keras", "from keras_vit.layers import PatchEmbedding; import keras",
     "from keras_vit.weights import save_checkpoint; import keras"])
+@pytest.mark.slow
 def test_import_keras_vit_registers_every_saved_class_before_load_model(imports):
     """After nothing but the imports, in any order, Keras's registry holds
     every class a saved model may name (so `keras.saving.load_model` finds
-    them), and keras_vit's own import imported no Keras."""
-    code = (f"import sys; import keras_vit; before = 'keras' in sys.modules; {imports}; "
-            "import json; print(json.dumps([before, sorted(k for k in keras.saving.get_custom_objects() "
-            "if k.startswith('keras_vit>'))]))")
+    them), and keras_vit's own import, and the listing of its names,
+    imported no Keras and none of its subpackages (`keras_vit.lazy` aside)."""
+    code = ("import sys; import keras_vit; listed = dir(keras_vit); "
+            "before = sorted(m for m in sys.modules if m == 'keras' or m.startswith('keras_vit.')); "
+            f"{imports}; import json; print(json.dumps([before, sorted(k for k in "
+            "keras.saving.get_custom_objects() if k.startswith('keras_vit>'))]))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "KERAS_BACKEND": "jax"})
     assert result.returncode == 0, result.stderr
     before, registered = json.loads(result.stdout.strip().splitlines()[-1])
     expected = _registered_in_source()
     assert len(expected) >= 30, expected  # the scan found the decorators
-    assert before is False
+    assert before == ["keras_vit.lazy"]
     assert set(registered) == expected, set(registered) ^ expected
+
+
+INTERNAL = ("compat",)  # where keras_vit meets Keras's private names: no API
+
+
+@pytest.mark.backend_independent
+def test_every_public_subpackage_is_an_attribute_of_keras_vit(monkeypatch):
+    """``import keras_vit`` is all that ``keras_vit.explain.attention_rollout(...)``
+    and the like need: each subpackage but `INTERNAL` is listed by
+    `dir(keras_vit)` and imported when first used as its attribute, before
+    any other import has bound it there (as the test removes it)."""
+    import importlib
+
+    import keras_vit
+
+    subpackages = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py") if p.parent.name not in INTERNAL)
+    assert {"data", "evaluation", "explain", "export", "io", "training", "weights"} <= set(subpackages)
+    for name in subpackages:
+        monkeypatch.delattr(keras_vit, name, raising=False)  # unbound, as before its first use
+        assert name in dir(keras_vit)
+        assert getattr(keras_vit, name) is importlib.import_module(f"keras_vit.{name}")
 
 
 @pytest.mark.backend_independent

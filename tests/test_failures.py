@@ -63,6 +63,7 @@ def nan_at_batch(index):
 
 # -- 1. a diverging run ---------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_diverging_run_writes_nothing_non_finite_and_resumes(tmp_path, monkeypatch):
     config = tiny_run_config()
     workdir = tmp_path / "run"
@@ -96,6 +97,7 @@ def test_a_diverging_run_writes_nothing_non_finite_and_resumes(tmp_path, monkeyp
     assert all(math.isfinite(float(row["loss"])) for row in rows)
 
 
+@pytest.mark.slow
 def test_divergence_before_the_first_checkpoint_through_the_cli(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(run_module, "train_dataset", nan_at_batch(0))
     workdir = tmp_path / "run"
@@ -161,6 +163,7 @@ def test_a_full_disk_keeps_the_checkpoints_before(tmp_path, monkeypatch):
 
 # -- 2. a refused run ----------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_refused_run_writes_nothing_and_a_config_alone_is_not_a_run(tmp_path, capsys):
     workdir = tmp_path / "run"
     for argv, message in (
@@ -281,6 +284,7 @@ def test_a_truncated_image_is_refused_before_training(tmp_path, capsys):
     assert load_source(str(root), "train").num_examples == 16
 
 
+@pytest.mark.slow
 def test_a_damaged_image_found_during_training_is_named(tmp_path, capsys):
     root = image_folder(tmp_path / "images")
     whole = (root / "b" / "5.jpg").read_bytes()

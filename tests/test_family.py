@@ -71,6 +71,7 @@ def family(request, tmp_path_factory):
 
 
 @pytest.mark.parametrize("model_class", ["DeiTForImageClassification", "DeiTModel"])
+@pytest.mark.slow_cases("DeiTForImageClassification")
 def test_a_deit_without_its_distillation_head_reads(tmp_path, model_class):
     # the [class] token's head alone (or, headless, its pooler), the distillation token in the sequence
     config = transformers.DeiTConfig(**SIZE, intermediate_size=64, image_size=32, patch_size=8,
@@ -105,6 +106,7 @@ def dinov3_source(folder, **options):
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["dinov3", "dinov3-gated"])
+@pytest.mark.slow_cases("dinov3")
 def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
     # rotary position embeddings (no table), four registers, LayerScale, the
     # key without bias; the gated one (SwiGLU, as the largest) with a key

@@ -155,6 +155,7 @@ def two_towers(request, tmp_path_factory):
     return towers(request.param, tmp_path_factory)
 
 
+@pytest.mark.slow_cases("clip")
 def test_two_tower_files_give_transformers_numbers(two_towers, tmp_path):
     kind, folder, ids, images, expected = two_towers
     model = ImageTextModel.from_checkpoint(folder)
@@ -256,6 +257,7 @@ LABELS = ["cat", "dog", "bird"]
 PROMPTS = ["a photo of a {}.", "art of the {}."]
 
 
+@pytest.mark.slow_cases("siglip")
 def test_zero_shot_classifier_is_a_vit_with_the_prompts_top_1(two_towers):
     kind, folder, ids, images, expected = two_towers
     model = ImageTextModel.from_checkpoint(folder)
@@ -277,6 +279,7 @@ def test_zero_shot_classifier_is_a_vit_with_the_prompts_top_1(two_towers):
         zero_shot_classifier(model, LABELS, templates="openai")
 
 
+@pytest.mark.slow
 def test_zero_shot_classifier_exports_and_predicts_from_the_command_line(tmp_path_factory, tmp_path,
                                                                          capsys):
     from test_keras_features import run_exported
@@ -368,6 +371,7 @@ def tiny_two_towers(logit_bias=-10.0):
     return ImageTextModel(image, text, logit_scale=np.log(10.0), logit_bias=logit_bias)
 
 
+@pytest.mark.slow
 def test_locked_image_tuning_changes_only_the_text_tower():
     model = tiny_two_towers()
     model.lock_image_tower()
@@ -384,6 +388,7 @@ def test_locked_image_tuning_changes_only_the_text_tower():
     assert {id(model.logit_scale), id(model.logit_bias)} <= changed
 
 
+@pytest.mark.slow
 def test_the_zero_shot_recipe_learns_the_captioned_digits(tmp_path, capsys):
     """recipes/zero_shot.py, four epochs of two-tower training: the held-out
     digits' zero-shot accuracy goes up from chance, and the saved models

@@ -61,6 +61,7 @@ def record_fingerprints(source):
 
 
 @pytest.mark.parametrize("kind", ["digits", "folder", "tfds"])
+@pytest.mark.slow_cases("tfds")
 def test_the_shards_of_an_epoch_are_disjoint_and_cover_the_split(kind, sources):
     source = sources[kind]
     whole = fingerprints(np.concatenate([x for x, _ in input_pipeline(
@@ -87,6 +88,7 @@ def test_the_shards_of_an_epoch_are_disjoint_and_cover_the_split(kind, sources):
 
 
 @pytest.mark.parametrize("kind", ["digits", "folder", "tfds"])
+@pytest.mark.slow
 def test_a_resumed_host_continues_its_stream(kind, sources):
     """Batch k on, across an epoch's end, with crops, flips and RandAugment:
     equal to the uninterrupted stream of the same host."""
@@ -172,6 +174,7 @@ def test_the_shuffle_holds_encoded_images(sources):
 SHARDED_RUN = dict(steps=2, batch_size=8)
 
 
+@pytest.mark.slow
 def test_data_shards_make_the_stream_independent_of_the_host_count(sources):
     """A run's data is read as data_shards parts: one pipeline reading all 4,
     2 pipelines reading 2 each, or 4 reading one, give the same global
@@ -223,6 +226,7 @@ def test_data_shards_the_hosts_cannot_share_are_refused(tmp_path):
         tiny_run_config(**SHARDED_RUN, data_shards=0)
 
 
+@pytest.mark.slow
 def test_the_benchmark_reports_every_ratio_and_target(tmp_path):
     """benchmarks/input_pipeline.py end to end, tiny: its JSON has a rate per
     pipeline and host count, every ratio and each target's verdict."""

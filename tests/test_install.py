@@ -21,9 +21,9 @@ The environments live in the user's cache folder (``install/``), one per
 extra set and set of dependencies, so that the next run reuses them: an
 unchanged wheel as it is, a changed one reinstalled over the dependencies
 (``pip install --force-reinstall --no-deps``), which takes seconds. Pip's
-own cache is used too. `make test` runs the [jax] environment's journeys;
-`make test-install` runs all four (KERAS_VIT_INSTALL_ENVS=jax,torch,
-tensorflow,jax-data, or ``all``).
+own cache is used too. The journeys are marked ``install``: `make
+test-install` runs all four environments' (KERAS_VIT_INSTALL_ENVS=jax,
+torch,tensorflow,jax-data, or ``all``), ``pytest -m slow`` the [jax] one.
 """
 
 import contextlib
@@ -355,6 +355,7 @@ def _show(text, capsys):
 
 @pytest.mark.backend_independent
 @pytest.mark.slow
+@pytest.mark.install
 @pytest.mark.parametrize("name", _selected())
 def test_a_users_journeys_end_as_expected(name, wheel, tmp_path, capsys):
     with environment(name, wheel) as env:

@@ -47,6 +47,7 @@ def op_counts(path):
     return counts
 
 
+@pytest.mark.slow
 def test_int8_exports_keep_the_float_models_classes(trained_digits, tmp_path):
     """The demo's trained model exported from this backend: onnxruntime's
     dynamic and static (calibrated on 256 training digits) int8 ONNX and
@@ -79,6 +80,7 @@ def test_int8_exports_keep_the_float_models_classes(trained_digits, tmp_path):
         "vit.bin", "vit.onnx", "vit.xml", "vit_static.onnx"]  # no temporary file left
 
 
+@pytest.mark.slow
 def test_int8_with_preprocessing_takes_the_raw_digits(trained_digits, tmp_path):
     """``quantize="int8", preprocessing=True``: the artifact takes the held-out
     digits as they are stored (uint8, 32 px), resizes them to the model's
@@ -109,6 +111,7 @@ def test_int8_with_preprocessing_takes_the_raw_digits(trained_digits, tmp_path):
 
 @pytest.mark.skipif(BACKEND == "jax", reason="dynamic_image_size is not exported to ONNX from JAX "
                     "(jax2onnx cannot trace a sequence of free length; refused, tests/test_keras_features.py)")
+@pytest.mark.slow
 def test_int8_with_dynamic_image_size_keeps_with_image_sizes_classes(trained_digits, tmp_path):
     """``quantize="int8", dynamic_image_size=True``: one int8 ONNX file gives
     the float32 model's class on at least 99% of the held-out digits at its
@@ -229,6 +232,7 @@ def test_a_failed_quantization_leaves_the_file_as_it_was(tmp_path, monkeypatch):
 
 
 @pytest.mark.backend_independent  # the command's flags and data: the exports are checked on every backend above
+@pytest.mark.slow
 def test_the_export_command_calibrates_on_a_dataset(trained_digits, tmp_path, capsys):
     from keras_vit.cli import main
 

@@ -58,6 +58,7 @@ def test_every_block_and_encoder_norm_output_is_the_whole_sequence(pooling):
 
 # -- lower precision -------------------------------------------------------------
 
+@pytest.mark.slow
 def test_mixed_bfloat16_predicts_the_same_digits_as_float32(trained_digits):
     """Inference under mixed_bfloat16 gives float32's top-1 on held-out images (but near-ties)."""
     model, _, (x_test, y_test) = trained_digits  # 17 tokens: the odd length of the real models
@@ -102,6 +103,7 @@ QUANTIZATION = {"int8": 0.05, "float8": 0.1, "int4": 0.3}
 
 
 @pytest.mark.parametrize("mode", list(QUANTIZATION))
+@pytest.mark.slow
 def test_quantize_gives_the_float_logits_and_saves(trained_digits, mode, tmp_path):
     model, _, (x_test, y_test) = trained_digits
     full = logits_of(model, x_test)
@@ -127,6 +129,7 @@ def test_quantize_gives_the_float_logits_and_saves(trained_digits, mode, tmp_pat
     np.testing.assert_allclose(logits_of(reloaded, x_test), low, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_mode_slower_than_float32_on_a_cpu_warns_once_with_its_factor(monkeypatch):
     """int4 and float8 have no fast kernel on a CPU: `ViT.quantize` warns,
     the first time only, with the factor docs/deploy.md's table measures
@@ -157,6 +160,7 @@ def test_a_mode_slower_than_float32_on_a_cpu_warns_once_with_its_factor(monkeypa
 
 # -- LoRA --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_lora_trains_only_the_adapters_and_the_head_and_merges(trained_digits, tmp_path):
     model, (x, y), (x_test, _) = trained_digits
     adapted = copy_of(model)
@@ -248,6 +252,7 @@ def run_exported(fmt, path, images):
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.slow_cases("litert", "onnx", "tf_saved_model", "torch")  # OpenVINO's is the fast tier's export
 def test_export_reloads_in_its_runtime_with_a_dynamic_batch(fmt, tmp_path):
     if BACKEND not in FORMATS[fmt]:
         pytest.skip(f"Keras 3.15 exports {fmt} from {', '.join(FORMATS[fmt])}, not from {BACKEND}")
@@ -319,6 +324,7 @@ HANDLED = {("float32 batch", "openvino", backend) for backend in ("tensorflow", 
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.slow
 def test_an_artifact_with_preprocessing_takes_images_of_any_size(fmt, tmp_path):
     """``export(..., preprocessing=True)``: uint8 images of three sizes, larger
     and smaller than the model's, square, wide and tall, in the runtime give
@@ -397,6 +403,7 @@ ANY_SIZE_CASES = {"bilinear": ((16, 40),), "bicubic": ((48, 24),), "dinov2": ((4
                   "cpe": ((48, 24),)}
 
 
+@pytest.mark.slow
 def test_the_any_size_model_is_with_image_size_at_each_size():
     """`keras_vit.export.serving.dynamic_model` (what ``dynamic_image_size=True``
     traces) on float images of sizes other than the model's gives
@@ -423,6 +430,7 @@ def test_the_any_size_model_is_with_image_size_at_each_size():
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.slow
 def test_an_artifact_with_dynamic_image_size_is_with_image_size_at_each_size(fmt, tmp_path):
     """``export(..., dynamic_image_size=True)``: one artifact takes float images
     of three sizes (wide, tall, larger; multiples of the patch size) and gives
@@ -547,6 +555,7 @@ DINOV3_TINY = dict(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidde
 EXPORT_FORMAT = {"tensorflow": "tf_saved_model", "jax": "tf_saved_model", "torch": "onnx"}
 
 
+@pytest.mark.slow
 def test_dinov3_options_quantize_adapt_export_and_save(tmp_path):
     """DINOv3's options go through Keras's features as every other option:
     a `.keras` round trip, int8 quantization, LoRA, and export in the
@@ -595,6 +604,7 @@ def test_openvino_default_precision_follows_the_cpu():
     assert ("BF16" in core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")) == has_bf16
 
 
+@pytest.mark.slow
 def test_export_command_writes_an_artifact_or_names_the_backend(tmp_path, capsys):
     from keras_vit.cli import main
 

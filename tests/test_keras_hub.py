@@ -53,6 +53,7 @@ IMAGES = np.random.default_rng(1).uniform(-1, 1, (2, 32, 32, 3)).astype("float32
 
 
 @pytest.mark.parametrize("case", list(CASES))
+@pytest.mark.slow_cases("backbone-gap-no-mlp-bias", "backbone")
 def test_a_keras_hub_preset_reads_with_its_numbers_and_writes_back(tmp_path, case):
     backbone_args, task_args = CASES[case]
     expected = hub_preset(tmp_path / "hub", backbone_args, task_args)
@@ -74,6 +75,7 @@ def test_a_keras_hub_preset_reads_with_its_numbers_and_writes_back(tmp_path, cas
 
 
 @pytest.mark.parametrize("classifier", [False, True], ids=["deit", "deit-classifier"])
+@pytest.mark.slow_cases("deit")
 def test_a_keras_hub_deit_preset_reads_with_its_numbers(tmp_path, classifier):
     # a distillation token beside the [class] token, whose head alone classifies
     backbone = keras_hub.models.DeiTBackbone(image_shape=(32, 32, 3), patch_size=8, num_layers=2,
@@ -106,6 +108,7 @@ def test_a_keras_hub_deit_preset_reads_with_its_numbers(tmp_path, classifier):
 
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["dinov2", "dinov2-swiglu"])
+@pytest.mark.slow
 def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
     # registers, LayerScale and (giant) SwiGLU; its position table stored at
     # 64 px and interpolated by keras-hub to the 32 px it runs at
@@ -129,6 +132,7 @@ def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["dinov3", "dinov3-gated"])
+@pytest.mark.slow
 def test_a_keras_hub_dinov3_preset_reads_with_its_numbers_at_any_size(tmp_path, gated):
     # rotary position embeddings, four registers, LayerScale; the gated one
     # (SwiGLU, as the largest) with a key bias and no MLP biases
@@ -197,6 +201,7 @@ def test_what_keras_hub_cannot_express_is_refused(tmp_path):
 MEAN, STD = np.array([0.485, 0.456, 0.406]), np.array([0.229, 0.224, 0.225])
 
 
+@pytest.mark.slow
 def test_an_image_converters_scaling_is_recorded_and_written_back(tmp_path):
     # pixels in [0, 255] through keras-hub's preprocessor, and through the
     # scaling keras_vit records (read_images applies it to files)

@@ -265,6 +265,7 @@ def int8_model():
     return model, rng.uniform(-1, 1, (16, 16, 16, 3)).astype("float32")
 
 
+@pytest.mark.slow
 def test_int8_model_logits_are_keras_int8_logits():
     model, x = int8_model()
     full = to_numpy(model.predict_on_batch(x))
@@ -288,6 +289,7 @@ def test_dense_errors_name_the_problem():
 
 @pytest.mark.skipif(conftest.BACKEND != "jax", reason="compiled programs kept per call are JAX's: "
                     "TensorFlow and PyTorch run eager ops without compiling them")
+@pytest.mark.slow
 def test_an_eager_call_on_jax_compiles_only_the_first_time():
     """JAX compiles each program an eager call runs once and keeps it: the
     same call again, on a fixed model, on one that merges tokens (the keys'
@@ -369,6 +371,7 @@ def test_matmul_in_bfloat16_is_the_product_of_the_bfloat16_values():
 # -- GELU ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("approximate", [True, False], ids=["tanh", "erf"])
+@pytest.mark.slow
 def test_gelu_is_keras_gelu_with_the_exact_derivative(approximate, request):
     # On TensorFlow and JAX's CPU the gradient is written out from x (so the
     # backward keeps x alone), on TensorFlow's CPU both run as XLA kernels;
@@ -379,7 +382,9 @@ def test_gelu_is_keras_gelu_with_the_exact_derivative(approximate, request):
         # the cheapest level's tanh saturates past -1, and the gradient it gives
         # where GELU's is 0 reached 8.5e-6 on JAX, which some draws of x and w
         # took past the 1e-5 below).
-        run = subprocess.run([sys.executable, "-m", "pytest", request.node.nodeid, "-q", "-p", "no:cacheprovider"],
+        # --run-slow: this test is slow, which plain pytest would leave out.
+        run = subprocess.run([sys.executable, "-m", "pytest", request.node.nodeid, "--run-slow", "-q",
+                              "-p", "no:cacheprovider"],
                              env={**os.environ, conftest.DEFAULT_XLA: "1"}, cwd=request.config.rootpath,
                              capture_output=True, text=True, timeout=600)
         assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout[-3000:]
@@ -460,6 +465,7 @@ def model_gradients(model, x, labels):
     return to_numpy(loss), [to_numpy(g) for g in grads]
 
 
+@pytest.mark.slow
 def test_model_fast_paths_give_the_keras_layers_logits_and_gradients():
     # The whole ViT with every fast path of this backend against the same
     # weights through Keras's layers and ops alone (what export traces).
@@ -479,6 +485,7 @@ def test_model_fast_paths_give_the_keras_layers_logits_and_gradients():
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * max(1.0, np.abs(want).max()))
 
 
+@pytest.mark.slow
 def test_model_predict_after_fit_matches_its_forward():
     # predict equals the plain forward, before and after a training step changes every weight.
     model = ViT(image_size=16, patch_size=4, hidden_dim=32, num_layers=2, num_heads=4,

@@ -112,6 +112,7 @@ def test_bilinear_resample_is_scipy_zoom_order_1_non_square():
     np.testing.assert_allclose(out[0].reshape(7, 9, 3), expected, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_bicubic_resample_is_torch_interpolate():
     torch = pytest.importorskip("torch")
     grid = rand(5, 4, 3)
@@ -222,6 +223,7 @@ def test_fused_attention_is_softmax_attention(tq, tk):
 
 
 @pytest.mark.parametrize("tq,tk", [(5, 5), (1, 7), (197, 197)])
+@pytest.mark.slow_cases("197-197")
 def test_padded_attention_equals_attention_with_its_gradient(tq, tk):
     # The JAX GPU path for odd lengths (cuDNN trains only on even ones), run
     # here with XLA's implementation: the padded tokens must change nothing.
@@ -486,6 +488,7 @@ def _widest_fusion(hlo):
                for line in hlo.splitlines() if " fusion(" in line)
 
 
+@pytest.mark.slow
 def test_layer_norm_backward_keeps_xla_cpu_fusions_flat_with_depth():
     # XLA:CPU fuses elementwise producers into each consumer, duplicating them.
     # With Keras's LayerNormalization autodiff the residual stream's gradient
@@ -530,6 +533,7 @@ def test_token_pooling(tmp_path):
     np.testing.assert_allclose(gap, x[:, 2:].mean(1), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_resnet_stem_shapes_and_stride(tmp_path):
     x = rand(1, 32, 32, 3)
     layer, out = run_layer_test(

@@ -30,6 +30,7 @@ def sources(tmp_path_factory):
     return model, {"in memory": model, ".keras": folder / "model.keras", "timm": folder / "timm"}, images
 
 
+@pytest.mark.slow
 def test_every_source_loads_resized_with_a_new_head_the_same_way(sources):
     """As stored: the source's logits. At 48 px: the model's own resampling.
     With 3 classes: both heads (the distillation one too) new and zero, the

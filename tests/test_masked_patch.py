@@ -122,6 +122,7 @@ def test_same_seed_same_draw_and_another_seed_another():
     np.testing.assert_array_equal(first[1], other[1])  # the targets do not depend on the draw
 
 
+@pytest.mark.slow
 def test_dataset_folds_the_batch_index_into_the_seed_and_resumes():
     images = RNG.uniform(-1, 1, (12, 8, 8, 3)).astype("float32")
     source = tf.data.Dataset.from_tensor_slices((images, np.arange(12))).batch(4)
@@ -287,6 +288,7 @@ def test_presets_and_refusals():
         MaskedPatchPredictor(**MASKED_PATCH_BACKBONE, num_layrs=2, pooling="gap")
 
 
+@pytest.mark.slow
 def test_mixed_bfloat16_trains_with_float32_logits():
     model = MaskedPatchPredictor(**MASKED_PATCH_BACKBONE, dtype="mixed_bfloat16")
     assert model.get_layer("encoder_block_0").compute_dtype == "bfloat16"

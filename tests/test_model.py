@@ -27,6 +27,7 @@ from keras_vit.presets import count_params
     ],
 )
 @pytest.mark.backend_independent
+@pytest.mark.slow_cases("vit_l16-ViT-L/16-304326632")
 def test_paper_parameter_counts(name, paper_name, expected):
     """The full-size builds, in one pass: a built model's variables do not
     depend on the backend (the analytic count is checked against built tiny
@@ -120,6 +121,7 @@ def test_every_layer_is_built_at_construction(config):
     assert [layer.name for layer in model._flatten_layers() if not layer.built] == []
 
 
+@pytest.mark.slow
 def test_every_preset_is_listed_and_buildable_by_both_names():
     listed = keras_vit.presets()
     assert {"vit_ti16", "vit_s16", "vit_s32", "vit_b16", "vit_b32", "vit_l16", "vit_l32", "vit_h14",
@@ -285,6 +287,7 @@ DATA = pathlib.Path(__file__).parent / "data"
 
 
 @pytest.mark.parametrize("name", ["map_qk_norm_norm_pre", "gap_fc_norm"])
+@pytest.mark.slow_cases("map_qk_norm_norm_pre")
 def test_keras_files_saved_before_the_layer_norm_layer_load_with_their_logits(name):
     # Saved on 2026-11-25 (torch) while LayerNorms were Keras's own layers
     # and attention weights were computed in the layer: MAP pooling, qk-norm,
@@ -305,6 +308,7 @@ def test_keras_files_saved_before_the_layer_norm_layer_load_with_their_logits(na
 
 
 @pytest.mark.parametrize("name", ["run", "compiled", "convert"])
+@pytest.mark.slow_cases("convert")
 def test_keras_files_saved_by_the_2026_11_28_version_load_with_their_logits(name):
     # Saved on 2026-11-28 (JAX; tests/data/README.md): a training run's model.keras, a
     # model compiled with the package's optimizer, schedule and loss after one update, and
@@ -328,6 +332,7 @@ def test_dtype_policy_survives_config_save_and_resize(policy, tmp_path):
         assert copy.get_layer("head").compute_dtype == policy.replace("mixed_", "")
 
 
+@pytest.mark.slow
 def test_with_image_size_resamples_position_embeddings(images, tmp_path):
     model = save_and_reload(ViT(**TINY), tmp_path)  # also from a reloaded model
     bigger = model.with_image_size(48)

@@ -121,6 +121,7 @@ def test_patch_order_and_scaling():
 
 
 @pytest.mark.backend_independent
+@pytest.mark.slow
 def test_tf_data_gives_naflex_inputs():
     import tensorflow as tf
 
@@ -193,6 +194,7 @@ def models():
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow_cases("learned_token")
 def test_native_grid_gives_the_fixed_models_logits(models, kind):
     fixed, flex, _ = models[kind]
     images = _images([(32, 32), (32, 32)], seed=1, dtype=np.float32)
@@ -203,6 +205,7 @@ def test_native_grid_gives_the_fixed_models_logits(models, kind):
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.slow_cases("learned_token")
 def test_padding_does_not_change_an_images_outputs(models, kind):
     _, flex16, flex24 = models[kind]
     x = keras_vit.naflex_inputs(_images([(20, 70), (32, 32), (50, 9)], seed=2), 8, 16)
@@ -294,6 +297,7 @@ def test_saves_loads_and_records(models, tmp_path):
     np.testing.assert_allclose(weights.sum(-1), 1, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_on_images_of_mixed_sizes(models):
     fixed, _, _ = models["learned_gap"]
     model = fixed.with_naflex(16)
@@ -364,6 +368,7 @@ def run_naflex_export(fmt, path, inputs):
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.slow
 def test_export_runs_in_its_runtime_with_a_dynamic_batch(models, fmt, tmp_path):
     """One artifact, two batch sizes of images of mixed aspect ratios, each
     grid its own: the Keras model's logits within 1e-4 (the position table is

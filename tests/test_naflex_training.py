@@ -87,6 +87,7 @@ def test_bad_naflex_arguments_say_what_to_do(arguments, message):
         input_pipeline("digits", "train[:8]", training=True, **{**FLEX, **arguments})
 
 
+@pytest.mark.slow
 def test_fit_runs_on_the_pipeline_at_every_drawn_length():
     """One model trains on batches of 4, 8 and 16 patches (budget // L
     images each), and an image's logits do not change with the padding
@@ -108,6 +109,7 @@ def test_fit_runs_on_the_pipeline_at_every_drawn_length():
                                to_numpy(model.predict_on_batch(padded)), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_a_run_with_max_num_patches_trains_and_evaluates_a_naflex_model(tmp_path, capsys):
     workdir = tmp_path / "run"
     out = main(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS,
@@ -145,6 +147,7 @@ def test_a_naflex_run_refuses_what_it_cannot_be(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_predict_classifies_images_at_their_own_aspect_ratios(tmp_path, capsys):
     model = ViT(**TINY, class_names=list("abcde"))
     rng = np.random.default_rng(0)
@@ -166,6 +169,7 @@ def test_predict_classifies_images_at_their_own_aspect_ratios(tmp_path, capsys):
         assert line.startswith(f"{path}: {'abcde'[row.argmax()]} (")
 
 
+@pytest.mark.slow
 def test_the_recipe_writes_both_accuracies(tmp_path):
     recipe = runpy.run_path(str(ROOT / "recipes" / "naflex_digits.py"))
     results = recipe["run"](tmp_path, steps=4, verbose=0, batch_size=16, model_args=TINY_RUN_MODEL)

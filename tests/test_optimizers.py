@@ -202,6 +202,7 @@ def test_pretrain_optimizer_matches_flax_adam(accum_steps):
 
 
 @pytest.mark.parametrize("make_optimizer", [finetune_optimizer, pretrain_optimizer])
+@pytest.mark.slow_cases("finetune_optimizer")
 def test_fused_kernels_give_the_keras_ops_update(make_optimizer, monkeypatch):
     """TensorFlow's ``ResourceApply*`` and PyTorch's fused ``torch.optim`` kernels
     (keras_vit.kernels.optimizers) update as the ``keras.ops`` path does (JAX

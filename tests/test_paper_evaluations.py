@@ -12,6 +12,7 @@ import pytest
 from helpers import fails
 
 from keras_vit.evaluation import metrics
+from keras_vit.training import linear_few_shot_accuracy
 
 HERE = pathlib.Path(__file__).parent
 
@@ -110,6 +111,49 @@ def test_the_linear_probe_chooses_c_on_held_out_images_and_refits():
         metrics.linear_probe_accuracy(x, np.zeros(120, int), test_x, test_y)
 
 
+def _spoiled(shape, count, value=np.nan, seed=0):
+    """Normal features of `shape`, `count` of them set to `value`."""
+    features = np.random.default_rng(seed).normal(size=shape)
+    features.flat[:count] = value
+    return features
+
+
+FEATURES, TEST_FEATURES = _spoiled((40, 6), 0), _spoiled((10, 6), 0, seed=1)
+LABELS, TEST_LABELS = np.arange(40) % 4, np.arange(10) % 4
+# (id, the score on non-finite values, the argument named, how many values of how many)
+NON_FINITE = [
+    ("knn-nan-test", lambda: metrics.knn_accuracy(FEATURES, LABELS, _spoiled((10, 6), 3), TEST_LABELS, k=5),
+     "test_features", "3", "60"),
+    ("knn-inf-train", lambda: metrics.knn_accuracy(_spoiled((40, 6), 1, np.inf), LABELS, TEST_FEATURES,
+                                                   TEST_LABELS, k=5), "train_features", "1", "240"),
+    ("probe-nan-train", lambda: metrics.linear_probe_accuracy(_spoiled((40, 6), 2), LABELS, TEST_FEATURES,
+                                                              TEST_LABELS), "train_features", "2", "240"),
+    ("probe-nan-test", lambda: metrics.linear_probe_accuracy(FEATURES, LABELS, _spoiled((10, 6), 60),
+                                                             TEST_LABELS), "test_features", "60", "60"),
+    ("real-nan-logits", lambda: metrics.real_accuracy(_spoiled((3, 10), 1), [[1], [2], [3]]),
+     "predictions", "1", "30"),
+    ("top-k-inf-logits", lambda: metrics.top_k_accuracy(_spoiled((3, 10), 2, -np.inf), [1, 2, 3], 5),
+     "logits", "2", "30"),
+    ("subset-nan-logits", lambda: metrics.subset_predictions(_spoiled((2, 20), 4), [1, 5]),
+     "logits", "4", "40"),
+    ("few-shot-nan-train", lambda: linear_few_shot_accuracy(_spoiled((40, 6), 5), LABELS, TEST_FEATURES,
+                                                            TEST_LABELS, 4), "train_features", "5", "240"),
+]
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("case", NON_FINITE, ids=[case[0] for case in NON_FINITE])
+def test_a_score_of_non_finite_values_is_refused(case):
+    """Features or logits holding NaN or infinity are refused by every
+    score, not scored: the error names the argument, how many of its values
+    are not finite, and the likely cause."""
+    _, score, name, bad, total = case
+    with pytest.raises(ValueError, match=rf"^{name} holds {bad} non-finite values \(NaN or infinity\) of "
+                       rf"{total}, so no score of them means anything\. The likely cause is the model "
+                       r"that computed them: weights that diverged in training.*Check that its outputs are"):
+        score()
+
+
 @pytest.mark.backend_independent
 def test_imagenet_a_and_r_score_their_200_classes():
     from keras_vit.evaluation import IMAGENET_A_INDICES
@@ -176,8 +220,24 @@ def test_the_19_vtab_tasks_are_task_adaptations():
             assert features[key].num_classes >= classes, name
     # the percentages are of the sizes TFDS records once the data is prepared
     assert VTAB_TASKS["svhn"].split("val200", {"train": 1000}) == "train[900:1100]"
-    with pytest.raises(ValueError, match="has splits train800, val200"):
-        VTAB_TASKS["dtd"].split("train1000")
+
+
+@pytest.mark.backend_independent
+def test_a_vtab_task_or_split_that_is_not_there_is_named():
+    """A position, or a name of no task, in `VTAB_TASKS` raises a KeyError
+    that names the tasks and says to index by name; a split of no name
+    raises a ValueError that names the splits."""
+    from keras_vit.evaluation import VTAB_TASKS
+
+    for key in (0, "cifar"):
+        with pytest.raises(KeyError, match=rf"VTAB_TASKS has no task {key!r}: it is keyed by the task's "
+                           r"name, one of caltech101, cifar100, .*, smallnorb_elevation\. Index it by name, "
+                           r"e\.g\. VTAB_TASKS\['caltech101'\]; list\(VTAB_TASKS\.values\(\)\) gives"):
+            VTAB_TASKS[key]
+    assert VTAB_TASKS.get(0) is None and 0 not in VTAB_TASKS  # a mapping as before
+    with pytest.raises(ValueError, match=r"^VTAB task 'dtd' has no split 'train900': its splits are train800, "
+                       r"val200, train800val200, train, val, trainval, test \(the 1,000 examples"):
+        VTAB_TASKS["dtd"].split("train900")
 
 
 def fake_value(feature, rng, length=3):
@@ -289,6 +349,7 @@ def tiny_vit(**options):
                **options)
 
 
+@pytest.mark.slow
 def test_real_a_and_transfer_score_the_right_images(tmp_path):
     """A model whose logits are its head's bias (the head's kernel is zero)
     predicts one class everywhere: its ReaL accuracy is the share of the
@@ -350,6 +411,7 @@ def test_real_a_and_transfer_score_the_right_images(tmp_path):
     assert (tmp_path / "c10-ft" / "runs" / "cifar10" / "lr-0.03" / "test" / "model.keras").exists()
 
 
+@pytest.mark.slow
 def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, capsys):
     """k-NN, the probe and a VTAB-style sweep on the digits; killed in its
     second fine-tuning run, the same call runs the rest alone; a finished

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
@@ -175,7 +176,7 @@ def _program(args, backend, **env):
 
 # Each help's command line (after ``python``, in the repository's root) and
 # the start of its usage line.
-HELPS = [(["-m", "keras_vit.cli", "--help"], "keras-vit [-h] COMMAND"),
+HELPS = [(["-m", "keras_vit.cli", "--help"], "keras-vit [-h] [--verbose] COMMAND"),
          *[(["-m", "keras_vit.cli", command, "--help"], f"keras-vit {command}") for command in
            ("predict", "export", "pretrain", "finetune", "masked-patch", "convert")],
          (["recipes/pretrain.py", "--help"], "keras-vit pretrain")]
@@ -184,6 +185,7 @@ HELPS = [(["-m", "keras_vit.cli", "--help"], "keras-vit [-h] COMMAND"),
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("backend", [None, "tensorflow"])
 @pytest.mark.parametrize("args,usage", HELPS, ids=[" ".join(args[-2:]) for args, _ in HELPS])
+@pytest.mark.slow
 def test_help_is_plain_text_from_a_process_without_a_backend(args, usage, backend):
     """`keras-vit --help` and each command's, the recipes' (their flags are
     `RunConfig`'s) and convert's (the formats it writes) too: plain text (no
@@ -197,21 +199,95 @@ def test_help_is_plain_text_from_a_process_without_a_backend(args, usage, backen
 
 
 @pytest.mark.backend_independent
-def test_a_recipe_starts_without_tensorflows_start_up_lines(tmp_path):
-    """A recipe that starts TensorFlow (here to refuse an unknown config)
-    prints none of its start-up lines, not even oneDNN's, which TensorFlow
-    logs whatever TF_CPP_MIN_LOG_LEVEL says: TF_ENABLE_ONEDNN_OPTS=1 here
-    has TensorFlow log it on any CPU (the package leaves it as it is)."""
-    status, out = _program([str(ROOT / "recipes" / "pretrain.py"), "--config", "no-such-config",
-                            "--workdir", str(tmp_path / "run")], "tensorflow", TF_ENABLE_ONEDNN_OPTS="1")
-    assert status == 2, out
-    assert out.startswith("imported: ") and "'tensorflow'" in out.splitlines()[0], out
-    assert "keras-vit pretrain: error: Unknown config 'no-such-config'" in out, out
+@pytest.mark.slow
+def test_a_recipe_starts_without_tensorflows_start_up_lines_and_writes_plain_progress(tmp_path):
+    """A recipe run into a pipe, on PyTorch (whose import searches for
+    TensorFlow before Keras imports it, for tf.data): none of TensorFlow's
+    start-up lines, not even oneDNN's, which TensorFlow logs whatever
+    TF_CPP_MIN_LOG_LEVEL says (TF_ENABLE_ONEDNN_OPTS=1 here has it logged
+    on any CPU; the package leaves it as it is), and Keras's progress as
+    plain lines, without the bar's ANSI escape codes."""
+    status, out = _program([str(ROOT / "recipes" / "pretrain.py"), "--workdir", str(tmp_path / "run"),
+                            *TINY_RUN_ARGS, *FAST, "--image-size", "16", "--few-shot", ""],
+                           "torch", TF_ENABLE_ONEDNN_OPTS="1")
+    assert status == 0, out
+    assert "'tensorflow'" in out.splitlines()[-1] and "'torch'" in out.splitlines()[-1], out
+    assert re.search(r"^2/2 - \d+s - ", out, re.MULTILINE), out  # Keras's verbose=2: an epoch's line
     assert not [line for line in START_UP_LINES if line in out], out
+    assert not re.search(r"^I\d{4} \d\d:\d\d:", out, re.MULTILINE) and "\x1b[" not in out, out
+
+
+@pytest.mark.backend_independent
+def test_verbose_keeps_the_log_variables_as_they_are(capsys, monkeypatch):
+    """``keras-vit --verbose COMMAND``: `run` starts without `quiet_start`,
+    so TensorFlow's log level stays the user's (here unset); without the
+    flag it becomes 1."""
+    from keras_vit import cli
+
+    assert cli.build_parser().parse_args(["--verbose", "configs"]).logs
+    assert not cli.build_parser().parse_args(["configs"]).logs
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))  # quiet_start's hook, if it adds one
+    for argv, level in ((["--verbose", "configs"], None), (["configs"], "1")):
+        with pytest.raises(SystemExit) as exit_info:
+            cli.run(argv)
+        assert exit_info.value.code == 0 and "digits" in capsys.readouterr().out
+        assert os.environ.get("TF_CPP_MIN_LOG_LEVEL") == level, argv
+
+
+@pytest.mark.backend_independent
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(monkeypatch):
+    """`progress_verbose`: Keras's bar (1) on a terminal, its plain line per
+    bar (2) into a file or a pipe."""
+    import io
+
+    from keras_vit.startup import progress_verbose
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    monkeypatch.delitem(sys.modules, "ipykernel", raising=False)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert progress_verbose() == 2
+    monkeypatch.setattr(sys, "stdout", Terminal())
+    assert progress_verbose() == 1
+
+
+@pytest.mark.backend_independent
+def test_a_quiet_import_waits_for_the_import_not_a_search(tmp_path, monkeypatch):
+    """`lazy.ImportHook`, which quiets TensorFlow's import: a search that
+    imports nothing (torch._dynamo's ``find_spec("tensorflow")``) leaves
+    it in place, and the import that follows runs within it, once."""
+    import contextlib
+    import importlib.util
+
+    from keras_vit.lazy import ImportHook
+
+    (tmp_path / "searched_then_imported.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    events = []
+
+    @contextlib.contextmanager
+    def around():
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    hook = ImportHook("searched_then_imported", around)
+    monkeypatch.setattr(sys, "meta_path", [hook, *sys.meta_path])
+    try:
+        assert importlib.util.find_spec("searched_then_imported") is not None
+        assert hook in sys.meta_path and not events
+        import searched_then_imported  # noqa: F401
+        assert events == ["enter", "exit"] and hook not in sys.meta_path
+    finally:
+        sys.modules.pop("searched_then_imported", None)
 
 
 @pytest.mark.backend_independent
 @pytest.mark.parametrize("level,quiet", [(None, "1 True"), ("0", "0 False"), ("2", "2 True")])
+@pytest.mark.slow
 def test_a_quiet_start_keeps_the_users_log_level(level, quiet):
     """`quiet_start`: TF_CPP_MIN_LOG_LEVEL 1 unless the user set it, and
     TensorFlow's import filtered by it unless it is 0 (every line)."""
@@ -243,6 +319,7 @@ def lookups_of_the_model(monkeypatch):
     return calls
 
 
+@pytest.mark.slow
 def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys, monkeypatch):
     pre = tmp_path / "pre"
     lookups = lookups_of_the_model(monkeypatch)
@@ -329,6 +406,7 @@ def test_empty_or_unreadable_image_folder(tmp_path, capsys):
     fails(["pretrain", "--dataset", str(broken), "--workdir", str(tmp_path / "b")], capsys, "x.png")
 
 
+@pytest.mark.slow
 def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
     from PIL import Image
 
@@ -381,6 +459,7 @@ def test_predict_evaluate_convert_presets_configs(tmp_path, capsys):
     assert "--accum-steps" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_masked_patch_run_then_fine_tune_from_it(tmp_path, capsys, monkeypatch):
     mpp = tmp_path / "mpp"
     lookups = lookups_of_the_model(monkeypatch)

@@ -126,6 +126,7 @@ def test_vision_folder_gives_transformers_numbers(vision):
     assert hidden < TOLERANCE and pooled < TOLERANCE
 
 
+@pytest.mark.slow
 def test_two_tower_folder_gives_transformers_numbers(two_towers):
     from test_image_text import TEXTS
 

@@ -28,26 +28,44 @@ def tome():
     return dict(np.load(os.path.join(DATA, "tome.npz")))
 
 
-@pytest.mark.parametrize("name", ["vit", "deit", "gap"])
-def test_the_logits_are_tomes(name, tome):
+MODELS = ("vit", "deit", "gap")
+
+
+@pytest.fixture(scope="module")
+def tome_models():
+    """The three timm models, each read once for the file."""
+    return {name: ViT.from_checkpoint(os.path.join(DATA, name)) for name in MODELS}
+
+
+# One merging model (a [class] token, r = 8) in the fast tier; the rest in `make test-slow`.
+@pytest.mark.slow_cases(*(f"{name}-{label}" for name in MODELS for label in SCHEDULES if (name, label) != ("vit", "8")))
+@pytest.mark.parametrize("name, label", [(name, label) for name in MODELS for label in SCHEDULES],
+                         ids=[f"{name}-{label}" for name in MODELS for label in SCHEDULES])
+def test_the_logits_are_tomes(name, label, tome, tome_models):
     """``with_token_merging(r)`` gives ToMe's logits within 1e-4 through the
-    compiled ``predict`` for every r, and called eagerly at r = 16; the
-    model with r = 0 is the model itself, and timm's logits."""
-    model = ViT.from_checkpoint(os.path.join(DATA, name))
-    images = tome["images"]
+    compiled ``predict``, and called eagerly at r = 16."""
+    r = SCHEDULES[label]
+    merging = tome_models[name].with_token_merging(r)
+    want = tome[f"{name}/r{label}"]
+    assert np.abs(want - tome[f"{name}/r0"]).max() > 1e-2, "merging must change these logits"
+    np.testing.assert_allclose(merging.predict(tome["images"], verbose=0), want, atol=1e-4, err_msg=label)
+    if r == 16:
+        np.testing.assert_allclose(to_numpy(merging(tome["images"])), want, atol=1e-4, err_msg=label)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODELS)
+def test_r0_is_the_model_itself_and_timms_logits(name, tome, tome_models):
+    """The model with r = 0 is the model itself; a merging model given
+    r = 0 again is unmerged, with timm's logits."""
+    model = tome_models[name]
     assert model.with_token_merging(0) is model
-    for label, r in SCHEDULES.items():
-        merging = model.with_token_merging(r)
-        want = tome[f"{name}/r{label}"]
-        assert np.abs(want - tome[f"{name}/r0"]).max() > 1e-2, "merging must change these logits"
-        np.testing.assert_allclose(merging.predict(images, verbose=0), want, atol=1e-4, err_msg=label)
-        if r == 16:
-            np.testing.assert_allclose(to_numpy(merging(images)), want, atol=1e-4, err_msg=label)
-    unmerged = merging.with_token_merging(0)
+    unmerged = model.with_token_merging(SCHEDULES["list"]).with_token_merging(0)
     assert unmerged.config.token_merging == 0
-    np.testing.assert_allclose(unmerged.predict(images, verbose=0), tome[f"{name}/r0"], atol=1e-4)
+    np.testing.assert_allclose(unmerged.predict(tome["images"], verbose=0), tome[f"{name}/r0"], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_source_tracking_is_tomes(tome):
     """The sources recorded at r = 8 are ToMe's ``trace_source`` exactly, and
     `token_merging_groups` reads each patch's token off them as ToMe's
@@ -74,6 +92,7 @@ def small_merging_model(drawn=True, **options):
     return model
 
 
+@pytest.mark.slow
 def test_a_merging_model_trains_through_the_merging_and_reloads(tmp_path):
     """``fit`` on 16 images of 5 patterns: the loss falls by half, and every
     kernel moves, the blocks' before and after their merging; the `.keras`
@@ -98,6 +117,7 @@ def test_a_merging_model_trains_through_the_merging_and_reloads(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", list(EXPORTS))
+@pytest.mark.slow_cases("onnx", "openvino", "torch")  # the SavedModel: the fast tier's export on JAX
 def test_an_export_keeps_the_merging_with_a_free_batch(fmt, tmp_path):
     """Exported from each backend that Keras exports the format from, the
     artifact gives the model's logits at batches of 3 and 1 in its runtime
@@ -119,6 +139,7 @@ def test_an_export_keeps_the_merging_with_a_free_batch(fmt, tmp_path):
         np.testing.assert_allclose(run(batch)["logits"], want[:len(batch)], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_merging_keeps_the_digits_quantized_and_exported_in_int8(trained_digits, tmp_path):
     """The demo's digits model (16 px, 16 patches and a [class] token), with
     2 tokens merged in each of its 4 blocks (17 -> 9 tokens), stays within 1

@@ -41,6 +41,7 @@ def fit_one_epoch(model, jit_compile):
 
 
 @pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16", "mixed_float16"])
+@pytest.mark.slow
 def test_fit_under_dtype_policy(policy):
     model = ViT(**TINY, dtype=policy)
     assert model.get_layer("encoder_block_0").attention.query.compute_dtype == policy.replace("mixed_", "")
@@ -60,6 +61,7 @@ def test_fit_under_dtype_policy(policy):
     fit_one_epoch(model, jit_compile=BACKEND == "jax")
 
 
+@pytest.mark.slow
 def test_fit_with_xla():
     backend = keras.backend.backend()
     if backend == "torch":
@@ -98,6 +100,7 @@ def test_fit_takes_the_pipeline():
 
 
 @pytest.mark.skipif(BACKEND == "tensorflow", reason="the TensorFlow backend imports TensorFlow through Keras")
+@pytest.mark.slow
 def test_training_imports_no_tensorflow():
     code = ("import sys, keras_vit.training\n"
             "from keras_vit.training import pretrain_optimizer, softmax_cross_entropy, learning_rate_schedule\n"

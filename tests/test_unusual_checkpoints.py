@@ -100,6 +100,7 @@ def test_hybrid_presets_count_as_vit_jax(preset):
      ((2, 2, 2, 2), 32, 1, 64),       # R26+S/32's stages, half width
      ((3, 4, 6, 3), 32, 1, 64)],      # R50+L/32's stages, half width
     ids=["r_ti", "r26", "r50_l32"])
+@pytest.mark.slow_cases("r26", "r50_l32")
 def test_hybrid_npz_loads_and_matches_vit_jax(units, width, patch, size, tmp_path):
     params = random_vit_params(image_size=size, patch=patch, resnet_units=units, resnet_width=width,
                                layers=1, hidden=32, heads=4, mlp_dim=32)
@@ -167,11 +168,66 @@ def test_timm_model_args_override_and_disagreement(tmp_path):
     assert model.num_heads == 2
     assert_parity(model, params, images(16), approximate_gelu=False)
     (folder / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224"}))
-    with pytest.raises(CheckpointError, match=r"names 'vit_base_patch16_224' \(768 wide\) but the weights are 64"):
+    with pytest.raises(CheckpointError, match=r"config.json names timm's 'vit_base_patch16_224', built with "
+                       r"embed_dim=768 \(a width of 768\), but the weights have a width of 64: the folder mixes"):
         ViT.from_checkpoint(folder)
 
 
 DATA = pathlib.Path(__file__).parent / "data"
+
+# (id, config.json's changes: model_args and top-level fields, the message's "who sets what")
+MIXED_FOLDERS = [
+    # the pooling head's 3 heads do not divide the width 32 either: the depth is named first
+    ("depth", {"depth": 3, "attn_pool_num_heads": 3}, {},
+     r"config.json's model_args set depth=3 \(3 blocks\), but the weights have 2 blocks"),
+    ("embed_dim", {"embed_dim": 48}, {}, r"set embed_dim=48 \(a width of 48\), but the weights have a width of 32"),
+    ("patch_size", {"patch_size": [16, 16]}, {},
+     r"set patch_size=\[16, 16\] \(patches of 16x16\), but the weights have patches of 8x8"),
+    ("mlp_ratio", {"mlp_ratio": 2.0}, {},
+     r"set mlp_ratio=2.0 \(an MLP 64 wide\), but the weights have an MLP 128 wide"),
+    ("in_chans", {"in_chans": 1}, {},
+     r"set in_chans=1 \(1 input channels\), but the weights have 3 input channels"),
+    ("num_classes", {"num_classes": 7}, {}, r"set num_classes=7 \(7 classes\), but the weights have 5 classes"),
+    ("registers", {"num_reg_tokens": 2}, {},
+     r"set num_reg_tokens=2 \(2 registers\), but the weights have 0 registers"),
+    ("top-level-num_classes", {}, {"num_classes": 9},
+     r"config.json sets num_classes=9 \(9 classes\), but the weights have 5 classes"),
+]
+
+
+@pytest.mark.backend_independent  # refused while reading the files, before any model is built
+@pytest.mark.parametrize("case", MIXED_FOLDERS, ids=[case[0] for case in MIXED_FOLDERS])
+def test_a_timm_config_json_that_contradicts_its_weights_names_the_size(tmp_path, case):
+    """A size config.json sets that the weights fix too (the Perception
+    Encoder's folder: 2 blocks 32 wide, patches of 8x8, an MLP 128 wide, 5
+    classes) and that they contradict refuses the folder, naming the argument,
+    its value and the weights'."""
+    _, model_args, top, message = case
+    pe = tmp_path / "pe"
+    shutil.copytree(DATA / "timm" / "pe_core", pe)
+    meta = json.loads((pe / "config.json").read_text())
+    meta = {**meta, **top, "model_args": {**meta["model_args"], **model_args}}
+    (pe / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(CheckpointError, match=f"^timm checkpoint {pe / 'model.safetensors'}: .*{message}: the "
+                       "folder mixes two models. Use the config.json saved with these weights.$"):
+        ViT.from_checkpoint(pe)
+
+
+@pytest.mark.backend_independent  # refused while reading the files, before any model is built
+def test_a_timm_head_count_that_the_query_norm_contradicts_is_named(tmp_path):
+    """With qk_norm, the query's norm is one head wide, so the weights fix
+    the head count that config.json sets."""
+    params = random_vit_params(hidden=64, heads=2, mlp_dim=64, layers=1, image_size=16)
+    state = to_timm(params)
+    state["blocks.0.attn.q_norm.weight"] = state["blocks.0.attn.k_norm.weight"] = np.ones(32, np.float32)
+    folder = tmp_path / "timm"
+    folder.mkdir()
+    save_safetensors(state, folder / "model.safetensors")
+    (folder / "config.json").write_text(json.dumps({"architecture": "vit_base_patch16_224", "model_args": {
+        "embed_dim": 64, "depth": 1, "num_heads": 4, "qk_norm": True}}))
+    with pytest.raises(CheckpointError, match=r"model_args set num_heads=4 \(4 heads\), but the weights have "
+                       "2 heads: the folder mixes two models"):
+        ViT.from_checkpoint(folder)
 
 
 @pytest.mark.backend_independent  # refused while reading the files, before any model is built
@@ -224,6 +280,7 @@ _AS_THE_WEIGHTS = {"class_token": True, "global_pool": "token", "reg_tokens": 0,
     ("vit_little_patch16_reg4_gap_256.sbb_in1k", 320, 5),  # with a tag
     ("vit_base_patch16_plus_240", 896, 14),             # not vit_base's 768/12
 ])
+@pytest.mark.slow_cases("vit_base_patch16_plus_240-896-14", "vit_little_patch16_reg4_gap_256.sbb_in1k-320-5")
 def test_timm_architecture_gives_timm_head_count(architecture, width, heads, tmp_path):
     """(width, heads) as timm's model functions define them."""
     params = random_vit_params(hidden=width, heads=heads, mlp_dim=32, layers=1, image_size=16, patch=16)

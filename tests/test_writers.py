@@ -70,6 +70,10 @@ def target(tmp_path, format, name="out"):
 
 
 @pytest.mark.parametrize("format, changes", CASES, ids=[f"{f}-{'-'.join(c) or 'paper'}" for f, c in CASES])
+@pytest.mark.slow_cases("huggingface-image_size-qkv_bias-class_names",
+                        "npz-image_size-patch_size-resnet_block_units-resnet_width_factor",
+                        "npz-paper",
+                        "timm-distillation")
 def test_reader_gives_back_what_the_writer_wrote(tmp_path, format, changes):
     model = random_model(**changes)
     path = model.save_checkpoint(target(tmp_path, format), format=format)

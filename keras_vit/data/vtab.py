@@ -132,7 +132,8 @@ class VtabTask:
             ```
         """
         if split not in SPLITS:
-            raise ValueError(f"VTAB task {self.name!r} has splits {', '.join(SPLITS)}; got {split!r}.")
+            raise ValueError(f"VTAB task {self.name!r} has no split {split!r}: its splits are "
+                             f"{', '.join(SPLITS)} (the 1,000 examples of VTAB-1k are train800val200).")
         if self.carve == "validation":
             whole = {"train": "train", "val": "validation", "test": "test", "val200": "validation[:200]"}
         elif self.carve == "half_test":
@@ -150,8 +151,19 @@ class VtabTask:
         return whole[split]
 
 
+class _Tasks(dict):
+    """`VTAB_TASKS`: {name: `VtabTask`}, in the VTAB paper's order; a key
+    that names no task (a position, a misspelling) raises a KeyError that
+    names the tasks."""
+
+    def __missing__(self, key):
+        raise KeyError(f"VTAB_TASKS has no task {key!r}: it is keyed by the task's name, one of "
+                       f"{', '.join(self)}. Index it by name, e.g. VTAB_TASKS[{next(iter(self))!r}]; "
+                       "list(VTAB_TASKS.values()) gives the tasks in order.")
+
+
 def _tasks(*tasks):
-    return {task.name: task for task in tasks}
+    return _Tasks((task.name, task) for task in tasks)
 
 
 _LABEL = _feature("label")

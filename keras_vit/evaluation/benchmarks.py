@@ -37,6 +37,7 @@ import numpy as np
 from keras_vit.evaluation import metrics
 from keras_vit.evaluation.imagenet import IMAGENET_A_INDICES
 from keras_vit.evaluation.imagenet import IMAGENET_R_INDICES
+from keras_vit.startup import progress_verbose
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +162,7 @@ def _progress(total, verbose, title):
 
     if verbose:
         print(title)
-    return keras.utils.Progbar(total, verbose=1 if verbose else 0, unit_name="batch")
+    return keras.utils.Progbar(total, verbose=progress_verbose() if verbose else 0, unit_name="batch")
 
 
 def _predict(model, source, options, title, vit=None):

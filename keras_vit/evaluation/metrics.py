@@ -9,10 +9,29 @@ None of these imports Keras: they score what a model gave
 import numpy as np
 
 
+def check_finite(**arrays):
+    """Raises a ValueError for the first of `arrays` (argument name ->
+    features or logits of any shape) that holds a NaN or an infinity,
+    naming it and how many it holds: a score of them would be a number
+    that means nothing (argmax and the neighbours' order take NaN as a
+    value)."""
+    for name, values in arrays.items():
+        values = np.asarray(values)
+        if not np.issubdtype(values.dtype, np.inexact):  # integers are finite
+            continue
+        bad = int(values.size - np.isfinite(values).sum())
+        if bad:
+            raise ValueError(f"{name} holds {bad} non-finite values (NaN or infinity) of {values.size}, so "
+                             "no score of them means anything. The likely cause is the model that computed "
+                             "them: weights that diverged in training, activations that overflowed float16, "
+                             "or NaN in its input images. Check that its outputs are finite, then score them.")
+
+
 def _top1(predictions):
     """Top-1 class ids ``(n,)`` from ids ``(n,)`` or logits ``(n, classes)``."""
     predictions = np.asarray(predictions)
     if predictions.ndim == 2:
+        check_finite(predictions=predictions)
         return predictions.argmax(-1)
     if predictions.ndim != 1 or not np.issubdtype(predictions.dtype, np.integer):
         raise ValueError(
@@ -31,6 +50,7 @@ def top_k_accuracy(logits, labels, k=1):
                          f"{logits.shape} and {labels.shape}.")
     if not len(labels):
         raise ValueError("top_k_accuracy: no images to score.")
+    check_finite(logits=logits)
     top = np.argsort(-logits, axis=-1, kind="stable")[:, :k]
     return float((top == labels[:, None]).any(-1).mean())
 
@@ -81,6 +101,7 @@ def subset_predictions(logits, indices):
     if logits.ndim != 2 or indices.max() >= logits.shape[-1]:
         raise ValueError(f"subset_predictions needs logits (n, classes) covering class "
                          f"{indices.max()}; got shape {logits.shape}.")
+    check_finite(logits=logits)
     return indices[logits[:, indices].argmax(-1)]
 
 
@@ -100,6 +121,7 @@ def knn_predictions(train_features, train_labels, test_features, k=20, temperatu
 
     Returns: ``(m,)`` predicted class ids of the test features.
     """
+    check_finite(train_features=train_features, test_features=test_features)
     train_labels = np.asarray(train_labels).astype("int64")
     train, test = l2_normalize(train_features), l2_normalize(test_features)
     if train.ndim != 2 or test.ndim != 2 or train.shape[1] != test.shape[1]:
@@ -224,6 +246,7 @@ def linear_probe(train_features, train_labels, test_features, test_labels, valid
                          f"(m, d) test features; got {x.shape}, {y.shape}, {test_x.shape}.")
     if not len(test_y):
         raise ValueError("The linear probe: no test images to score.")
+    check_finite(train_features=x, test_features=test_x)
     if len(np.unique(y)) < 2:
         raise ValueError("The linear probe needs training images of at least two classes.")
     if not 0 < validation_fraction < 1:

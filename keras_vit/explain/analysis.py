@@ -21,6 +21,7 @@ import numpy as np
 
 from keras_vit.config import is_int
 from keras_vit.model import ViT
+from keras_vit.startup import progress_verbose
 
 
 def _check_model(model):
@@ -76,7 +77,7 @@ def attention_weights(model, images, batch_size=32, verbose="auto"):
         raise ValueError(f"`images` must be a batch (batch, height, width, channels); got shape {images.shape}.")
     starts = range(0, len(images), batch_size)
     show = len(starts) > 1 if verbose == "auto" else bool(verbose)
-    progress = keras.utils.Progbar(len(images), unit_name="image") if show else None
+    progress = keras.utils.Progbar(len(images), verbose=progress_verbose(), unit_name="image") if show else None
     layers = [[] for _ in range(model.num_layers)]
     for start in starts:
         record = model.intermediates(images[start:start + batch_size])
@@ -141,7 +142,7 @@ def token_merging_groups(model, images, batch_size=32, verbose="auto"):
     prefix, _, grid, _ = _layout(model)
     starts = range(0, len(images), batch_size)
     show = len(starts) > 1 if verbose == "auto" else bool(verbose)
-    progress = keras.utils.Progbar(len(images), unit_name="image") if show else None
+    progress = keras.utils.Progbar(len(images), verbose=progress_verbose(), unit_name="image") if show else None
     groups = []
     for start in starts:
         sources = keras.ops.convert_to_numpy(model.intermediates(images[start:start + batch_size])["token_sources"])

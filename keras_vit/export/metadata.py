@@ -26,6 +26,8 @@ _KEYS = ("class_names", "keras_vit")  # the record's entries (`record`): ONNX's 
 _SAVED_MODEL_FILE = ("assets.extra", "keras_vit.json")
 _PT2_FILES = {"class_names": "class_names.json", "keras_vit": "keras_vit.json"}
 _OPENVINO_KEYS = {"class_names": "class_names", "keras_vit": "info"}  # under rt_info's "keras_vit"
+_KINDS = {".onnx": "ONNX model", ".xml": "OpenVINO model", ".pt2": "torch.export program (.pt2)",
+          ".tflite": "LiteRT model"}  # each artifact file, as its errors name it
 
 
 def record(model, preprocessing, dynamic_image_size=False):
@@ -181,22 +183,87 @@ def _outside_offsets(model):
     return found
 
 
+def _unreadable(path, problem):
+    """The error for an artifact file at `path` that its format's library
+    cannot read, `problem` saying why."""
+    return ValueError(f"{path} is not a readable {_KINDS[path.suffix]}: {problem}. It is damaged, cut short "
+                      "or a file of another kind; export the model again.")
+
+
+def _read_onnx(path):
+    """The record in the ONNX file at `path`'s ``metadata_props``, or None."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except DecodeError as error:
+        raise _unreadable(path, f"protobuf cannot parse it ({error})") from error
+    if not proto.HasField("graph"):  # what an empty file parses as
+        raise _unreadable(path, "it holds no graph")
+    props = {e.key: e.value for e in proto.metadata_props}
+    return {key: json.loads(props[key]) for key in _KEYS} if "keras_vit" in props else None
+
+
+def _read_openvino(path):
+    """The record in the OpenVINO model at `path`'s ``rt_info``, or None."""
+    import openvino
+
+    try:
+        model = openvino.Core().read_model(str(path))
+    except RuntimeError as error:  # OpenVINO's last line says what is wrong
+        raise _unreadable(path, f"OpenVINO cannot read it ({str(error).strip().splitlines()[-1]})") from error
+    if not model.has_rt_info(["keras_vit", _OPENVINO_KEYS["keras_vit"]]):
+        return None
+    return {key: json.loads(model.get_rt_info(["keras_vit", name]).astype(str))
+            for key, name in _OPENVINO_KEYS.items()}
+
+
+def _read_pt2(path):
+    """The record in the ``.pt2`` archive at `path`'s extra files, or None."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):  # checked before torch, which logs its own traceback first
+        raise _unreadable(path, "it is not a zip archive")
+    import torch
+
+    extra = {name: "" for name in _PT2_FILES.values()}
+    try:
+        torch.export.load(str(path), extra_files=extra)
+    except RuntimeError as error:
+        raise _unreadable(path, f"torch.export cannot load it ({str(error).strip().splitlines()[0]})") from error
+    if not extra["keras_vit.json"]:
+        return None
+    return {key: json.loads(extra[name]) for key, name in _PT2_FILES.items()}
+
+
 def _read_tflite(path):
     """The metadata `_write_tflite` wrote into the LiteRT file at `path`,
-    or None; the file mapped, not read (it may hold gigabytes of weights)."""
+    or None; the file mapped, not read (it may hold gigabytes of weights).
+    A LiteRT flatbuffer names itself ``TFL3`` at bytes 4-8."""
     import mmap
+    import struct
 
+    with open(path, "rb") as file:
+        if file.read(8)[4:] != b"TFL3":
+            raise _unreadable(path, "it does not start as a LiteRT flatbuffer (identifier TFL3)")
     from tensorflow.lite.python import schema_py_generated as schema_fb
 
     found = {}
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as content:
-        model = schema_fb.Model.GetRootAs(content, 0)
-        for i in range(model.MetadataLength()):
-            entry = model.Metadata(i)
-            name = entry.Name().decode("utf-8")
-            if name in _KEYS:
-                found[name] = json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+        try:
+            model = schema_fb.Model.GetRootAs(content, 0)
+            for i in range(model.MetadataLength()):
+                entry = model.Metadata(i)
+                name = entry.Name().decode("utf-8")
+                if name in _KEYS:
+                    found[name] = json.loads(model.Buffers(entry.Buffer()).DataAsNumpy().tobytes())
+        except (struct.error, IndexError) as error:  # an offset past the file's end
+            raise _unreadable(path, f"its flatbuffer points past the file's end ({error})") from error
     return found if "keras_vit" in found else None
+
+
+_READERS = {".onnx": _read_onnx, ".xml": _read_openvino, ".pt2": _read_pt2, ".tflite": _read_tflite}
 
 
 def artifact_info(path):
@@ -210,34 +277,17 @@ def artifact_info(path):
             SavedModel folder.
 
     Raises:
-        ValueError: a path of another kind, or an artifact without the record
-            (exported by an earlier version: export it again).
+        ValueError: a path of another kind, a file its format's library
+            cannot read (damaged, cut short, or of another kind), or an
+            artifact without the record (exported by an earlier version);
+            the message names the file, and the fix is to export it again.
     """
     path = pathlib.Path(path)
     if (path / "saved_model.pb").is_file():
         found = path.joinpath(*_SAVED_MODEL_FILE)
         data = files.read_json(found, "keras_vit's record of the export") if found.is_file() else None
-    elif path.suffix == ".onnx":
-        import onnx
-
-        props = {e.key: e.value for e in onnx.load(str(path), load_external_data=False).metadata_props}
-        data = {key: json.loads(props[key]) for key in _KEYS} if "keras_vit" in props else None
-    elif path.suffix == ".xml":
-        import openvino
-
-        model = openvino.Core().read_model(str(path))
-        data = ({key: json.loads(model.get_rt_info(["keras_vit", name]).astype(str))
-                 for key, name in _OPENVINO_KEYS.items()}
-                if model.has_rt_info(["keras_vit", _OPENVINO_KEYS["keras_vit"]]) else None)
-    elif path.suffix == ".pt2":
-        import torch
-
-        extra = {name: "" for name in _PT2_FILES.values()}
-        torch.export.load(str(path), extra_files=extra)
-        data = ({key: json.loads(extra[name]) for key, name in _PT2_FILES.items()}
-                if extra["keras_vit.json"] else None)
-    elif path.suffix == ".tflite":
-        data = _read_tflite(path)
+    elif path.suffix in _READERS:
+        data = _READERS[path.suffix](path)
     else:
         raise ValueError(f"{path} is not an artifact keras_vit exports with its class names: an .onnx, "
                          ".xml (OpenVINO), .pt2 or .tflite file, or a SavedModel folder.")

@@ -26,6 +26,7 @@ import urllib.request
 from keras_vit.extras import install_command
 from keras_vit.extras import require
 from keras_vit.io.files import CheckpointError
+from keras_vit.startup import progress_verbose
 
 CACHE_ENV = "KERAS_VIT_CACHE"
 # What a checkpoint folder needs: the readers' files, never pickles or code.
@@ -186,7 +187,7 @@ def _total_size(response, start):
 def _progress_bar(total, start):
     import keras
 
-    bar = keras.utils.Progbar(total, unit_name="B")
+    bar = keras.utils.Progbar(total, verbose=progress_verbose(), unit_name="B")
     bar.update(start)
     return bar
 

@@ -254,11 +254,15 @@ _XLA = {}  # function -> its tf.function(jit_compile=True), one per function
 
 def _fused(fn):
     """``fn`` compiled by XLA on TensorFlow's CPU (its elementwise ops fused
-    into one kernel), else ``fn`` itself: measured on the CPU only."""
+    into one kernel), else ``fn`` itself: measured on the CPU only. Its
+    trace is made shape-generic once it is called with a second shape
+    (``reduce_retracing``): eager calls of many shapes (`keras_vit.explain`,
+    token merging's shrinking blocks) reuse it, where a trace per shape
+    made TensorFlow log its retracing warning; XLA compiles each shape."""
     if route("gelu") != "xla_gradient_from_x":
         return fn
     if fn not in _XLA:
         import tensorflow as tf
 
-        _XLA[fn] = tf.function(fn, jit_compile=True, autograph=False)
+        _XLA[fn] = tf.function(fn, jit_compile=True, autograph=False, reduce_retracing=True)
     return _XLA[fn]

@@ -12,6 +12,8 @@ almost unregularized bias, and the ridge penalty is ``l2_reg = 2 ** 10``.
 import keras
 import numpy as np
 
+from keras_vit.evaluation.metrics import check_finite
+
 SHOTS = (1, 5, 10, 25)
 BIAS_CONSTANT = 100.0
 
@@ -136,6 +138,7 @@ def linear_few_shot_accuracy(train_features, train_labels, test_features, test_l
                                        num_classes=3))   # -> 1.0
         ```
     """
+    check_finite(train_features=train_features, test_features=test_features)
     x = np.asarray(train_features, "float64")
     mean = x.mean(0, keepdims=True)
     std = x.std(0, keepdims=True) + 1e-5
@@ -159,6 +162,7 @@ def few_shot_from_features(train_features, train_labels, test_features, test_lab
                            num_classes, shots=SHOTS, seeds=3, l2_reg=2.0**10):
     """``{k: accuracy}`` for k images per class, averaged over `seeds` draws
     of the k-shot subsets (big_vision draws them the same way)."""
+    check_finite(train_features=train_features, test_features=test_features)  # all, not each subset
     train_labels = np.asarray(train_labels)
     results = {}
     for k in shots:

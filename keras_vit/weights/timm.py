@@ -158,18 +158,62 @@ def architecture_epsilon(args):
     return float(_layer(args.get("norm_layer") or "layernorm")[1].get("eps", 1e-6))
 
 
-def _heads(meta, args, hidden_dim, num_heads, source):
+# The sizes a hub folder's config.json sets that its weights fix too: timm's argument -> (the
+# size in words, "{}" its value; its key in what the tensors say, `_sizes`, whose None is a size
+# they do not fix; and how the argument's value reads as it, `read(value, sizes)`, where not
+# int(value)). mlp_ratio is rounded: timm truncates int(embed_dim * mlp_ratio), and a ratio
+# written as a quotient may fall a hair short of the width it stands for.
+_SIZES = {
+    "embed_dim": ("a width of {}", "hidden_dim"),
+    "depth": ("{} blocks", "num_layers"),
+    "num_heads": ("{} heads", "heads"),
+    "patch_size": ("patches of {0[0]}x{0[1]}", "patch_size",
+                   lambda value, sizes: tuple(np.broadcast_to(value, (2,)).tolist())),
+    "in_chans": ("{} input channels", "num_channels"),
+    "mlp_ratio": ("an MLP {} wide", "mlp_width", lambda value, sizes: round(value * sizes["hidden_dim"])),
+    "num_classes": ("{} classes", "num_classes"),
+    "reg_tokens": ("{} registers", "num_registers"),
+    "num_reg_tokens": ("{} registers", "num_registers"),
+}
+
+
+def _sizes(config, tensors, eva):
+    """What the tensors say of `_SIZES`: the reader's `config` (`_read_config`'s) and timm's
+    MLP width ``int(embed_dim * mlp_ratio)``: ``fc1``'s (``fc1_g``'s) output, or in `eva`
+    (timm's Eva, which doubles a packed SwiGLU's itself) ``fc2``'s input; and the head count
+    where the queries' norm gives the heads' width."""
+    fc1 = tensors.get("blocks.0.mlp.fc1_g.weight", tensors.get("blocks.0.mlp.fc1.weight"))
+    norm = tensors.get("blocks.0.attn.q_norm.weight")
+    return dict(config, mlp_width=tensors["blocks.0.mlp.fc2.weight"].shape[1] if eva else fc1.shape[0],
+                heads=None if norm is None else config["hidden_dim"] // norm.shape[0])
+
+
+def _check_sizes(meta, args, sizes, source):
+    """Refuses a hub folder whose config.json sets a size of `_SIZES` that the weights' `sizes`
+    (`_sizes`) contradict, naming the argument and both values: in its ``model_args``, as its
+    ``num_classes``, or as its architecture's width (whose head count `_heads` takes)."""
+    top = {key: meta[key] for key in ("num_classes",) if key in meta}
+    width = {"embed_dim": args["embed_dim"]} if "architecture" in meta and "embed_dim" in args else {}
+    for who, values in (("config.json's model_args set", meta.get("model_args") or {}),
+                        ("config.json sets", top),
+                        (f"config.json names timm's {meta.get('architecture')!r}, built with", width)):
+        for arg, value in values.items():
+            if arg not in _SIZES or value is None:
+                continue
+            words, key, *read = _SIZES[arg]
+            stated, theirs = read[0](value, sizes) if read else int(value), sizes[key]
+            if theirs is not None and stated != theirs:
+                raise CheckpointError(
+                    f"{source}: {who} {arg}={value!r} ({words.format(stated)}), but the weights have "
+                    f"{words.format(theirs)}: the folder mixes two models. Use the config.json saved with "
+                    "these weights.")
+
+
+def _heads(args, hidden_dim, num_heads, source):
     """The head count: given; else the architecture's arguments (`architecture_args`);
     else, for a bare file, timm's standard widths. Never a guess."""
-    width, heads = args.get("embed_dim"), args.get("num_heads")
-    if width is not None and width != hidden_dim:
-        named = f"names {meta['architecture']!r}" if "architecture" in meta else "describes a model"
-        raise CheckpointError(
-            f"{source}: config.json {named} ({width} wide) but the weights are "
-            f"{hidden_dim} wide: the folder mixes two models. Use the config.json saved with "
-            "these weights.")
     if num_heads is None:
-        num_heads = heads or _HEADS_BY_WIDTH.get(hidden_dim)
+        num_heads = args.get("num_heads") or _HEADS_BY_WIDTH.get(hidden_dim)
     if num_heads is None:
         raise CheckpointError(
             f"{source}: timm files do not store the number of attention heads, and width "
@@ -370,8 +414,8 @@ def _read_config(tensors, meta, args, num_heads, source):
     while f"blocks.{num_layers}.norm1.weight" in tensors:
         num_layers += 1
     config = dict(
-        hidden_dim=hidden_dim, num_heads=_heads(meta, args, hidden_dim, num_heads, source),
-        patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1], layer_norm_epsilon=epsilon,
+        hidden_dim=hidden_dim, patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1],
+        layer_norm_epsilon=epsilon,
         gelu_approximate=activation["gelu_approximate"], num_layers=num_layers, mlp_dim=fc2.shape[1],
         # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]; its SwiGLU (AIMv2) has both
         mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation["mlp_activation"],
@@ -386,6 +430,10 @@ def _read_config(tensors, meta, args, num_heads, source):
         num_registers=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
         num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
     )
+    # before the head count (the architecture's, taken where its width is the weights') and
+    # Eva's pooling head are read
+    _check_sizes(meta, args, _sizes(config, tensors, args.get("use_rot_pos_emb")), source)
+    config["num_heads"] = _heads(args, hidden_dim, num_heads, source)
     # timm's RmsNorm (its LayerNorms always have a bias): by the architecture, or a bare file's keys
     if _layer(args.get("norm_layer") or "layernorm")[0] == "rmsnorm" or "blocks.0.norm1.bias" not in tensors:
         config.update(norm_type="rms_norm", norm_bias=False)

@@ -12,6 +12,7 @@ imports of Keras and keras_vit, and when, is up to the journey.
 """
 
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -24,6 +25,10 @@ TINY = dict(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8
             num_classes=3)
 TOLERANCE = dict(rtol=1e-5, atol=1e-5)
 SPREAD = 1e-3  # logits compared must differ by more than this: a zero head gives all zeros
+# TensorFlow's information lines (absl's format: I, MMDD, time) and absl's
+# preamble, which the command leaves out unless asked (keras-vit --verbose)
+START_UP = re.compile(r"^I\d{4} \d\d:\d\d:\d+\.\d+ .*$|^WARNING: All log messages before absl::InitializeLog.*$",
+                      re.MULTILINE)
 
 
 def tiny_vit(**changes):
@@ -86,8 +91,15 @@ def keras_vit_command(*args):
     """Runs ``keras-vit ARGS`` (this environment's) as a user does and
     returns its stdout. Its stdout and stderr are passed on as they are; a
     failure ends this journey with the command's own exit status, so that
-    what the test sees is what the user saw."""
-    return passed_on(subprocess.run([program("keras-vit"), *args], capture_output=True, text=True))
+    what the test sees is what the user saw. A command that succeeds wrote
+    none of TensorFlow's and absl's start-up lines (`START_UP`) and, into
+    this pipe, no progress bar's ANSI escape codes."""
+    process = subprocess.run([program("keras-vit"), *args], capture_output=True, text=True)
+    out = passed_on(process)
+    noise = START_UP.findall(process.stdout + process.stderr)
+    assert not noise and "\x1b[" not in process.stdout + process.stderr, (
+        f"keras-vit {' '.join(args)} wrote {noise or 'ANSI escape codes'}")
+    return out
 
 
 def passed_on(process):
