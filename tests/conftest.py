@@ -381,7 +381,7 @@ def pytest_sessionfinish(session):
     """With `--write-durations`, this pass's seconds replace the stored ones
     of the tests it ran; the tests of this pass's other tier, or of files
     it did not collect, keep theirs, and a test no longer collected from a
-    file it collected is dropped."""
+    file it collected whole (not by node id) is dropped."""
     config = session.config
     if hasattr(config, "workerinput"):  # a worker: its collection goes to the controller
         config.workeroutput["collected"] = config.stash.get(COLLECTED, {})
@@ -392,7 +392,8 @@ def pytest_sessionfinish(session):
 
     stored = read_durations()
     collected = config.stash.get(COLLECTED, {})
-    files = {test.split("::")[0] for test in collected}
+    # A file collected whole drops its tests that are gone; one given by node id keeps the rest.
+    files = {test.split("::")[0] for test in collected} if not any("::" in arg for arg in config.args) else set()
     root = os.path.dirname(os.path.dirname(DURATIONS))
 
     def kept(test):
