@@ -27,7 +27,8 @@ def _not_marked_slow(request, record):
     suite (``pytest tests``, any ``-k`` or ``-m``)."""
     collected = request.config.stash[COLLECTED]
     files = {test.split("::")[0] for test in collected}
-    missing = {test.split("::")[0] for tests in record.values() for test in tests} - files
+    recorded = read_durations()["seconds"]
+    missing = {test.split("::")[0] for tests in recorded.values() for test in tests} - files
     if missing:
         pytest.skip(f"the rule of the tiers reads the whole suite's markers, and this session collected "
                     f"{len(files)} of the {len(files | missing)} test files: run pytest tests")
