@@ -26,8 +26,6 @@ _KEYS = ("class_names", "keras_vit")  # the record's entries (`record`): ONNX's 
 _SAVED_MODEL_FILE = ("assets.extra", "keras_vit.json")
 _PT2_FILES = {"class_names": "class_names.json", "keras_vit": "keras_vit.json"}
 _OPENVINO_KEYS = {"class_names": "class_names", "keras_vit": "info"}  # under rt_info's "keras_vit"
-_KINDS = {".onnx": "ONNX model", ".xml": "OpenVINO model", ".pt2": "torch.export program (.pt2)",
-          ".tflite": "LiteRT model"}  # each artifact file, as its errors name it
 
 
 def record(model, preprocessing, dynamic_image_size=False):
@@ -186,7 +184,7 @@ def _outside_offsets(model):
 def _unreadable(path, problem):
     """The error for an artifact file at `path` that its format's library
     cannot read, `problem` saying why."""
-    return ValueError(f"{path} is not a readable {_KINDS[path.suffix]}: {problem}. It is damaged, cut short "
+    return ValueError(f"{path} is not a readable {_READERS[path.suffix][0]}: {problem}. It is damaged, cut short "
                       "or a file of another kind; export the model again.")
 
 
@@ -263,7 +261,9 @@ def _read_tflite(path):
     return found if "keras_vit" in found else None
 
 
-_READERS = {".onnx": _read_onnx, ".xml": _read_openvino, ".pt2": _read_pt2, ".tflite": _read_tflite}
+# Each artifact file's suffix -> (the file, as its errors name it; its record's reader).
+_READERS = {".onnx": ("ONNX model", _read_onnx), ".xml": ("OpenVINO model", _read_openvino),
+            ".pt2": ("torch.export program (.pt2)", _read_pt2), ".tflite": ("LiteRT model", _read_tflite)}
 
 
 def artifact_info(path):
@@ -287,7 +287,7 @@ def artifact_info(path):
         found = path.joinpath(*_SAVED_MODEL_FILE)
         data = files.read_json(found, "keras_vit's record of the export") if found.is_file() else None
     elif path.suffix in _READERS:
-        data = _READERS[path.suffix](path)
+        data = _READERS[path.suffix][1](path)
     else:
         raise ValueError(f"{path} is not an artifact keras_vit exports with its class names: an .onnx, "
                          ".xml (OpenVINO), .pt2 or .tflite file, or a SavedModel folder.")

@@ -177,15 +177,12 @@ _SIZES = {
 }
 
 
-def _sizes(config, tensors, eva):
-    """What the tensors say of `_SIZES`: the reader's `config` (`_read_config`'s) and timm's
-    MLP width ``int(embed_dim * mlp_ratio)``: ``fc1``'s (``fc1_g``'s) output, or in `eva`
-    (timm's Eva, which doubles a packed SwiGLU's itself) ``fc2``'s input; and the head count
-    where the queries' norm gives the heads' width."""
-    fc1 = tensors.get("blocks.0.mlp.fc1_g.weight", tensors.get("blocks.0.mlp.fc1.weight"))
+def _sizes(config, mlp_width, tensors):
+    """What the tensors say of `_SIZES`: the reader's `config` (`_read_config`'s), timm's MLP
+    width ``int(embed_dim * mlp_ratio)`` as `_read_config` reads it off the weights, and the
+    head count where the queries' norm gives the heads' width."""
     norm = tensors.get("blocks.0.attn.q_norm.weight")
-    return dict(config, mlp_width=tensors["blocks.0.mlp.fc2.weight"].shape[1] if eva else fc1.shape[0],
-                heads=None if norm is None else config["hidden_dim"] // norm.shape[0])
+    return dict(config, mlp_width=mlp_width, heads=None if norm is None else config["hidden_dim"] // norm.shape[0])
 
 
 def _check_sizes(meta, args, sizes, source):
@@ -432,7 +429,9 @@ def _read_config(tensors, meta, args, num_heads, source):
     )
     # before the head count (the architecture's, taken where its width is the weights') and
     # Eva's pooling head are read
-    _check_sizes(meta, args, _sizes(config, tensors, args.get("use_rot_pos_emb")), source)
+    # timm's MLP width: fc1's (fc1_g's) output; in Eva, which doubles a packed SwiGLU's itself, fc2's input
+    mlp_width = fc2.shape[1] if args.get("use_rot_pos_emb") else fc1.shape[0]
+    _check_sizes(meta, args, _sizes(config, mlp_width, tensors), source)
     config["num_heads"] = _heads(args, hidden_dim, num_heads, source)
     # timm's RmsNorm (its LayerNorms always have a bias): by the architecture, or a bare file's keys
     if _layer(args.get("norm_layer") or "layernorm")[0] == "rmsnorm" or "blocks.0.norm1.bias" not in tensors:
