@@ -182,7 +182,7 @@ def _presets(args):
 def _pretrained(args):
     import keras_vit
 
-    entries = keras_vit.pretrained(args.architecture)
+    entries = keras_vit.pretrained(args.preset)
     print(f"{'name':46s} {'size':>4s} {'classes':>7s} {'top-1':>6s}  pre-training / source")
     for entry in entries:
         top1 = f"{entry.top1:.2f}" if entry.top1 is not None else "-"
@@ -371,7 +371,7 @@ def _benchmarks(args):
 def _evaluate(args):
     from keras_vit import ViT
     from keras_vit import data as vit_data
-    from keras_vit.training import evaluation
+    from keras_vit.training import scoring
     from keras_vit.training.run import pixel_scaling
 
     if args.benchmark:
@@ -395,13 +395,13 @@ def _evaluate(args):
                 f"{source.num_classes}: top-1 accuracy needs the same classes. Use --few-shot "
                 "alone to evaluate the features."
             )
-        print(f"test accuracy: {evaluation.accuracy(model, test):.3f}")
+        print(f"test accuracy: {scoring.accuracy(model, test):.3f}")
     if args.few_shot:
         train = vit_data.input_pipeline(
             vit_data.load_source(args.dataset, args.train_split, args.data_dir),
             **size, batch_size=args.batch_size, training=False, **scaling,
         )
-        results = evaluation.few_shot_accuracy(model, train, test, source.num_classes,
+        results = scoring.few_shot_accuracy(model, train, test, source.num_classes,
                                                shots=args.few_shot)
         for shots, value in results.items():
             print(f"{shots}-shot linear accuracy: {value:.3f}")
@@ -457,32 +457,19 @@ def _convert(args):
     return 0
 
 
-EXPORT_FORMATS = {  # format -> the backends Keras exports it from (docs/deploy.md)
-    "tf_saved_model": ("tensorflow", "jax"),
-    "onnx": ("tensorflow", "jax", "torch"),
-    "openvino": ("tensorflow", "jax", "torch"),
-    "litert": ("tensorflow", "torch"),
-    "torch": ("torch",),
-}
-
-
 def _export(args):
     import keras
 
     from keras_vit.io import files
-    from keras_vit.export import EXPORT_SUFFIXES
+    from keras_vit.export import routes
     from keras_vit.export.int8 import check_mode
 
     backend = keras.backend.backend()
-    if backend not in EXPORT_FORMATS[args.format]:
-        raise ValueError(
-            f"Keras exports {args.format} from the {' or '.join(EXPORT_FORMATS[args.format])} "
-            f"backend, not from {backend}: run with KERAS_BACKEND="
-            f"{EXPORT_FORMATS[args.format][0]}."
-        )
-    if args.format in EXPORT_SUFFIXES:
-        files.output_file(args.output, "output", EXPORT_SUFFIXES[args.format])  # before loading
-    else:  # a SavedModel is a folder
+    routes.route_traced(args.format, args.quantize).exporter(backend)  # a backend it is exported from
+    suffix = routes.route(args.format).suffix
+    if suffix:
+        files.output_file(args.output, "output", (suffix,))  # before loading
+    else:  # an artifact that is a folder
         files.output_folder(args.output, "output")
     check_mode(args.format, args.quantize, calibrated=args.calibration is not None)
     model = _load_model(args.model, args.image_size)
@@ -627,7 +614,7 @@ def _add_listings(commands):
         "pretrained", help="list the released checkpoints that load by name",
         description="Released weights that ViT.from_preset(name) and ViT.from_checkpoint(name) "
         "download, cache and load; predict, evaluate, explain and convert take the names too.")
-    sub.add_argument("architecture", nargs="?", help="only this preset, e.g. vit_b16 or ViT-B/16")
+    sub.add_argument("preset", nargs="?", help="only this preset, e.g. vit_b16 or ViT-B/16")
     commands.add_parser("configs", help="list the named training configs (Tables 3 and 4)")
 
 
@@ -733,18 +720,25 @@ def _add_convert(commands):
 
 
 def _add_export(commands):
-    """``export``: an inference artifact, int8 too."""
+    """``export``: an inference artifact, int8 too (the formats, their
+    backends and files from their records, `keras_vit.export.routes`)."""
+    from keras_vit.export.int8 import QUANTIZED_FORMATS
+    from keras_vit.export.routes import ROUTES
+    from keras_vit.export.routes import either
+
     sub = commands.add_parser(
-        "export", help="a model as an inference artifact (ONNX, SavedModel, LiteRT, ...)",
+        "export", help="a model as an inference artifact (" + ", ".join(r.title for r in ROUTES.values()) + ")",
         description="Export a model with Keras's model.export, traced from Keras's layers and "
-        "ops alone; the batch axis stays dynamic. Formats by backend: tf_saved_model (tensorflow, "
-        "jax), onnx (all three), openvino (all three), litert (tensorflow, torch), torch (torch). "
-        "docs/deploy.md lists what each exporter handles. --quantize int8 writes onnx or openvino "
-        "quantized with onnxruntime's tools, for a fast CPU inference (on every backend).")
+        "ops alone; the batch axis stays dynamic. Formats by backend: "
+        + ", ".join(f"{name} ({', '.join(r.exporters)})" for name, r in ROUTES.items())
+        + ". docs/deploy.md lists what each exporter handles. --quantize int8 writes "
+        f"{either(QUANTIZED_FORMATS)} quantized with onnxruntime's tools, for a fast CPU inference "
+        "(on every backend).")
     sub.add_argument("model", help=MODEL_HELP)
-    sub.add_argument("output", help="the artifact: a folder for tf_saved_model, else a file "
-                     "(.onnx, .xml, .tflite, .pt2)")
-    sub.add_argument("--format", required=True, choices=tuple(EXPORT_FORMATS))
+    sub.add_argument("output", help="the artifact: a folder for "
+                     + either(name for name, r in ROUTES.items() if not r.suffix) + ", else a file ("
+                     + ", ".join(r.suffix for r in ROUTES.values() if r.suffix) + ")")
+    sub.add_argument("--format", required=True, choices=tuple(ROUTES))
     sub.add_argument("--image-size", type=_positive_int, help="resample the position embeddings first")
     sub.add_argument("--preprocessing", action="store_true",
                      help="images in, classes out: one input 'images', uint8 (batch, height, width, 3) "
@@ -756,10 +750,11 @@ def _add_export(commands):
                      "as --image-size resamples them (with it, the images are resized anyway)")
     sub.add_argument("--quantize", choices=QUANTIZE_MODES,
                      help="int8: the projections quantized with onnxruntime's tools, for a fast CPU "
-                     "inference (--format onnx or openvino; docs/deploy.md)")
+                     f"inference (--format {either(QUANTIZED_FORMATS)}; docs/deploy.md)")
     sub.add_argument("--calibration", metavar="DATA",
                      help="with --quantize: measure the int8 inputs' scales on these images (static "
-                     "quantization; openvino needs it): digits, a TFDS name, an image folder, or a "
+                     f"quantization; {either(n for n in QUANTIZED_FORMATS if ROUTES[n].supports.get('int8'))} "
+                     "needs it): digits, a TFDS name, an image folder, or a "
                      ".npy file of images scaled as the model takes them")
     sub.add_argument("--calibration-split", default="train", metavar="SPLIT",
                      help="the split of --calibration's dataset (TFDS syntax; default train)")

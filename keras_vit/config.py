@@ -4,6 +4,8 @@ presets, the checkpoint readers and the training configs."""
 import dataclasses
 import math
 import numbers
+import types
+from collections.abc import Mapping
 
 POOLINGS = ("token", "gap", "map", "none")
 POSITION_EMBEDDINGS = ("learned", "sincos2d", "rope", "learned_rope")
@@ -24,6 +26,160 @@ def resnet_stride(block_units):
     """The stride of a BiT ResNet stem with `block_units` per stage: 4 for the
     root, then 2 for each stage after the first."""
     return 4 * 2 ** max(len(block_units) - 1, 0)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockOptions:
+    """The options of a Transformer encoder block (Eq. 2-3), as one frozen value.
+
+    `keras_vit.layers.TransformerEncoder` takes it and hands the same value
+    to its `MultiHeadDotProductAttention` and `MlpBlock`, each reading the
+    fields it uses. Every field has `ViTConfig`'s name for the same option
+    (`ViTConfig.block_options` makes one from a config), so no layer renames
+    one; the defaults are `ViTConfig`'s (ViT-B's blocks). What varies from
+    block to block or only in training (stochastic depth, dropout, token
+    merging, seeds) is each layer's own argument, not an option.
+
+    Fields:
+        num_heads: int. Attention heads.
+        mlp_dim: int. Hidden width of the MLP (each half of SwiGLU's fc1).
+        qkv_bias: bool. Biases on the query, key and value projections.
+        key_bias: bool. With `qkv_bias`, a bias on the key projection too
+            (False: DINOv3's).
+        qk_norm: bool. A norm of each head's query and key before their
+            product (Dehghani et al., "Scaling Vision Transformers to 22
+            Billion Parameters", 2023; timm's ``qk_norm``).
+        attention_norm: bool. A norm of the heads' outputs, a token's heads
+            together, before the output projection (EVA-CLIP's sub-LN,
+            timm's ``scale_attn_inner``).
+        out_bias: bool. A bias on the attention's output projection (False:
+            AIMv2's).
+        rope: dict or None. `keras_vit.layers.RotaryPositionEmbedding`'s
+            arguments (``grid_size``, ``num_prefix_tokens``, ``theta``, ...):
+            the patch tokens' queries and keys turned by their place on the
+            grid (DINOv3's, EVA-02's); kept read-only.
+        causal: bool. Token ``i`` attends to tokens ``0..i`` only (CLIP's
+            text tower, `keras_vit.TextTransformer`); `ViTConfig` has no such
+            field: an image tower attends both ways.
+        mlp_activation: ``"gelu"``, ``"quick_gelu"`` (OpenAI's CLIP) or
+            ``"swiglu"`` (DINOv2 giant; Shazeer, "GLU Variants Improve
+            Transformer", 2020).
+        gelu_approximate: bool. tanh GELU (the original's) or exact erf GELU.
+        mlp_bias: bool. Biases on the MLP's two dense layers.
+        mlp_norm: bool. A norm of the MLP's hidden units before its second
+            layer (EVA-02's).
+        layer_scale_init: float or None. The initial per-channel scale of
+            each residual branch (LayerScale: Touvron et al., "Going deeper
+            with Image Transformers", 2021); None: none.
+        layer_norm_epsilon: float. The epsilon of every norm of the block.
+        norm_bias: bool. Every LayerNorm of the block with its bias (beta).
+        norm_type: ``"layer_norm"`` or ``"rms_norm"`` (every norm an RMSNorm).
+
+    Example:
+        ```python
+        from keras_vit import ViTConfig
+        from keras_vit.config import BlockOptions
+
+        options = BlockOptions(num_heads=4, mlp_dim=128, qk_norm=True)
+        print(options.num_heads, options.mlp_dim, options.qk_norm)   # -> 4 128 True
+        print(BlockOptions.from_dict(options.to_dict()) == options)  # -> True
+        print(ViTConfig(num_heads=6, hidden_dim=384, mlp_dim=1536).block_options.num_heads)  # -> 6
+        ```
+    """
+
+    num_heads: int = 12
+    mlp_dim: int = 3072
+    qkv_bias: bool = True
+    key_bias: bool = True
+    qk_norm: bool = False
+    attention_norm: bool = False
+    out_bias: bool = True
+    rope: Mapping | None = None
+    causal: bool = False
+    mlp_activation: str = "gelu"
+    gelu_approximate: bool = True
+    mlp_bias: bool = True
+    mlp_norm: bool = False
+    layer_scale_init: float | None = None
+    layer_norm_epsilon: float = 1e-6
+    norm_bias: bool = True
+    norm_type: str = "layer_norm"
+
+    def __post_init__(self):
+        for name in ("num_heads", "mlp_dim"):
+            _check_int(name, getattr(self, name), 1)
+            object.__setattr__(self, name, int(getattr(self, name)))
+        for field in dataclasses.fields(self):
+            if field.type is bool and not isinstance(getattr(self, field.name), bool):
+                raise ValueError(f"`{field.name}` must be True or False, got {getattr(self, field.name)!r}.")
+        if self.mlp_activation not in MLP_ACTIVATIONS:
+            raise ValueError(f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}.")
+        if self.norm_type not in NORM_TYPES:
+            raise ValueError(f"Unknown norm_type {self.norm_type!r}; use one of {NORM_TYPES}.")
+        if not is_number(self.layer_norm_epsilon) or self.layer_norm_epsilon <= 0:
+            raise ValueError(f"`layer_norm_epsilon` must be a number > 0, got {self.layer_norm_epsilon!r}.")
+        object.__setattr__(self, "layer_norm_epsilon", float(self.layer_norm_epsilon))
+        if self.layer_scale_init is not None:
+            if not is_number(self.layer_scale_init):
+                raise ValueError(f"`layer_scale_init` must be a number or None, got {self.layer_scale_init!r}.")
+            object.__setattr__(self, "layer_scale_init", float(self.layer_scale_init))
+        if self.rope is not None:
+            if not isinstance(self.rope, Mapping):
+                raise ValueError(f"`rope` must be None or a dict of RotaryPositionEmbedding's "
+                                 f"arguments, got {self.rope!r}.")
+            object.__setattr__(self, "rope", types.MappingProxyType(dict(self.rope)))
+
+    def __reduce__(self):  # copied and pickled through its dict (a read-only `rope` pickles not)
+        return type(self).from_dict, (self.to_dict(),)
+
+    @property
+    def norm_arguments(self):
+        """The `keras_vit.layers.normalization` arguments of every norm of
+        the block (``norm1``, ``norm2``, qk-norm's, the attention's and the
+        MLP's norms)."""
+        return dict(norm_type=self.norm_type, epsilon=self.layer_norm_epsilon, bias=self.norm_bias)
+
+    def to_dict(self):
+        """The fields as a JSON-ready dict (`TransformerEncoder`'s
+        ``get_config()["options"]``)."""
+        options = {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+        return {**options, "rope": None if self.rope is None else dict(self.rope)}
+
+    @classmethod
+    def from_dict(cls, options):
+        """Options from `to_dict`'s dict (or part of one): an unknown key is
+        refused with the valid ones listed."""
+        unknown = sorted(set(options) - set(BLOCK_OPTIONS))
+        if unknown:
+            raise ValueError(f"Unknown block option(s) {', '.join(map(repr, unknown))}. Valid ones: "
+                             f"{', '.join(BLOCK_OPTIONS)}.")
+        return cls(**options)
+
+    @classmethod
+    def of(cls, value):
+        """`value` as `BlockOptions`: itself, or one from its `to_dict` dict."""
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, Mapping):
+            return cls.from_dict(value)
+        raise ValueError(f"The block options must be a keras_vit.config.BlockOptions or a dict of "
+                         f"its fields, got {value!r}: e.g. BlockOptions(num_heads=4, mlp_dim=128).")
+
+    @classmethod
+    def split(cls, config, renamed=()):
+        """``(options, rest)`` of a layer config saved by an earlier version,
+        which took each option as an argument of its own: the options among
+        `config`'s keys, some under the layer's old names (`renamed`: pairs
+        ``(old name, field)``), and the rest of `config`."""
+        rest = dict(config)
+        for old, name in renamed:
+            if old in rest:
+                rest[name] = rest.pop(old)
+        options = {name: rest.pop(name) for name in BLOCK_OPTIONS if name in rest}
+        return cls.from_dict(options), rest
+
+
+BLOCK_OPTIONS = tuple(field.name for field in dataclasses.fields(BlockOptions))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -508,20 +664,23 @@ class ViTConfig:
             total += (features * c.num_classes + c.num_classes) * (1 + c.distills_by_head)
         return total
 
+    @property
+    def block_options(self):
+        """The `BlockOptions` of every encoder block: this config's fields
+        (and `rope`) of the same names."""
+        return BlockOptions(**{name: getattr(self, name) for name in BLOCK_OPTIONS
+                               if name != "causal"})  # an image tower attends both ways
+
     def block_arguments(self, index):
         """The `keras_vit.layers.TransformerEncoder` arguments of block
-        `index` (0-based): the block options of this config, and the
-        stochastic-depth rate growing linearly from 0 at the first block to
-        ``drop_path_rate`` at the last."""
+        `index` (0-based): `block_options`, and the block's own settings: the
+        dropout rates, the stochastic-depth rate growing linearly from 0 at
+        the first block to ``drop_path_rate`` at the last, and token merging
+        (the block's count, the prefix tokens it leaves alone)."""
         return dict(
-            num_heads=self.num_heads, mlp_dim=self.mlp_dim, dropout_rate=self.dropout_rate,
+            options=self.block_options, dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             drop_path_rate=self.drop_path_rate * index / max(self.num_layers - 1, 1),
-            layer_norm_epsilon=self.layer_norm_epsilon, gelu_approximate=self.gelu_approximate,
-            qkv_bias=self.qkv_bias, key_bias=self.key_bias, layer_scale_init=self.layer_scale_init,
-            qk_norm=self.qk_norm, mlp_activation=self.mlp_activation, mlp_bias=self.mlp_bias,
-            mlp_norm=self.mlp_norm, attention_norm=self.attention_norm, norm_bias=self.norm_bias,
-            norm_type=self.norm_type, out_bias=self.out_bias, rope=self.rope,
             token_merging=self.merge_counts[index], num_prefix_tokens=self.num_prefix_tokens,
             proportional_attention=self.proportional_attention,
         )

@@ -24,6 +24,8 @@ from keras import ops
 
 from keras_vit import layers as vit_layers
 from keras_vit import variants
+from keras_vit.config import BLOCK_OPTIONS
+from keras_vit.config import BlockOptions
 from keras_vit.config import is_int
 from keras_vit.config import is_number
 from keras_vit.input_checks import symbolic
@@ -111,11 +113,9 @@ class TextTransformer(keras.Model):
         token_ids = keras.Input(shape=(c["context_length"],), dtype="int32", name="token_ids")
         x = vit_layers.TextEmbedding(c["vocab_size"], c["context_length"], c["hidden_dim"],
                                      dtype=dtype, name="embedding")(token_ids)
+        options = BlockOptions.from_dict({name: c[name] for name in BLOCK_OPTIONS if name in c})
         for i in range(c["num_layers"]):
-            x = vit_layers.TransformerEncoder(
-                c["num_heads"], c["mlp_dim"], layer_norm_epsilon=c["layer_norm_epsilon"],
-                gelu_approximate=c["gelu_approximate"], mlp_activation=c["mlp_activation"],
-                causal=c["causal"], dtype=dtype, name=f"encoder_block_{i}")(x)
+            x = vit_layers.TransformerEncoder(options, dtype=dtype, name=f"encoder_block_{i}")(x)
         x = vit_layers.LayerNormalization(epsilon=c["layer_norm_epsilon"], dtype=dtype,
                                           name="final_norm")(x)
         x = vit_layers.TextPooling(c["pooling"], c["eos_token_id"], dtype=dtype,

@@ -1,18 +1,22 @@
-"""One way to load a model from anything a user names: `load_model`.
+"""One way to load a model from anything a user names: `load_model`; and
+for a model built elsewhere from the file's arguments, the file read once
+(`read_pretrained`) and its weights loaded into that model (`load_pretrained`).
 
 The command line (``keras-vit predict MODEL``, ``convert``, ``segment
---init``, ``zero-shot``) and training's ``--init`` load through it, so a
-name that one of them takes, the others take, with the same resizing, the
-same new head and the same errors. A checkpoint is read by
+--init``, ``zero-shot``) loads through `load_model`, and training's ``--init``
+through `read_pretrained`, so a name that one of them takes, the others take,
+with the same resizing, the same new head and the same errors. A checkpoint is read by
 `keras_vit.ViT.from_checkpoint` (`keras_vit.ImageTextModel.from_checkpoint`
 for both towers), which sit below this module: the model classes do not
 import it.
 """
 
+import dataclasses
 import pathlib
 
 import keras
 
+from keras_vit.config import FIELDS
 from keras_vit.config import pair
 from keras_vit.io import files
 
@@ -139,3 +143,67 @@ def _changed(model, image_size, num_classes, resample_method, overrides):
     if not changes:
         return model
     return model.with_config(skip=tuple(skip), method=resample_method or "bilinear", **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pretrained:
+    """A file's model, read once: its ViT arguments and its weights.
+
+    Attributes:
+        fields: dict of `keras_vit.ViTConfig` fields (the file's architecture).
+        weights: the model a ``.keras`` file holds (a `ViT`, or a
+            ``MaskedPatchPredictor``: a ViT backbone), or the
+            `keras_vit.weights.Checkpoint` a checkpoint reader gave.
+    """
+
+    fields: dict
+    weights: object
+
+
+def read_pretrained(source, flag=""):
+    """The `Pretrained` of `source`: a ``.keras`` file holding a keras_vit
+    model with a ViT backbone, or anything `load_model` reads as a
+    checkpoint (a file or folder by path, URL or ``hf://``, a released
+    name, a preset's recommended checkpoint). The file is read once; no
+    model is built from its arguments here.
+
+    Raises:
+        FileNotFoundError: a ``.keras`` path where there is no file.
+        ValueError: a ``.keras`` file holding another model, or a
+            `keras_vit.weights.CheckpointError` for a checkpoint that cannot
+            be read; the message names `flag` and the source.
+    """
+    from keras_vit.config import ViTConfig
+    from keras_vit.released import locate
+    from keras_vit.weights import read_checkpoint
+
+    if str(source).endswith(".keras"):
+        model = files.load_keras_model(source, flag)
+        if not isinstance(getattr(model, "config", None), ViTConfig):
+            raise ValueError(f"{_named(source, flag)}: {_a(type(model).__name__)}, not a keras_vit ViT or "
+                             "MaskedPatchPredictor; fine-tuning starts from one of those.")
+        return Pretrained({k: v for k, v in model.get_config().items() if k in FIELDS}, model)
+    path, _ = locate(_recommended_checkpoint(source))
+    checkpoint = read_checkpoint(path)
+    return Pretrained(dict(checkpoint.config), checkpoint)
+
+
+def load_pretrained(model, pretrained):
+    """Loads `pretrained`'s weights into `model`, a ViT built from its
+    fields with some changed: the position embeddings resampled to its grid
+    (bilinear; a checkpoint's own method for it), a new zero-initialised head
+    where its classes differ (DeiT's distillation head with it), and no
+    pre-logits layer where it has none (as vit_jax fine-tunes)."""
+    from keras_vit.weights import build_model
+    from keras_vit.weights import transfer_weights
+
+    source = pretrained.weights
+    if isinstance(source, keras.Model):
+        skip = ("pre_logits", "patch_corruption", "mpp_head")  # what a fine-tuned ViT leaves behind
+        if source.get_config().get("num_classes", 0) != model.num_classes:
+            skip += ("head", "head_dist")
+        transfer_weights(source, model, skip=skip)
+        return model
+    # build_model's handling of the state (head, pre-logits, position grid), into `model`
+    return build_model(lambda **fields: model, source, tuple(model.image_size), model.num_classes,
+                       representation_size=model.representation_size)

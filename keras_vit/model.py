@@ -17,18 +17,10 @@ import numbers
 import keras
 
 from keras_vit import input_checks
-from keras_vit import kernels
 from keras_vit import layers as vit_layers
 from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
-from keras_vit.export import EXPORT_SUFFIXES
-from keras_vit.export import metadata
-from keras_vit.export import pytorch
-from keras_vit.export import serving
-from keras_vit.export import check_arguments
-from keras_vit.export import require_route
-from keras_vit.io import files
 from keras_vit.layers.position_embedding import grid_positions
 from keras_vit.layers.position_embedding import RESAMPLE_METHODS
 from keras_vit.layers.position_embedding import grid_shapes
@@ -230,7 +222,7 @@ def build_layers(config, dtype=None):
     """The `ViTParts` of the `ViT` of `config`, each layer made with its name
     (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
     c = config
-    norm = dict(norm_type=c.norm_type, epsilon=c.layer_norm_epsilon, bias=c.norm_bias, dtype=dtype)
+    norm = dict(**c.block_options.norm_arguments, dtype=dtype)  # the blocks' norms, and the model's
     made = _embedding_layers(c, dtype, norm)                   # Eq. 1
     made["blocks"] = tuple(
         vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
@@ -243,7 +235,10 @@ def build_layers(config, dtype=None):
 
 def forward(parts, images, training=None, record=None, corruption=None, class_only=False,
             resample_method=None):
-    """Eq. 1-4 over `parts` (a `ViTParts`).
+    """Eq. 1-4 over `parts` (a `ViTParts`), in four steps: NaFlex's inputs
+    taken apart (`_naflex_arguments`), the embeddings (`_embed`, Eq. 1), the
+    blocks (`_encode`, Eq. 2-3), then the pooling and the heads (`_head`,
+    Eq. 4).
 
     Args:
         parts: the model's `ViTParts`.
@@ -272,18 +267,35 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
         What the last layer gives: logits ``(batch, classes)``, features, or
         the tokens.
     """
-    p = parts
-    x = images
-    naflex, pooled = {}, {}  # NaFlex's arguments of the blocks and of the pooling
-    if isinstance(images, dict):
-        x, patch_mask = images["patches"], images["patch_mask"]
-        naflex = {"spatial_shapes": images["spatial_shapes"],
-                  "key_mask": keras.ops.pad(patch_mask, [[0, 0], [p.position_embedding.num_prefix_tokens, 0]],
-                                            constant_values=1)}  # the prefix tokens attended to
-        if isinstance(p.pooling, vit_layers.MultiHeadAttentionPooling):
-            pooled = {"key_mask": naflex["key_mask"]}
-        elif getattr(p.pooling, "mode", None) == "gap":
-            pooled = {"patch_mask": patch_mask}
+    x, naflex, pooled = _naflex_arguments(parts, images)
+    x, rotary = _embed(parts, x, training, corruption, resample_method, naflex)
+    if record is not None:
+        record["embeddings"] = x
+    x = _encode(parts, x, training, record, class_only, {**naflex, **rotary})
+    return _head(parts, x, record, pooled)
+
+
+def _naflex_arguments(p, images):
+    """``(x, blocks, pooling)``: what the patch embedding takes of `images`,
+    and NaFlex's arguments of the blocks (``spatial_shapes``, ``key_mask``)
+    and of the pooling (its mask of the padding); ``{}`` for an image batch."""
+    if not isinstance(images, dict):
+        return images, {}, {}
+    patch_mask = images["patch_mask"]
+    key_mask = keras.ops.pad(patch_mask, [[0, 0], [p.position_embedding.num_prefix_tokens, 0]],
+                             constant_values=1)  # the prefix tokens attended to
+    pooled = {}
+    if isinstance(p.pooling, vit_layers.MultiHeadAttentionPooling):
+        pooled = {"key_mask": key_mask}
+    elif getattr(p.pooling, "mode", None) == "gap":
+        pooled = {"patch_mask": patch_mask}
+    return images["patches"], {"spatial_shapes": images["spatial_shapes"], "key_mask": key_mask}, pooled
+
+
+def _embed(p, x, training, corruption, resample_method, naflex):
+    """Eq. 1, ``z_0 = [x_class; x_p E] + E_pos`` (after the ResNet stem,
+    with the patch norm, corruption, dropout and ``norm_pre`` of the model),
+    and the blocks' rotary grid for images of any size (``{}`` otherwise)."""
     if p.resnet is not None:
         x = p.resnet(x)
     placed, rotary = {}, {}  # for images of any size: the position embedding's grid, the blocks'
@@ -295,7 +307,7 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
                   "resample_method": resample_method}
         x = embedding.token_map(x)  # flattened with -1: jax2onnx maps no product of free sizes
         x = keras.ops.reshape(x, (keras.ops.shape(x)[0], -1, x.shape[-1]))
-        if p.blocks[0].rope is not None:  # each block turns queries and keys on this grid
+        if p.blocks[0].options.rope is not None:  # each block turns queries and keys on this grid
             rotary = {"spatial_shapes": grid_shapes(*placed["grid"], x)}
     if p.patch_norm is not None:
         x = p.patch_norm(x)
@@ -310,8 +322,14 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
     x = p.embedding_dropout(x, training=training)
     if p.norm_pre is not None:
         x = p.norm_pre(x)
-    if record is not None:
-        record["embeddings"] = x
+    return x, rotary
+
+
+def _encode(p, x, training, record, class_only, arguments):
+    """Eq. 2-3: the blocks in turn, each given `arguments` (NaFlex's,
+    rotary grids) and token merging's sizes (with `record`, its sources too)
+    from the block before; each block's attention weights and tokens into
+    `record`."""
     merging = {}  # token merging (ToMe): the tokens' sizes once merged; with `record`, sources
     if record is not None and any(block.token_merging for block in p.blocks):
         merging["token_sources"] = token_merging.initial_sources(x.shape[1], x)
@@ -319,7 +337,7 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
         last = class_only and record is None and i == len(p.blocks) - 1
         queries = 1 + (p.distillation_token is not None) if last else None  # the tokens read
         outputs = block(x, training=training, num_queries=queries,
-                        return_attention_scores=record is not None, **naflex, **rotary, **merging)
+                        return_attention_scores=record is not None, **arguments, **merging)
         x, *outputs = outputs if isinstance(outputs, (tuple, list)) else (outputs,)
         if block.merges(queries):                             # ToMe, after the attention
             merging["token_sizes"], *outputs = outputs
@@ -329,6 +347,13 @@ def forward(parts, images, training=None, record=None, corruption=None, class_on
             record[f"attention_{i}"], record[block.name] = outputs[0], x
     if "token_sources" in merging:
         record["token_sources"] = merging["token_sources"]
+    return x
+
+
+def _head(p, x, record, pooled):
+    """Eq. 4 and the heads: the encoder norm, the pooling (given `pooled`,
+    NaFlex's mask), ``fc_norm``, pre-logits, projection, normalisation and
+    the head (DeiT's two averaged); the stages into `record`."""
     if p.encoder_norm is not None:
         x = p.encoder_norm(x)                                 # LN, Eq. 4
     if record is not None:
@@ -569,7 +594,7 @@ class ViT(keras.Model):
         if pretrained is None:
             pretrained = entry is not None
         if not pretrained:
-            return cls(preset_config(entry.architecture if entry else name), **overrides)
+            return cls(preset_config(entry.preset if entry else name), **overrides)
         return cls.from_checkpoint((entry or default_pretrained(name)).name, **overrides)
 
     @classmethod
@@ -670,13 +695,15 @@ class ViT(keras.Model):
         folded into the kernels (the same logits)."""
         return variants.merge_lora(self)
 
-    def export(self, filepath, format="tf_saved_model", verbose=None, input_signature=None,
+    def export(self, filepath, format=None, verbose=None, input_signature=None,
                quantize=None, calibration_images=None, *, preprocessing=False,
                dynamic_image_size=False, resample_method="bilinear", **kwargs):
         """Keras's ``export``, traced with Keras's layers alone
-        (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic:
-        every format Keras offers (docs/deploy.md); PyTorch's ONNX and
-        program through `keras_vit.export.pytorch`. A NaFlex model exports
+        (`keras_vit.kernels.keras_layers_only`), the batch axis dynamic, by
+        the route of `format` (`keras_vit.export.routes.ROUTES`, one record
+        per format; None: Keras's default, `keras_vit.export.routes.DEFAULT_FORMAT`)
+        and its exporter for the backend (`keras_vit.export.exporters`;
+        docs/deploy.md has the table of routes). A NaFlex model exports
         with its dict of inputs (`export_signature`: ``"patches"``,
         ``"patch_mask"``, ``"spatial_shapes"``, each a named input of the
         artifact), its position table resized in the graph for any grids.
@@ -709,49 +736,11 @@ class ViT(keras.Model):
         them, or with ``preprocessing=True`` uint8 pixels (N, H, W, 3) of
         one size, as the artifact takes them. Not for a NaFlex model.
         """
-        require_route(format, keras.backend.backend(), quantize)
-        check_arguments(format, keras.backend.backend(), quantize, kwargs)
-        serving.check_request(self, format, preprocessing, dynamic_image_size, input_signature,
-                              resample_method)
-        dynamic = dynamic_image_size and not preprocessing  # with preprocessing: resized to the model's
-        if quantize is not None or calibration_images is not None:
-            if self.config.naflex:
-                raise ValueError(
-                    f"{self.name} is a NaFlex model: the int8 export quantizes a model with one "
-                    "image input, and this one takes NaFlex's dict. Export it in float32 (drop "
-                    "`quantize`), or quantize the fixed-size model: "
-                    "`model.with_config(naflex=False, max_num_patches=None)`.")
-            from keras_vit.export import int8
+        from keras_vit.export.exporters import export  # export's layer is above the model's
 
-            images = int8.check_request(self, format, quantize, calibration_images, preprocessing)
-            int8.export_int8(self, filepath, format, images, verbose=bool(verbose),
-                             input_signature=input_signature, preprocessing=preprocessing,
-                             dynamic_image_size=dynamic, resample_method=resample_method, **kwargs)
-        else:
-            self._export_float(filepath, format, verbose, input_signature, preprocessing, dynamic,
-                               resample_method, kwargs)
-        metadata.write(filepath, format, self, preprocessing,
-                       outputs=serving.OUTPUTS if preprocessing else None, dynamic_image_size=dynamic)
-
-    def _export_float(self, filepath, format, verbose, input_signature, preprocessing, dynamic,
-                      resample_method, kwargs):
-        """`export` in float32: the artifact of `format` at `filepath`."""
-        if format in EXPORT_SUFFIXES:  # a file of that format, in a folder that exists
-            files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
-        with kernels.keras_layers_only():
-            if preprocessing or dynamic:
-                return serving.export(self, filepath, format, verbose, preprocessing,
-                                      resample_method, **kwargs)
-            if input_signature is None:
-                input_signature = self.export_signature()
-            if keras.backend.backend() == "torch" and format == "torch":
-                return pytorch.torch_program(self, filepath, input_signature,
-                                             extra_files=metadata.torch_extra_files(self, False))
-            if keras.backend.backend() == "torch" and format == "onnx":
-                return pytorch.torch_onnx(self, filepath, input_signature, verbose=bool(verbose),
-                                          **kwargs)
-            return keras.Model.export(self, filepath, format=format, verbose=verbose,
-                                      input_signature=input_signature, **kwargs)
+        return export(self, filepath, format, verbose, input_signature, quantize, calibration_images,
+                      preprocessing=preprocessing, dynamic_image_size=dynamic_image_size,
+                      resample_method=resample_method, **kwargs)
 
     def export_signature(self):
         """`export`'s ``input_signature``: the model's input with a dynamic

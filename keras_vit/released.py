@@ -29,11 +29,13 @@ was read from:
   ImageNet-21k at 224 px, fine-tuned on ImageNet at 224 or 384 px; the
   ``-in21k`` models keep the pooler but no classifier). Repo ids only: the
   Hub is not reachable from where this table was written.
-- timm's ViT tags on the Hub (``hf://timm/<architecture>.<tag>``, each with
+- timm's ViT tags on the Hub (``hf://timm/<timm architecture>.<tag>``, each with
   ``config.json`` and ``model.safetensors``): timm's ``default_cfgs`` at
-  2cff2350, plain class-token ViTs only (keras_vit.weights.timm reads no
-  fc_norm / norm_pre / qk_norm, nor timm's ResNet hybrids); top-1 and
-  resolution from ``results/results-imagenet.csv`` at 4e5207c7.
+  2cff2350, the paper's plain class-token ViTs (timm's ResNet hybrids are not
+  read); top-1 and resolution from ``results/results-imagenet.csv`` at 4e5207c7.
+- The ViT family (DeiT, DINOv2 and v3, CLIP, SigLIP and SigLIP 2, AIMv2, EVA-02,
+  the Perception Encoder, C-RADIO) on the Hugging Face Hub and timm's: each
+  table names its sources beside it.
 
 Accuracies are the reported ImageNet-1k validation top-1 (%) at the entry's
 resolution, with the source in ``reference``; None where no source reports
@@ -47,6 +49,7 @@ import functools
 import importlib.resources
 import os
 import pathlib
+import warnings
 
 from keras_vit.io.download import fetch
 from keras_vit.io.download import is_url
@@ -72,7 +75,8 @@ class PretrainedWeights:
 
     Attributes:
         name: ``"<preset>.<tag>"``, e.g. ``"vit_b16.augreg_in21k_ft_in1k_384"``.
-        architecture: the keras_vit preset it is an instance of.
+        preset: the keras_vit preset it is an instance of (`architecture`: its old,
+            deprecated name).
         format: ``"npz"`` (vit_jax / AugReg / big_vision), ``"huggingface"``
             or ``"timm"``: the reader it needs.
         url: where it is downloaded from: ``https://storage.googleapis.com/...``
@@ -100,7 +104,7 @@ class PretrainedWeights:
     """
 
     name: str
-    architecture: str
+    preset: str
     format: str
     url: str
     image_size: int
@@ -114,16 +118,23 @@ class PretrainedWeights:
     metric: str = "top-1"
 
     @property
+    def architecture(self):
+        """Deprecated: `preset`."""
+        warnings.warn("PretrainedWeights.architecture is deprecated; use PretrainedWeights.preset (the "
+                      "keras_vit preset the checkpoint is an instance of).", DeprecationWarning, stacklevel=2)
+        return self.preset
+
+    @property
     def gcs(self):
         """The ``gs://`` form of a Google Cloud Storage URL, else None."""
         return "gs://" + self.url.removeprefix(_GCS) if self.url.startswith(_GCS) else None
 
 
-def _entry(architecture, tag, format, url, image_size, num_classes, top1, pretraining, reference):
+def _entry(preset, tag, format, url, image_size, num_classes, top1, pretraining, reference, metric="top-1"):
     return PretrainedWeights(
-        name=f"{architecture}.{tag}", architecture=architecture, format=format, url=url,
+        name=f"{preset}.{tag}", preset=preset, format=format, url=url,
         image_size=image_size, num_classes=num_classes, top1=top1, pretraining=pretraining,
-        class_names="imagenet1k" if num_classes == 1000 else None, reference=reference)
+        class_names="imagenet1k" if num_classes == 1000 else None, reference=reference, metric=metric)
 
 
 def _cites(reference, top1, source):
@@ -230,7 +241,7 @@ _HUGGINGFACE = [
 
 # -- timm -------------------------------------------------------------------------
 # (timm architecture, tag, top-1 from results-imagenet.csv). The preset and
-# resolution follow from the architecture's name.
+# resolution follow from the timm architecture's name.
 _TIMM = [
     ("vit_base_patch16_224", "augreg2_in21k_ft_in1k", 85.108),
     ("vit_base_patch8_224", "augreg2_in21k_ft_in1k", 86.252),
@@ -386,119 +397,118 @@ def _timm_preset(timm_architecture):
     return f"vit_{_TIMM_SIZES[size]}{patch.removeprefix('patch')}", int(resolution)
 
 
-def _siglip2_rows():
-    """SigLIP 2's NaFlex releases: 256 patches per image, a 16 x 16 position
-    table (256 px square), no head (the features are the embedding)."""
-    for arch, repo in _SIGLIP2:
-        yield dataclasses.replace(
-            _entry(arch, "hf_webli_naflex", "huggingface", f"hf://google/{repo}", 256, 0, None,
-                   _FAMILY_DATA["siglip2"], f"google/{repo} (Hugging Face)"),
-            metric="zero-shot top-1")
-
-
-def _rows():
-    for arch, file in _ORIG_IN21K:
-        yield _entry(arch, "orig_in21k", "npz", f"{_GCS}vit_models/imagenet21k/{file}.npz", 224, 21843,
+def _google_rows():
+    """Google's files: the paper's 2020 ``.npz`` files, AugReg's, big_vision's, and their
+    Hugging Face conversions (``google/vit-*``)."""
+    for preset, file in _ORIG_IN21K:
+        yield _entry(preset, "orig_in21k", "npz", f"{_GCS}vit_models/imagenet21k/{file}.npz", 224, 21843,
                      None, _IN21K, _PAPER)
-    for arch, file, size, top1, source in _ORIG_FT:
-        yield _entry(arch, f"orig_in21k_ft_in1k_{size}", "npz",
+    for preset, file, size, top1, source in _ORIG_FT:
+        yield _entry(preset, f"orig_in21k_ft_in1k_{size}", "npz",
                      f"{_GCS}vit_models/imagenet21k+imagenet2012/{file}.npz", size, 1000, top1, _FT,
                      _cites(_PAPER, top1, source))
-
-    for arch, run, lr, top1 in _AUGREG_RECOMMENDED:
+    for preset, run, lr, top1 in _AUGREG_RECOMMENDED:
         url = f"{_GCS}vit_models/augreg/{run}"
-        yield _entry(arch, "augreg_in21k", "npz", f"{url}.npz", 224, 21843, None, _IN21K,
+        yield _entry(preset, "augreg_in21k", "npz", f"{url}.npz", 224, 21843, None, _IN21K,
                      f"{_AUGREG} ({_README}, recommended)")
-        yield _entry(arch, "augreg_in21k_ft_in1k_384", "npz",
+        yield _entry(preset, "augreg_in21k_ft_in1k_384", "npz",
                      f"{url}--imagenet2012-steps_20k-lr_{lr}-res_384.npz", 384, 1000, top1, _FT,
                      f"{_AUGREG} ({_README}, recommended); top-1: {_README}")
-    for arch, tag, file, size, top1 in _AUGREG_TIMM:
+    for preset, tag, file, size, top1 in _AUGREG_TIMM:
         classes = 21843 if tag == "augreg_in21k" else 1000
         data = _IN21K if classes != 1000 else _IN1K if tag.startswith("augreg_in1k") else _FT
-        yield _entry(arch, tag, "npz", f"{_GCS}vit_models/augreg/{file}.npz", size, classes, top1, data,
+        yield _entry(preset, tag, "npz", f"{_GCS}vit_models/augreg/{file}.npz", size, classes, top1, data,
                      _cites(f"{_AUGREG} (file as in timm's default_cfgs)", top1, _TIMM_CSV))
-
     for epochs, top1, source in _BIG_VISION:
         yield _entry("vit_s16", f"bv_in1k_{epochs}ep", "npz", f"{_GCS}big_vision/vit_s16_i1k_{epochs}ep.npz",
                      224, 1000, top1, _IN1K, f"{_BV}; top-1: {source}")
-
-    for arch, repo, size, classes, top1, source in _HUGGINGFACE:
+    for preset, repo, size, classes, top1, source in _HUGGINGFACE:
         tag = "hf_in21k" if classes == 0 else f"hf_in21k_ft_in1k_{size}"
-        yield _entry(arch, tag, "huggingface", f"hf://google/{repo}", size, classes, top1,
+        yield _entry(preset, tag, "huggingface", f"hf://google/{repo}", size, classes, top1,
                      _IN21K if classes == 0 else _FT,
                      _cites("Hugging Face google/vit-* (conversion of the 2020 files)", top1, source))
 
-    for arch, tag, repo, timm_name, size, classes, top1, metric, source in _FAMILY:
-        data = _FAMILY_DATA[arch.split("_")[0]]
-        for prefix, format, url in (("hf", "huggingface", f"hf://{repo}"),
-                                    ("timm", "timm", f"hf://timm/{timm_name}")):
-            yield dataclasses.replace(
-                _entry(arch, f"{prefix}_{tag}", format, url, size, classes, top1, data,
-                       f"{repo} (Hugging Face), {timm_name} (timm); top-1: {source}"),
-                metric=metric)
 
-    for arch, repo, top1 in _DINOV3:
-        yield dataclasses.replace(
-            _entry(arch, "hf_lvd1689m", "huggingface", f"hf://facebook/{repo}-pretrain-lvd1689m", 224,
-                   0, top1, _FAMILY_DATA["dinov3"],
-                   f"facebook/{repo}-pretrain-lvd1689m (Hugging Face); top-1: {_DINOV3_CARD}"),
-            metric="linear-probe top-1 (ImageNet-ReaL)")
-
-    yield from _siglip2_rows()
-
-    for arch, size, releases in _AIMV2:
+def _family_rows():
+    """The ViT family on the Hugging Face Hub and timm's: DeiT, DINOv2, CLIP and SigLIP on
+    both, DINOv3 and SigLIP 2's NaFlex towers on Hugging Face's, AIMv2 on timm's."""
+    for preset, tag, repo, timm_name, size, classes, top1, metric, source in _FAMILY:
+        for prefix, format, url in (("hf", "huggingface", f"hf://{repo}"), ("timm", "timm", f"hf://timm/{timm_name}")):
+            yield _entry(preset, f"{prefix}_{tag}", format, url, size, classes, top1,
+                         _FAMILY_DATA[preset.split("_")[0]],
+                         f"{repo} (Hugging Face), {timm_name} (timm); top-1: {source}", metric)
+    for preset, repo, top1 in _DINOV3:
+        yield _entry(preset, "hf_lvd1689m", "huggingface", f"hf://facebook/{repo}-pretrain-lvd1689m", 224, 0, top1,
+                     _FAMILY_DATA["dinov3"], f"facebook/{repo}-pretrain-lvd1689m (Hugging Face); top-1: {_DINOV3_CARD}",
+                     "linear-probe top-1 (ImageNet-ReaL)")
+    # SigLIP 2's NaFlex releases: 256 patches per image, a 16 x 16 position table (256 px
+    # square), no head (the features are the embedding)
+    for preset, repo in _SIGLIP2:
+        yield _entry(preset, "hf_webli_naflex", "huggingface", f"hf://google/{repo}", 256, 0, None,
+                     _FAMILY_DATA["siglip2"], f"google/{repo} (Hugging Face)", "zero-shot top-1")
+    for preset, size, releases in _AIMV2:
         for resolution, top1 in releases.items():
             timm_name = f"aimv2_{size}_patch14_{resolution}.apple_pt"
-            yield dataclasses.replace(
-                _entry(arch, f"timm_apple_pt_{resolution}", "timm", f"hf://timm/{timm_name}", resolution, 0,
-                       top1, _FAMILY_DATA["aimv2"], f"{timm_name} (timm); top-1: {_AIMV2_README}"),
-                metric="attentive-probe top-1")
+            yield _entry(preset, f"timm_apple_pt_{resolution}", "timm", f"hf://timm/{timm_name}", resolution, 0,
+                         top1, _FAMILY_DATA["aimv2"], f"{timm_name} (timm); top-1: {_AIMV2_README}",
+                         "attentive-probe top-1")
 
-    for arch, timm_name, tags in _EVA02:
+
+def _timm_rows():
+    """The files on timm's Hub alone: EVA-02 and its CLIP towers, the Perception Encoder,
+    C-RADIO, and timm's own tags of the paper's ViTs."""
+    for preset, timm_name, tags in _EVA02:
         for tag in tags:
-            yield dataclasses.replace(
-                _entry(arch, f"timm_{tag}", "timm", f"hf://timm/{timm_name}.{tag}", 224, 0, None,
-                       _FAMILY_DATA["eva02"], f"{timm_name}.{tag} (timm), from Yuxin-CV/EVA-02"),
-                metric="fine-tuned top-1")
-
-    for arch, timm_name, classes in _EVA02_CLIP:
+            yield _entry(preset, f"timm_{tag}", "timm", f"hf://timm/{timm_name}.{tag}", 224, 0, None,
+                         _FAMILY_DATA["eva02"], f"{timm_name}.{tag} (timm), from Yuxin-CV/EVA-02", "fine-tuned top-1")
+    for preset, timm_name, classes in _EVA02_CLIP:
         resolution = int(timm_name.rsplit("_", 1)[1])
-        yield dataclasses.replace(
-            _entry(arch, "timm_merged2b", "timm", f"hf://timm/{timm_name}.merged2b", resolution,
-                   classes, None, _FAMILY_DATA["eva02_clip"],
-                   f"{timm_name}.merged2b (timm), from QuanSun/EVA-CLIP"),
-            metric="zero-shot top-1")
-
-    for arch, timm_name, resolution, classes in _PE_CORE:
-        yield dataclasses.replace(
-            _entry(arch, "timm_fb", "timm", f"hf://timm/{timm_name}.fb", resolution, classes, None,
-                   _FAMILY_DATA["pe_core"], f"{timm_name}.fb (timm), from facebook/PE-"
-                   + ("Core" if classes else "Spatial")),
-            metric="zero-shot top-1" if classes else "linear-probe top-1")
-
-    for arch, timm_name, repo in _RADIO:
-        yield dataclasses.replace(
-            _entry(arch, "timm_c_radio", "timm", f"hf://timm/{timm_name}.c_radio", 512, 0, None,
-                   _FAMILY_DATA["radio"], f"{timm_name}.c_radio (timm), from nvidia/{repo}"),
-            metric="linear-probe top-1")
-
-    for timm_arch, tag, top1 in _TIMM:
-        arch, size = _timm_preset(timm_arch)
+        yield _entry(preset, "timm_merged2b", "timm", f"hf://timm/{timm_name}.merged2b", resolution, classes, None,
+                     _FAMILY_DATA["eva02_clip"], f"{timm_name}.merged2b (timm), from QuanSun/EVA-CLIP",
+                     "zero-shot top-1")
+    for preset, timm_name, resolution, classes in _PE_CORE:
+        yield _entry(preset, "timm_fb", "timm", f"hf://timm/{timm_name}.fb", resolution, classes, None,
+                     _FAMILY_DATA["pe_core"],
+                     f"{timm_name}.fb (timm), from facebook/PE-" + ("Core" if classes else "Spatial"),
+                     "zero-shot top-1" if classes else "linear-probe top-1")
+    for preset, timm_name, repo in _RADIO:
+        yield _entry(preset, "timm_c_radio", "timm", f"hf://timm/{timm_name}.c_radio", 512, 0, None,
+                     _FAMILY_DATA["radio"], f"{timm_name}.c_radio (timm), from nvidia/{repo}", "linear-probe top-1")
+    for timm_architecture, tag, top1 in _TIMM:
+        preset, size = _timm_preset(timm_architecture)
         classes = 21843 if tag == "augreg_in21k" else 0 if tag == "orig_in21k" else 1000
         data = _IN21K if classes != 1000 else _IN1K if tag == "augreg_in1k" else _FT
-        yield _entry(arch, f"timm_{tag}_{size}", "timm", f"hf://timm/{timm_arch}.{tag}", size, classes,
-                     top1, data, _cites(f"timm default_cfgs ({timm_arch}.{tag})", top1, _TIMM_CSV))
+        yield _entry(preset, f"timm_{tag}_{size}", "timm", f"hf://timm/{timm_architecture}.{tag}", size, classes,
+                     top1, data, _cites(f"timm default_cfgs ({timm_architecture}.{tag})", top1, _TIMM_CSV))
+
+
+def _rows():
+    """Every released checkpoint, in the order of their sources."""
+    for rows in (_google_rows(), _family_rows(), _timm_rows()):
+        yield from rows
 
 
 PRETRAINED = {entry.name: entry for entry in _rows()}
 
 
-def pretrained(architecture=None):
+def _preset_keyword(preset, architecture, function):
+    """`preset`, or the deprecated keyword `architecture` of `function` that stands for it, with a warning."""
+    if architecture is None:
+        return preset
+    warnings.warn(f"{function}(architecture=...) is deprecated; use {function}(preset=...).", DeprecationWarning,
+                  stacklevel=3)
+    if preset is not None:
+        raise TypeError(f"{function}() takes a preset once: give preset= alone (architecture= is its old name).")
+    return architecture
+
+
+def pretrained(preset=None, *, architecture=None):
     """The released checkpoints that load by name.
 
     Args:
-        architecture: only those of this preset, by our name (``"vit_b16"``)
+        preset: only those of this preset, by our name (``"vit_b16"``)
             or the paper's (``"ViT-B/16"``); None for all.
+        architecture: deprecated: `preset`.
 
     Returns:
         A list of :class:`PretrainedWeights`, in the order of their sources:
@@ -507,10 +517,11 @@ def pretrained(architecture=None):
     Raises:
         ValueError: an unknown preset (the message lists the known ones).
     """
-    if architecture is None:
+    preset = _preset_keyword(preset, architecture, "pretrained")
+    if preset is None:
         return list(PRETRAINED.values())
-    name = preset_name(architecture)
-    return [entry for entry in PRETRAINED.values() if entry.architecture == name]
+    name = preset_name(preset)
+    return [entry for entry in PRETRAINED.values() if entry.preset == name]
 
 
 def get_pretrained(name):
@@ -535,7 +546,7 @@ def get_pretrained(name):
         "`keras_vit.pretrained()` or `keras-vit pretrained`.")
 
 
-def default_pretrained(architecture):
+def default_pretrained(preset=None, *, architecture=None):
     """The recommended checkpoint of a preset.
 
     The best reported ImageNet-1k fine-tune at 224 px of an ImageNet-21k
@@ -546,7 +557,8 @@ def default_pretrained(architecture):
     no optional dependency to download.
 
     Args:
-        architecture: a preset, by our name or the paper's.
+        preset: a preset, by our name or the paper's.
+        architecture: deprecated: `preset`.
 
     Returns:
         A :class:`PretrainedWeights`.
@@ -554,11 +566,14 @@ def default_pretrained(architecture):
     Raises:
         ValueError: an unknown preset, or one with no released weights.
     """
-    entries = pretrained(architecture)
+    preset = _preset_keyword(preset, architecture, "default_pretrained")
+    if preset is None:
+        raise TypeError("default_pretrained() needs a preset, e.g. default_pretrained('vit_b16').")
+    entries = pretrained(preset)
     if not entries:
         raise ValueError(
-            f"No released weights for {architecture!r}. Presets with weights: "
-            f"{', '.join(sorted({e.architecture for e in PRETRAINED.values()}))}.")
+            f"No released weights for {preset!r}. Presets with weights: "
+            f"{', '.join(sorted({e.preset for e in PRETRAINED.values()}))}.")
 
     def rank(entry):
         return (entry.num_classes == 1000, entry.format == "npz", entry.pretraining == _FT,

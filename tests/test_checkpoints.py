@@ -290,3 +290,19 @@ def test_truncated_and_unknown_files(tmp_path):
         ViT.from_checkpoint(tmp_path / "other.npz")
     with pytest.raises(CheckpointError, match="No checkpoint file or folder at"):
         ViT.from_checkpoint(tmp_path / "absent.npz")
+
+
+@pytest.mark.backend_independent  # the table of released files, no model
+def test_the_released_files_old_architecture_keyword_is_a_deprecated_alias_of_preset():
+    from keras_vit import released
+
+    with pytest.warns(DeprecationWarning, match=r"pretrained\(architecture=...\) is deprecated; use "
+                      r"pretrained\(preset=...\)"):
+        old = released.pretrained(architecture="vit_b16")
+    assert old == released.pretrained(preset="vit_b16") == released.pretrained("vit_b16")
+    with pytest.warns(DeprecationWarning, match="PretrainedWeights.architecture is deprecated"):
+        assert old[0].architecture == old[0].preset == "vit_b16"
+    with pytest.warns(DeprecationWarning, match=r"default_pretrained\(architecture=...\) is deprecated"):
+        assert released.default_pretrained(architecture="vit_b16") == released.default_pretrained("vit_b16")
+    with pytest.raises(TypeError, match="takes a preset once"), pytest.warns(DeprecationWarning):
+        released.pretrained("vit_b16", architecture="vit_b16")

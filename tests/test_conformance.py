@@ -35,6 +35,7 @@ from keras_hub.src.tests.test_case import TestCase as HubTestCase
 from keras_vit import ImageTextModel
 from keras_vit import ViT
 from keras_vit import layers
+from keras_vit.config import BlockOptions
 from keras_vit.image_text import TextTransformer
 
 BACKEND = keras.backend.backend()
@@ -201,8 +202,8 @@ LAYER_CASES = {
     "ClassToken": (dict(num_tokens=2), _rand(2, 5, 8), None, (2, 7, 8)),
     "DropPath": (dict(rate=0.5, seed=1), _rand(2, 5, 8), None, (2, 5, 8)),
     "LayerNormalization": (dict(epsilon=1e-6), _rand(2, 5, 8), None, (2, 5, 8)),
-    "MlpBlock": (dict(mlp_dim=16), _rand(2, 5, 8), None, (2, 5, 8)),
-    "MultiHeadDotProductAttention": (dict(num_heads=2), _rand(2, 5, 8), None, (2, 5, 8)),
+    "MlpBlock": (dict(options=BlockOptions(mlp_dim=16)), _rand(2, 5, 8), None, (2, 5, 8)),
+    "MultiHeadDotProductAttention": (dict(options=BlockOptions(num_heads=2)), _rand(2, 5, 8), None, (2, 5, 8)),
     "MultiHeadAttentionPooling": (dict(num_heads=2, mlp_dim=16), _rand(2, 5, 8), None, (2, 8)),
     "PositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1), _rand(2, 5, 8), None,
                           (2, 5, 8)),
@@ -213,7 +214,7 @@ LAYER_CASES = {
                                (2, 8, 12, 3)),
     "TokenMap": (dict(num_prefix_tokens=1, grid_size=(2, 2), data_format="channels_first"),
                  _rand(2, 5, 8), None, (2, 8, 2, 2)),
-    "TransformerEncoder": (dict(num_heads=2, mlp_dim=16), _rand(2, 5, 8), None, (2, 5, 8)),
+    "TransformerEncoder": (dict(options=BlockOptions(num_heads=2, mlp_dim=16)), _rand(2, 5, 8), None, (2, 5, 8)),
     "StandardizedConv2D": (dict(filters=4, kernel_size=3, padding="same"), _rand(2, 8, 8, 3),
                            None, (2, 8, 8, 4)),
     "BottleneckUnit": (dict(width=32, strides=2), _rand(2, 8, 8, 16), None, (2, 4, 4, 128)),

@@ -11,6 +11,7 @@ command line in subprocesses, each in the pass of the backend it belongs to.
 import csv
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -494,6 +495,31 @@ def test_layout_map_checks_the_mesh_and_the_model():
     with pytest.raises(distribution.DistributionError, match="needs a mesh with a 'model' axis"):
         distribution.layout_map(dict(num_heads=4, mlp_dim=64),
                                 keras.distribution.DeviceMesh((1,), ["batch"], devices))
+
+
+@only_on("jax", "keras.distribution")
+@pytest.mark.parametrize("sizes,refused", [
+    (dict(num_heads=3, hidden_dim=12, mlp_dim=24), "num_heads (3)"),
+    (dict(num_heads=2, hidden_dim=8, mlp_dim=15), "mlp_dim (15)"),
+])
+def test_model_parallel_checks_the_init_files_sizes_not_its_presets(sizes, refused, tmp_path):
+    """A model-parallel fine-tuning of a file whose heads or MLP width are not
+    its config's model's (`helpers.TINY_RUN_MODEL`: 2 heads, MLP 32, which
+    split over 2 devices) is checked against the file's sizes, before
+    anything is built or written."""
+    import types
+
+    from helpers import tiny_run_config
+
+    from keras_vit import ViT
+
+    ViT(image_size=16, patch_size=4, num_layers=1, num_classes=10, **sizes).save(tmp_path / "init.keras")
+    mesh = types.SimpleNamespace(shape=(1, 2), axis_names=["batch", "model"])  # the layout check reads these
+    topology = distribution.Topology(strategy="model_parallel", mesh=mesh)
+    config = tiny_run_config(kind="finetune", init=str(tmp_path / "init.keras"), strategy="model_parallel")
+    with pytest.raises(distribution.DistributionError, match=re.escape(f"The model's {refused} does not split")):
+        train(config, tmp_path / "run", topology=topology)
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow

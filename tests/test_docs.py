@@ -351,3 +351,14 @@ def test_docstring_doctests_pass(path, test, tmp_path, monkeypatch):
     report = io.StringIO()
     runner.run(test, out=report.write)
     assert runner.failures == 0 and test.examples, f"{path}:\n{report.getvalue()}"
+
+
+@pytest.mark.backend_independent
+def test_the_deploy_guide_shows_the_export_routes():
+    """docs/deploy.md holds the tables of export routes as their records
+    write them (`keras_vit.export.routes.markdown`)."""
+    from keras_vit.export import routes
+
+    assert routes.markdown() in (ROOT / "docs" / "deploy.md").read_text(), (
+        "docs/deploy.md does not hold the current tables of export routes: paste "
+        "keras_vit.export.routes.markdown() in their place")

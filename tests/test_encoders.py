@@ -35,6 +35,12 @@ ENCODERS = {
                     rope_grid_indexing="xy", rope_reference_grid=(4, 4), rope_theta=10000.0,
                     norm_pre=True, patch_bias=False, pooling="map", class_token=True,
                     layer_norm_epsilon=1e-5),
+    # PE core as timm's vit_pe_core_tiny_patch16_384 builds it at width 48: 4 heads of 12 in the blocks, and
+    # its attention pool's own 8 heads of 6, which no rotary embedding reaches (the blocks' rule of head
+    # sizes in multiples of 4 is not the pool's)
+    "pe_core_pool_heads": dict(position_embedding="learned_rope", hidden_dim=48, num_heads=4, pooling="map",
+                               pooling_num_heads=8, pooling_mlp_dim=None, rope_reference_grid=(24, 24),
+                               layer_norm_epsilon=1e-5),
     # PE's spatial towers (vit_pe_spatial_*): PE core's without the MAP head and any final norm
     "pe_spatial": dict(position_embedding="learned_rope", rope_grid="index", rope_grid_indexing="xy",
                        norm_pre=True, pooling="gap", class_token=True, fc_norm=False, final_norm=False),
@@ -73,7 +79,7 @@ def encoder(request):
     return request.param, ViT.from_checkpoint(TIMM / request.param), reference["images"], reference["logits"]
 
 
-@pytest.mark.slow_cases("pe_core")
+@pytest.mark.slow_cases("pe_core", "pe_core_pool_heads")
 def test_logits_are_timms(encoder):
     family, model, images, logits = encoder
     options = {name: getattr(model.config, name) for name in ENCODERS[family]}

@@ -7,7 +7,7 @@ from helpers import TINY_FEATURES
 from helpers import to_numpy
 
 from keras_vit import ViT
-from keras_vit.training import evaluation
+from keras_vit.training import scoring
 
 
 
@@ -37,17 +37,17 @@ def test_linear_few_shot_matches_reference(n_train, dim):
     y_test = rng.integers(0, 4, 200)
     x_test = centres[y_test] + rng.normal(0, 1.5, (200, dim))
     for l2_reg in (1e-2, 1.0, 2.0**10):
-        ours = evaluation.linear_few_shot_accuracy(x_train, y_train, x_test, y_test, 4, l2_reg)
+        ours = scoring.linear_few_shot_accuracy(x_train, y_train, x_test, y_test, 4, l2_reg)
         assert ours == pytest.approx(reference_accuracy(x_train, y_train, x_test, y_test, 4, l2_reg), abs=1e-12)
     # Separable data is learned from a few shots; this is not a constant answer.
-    assert evaluation.linear_few_shot_accuracy(x_train, y_train, x_test, y_test, 4, 1.0) > 0.5
+    assert scoring.linear_few_shot_accuracy(x_train, y_train, x_test, y_test, 4, 1.0) > 0.5
 
 
 def test_few_shot_subsets_and_errors():
     rng = np.random.default_rng(1)
     labels = np.repeat(np.arange(3), 6)
     features = rng.normal(size=(18, 5)) + 3 * np.eye(5)[labels]
-    results = evaluation.few_shot_from_features(features, labels, features, labels, 3, shots=(1, 5), seeds=2)
+    results = scoring.few_shot_from_features(features, labels, features, labels, 3, shots=(1, 5), seeds=2)
     assert set(results) == {1, 5} and all(0 <= v <= 1 for v in results.values())
     # k-shot draws k per class with the seed's permutation, averaged over seeds.
     expected = []
@@ -57,7 +57,7 @@ def test_few_shot_subsets_and_errors():
         expected.append(reference_accuracy(features[chosen], labels[chosen], features, labels, 3, 2.0**10))
     assert results[5] == pytest.approx(np.mean(expected), abs=1e-12)
     with pytest.raises(ValueError, match="25-shot evaluation needs 25 training images of class 0"):
-        evaluation.few_shot_from_features(features, labels, features, labels, 3, shots=(25,))
+        scoring.few_shot_from_features(features, labels, features, labels, 3, shots=(25,))
 
 
 def batches(x, y, size=4):
@@ -72,14 +72,14 @@ def test_accuracy_and_features_of_a_model():
     logits = to_numpy(model(x))
     y = logits.argmax(1)
     y[:3] = (y[:3] + 1) % 3  # three wrong on purpose
-    assert evaluation.accuracy(model, batches(x, y)) == pytest.approx(0.7)
+    assert scoring.accuracy(model, batches(x, y)) == pytest.approx(0.7)
     onehot = np.eye(3, dtype="float32")[y]
-    assert evaluation.accuracy(model, batches(x, onehot)) == pytest.approx(0.7)
-    features, labels = evaluation.predict_features(model, batches(x, y))
+    assert scoring.accuracy(model, batches(x, onehot)) == pytest.approx(0.7)
+    features, labels = scoring.predict_features(model, batches(x, y))
     np.testing.assert_allclose(features, to_numpy(model.intermediates(x)["features"]), atol=1e-5)
     np.testing.assert_array_equal(labels, y)
     with pytest.raises(ValueError, match=r"uint8 images; the model expects floats in \[-1, 1\]"):
-        evaluation.accuracy(model, batches((x * 100).astype("uint8"), y))
+        scoring.accuracy(model, batches((x * 100).astype("uint8"), y))
 
 
 @pytest.mark.backend_independent  # a stand-in model: what goes to predict_on_batch, not how it runs
@@ -98,10 +98,10 @@ def test_the_last_batch_is_padded_to_the_first_batchs_shape():
     rng = np.random.default_rng(3)
     x = rng.uniform(-1, 1, (10, 4, 4, 3)).astype("float32")
     y = (x.reshape(10, -1).sum(1) > 0).astype(int)
-    assert evaluation.accuracy(Recorder(), batches(x, y)) == 1.0
+    assert scoring.accuracy(Recorder(), batches(x, y)) == 1.0
     assert Recorder.shapes == [(4, 4, 4, 3)] * 3  # 4, 4 and 2 examples
     naflex = [({"patches": x[i:i + 4].reshape(-1, 16, 3), "valid": np.ones((len(x[i:i + 4]), 16), bool)},
                y[i:i + 4]) for i in range(0, 10, 4)]
     Recorder.shapes = []
-    assert evaluation.accuracy(Recorder(), naflex) == 1.0
+    assert scoring.accuracy(Recorder(), naflex) == 1.0
     assert Recorder.shapes == [(4, 16, 3)] * 3

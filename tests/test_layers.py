@@ -7,6 +7,7 @@ from helpers import value_and_gradient
 
 from keras_vit import kernels
 from keras_vit import layers
+from keras_vit.config import BlockOptions
 
 RNG = np.random.default_rng(0)
 
@@ -179,7 +180,8 @@ def reference_attention(layer, q_in, kv_in):
 def test_attention_matches_reference_and_scores_do_not_change_output(tmp_path):
     x = rand(2, 5, 8)
     layer, out = run_layer_test(
-        layers.MultiHeadDotProductAttention, dict(num_heads=2), x, x.shape, tmp_path
+        layers.MultiHeadDotProductAttention, dict(options=BlockOptions(num_heads=2).to_dict()), x, x.shape,
+        tmp_path
     )
     for v in layer.weights:  # non-zero biases so they are tested too
         v.assign(v + RNG.normal(0, 0.1, v.shape))
@@ -195,8 +197,10 @@ def test_attention_out_norm_normalises_each_tokens_heads_together(tmp_path):
     """EVA-CLIP's sub-LN (timm's ``scale_attn_inner``): a LayerNorm over all
     ``heads * head_dim`` outputs of a token, before the output projection."""
     x = rand(2, 5, 8)
-    layer, _ = run_layer_test(layers.MultiHeadDotProductAttention, dict(num_heads=2, out_norm=True), x,
+    options = BlockOptions(num_heads=2, attention_norm=True)
+    layer, _ = run_layer_test(layers.MultiHeadDotProductAttention, dict(options=options.to_dict()), x,
                               x.shape, tmp_path)
+    assert layer.get_config()["options"] == options.to_dict()
     for v in layer.weights:
         v.assign(v + RNG.normal(0, 0.1, v.shape))
     w = {v.path.split("/", 1)[1]: to_numpy(v) for v in layer.weights}
@@ -316,7 +320,7 @@ def test_projection_matmul_equals_keras_matmul_with_its_gradients():
     sequential = backend_platform() == ("jax", "cpu")
     with mock.patch.object(projection, "_jax_sequential_matmul",
                            wraps=projection._jax_sequential_matmul) as spy:
-        layers.MlpBlock(mlp_dim=16)(x)
+        layers.MlpBlock(BlockOptions(mlp_dim=16))(x)
     assert spy.call_count == (2 if sequential else 0), backend_platform()
 
 
@@ -326,7 +330,7 @@ def test_encoder_block_norms_run_the_written_out_layer_norm_on_jax_and_tensorflo
 
     from keras_vit.kernels import backend_platform
     from keras_vit.kernels import normalization as transformer_encoder
-    block = layers.TransformerEncoder(num_heads=2, mlp_dim=16, dtype=dtype)
+    block = layers.TransformerEncoder(BlockOptions(num_heads=2, mlp_dim=16), dtype=dtype)
     x = rand(2, 5, 8)
     block.build(x.shape)
     for norm in (block.norm1, block.norm2):
@@ -352,7 +356,7 @@ def test_jax_cpu_attention_maps_over_images_in_inference_only():
     from keras_vit.kernels import attention
     q, k, v = rand(2, 9, 3, 8), rand(2, 9, 3, 8), rand(2, 9, 3, 8)
     expected = softmax_attention(q, k, v, 0.3)
-    layer = layers.MultiHeadDotProductAttention(num_heads=2)
+    layer = layers.MultiHeadDotProductAttention(BlockOptions(num_heads=2))
     x = rand(2, 5, 8)
     for training, used in ((None, "per_image_attention"), (False, "per_image_attention"),
                            (True, "heads_first_attention")):
@@ -368,7 +372,7 @@ def test_jax_cpu_attention_maps_over_images_in_inference_only():
 
 
 def test_attention_kernels_are_xavier_uniform_of_the_dense_view():
-    layer = layers.MultiHeadDotProductAttention(num_heads=8)
+    layer = layers.MultiHeadDotProductAttention(BlockOptions(num_heads=8))
     layer.build((None, 4, 256))
     limit = np.sqrt(6 / (256 + 256))
     for name in ("query", "key", "value", "out"):
@@ -380,12 +384,10 @@ def test_attention_kernels_are_xavier_uniform_of_the_dense_view():
 @pytest.mark.parametrize("mlp_bias, norm_bias", [(True, True), (False, True), (True, False)])
 def test_transformer_encoder_is_eq_2_and_3(tmp_path, mlp_bias, norm_bias):
     x = rand(2, 5, 8)
-    layer, out = run_layer_test(
-        layers.TransformerEncoder,
-        dict(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_norm_epsilon=1e-6,
-             mlp_bias=mlp_bias, norm_bias=norm_bias),
-        x, x.shape, tmp_path,
-    )
+    options = BlockOptions(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_norm_epsilon=1e-6,
+                           mlp_bias=mlp_bias, norm_bias=norm_bias)
+    layer, out = run_layer_test(layers.TransformerEncoder, dict(options=options.to_dict()), x, x.shape, tmp_path)
+    assert layer.get_config()["options"] == options.to_dict()
     w = named(layer)
     assert ("mlp/fc1/bias" in w and "mlp/fc2/bias" in w) == mlp_bias
     assert {n for n in w if n.endswith("/beta")} == ({"norm1/beta", "norm2/beta"} if norm_bias else set())
@@ -410,7 +412,7 @@ def test_transformer_encoder_num_queries_is_the_first_rows_with_their_gradient()
     import keras
 
     x = rand(2, 6, 8)
-    layer = layers.TransformerEncoder(num_heads=2, mlp_dim=16, layer_scale_init=0.5)
+    layer = layers.TransformerEncoder(BlockOptions(num_heads=2, mlp_dim=16, layer_scale_init=0.5))
     layer(x)
     w = np.zeros((2, 6, 8), "float32")
     w[:, :2] = rand(2, 2, 8)
@@ -432,18 +434,93 @@ def test_transformer_encoder_num_queries_is_the_first_rows_with_their_gradient()
 
 def test_transformer_encoder_layer_scale_and_dropout(tmp_path):
     x = rand(2, 5, 8)
+    options = BlockOptions(num_heads=2, mlp_dim=16, layer_scale_init=0.0)
     layer, out = run_layer_test(
         layers.TransformerEncoder,
-        dict(num_heads=2, mlp_dim=16, layer_scale_init=0.0, dropout_rate=0.5,
-             attention_dropout_rate=0.5, drop_path_rate=0.2),
+        dict(options=options.to_dict(), dropout_rate=0.5, attention_dropout_rate=0.5, drop_path_rate=0.2),
         x, x.shape, tmp_path,
     )
+    assert layer.get_config()["options"] == options.to_dict()
     np.testing.assert_allclose(out, x, atol=1e-6)  # zero LayerScale: the identity
     for v in layer.weights:
         if "layer_scale" in v.path:
             v.assign(np.ones(v.shape))
     assert not np.allclose(to_numpy(layer(x, training=True)), to_numpy(layer(x)))
     np.testing.assert_allclose(to_numpy(layer(x)), to_numpy(layer(x)))
+
+
+# -- BlockOptions: the options of a block as one value ----------------------------
+
+def test_block_options_carry_vit_configs_names_to_the_attention_and_mlp_as_one_value():
+    import dataclasses
+
+    from keras_vit import ViTConfig
+    from keras_vit.config import BLOCK_OPTIONS
+    from keras_vit.config import FIELDS
+    config = ViTConfig(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
+                       qk_norm=True, attention_norm=True, position_embedding="rope", layer_scale_init=0.1,
+                       drop_path_rate=0.2)
+    assert [name for name in BLOCK_OPTIONS if name not in FIELDS and not hasattr(ViTConfig, name)] == ["causal"]
+    options = config.block_options
+    assert all(getattr(options, name) == getattr(config, name) for name in BLOCK_OPTIONS if name != "causal")
+    block = layers.TransformerEncoder(**config.block_arguments(1))
+    assert block.options == options and block.attention.options is block.options is block.mlp.options
+    assert block.drop_path_rate == pytest.approx(0.2) and block.num_prefix_tokens == 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.num_heads = 4
+    with pytest.raises(TypeError):
+        options.rope["theta"] = 1.0  # read-only, as the rest
+    assert BlockOptions.from_dict(options.to_dict()) == options
+    with pytest.raises(ValueError, match="Unknown block option.s. 'use_bias'. Valid ones: num_heads, mlp_dim"):
+        BlockOptions.from_dict({"use_bias": False})
+    with pytest.raises(ValueError, match="Unknown mlp_activation 'relu'"):
+        BlockOptions(mlp_activation="relu")
+    with pytest.raises(ValueError, match="`qk_norm` must be True or False, got 1"):
+        BlockOptions(qk_norm=1)
+    with pytest.raises(ValueError, match="must be a keras_vit.config.BlockOptions or a dict of its fields, got 2"):
+        layers.TransformerEncoder(2)
+
+
+# Configs that the layers' get_config() gave while each option was an argument of its own.
+EARLIER_CONFIGS = {
+    "TransformerEncoder": dict(
+        name="block", trainable=True, num_heads=2, mlp_dim=16, dropout_rate=0.0, attention_dropout_rate=0.0,
+        drop_path_rate=0.0, layer_norm_epsilon=1e-06, gelu_approximate=False, qkv_bias=True,
+        layer_scale_init=0.5, seed=None, qk_norm=True, mlp_activation="gelu", mlp_bias=True, mlp_norm=True,
+        attention_norm=True, norm_bias=True, norm_type="layer_norm", out_bias=True, key_bias=False, rope=None,
+        causal=False, token_merging=0, num_prefix_tokens=0, proportional_attention=True),
+    "MultiHeadDotProductAttention": dict(
+        name="attention", trainable=True, num_heads=2, head_dim=None, use_bias=True, dropout_rate=0.0,
+        seed=None, qk_norm=True, norm_epsilon=1e-05, norm_bias=True, key_bias=False, rope=None, causal=False,
+        norm_type="layer_norm", out_bias=True, out_norm=True),
+    "MlpBlock": dict(
+        name="mlp", trainable=True, mlp_dim=16, dropout_rate=0.0, gelu_approximate=False, seed=None,
+        activation="quick_gelu", use_bias=False, norm=dict(norm_type="layer_norm", epsilon=1e-05, bias=False)),
+}
+TODAYS_OPTIONS = {
+    "TransformerEncoder": BlockOptions(num_heads=2, mlp_dim=16, gelu_approximate=False, layer_scale_init=0.5,
+                                       qk_norm=True, mlp_norm=True, attention_norm=True, key_bias=False),
+    "MultiHeadDotProductAttention": BlockOptions(num_heads=2, qk_norm=True, layer_norm_epsilon=1e-5,
+                                                 key_bias=False, attention_norm=True),
+    "MlpBlock": BlockOptions(mlp_dim=16, gelu_approximate=False, mlp_activation="quick_gelu", mlp_bias=False,
+                             mlp_norm=True, layer_norm_epsilon=1e-5, norm_bias=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EARLIER_CONFIGS))
+def test_layer_configs_with_each_option_an_argument_load_as_todays_layer(name):
+    import keras
+    layer_cls = getattr(layers, name)
+    loaded = keras.layers.deserialize({"class_name": f"keras_vit>{name}", "config": EARLIER_CONFIGS[name]})
+    assert type(loaded) is layer_cls and loaded.options == TODAYS_OPTIONS[name]
+    today = layer_cls(TODAYS_OPTIONS[name], name=loaded.name)
+    assert loaded.get_config() == today.get_config()
+    x = rand(2, 5, 8)
+    loaded(x), today(x)
+    assert [w.path for w in loaded.weights] == [w.path for w in today.weights]
+    today.set_weights([w + RNG.normal(0, 0.1, w.shape) for w in loaded.get_weights()])
+    loaded.set_weights(today.get_weights())
+    np.testing.assert_allclose(to_numpy(loaded(x)), to_numpy(today(x)), atol=1e-6)
 
 
 def _jax_cpu_only():

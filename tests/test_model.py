@@ -275,11 +275,11 @@ def test_the_recorded_pixel_scaling_and_rope_survive_config_and_keras_files(imag
                 pixel_scale=(0.017, 0.0175, 0.0174), pixel_offset=-2.0)
     reloaded = save_and_reload(model, tmp_path)
     assert (reloaded.pixel_scale, reloaded.pixel_offset) == ((0.017, 0.0175, 0.0174), -2.0)
-    assert reloaded.get_layer("encoder_block_1").attention.rope == dict(
+    assert reloaded.get_layer("encoder_block_1").attention.options.rope == dict(
         grid_size=(4, 4), num_prefix_tokens=1, theta=50.0)
     np.testing.assert_allclose(to_numpy(reloaded(images)), to_numpy(model(images)), atol=1e-6)
     bigger = model.with_image_size(48)  # the rotary embeddings follow the grid: nothing to resample
-    assert bigger.get_layer("encoder_block_0").attention.rope["grid_size"] == (6, 6)
+    assert bigger.get_layer("encoder_block_0").attention.options.rope["grid_size"] == (6, 6)
     assert bigger.pixel_scale == model.pixel_scale
 
 

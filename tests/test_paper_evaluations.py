@@ -420,7 +420,7 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
     from keras_vit.cli import main
     from keras_vit.evaluation import evaluate_benchmarks
     from keras_vit.evaluation import knn_accuracy
-    from keras_vit.training.evaluation import predict_features
+    from keras_vit.training.scoring import predict_features
     from keras_vit.data import input_pipeline
 
     model = tiny_vit(num_classes=10)  # its features are what the head reads

@@ -310,12 +310,12 @@ def test_a_quiet_start_keeps_the_users_log_level(level, quiet):
 
 
 def lookups_of_the_model(monkeypatch):
-    """The calls a run makes to `preset_config` (the model's name resolved), counted."""
+    """The calls a run makes to `preset_name` (the model's name resolved), counted."""
     from keras_vit.training import run as training_run
 
     calls = []
-    resolve = training_run.preset_config
-    monkeypatch.setattr(training_run, "preset_config", lambda *a, **k: calls.append(a) or resolve(*a, **k))
+    resolve = training_run.preset_name
+    monkeypatch.setattr(training_run, "preset_name", lambda *a, **k: calls.append(a) or resolve(*a, **k))
     return calls
 
 
@@ -324,7 +324,7 @@ def test_a_run_fills_its_workdir_resumes_and_fine_tunes(tmp_path, capsys, monkey
     pre = tmp_path / "pre"
     lookups = lookups_of_the_model(monkeypatch)
     out = run(["pretrain", "--workdir", str(pre), *TINY_RUN_ARGS, *FAST, "--image-size", "16"], capsys)
-    assert len(lookups) == 1, lookups  # the run resolves its model once (`Plan.architecture`)
+    assert len(lookups) == 1, lookups  # the run resolves its model once (`Plan.preset`)
     assert "test accuracy: " in out
     for name in ("config.json", "log.csv", "model.keras", "results.json", "checkpoints/ckpt-000000004.json"):
         assert (pre / name).exists(), name

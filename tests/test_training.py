@@ -109,3 +109,82 @@ def test_training_imports_no_tensorflow():
                             env={**os.environ, "KERAS_BACKEND": BACKEND}, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().splitlines()[-1] == "[]", result.stdout[-2000:]
+
+
+# -- the run's one ViTConfig -----------------------------------------------------
+
+# The --init file of these runs: sizes other than those of its config's model
+# (`helpers.TINY_RUN_MODEL`: 2 heads, MLP 32), at 16 px with 5 classes (the digits have 10).
+THREE_HEADS = dict(image_size=16, patch_size=4, num_layers=1, num_heads=3, hidden_dim=12, mlp_dim=24,
+                   num_classes=5)
+
+
+def configs_built(monkeypatch):
+    """The `ViTConfig`s built from here on, as ``{"run": n, "file": n}``:
+    those the run builds, and those built while it reads its ``--init``
+    file (`keras_vit.loading.read_pretrained`: the file's own model, which
+    Keras deserializes, or a checkpoint reader's view of its arguments)."""
+    from keras_vit.config import ViTConfig
+    from keras_vit.training import run
+
+    counts, reading = {"run": 0, "file": 0}, []
+    post_init, read = ViTConfig.__post_init__, run.read_pretrained
+
+    def counted(self):
+        counts["file" if reading else "run"] += 1
+        post_init(self)
+
+    def read_counted(*args):
+        reading.append(True)
+        try:
+            return read(*args)
+        finally:
+            reading.pop()
+
+    monkeypatch.setattr(ViTConfig, "__post_init__", counted)
+    monkeypatch.setattr(run, "read_pretrained", read_counted)
+    return counts
+
+
+@pytest.mark.parametrize("init", [None, ".keras", ".npz"])
+def test_a_run_builds_its_model_from_the_one_vit_config_of_its_plan(init, tmp_path, monkeypatch):
+    """`plan` builds the run's one `ViTConfig` (the preset's, or the --init
+    file's, read once) and `model_for_run` builds the model from it; the
+    file's weights land in it, at the run's resolution with a new head."""
+    from keras_vit.training.run import model_for_run
+    from keras_vit.training.run import plan
+
+    overrides = {}
+    if init:
+        source = ViT(**THREE_HEADS)
+        path = tmp_path / f"source{init}"
+        source.save(path) if init == ".keras" else source.save_checkpoint(path)
+        overrides = dict(kind="finetune", init=str(path), image_size=24)
+    counts = configs_built(monkeypatch)
+    run = plan(helpers.tiny_run_config(**overrides), tmp_path / "run")
+    model = model_for_run(run)
+    assert counts["run"] == 1 and counts["file"] == (1 if init else 0), counts
+    assert model.config is run.vit_config and run.preset == (None if init else "vit_ti16")
+    if init:
+        assert (model.num_heads, model.mlp_dim, model.image_size) == (3, 24, (24, 24))
+        np.testing.assert_array_equal(to_numpy(model.get_layer("encoder_norm").gamma),
+                                      to_numpy(source.get_layer("encoder_norm").gamma))
+        assert not to_numpy(model.get_layer("head").kernel).any(), "a new zero head"
+
+
+@pytest.mark.slow
+def test_a_run_builds_one_vit_config(tmp_path, monkeypatch):
+    """A whole run (pre-training, then fine-tuning from its checkpoint with
+    --init) builds one `ViTConfig` each, the trained copy that is saved
+    included; reading the --init file builds at most the file's own."""
+    from keras_vit.training import train
+
+    counts = configs_built(monkeypatch)
+    model, _ = train(helpers.tiny_run_config(), tmp_path / "pre", verbose=0)
+    assert counts == {"run": 1, "file": 0}, counts
+    model.save_checkpoint(tmp_path / "pre.npz")
+    counts.update(run=0, file=0)
+    tuned, _ = train(helpers.tiny_run_config(kind="finetune", init=str(tmp_path / "pre.npz"), image_size=24),
+                     tmp_path / "ft", verbose=0)
+    assert counts["run"] == 1 and counts["file"] <= 1, counts
+    assert tuned.image_size == (24, 24)

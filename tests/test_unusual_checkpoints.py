@@ -230,6 +230,24 @@ def test_a_timm_head_count_that_the_query_norm_contradicts_is_named(tmp_path):
         ViT.from_checkpoint(folder)
 
 
+@pytest.mark.backend_independent  # refused while reading the file, before any model is built
+def test_a_bare_perception_encoder_file_is_refused_naming_its_config_json(tmp_path):
+    """timm's Perception Encoder (tests/data/timm/pe_core_pool_heads: vit_pe_core_tiny_patch16_384
+    at width 48) without its config.json: its keys are a plain ViT's with an attention pool
+    beside the [class] token, and its rotary embeddings and LayerNorm epsilon are in no tensor.
+    Read by its keys as a VisionTransformer its logits were some 1e-2 off timm's; it is
+    refused, head count given or not, naming the config.json it needs. Its folder reads
+    (tests/test_encoders.py, with timm's logits)."""
+    bare = tmp_path / "model.safetensors"
+    shutil.copy(DATA / "timm" / "pe_core_pool_heads" / "model.safetensors", bare)
+    for num_heads in (None, 4):
+        with pytest.raises(CheckpointError, match=r"attention-pooling head beside a \[class\] token or registers, "
+                           r"as timm's Eva of the Perception Encoder .*never by matching key names. Read the timm "
+                           r"hub folder: this model.safetensors beside the config.json timm saved with it.*"
+                           "Nothing was read"):
+            ViT.from_checkpoint(bare, num_heads=num_heads)
+
+
 @pytest.mark.backend_independent  # refused while reading the files, before any model is built
 def test_a_timm_architecture_keras_vit_does_not_read_is_refused_by_name(tmp_path):
     """timm's Perception Encoder (tests/data/make_timm_architectures.py: a small random

@@ -14,6 +14,7 @@ from helpers import to_numpy
 
 from keras_vit import ViT
 from keras_vit.cli import main
+from keras_vit.weights import CheckpointError
 from keras_vit.weights import save_checkpoint
 
 # Each format with the architectures it can express.
@@ -254,3 +255,65 @@ def test_convert_writes_each_format(tmp_path, capsys, format):
         main(["convert", str(tmp_path / "missing.keras"), str(out), "--format", format])
     assert exit_info.value.code == 2
     assert "exists; nothing was written" in capsys.readouterr().err
+
+
+# The Perception Encoder's options (timm's Eva of vit_pe_core_*)
+PE = dict(position_embedding="learned_rope", rope_grid="index", rope_reference_grid=(2, 2), rope_grid_offset=1.0,
+          rope_grid_indexing="xy", rope_theta=10000.0, norm_pre=True, patch_bias=False, layer_norm_epsilon=1e-5,
+          pooling="map", class_token=True, gelu_approximate=False)
+
+
+@pytest.mark.parametrize("changes", [dict(hidden_dim=88, num_heads=2, mlp_dim=120),
+                                     dict(PE, hidden_dim=88, num_heads=2, mlp_dim=120)],
+                         ids=["vision_transformer", "eva"])
+def test_a_timm_mlp_ratio_that_falls_short_is_written_to_build_the_width(tmp_path, changes):
+    """120 / 88 is 1.3636...; times 88 in float it is 119.99..., which timm's
+    int(embed_dim * mlp_ratio) makes 119: the ratio written is the next float up."""
+    model = random_model(**changes)
+    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    args = json.loads((path / "config.json").read_text())["model_args"]
+    assert int(88 * (120 / 88)) == 119 and int(args["embed_dim"] * args["mlp_ratio"]) == 120
+    back = ViT.from_checkpoint(path)
+    assert back.config == model.config
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+
+
+def test_eva_pool_and_head_sizes_are_their_own(tmp_path):
+    """The Perception Encoder's attention pool and head have sizes of their own, never held
+    to the blocks' rules: 8 heads of 11 (the blocks' rotary heads are multiples of 4: 2 of
+    44), an MLP 120 wide beside the blocks' 176 (its ratio written so that timm's
+    int(embed_dim * ratio) makes 120), 7 classes. A config.json whose pool MLP the weights
+    contradict is refused, naming it."""
+    model = random_model(**PE, hidden_dim=88, num_heads=2, mlp_dim=176, num_classes=7, pooling_num_heads=8,
+                         pooling_mlp_dim=120)
+    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    meta = json.loads((path / "config.json").read_text())
+    args = meta["model_args"]
+    assert (args["attn_pool_num_heads"], int(88 * args["attn_pool_mlp_ratio"]), args["num_classes"]) == (8, 120, 7)
+    back = ViT.from_checkpoint(path)
+    assert back.config == model.config
+    x = images(model)
+    np.testing.assert_allclose(to_numpy(back(x)), to_numpy(model(x)), rtol=0, atol=1e-6)
+    (path / "config.json").write_text(json.dumps({**meta, "model_args": {**args, "attn_pool_mlp_ratio": 2.0}}))
+    with pytest.raises(CheckpointError, match=r"attn_pool_mlp_ratio=2.0 \(an attention-pool MLP 176 wide\), "
+                       "but the weights have an attention-pool MLP 120 wide: the folder mixes two models"):
+        ViT.from_checkpoint(path)
+
+
+def test_a_timm_attention_pool_beside_prefix_tokens_pools_them_as_timm(tmp_path):
+    """timm's VisionTransformer pools the patch tokens alone unless told
+    (pool_include_prefix), keras_vit's attention pool every token: the folder
+    written says so, and one that leaves the prefix tokens out is refused."""
+    model = random_model(pooling="map", class_token=True)
+    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    meta = json.loads((path / "config.json").read_text())
+    assert meta["model_args"]["pool_include_prefix"] is True
+    (path / "config.json").write_text(json.dumps({**meta, "model_args": {**meta["model_args"],
+                                                                         "pool_include_prefix": False}}))
+    with pytest.raises(CheckpointError, match=r"its attention pool takes the patch tokens alone \(timm's "
+                       r"VisionTransformer without pool_include_prefix\), and keras_vit's takes every token"):
+        ViT.from_checkpoint(path)
+    with pytest.raises(ValueError, match=r"bare timm \.safetensors file: .*its attention pool beside prefix "
+                       r"tokens \(refused without config.json\)"):
+        model.save_checkpoint(tmp_path / "model.safetensors", format="timm")

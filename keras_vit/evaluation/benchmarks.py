@@ -170,7 +170,7 @@ def _predict(model, source, options, title, vit=None):
     through `model`, the images at the input size and pixel scaling of `vit`
     (default `model`), with a progress bar."""
     from keras_vit.data import input_pipeline
-    from keras_vit.training.evaluation import predict_batches
+    from keras_vit.training.scoring import predict_batches
     from keras_vit.training.run import pixel_scaling
 
     vit = vit or model
@@ -389,7 +389,7 @@ def vtab_means(scores):
 
 def _features(model, source, options, title):
     """Frozen features (what the head reads) of `source`, and its labels."""
-    from keras_vit.training.evaluation import feature_extractor
+    from keras_vit.training.scoring import feature_extractor
 
     return _predict(feature_extractor(model), source, options, title, vit=model)
 

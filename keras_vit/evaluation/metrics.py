@@ -3,7 +3,7 @@ NumPy arrays: top-k, ImageNet ReaL, a 200-class subset of ImageNet's logits
 (ImageNet-A, -R), DINO's weighted k-NN and a logistic-regression probe.
 
 None of these imports Keras: they score what a model gave
-(`keras_vit.training.evaluation.predict_features`, ``model.predict``).
+(`keras_vit.training.scoring.predict_features`, ``model.predict``).
 """
 
 import numpy as np

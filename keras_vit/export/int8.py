@@ -50,9 +50,12 @@ import pathlib
 import shutil
 import tempfile
 
-# What `ViT.export`'s ``quantize`` takes, and the formats it quantizes.
+from keras_vit.export import routes
+
+# What `ViT.export`'s ``quantize`` takes; the formats it quantizes are those whose route is
+# quantized through another's float32 file (`keras_vit.export.routes.Route.quantized_through`).
 QUANTIZE_MODES = ("int8",)
-QUANTIZED_FORMATS = ("onnx", "openvino")
+QUANTIZED_FORMATS = tuple(name for name, route in routes.ROUTES.items() if route.quantized_through)
 # The operators quantized: the products of an activation with a weight.
 OP_TYPES = ("MatMul",)
 # Calibration images per run of the calibrating model.
@@ -64,8 +67,8 @@ RANGE_SLACK = 0.1
 
 def check_request(model, format, quantize, calibration_images, preprocessing=False):
     """Checks `ViT.export`'s ``quantize`` and ``calibration_images`` against
-    `format` and `model` (`check_mode`, `calibration_array`,
-    `pixel_array`), before anything is exported.
+    `format` and `model` (not a NaFlex model; `check_mode`,
+    `calibration_array`, `pixel_array`), before anything is exported.
 
     Args:
         model: a `keras_vit.ViT`.
@@ -80,6 +83,11 @@ def check_request(model, format, quantize, calibration_images, preprocessing=Fal
     Returns:
         The calibration images as a float32 (uint8) NumPy array, or None.
     """
+    if model.config.naflex and (quantize is not None or calibration_images is not None):
+        raise ValueError(
+            f"{model.name} is a NaFlex model: the int8 export quantizes a model with one image input, "
+            "and this one takes NaFlex's dict. Export it in float32 (drop `quantize`), or quantize the "
+            "fixed-size model: `model.with_config(naflex=False, max_num_patches=None)`.")
     check_mode(format, quantize, calibrated=calibration_images is not None)
     if calibration_images is None:
         return None
@@ -114,8 +122,9 @@ def check_mode(format, quantize, calibrated):
     `format` quantized as `quantize` (None: float32), `calibrated` (bool:
     with calibration images) or not, has a route: a mode of
     `QUANTIZE_MODES`, a format of `QUANTIZED_FORMATS`, calibration only
-    with a mode, and OpenVINO only calibrated. Needs no model (`keras-vit
-    export` checks its flags before it reads one)."""
+    with a mode, and without calibration only where the route takes a
+    dynamic int8 export (its record's ``supports["int8"]``). Needs no model
+    (`keras-vit export` checks its flags before it reads one)."""
     if quantize is None:
         if calibrated:
             raise ValueError("calibration_images calibrate an int8 export: pass quantize='int8' "
@@ -129,17 +138,19 @@ def check_mode(format, quantize, calibrated):
         raise ValueError(f"quantize={quantize!r} is not offered: choose {modes} (or None for "
                          "float32). Keras's other modes (int4, float8) quantize the model itself: "
                          "model.quantize('int4').")
+    route = routes.route(format)
     if format not in QUANTIZED_FORMATS:
-        raise ValueError(f"format={format!r} has no {quantize} route: quantize={quantize!r} "
-                         "exports format='onnx' (onnxruntime) or format='openvino'. Export "
-                         f"{format} without quantize (float32), or choose one of those formats.")
-    if format == "openvino" and not calibrated:
+        raise ValueError(f"format={format!r} has no {quantize} route: quantize={quantize!r} exports "
+                         f"{routes.either(f'format={name!r}' for name in QUANTIZED_FORMATS)} "
+                         f"({route.supports['int8_calibrated']}). Export {format} without quantize "
+                         "(float32), or choose one of those formats.")
+    if not calibrated and route.supports.get("int8"):
+        dynamic = [routes.ROUTES[name] for name in QUANTIZED_FORMATS if not routes.ROUTES[name].supports.get("int8")]
         raise ValueError(
-            "format='openvino' with quantize='int8' needs calibration_images: OpenVINO runs int8 "
-            "kernels on a statically quantized model, and a dynamically quantized one in float32, "
-            "slower than the float model. Pass a few hundred images as the model takes them "
-            "(keras_vit.data.read_images(paths, model=model)), or export format='onnx' for "
-            "onnxruntime, which quantizes without them.")
+            f"format={format!r} with quantize={quantize!r} needs calibration_images: "
+            f"{route.supports['int8']}. Pass a few hundred images as the model takes them "
+            "(keras_vit.data.read_images(paths, model=model)), or export "
+            f"{routes.either(f'format={r.name!r} for {r.runs_in}' for r in dynamic)}, which quantizes without them.")
 
 
 def calibration_array(model, images):
@@ -366,13 +377,14 @@ def export_int8(model, filepath, format, calibration_images=None, verbose=False,
         **export_kwargs: the float32 ONNX export's other arguments
             (``input_signature``, ...).
     """
-    from keras_vit.export import EXPORT_SUFFIXES
     from keras_vit.io import files
 
-    path = files.output_file(filepath, "export path", EXPORT_SUFFIXES[format])
+    route = routes.route(format)
+    path = files.output_file(filepath, "export path", (route.suffix,))
+    through = routes.route(route.quantized_through)
     with tempfile.TemporaryDirectory(prefix="keras_vit_int8_") as work:
-        source = pathlib.Path(work) / "float32.onnx"
-        model.export(str(source), format="onnx", verbose=verbose, **export_kwargs)
+        source = pathlib.Path(work) / f"float32{through.suffix}"
+        model.export(str(source), format=through.name, verbose=verbose, **export_kwargs)
         write_int8(source, path, format, calibration_images)
 
 
@@ -407,15 +419,15 @@ def write_int8(source, path, format, calibration_images=None):
         quant_pre_process(work / "matmul.onnx", work / "prepared.onnx", skip_optimization=True,
                           skip_symbolic_shape=True)
         quantize_onnx(work / "prepared.onnx", work / "int8.onnx", calibration_images)
-        if format == "onnx":
+        route = routes.route(format)
+        if route.converter is None:
             _publish(work / "int8.onnx", path)
             return
-        import openvino
-
-        openvino.save_model(openvino.convert_model(work / "int8.onnx"), work / "int8.xml",
-                            compress_to_fp16=False)
-        _publish(work / "int8.bin", path.with_suffix(".bin"))
-        _publish(work / "int8.xml", path)
+        (work / "converted").mkdir()
+        route.convert(work / "int8.onnx", work / "converted" / path.name)
+        # the artifact's own file last, so that it names whole files (OpenVINO's .xml its .bin)
+        for file in sorted((work / "converted").iterdir(), key=lambda file: file.name == path.name):
+            _publish(file, path.with_name(file.name))
 
 
 def _publish(source, path):

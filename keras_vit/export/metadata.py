@@ -20,6 +20,7 @@ import json
 import pathlib
 import tempfile
 
+from keras_vit.export import routes
 from keras_vit.io import files
 
 _KEYS = ("class_names", "keras_vit")  # the record's entries (`record`): ONNX's and LiteRT's names
@@ -60,23 +61,29 @@ def torch_extra_files(model, preprocessing, dynamic_image_size=False):
 
 def write(path, format, model, preprocessing, outputs=None, dynamic_image_size=False):
     """Puts `model`'s record (`record`) into the artifact at `path`, written
-    in `format`; with `outputs`, the ONNX or OpenVINO outputs renamed to
-    them in order (exporters that name them their own way). A ``.pt2``
-    file has it already (`torch_extra_files`)."""
+    in `format`, with its route's writer (``write_<metadata>`` of
+    `keras_vit.export.routes.ROUTES`); with `outputs`, the ONNX or OpenVINO
+    outputs renamed to them in order (exporters that name them their own
+    way)."""
     data = record(model, preprocessing, dynamic_image_size)
-    path = pathlib.Path(path)
-    if format == "onnx":
-        _write_onnx(path, data, outputs)
-    elif format == "openvino":
-        _write_openvino(path, data, outputs)
-    elif format == "tf_saved_model":
-        path.joinpath(_SAVED_MODEL_FILE[0]).mkdir(exist_ok=True)
-        files.write_json(path.joinpath(*_SAVED_MODEL_FILE), data)
-    elif format == "litert":
-        _write_tflite(path, data)
+    routes.route(format).write_metadata(pathlib.Path(path), data, outputs)
 
 
-def _write_onnx(path, data, outputs):
+def write_saved_model(path, data, outputs=None):
+    """`data` as ``assets.extra/keras_vit.json`` in the SavedModel folder
+    `path` (its outputs are named already)."""
+    path.joinpath(_SAVED_MODEL_FILE[0]).mkdir(exist_ok=True)
+    files.write_json(path.joinpath(*_SAVED_MODEL_FILE), data)
+
+
+def write_pt2(path, data, outputs=None):
+    """Nothing: a ``.pt2`` program gets its record as extra files when it is
+    written (`torch_extra_files`)."""
+
+
+def write_onnx(path, data, outputs=None):
+    """`data` as ``metadata_props`` of the ONNX file `path`, its outputs
+    renamed to `outputs` in order."""
     import onnx
 
     proto = onnx.load(str(path))
@@ -103,7 +110,10 @@ def _rename_onnx_outputs(graph, names):
         output.name = renames.get(output.name, output.name)
 
 
-def _write_openvino(path, data, outputs):
+def write_openvino(path, data, outputs=None):
+    """`data` as ``rt_info`` of the OpenVINO model `path` (and the ``.bin``
+    beside it), its outputs named `outputs` in order, or the record's
+    names where the exporter left them unnamed."""
     import openvino
 
     model = openvino.Core().read_model(str(path))
@@ -123,7 +133,7 @@ def _write_openvino(path, data, outputs):
         staged.replace(path)
 
 
-def _write_tflite(path, data):
+def write_tflite(path, data, outputs=None):
     """`data`'s entries as metadata of the LiteRT flatbuffer at `path`, as
     TensorFlow's converter adds its ``CONVERSION_METADATA``
     (``tensorflow/lite/python/util.py``): a buffer of the entry's bytes,
@@ -184,11 +194,11 @@ def _outside_offsets(model):
 def _unreadable(path, problem):
     """The error for an artifact file at `path` that its format's library
     cannot read, `problem` saying why."""
-    return ValueError(f"{path} is not a readable {_READERS[path.suffix][0]}: {problem}. It is damaged, cut short "
-                      "or a file of another kind; export the model again.")
+    return ValueError(f"{path} is not a readable {routes.artifact_route(path).title}: {problem}. It is damaged, "
+                      "cut short or a file of another kind; export the model again.")
 
 
-def _read_onnx(path):
+def read_onnx(path):
     """The record in the ONNX file at `path`'s ``metadata_props``, or None."""
     import onnx
     from google.protobuf.message import DecodeError
@@ -203,7 +213,7 @@ def _read_onnx(path):
     return {key: json.loads(props[key]) for key in _KEYS} if "keras_vit" in props else None
 
 
-def _read_openvino(path):
+def read_openvino(path):
     """The record in the OpenVINO model at `path`'s ``rt_info``, or None."""
     import openvino
 
@@ -217,7 +227,7 @@ def _read_openvino(path):
             for key, name in _OPENVINO_KEYS.items()}
 
 
-def _read_pt2(path):
+def read_pt2(path):
     """The record in the ``.pt2`` archive at `path`'s extra files, or None."""
     import zipfile
 
@@ -235,8 +245,8 @@ def _read_pt2(path):
     return {key: json.loads(extra[name]) for key, name in _PT2_FILES.items()}
 
 
-def _read_tflite(path):
-    """The metadata `_write_tflite` wrote into the LiteRT file at `path`,
+def read_tflite(path):
+    """The metadata `write_tflite` wrote into the LiteRT file at `path`,
     or None; the file mapped, not read (it may hold gigabytes of weights).
     A LiteRT flatbuffer names itself ``TFL3`` at bytes 4-8."""
     import mmap
@@ -261,19 +271,21 @@ def _read_tflite(path):
     return found if "keras_vit" in found else None
 
 
-# Each artifact file's suffix -> (the file, as its errors name it; its record's reader).
-_READERS = {".onnx": ("ONNX model", _read_onnx), ".xml": ("OpenVINO model", _read_openvino),
-            ".pt2": ("torch.export program (.pt2)", _read_pt2), ".tflite": ("LiteRT model", _read_tflite)}
+def read_saved_model(path):
+    """The record in the SavedModel folder `path`'s ``assets.extra``, or None."""
+    found = path.joinpath(*_SAVED_MODEL_FILE)
+    return files.read_json(found, "keras_vit's record of the export") if found.is_file() else None
 
 
 def artifact_info(path):
     """The record an exported artifact carries: ``{"class_names": [...] or
-    None, "keras_vit": {...}}``, read with the format's own library (onnx,
-    openvino, torch, TensorFlow's LiteRT schema; a SavedModel's is a JSON
-    file).
+    None, "keras_vit": {...}}``, read by its route's reader
+    (``read_<metadata>``) with the format's own library (onnx, openvino,
+    torch, TensorFlow's LiteRT schema; a SavedModel's is a JSON file).
 
     Args:
-        path: an ``.onnx``, ``.xml``, ``.pt2`` or ``.tflite`` file, or a
+        path: an artifact of a route of `keras_vit.export.routes.ROUTES`:
+            an ``.onnx``, ``.xml``, ``.pt2`` or ``.tflite`` file, or a
             SavedModel folder.
 
     Raises:
@@ -283,14 +295,11 @@ def artifact_info(path):
             the message names the file, and the fix is to export it again.
     """
     path = pathlib.Path(path)
-    if (path / "saved_model.pb").is_file():
-        found = path.joinpath(*_SAVED_MODEL_FILE)
-        data = files.read_json(found, "keras_vit's record of the export") if found.is_file() else None
-    elif path.suffix in _READERS:
-        data = _READERS[path.suffix][1](path)
-    else:
-        raise ValueError(f"{path} is not an artifact keras_vit exports with its class names: an .onnx, "
-                         ".xml (OpenVINO), .pt2 or .tflite file, or a SavedModel folder.")
+    found = routes.artifact_route(path)
+    if found is None:
+        raise ValueError(f"{path} is not an artifact keras_vit exports with its class names: "
+                         f"{routes.artifacts()}.")
+    data = found.read_metadata(path)
     if data is None:
         raise ValueError(f"{path} carries no keras_vit record (it was exported by an earlier version, "
                          "or by other code): export the model again.")

@@ -19,17 +19,13 @@ graph to each batch's patch grid (`AnyImageSize`), as
 ``model.with_image_size((height, width))`` resamples them.
 """
 
-import pathlib
-import tempfile
 
 import keras
 import numpy as np
 from keras import ops
 
 from keras_vit.config import pair
-from keras_vit.export import metadata
-from keras_vit.export import pytorch
-from keras_vit.extras import require
+from keras_vit.export.routes import FEATURES
 from keras_vit.layers.position_embedding import RESAMPLE_METHODS
 
 OUTPUTS = ("logits", "probabilities")  # the artifact's outputs, in the order exporters flatten them
@@ -127,10 +123,11 @@ class AnyImageSize(keras.layers.Layer):
         return (input_shape[0], *tokens, *shape[1 + len(tokens):])
 
 
-def check_request(model, format, preprocessing, dynamic_image_size, input_signature,
-                  resample_method="bilinear"):
-    """Refuses, naming the fix, an export to `format` with `preprocessing`
-    or `dynamic_image_size` that `model` cannot serve."""
+def check_request(model, preprocessing, dynamic_image_size, input_signature, resample_method="bilinear"):
+    """Refuses, naming the fix, an export with `preprocessing` or
+    `dynamic_image_size` that `model` cannot serve, whatever its format
+    (what a format or its exporter cannot take is its record's:
+    `keras_vit.export.routes.check`)."""
     for name, value in (("preprocessing", preprocessing), ("dynamic_image_size", dynamic_image_size)):
         if not isinstance(value, bool):
             raise TypeError(f"`{name}` must be True or False, got {value!r}.")
@@ -143,7 +140,7 @@ def check_request(model, format, preprocessing, dynamic_image_size, input_signat
             "preprocessing, where the position embeddings are resampled in the graph; this export "
             "takes the model's own size. Leave resample_method out.")
     if dynamic_image_size and not preprocessing:
-        _check_dynamic(model, format, input_signature)
+        _check_dynamic(model, input_signature)
     if not preprocessing:
         return
     c = model.config
@@ -166,14 +163,11 @@ def check_request(model, format, preprocessing, dynamic_image_size, input_signat
                          "leave input_signature out.")
 
 
-def _check_dynamic(model, format, input_signature):
+def _check_dynamic(model, input_signature):
     """Refuses, naming the fix, ``dynamic_image_size=True`` without
-    preprocessing for a model whose grid cannot vary in the graph, or to
-    `format` where the exporter cannot trace it."""
+    preprocessing for a model whose grid cannot vary in the graph."""
     c = model.config
-    fixed = ("Export `model.with_image_size((height, width))` for each size you serve, or export "
-             "with preprocessing=True, which takes images of any size and resizes them to the "
-             "model's.")
+    fixed = FEATURES["dynamic_image_size"].otherwise
     if c.naflex:
         raise ValueError(
             f"{model.name} is a NaFlex model: it takes images of any size already, as NaFlex "
@@ -190,18 +184,6 @@ def _check_dynamic(model, format, input_signature):
     if input_signature is not None:
         raise ValueError("dynamic_image_size=True fixes the artifact's input (float images, any "
                          "height and width): leave input_signature out.")
-    if format == "litert" and c.uses_rope:
-        raise ValueError(
-            f"{model.name} has rotary position embeddings, which LiteRT's converter turns, on a "
-            "grid of free size, into a TensorFlow op (FlexStridedSlice) that the LiteRT "
-            f"interpreter does not run. Export it with dynamic_image_size=True to onnx, openvino "
-            f"or tf_saved_model, or to litert at a fixed size. {fixed}")
-    if format == "onnx" and keras.backend.backend() == "jax":
-        raise ValueError(
-            "dynamic_image_size=True cannot be exported to onnx from jax: jax2onnx gives the "
-            "wrong length when it joins the [class] token to a sequence of free length (its "
-            "concatenate keeps the first operand's size). Export onnx from tensorflow or torch "
-            "(KERAS_BACKEND), or a tf_saved_model from jax, which takes any size.")
 
 
 def input_signature(model=None):
@@ -216,7 +198,7 @@ def input_signature(model=None):
     return [keras.InputSpec(shape=shape, dtype="float32", name="images")]
 
 
-def _spatial_axes(model):
+def spatial_axes(model):
     """The image input's (height, width) axes."""
     return (2, 3) if model.config.data_format == "channels_first" else (1, 2)
 
@@ -248,61 +230,6 @@ def serving_model(model, as_list=False):
                                             name="probabilities")(logits)
     outputs = [logits, probabilities] if as_list else dict(zip(OUTPUTS, (logits, probabilities)))
     return keras.Model(images, outputs, name=f"{model.name}_serving")
-
-
-def export(model, filepath, format, verbose=None, preprocessing=True, resample_method="bilinear",
-           **kwargs):
-    """Writes `model`'s serving artifact to `filepath` in `format`: with
-    `preprocessing`, `serving_model` (uint8 images of any size in, logits
-    and probabilities out); else `dynamic_model` (float images of any
-    height and width, multiples of the patch size). Traced by the backend's
-    exporter with a free batch, height and width; on PyTorch with
-    PyTorch's own exporters (`keras_vit.export.pytorch`, the height and
-    width multiples of the patch size), OpenVINO through its ONNX; a
-    SavedModel with preprocessing has a second signature for encoded
-    images (`saved_model`). Call it within
-    `keras_vit.kernels.keras_layers_only`."""
-    if preprocessing:
-        served, signature, names, multiples = serving_model(model), input_signature(), list(OUTPUTS), None
-    else:
-        served, signature, names = dynamic_model(model, resample_method), input_signature(model), None
-        multiples = dict(zip(_spatial_axes(model), model.config.patch_size))
-    backend = keras.backend.backend()
-    if preprocessing and format == "tf_saved_model" and backend in ("tensorflow", "jax"):
-        return saved_model(served, filepath, model.config.num_classes, verbose, **kwargs)
-    if not preprocessing and backend == "jax":  # jax2tf's symbolic sizes: multiples of the patch size
-        jax2tf = dict(kwargs.pop("jax2tf_kwargs", None) or {})
-        jax2tf.setdefault("polymorphic_shapes", ["(" + ", ".join(_symbolic_shape(model)) + ")"])
-        kwargs["jax2tf_kwargs"] = jax2tf
-    if backend != "torch" or format == "litert":
-        return keras.Model.export(served, filepath, format=format, verbose=verbose,
-                                  input_signature=signature, **kwargs)
-    if format == "torch":
-        return pytorch.torch_program(
-            served, filepath, signature, multiples=multiples,
-            extra_files=metadata.torch_extra_files(model, preprocessing, not preprocessing))
-    if format == "onnx":
-        return pytorch.torch_onnx(served, filepath, signature, output_names=names,
-                                  verbose=bool(verbose), multiples=multiples, **kwargs)
-    # OpenVINO through PyTorch's ONNX: Keras's own route (torch.jit's trace, converted by OpenVINO)
-    # fails on this model ("a Tensor without names").
-    for module in ("onnx", "onnxscript"):
-        require(module, "An export to openvino from torch", extra="export")
-    openvino = require("openvino", "An export to openvino", extra="export")
-    with tempfile.TemporaryDirectory(prefix="keras_vit_serving_") as work:
-        source = pathlib.Path(work) / "served.onnx"
-        pytorch.torch_onnx(served, source, signature, output_names=names, verbose=bool(verbose),
-                           multiples=multiples, **kwargs)
-        openvino.save_model(openvino.convert_model(str(source)), str(filepath), compress_to_fp16=False)
-
-
-def _symbolic_shape(model):
-    """The image input's shape for jax2tf: ``["batch", "8*h", "8*w", "3"]``
-    for patches of 8, each side a multiple of the patch size."""
-    c = model.config
-    shape = ["batch", f"{c.patch_size[0]}*h", f"{c.patch_size[1]}*w"]
-    return ([*shape[:1], str(c.num_channels), *shape[1:]] if c.data_format == "channels_first"
-            else [*shape, str(c.num_channels)])
 
 
 def saved_model(served, filepath, num_classes, verbose=None, **kwargs):

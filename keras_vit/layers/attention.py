@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit import kernels
+from keras_vit.config import BlockOptions
 from keras_vit.layers.layer_norm import normalization
 from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
 
@@ -25,32 +26,26 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
     their numbers; the softmax in float32 under mixed precision).
 
     Args:
-        num_heads: int. Number of heads.
-        head_dim: int or None. Size of each head; defaults to D / num_heads.
-        use_bias: bool. Biases on query, key and value. Defaults to True.
-        dropout_rate: float. Dropout on the attention weights.
+        options: a `keras_vit.config.BlockOptions` (or its ``to_dict()``),
+            of which the attention reads ``num_heads``; ``qkv_bias`` and
+            ``key_bias`` (biases on query, key and value; False ``key_bias``:
+            on the query and value only, DINOv3's); ``qk_norm`` (a norm of
+            each head's query and key, ``query_norm`` and ``key_norm`` with
+            weights ``(head_dim,)`` shared by the heads, before their
+            product: Dehghani et al., "Scaling Vision Transformers to 22
+            Billion Parameters", 2023); ``attention_norm`` (a norm of the
+            heads' outputs, a token's ``heads * head_dim`` together, weights
+            ``(heads, head_dim)`` named ``out_norm``, before the output
+            projection: EVA-CLIP's sub-LN, Fang et al., 2023); ``out_bias``;
+            ``rope`` (the patch tokens' queries and keys turned by their
+            grid position after the projections and `qk_norm`, DINOv3's);
+            ``causal`` (token ``i`` attends to tokens ``0..i`` only: CLIP's
+            text tower); and the norms' ``norm_type``, ``layer_norm_epsilon``
+            and ``norm_bias``.
+        dropout_rate: float. Dropout on the attention weights (a
+            `TransformerEncoder`'s ``attention_dropout_rate``).
         seed: int or None. Seed of the dropout.
-        qk_norm: bool. A LayerNorm over each head's query and key
-            (``query_norm``, ``key_norm``; weights ``(head_dim,)`` shared by
-            the heads) before the dot product (Dehghani et al., "Scaling
-            Vision Transformers to 22 Billion Parameters", 2023; timm's
-            ``qk_norm``).
-        norm_epsilon: float. Their epsilon.
-        norm_bias: bool. Their bias (beta); False: ``center=False``.
-        norm_type: str. ``"layer_norm"`` or ``"rms_norm"`` (`qk_norm`'s norms RMSNorms).
-        out_bias: bool. A bias on the output projection (False: AIMv2's).
-        out_norm: bool. A norm of the heads' outputs, all ``heads * head_dim``
-            of a token together (``out_norm``, weights ``(heads, head_dim)``),
-            before the output projection (EVA-CLIP's sub-LN, Fang et al., 2023;
-            timm's ``scale_attn_inner``).
-        key_bias: bool. With `use_bias`, a bias on the key projection too;
-            False: on the query and value only (DINOv3's ``key_bias``).
-        rope: dict or None. `keras_vit.layers.RotaryPositionEmbedding`'s
-            arguments (``grid_size``, ``num_prefix_tokens``, ``theta``):
-            the patch tokens' queries and keys are rotated by their grid
-            position after the projections (and `qk_norm`), as DINOv3's.
-        causal: bool. Token ``i`` attends to tokens ``0..i`` only: the
-            causal mask of CLIP's text tower (`keras_vit.TextTransformer`).
+        head_dim: int or None. Size of each head; defaults to D / num_heads.
 
     Call arguments:
         query: ``(batch, Tq, D)``.
@@ -83,9 +78,10 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         ```python
         import keras
         import numpy as np
+        from keras_vit.config import BlockOptions
         from keras_vit.layers import MultiHeadDotProductAttention
 
-        attention = MultiHeadDotProductAttention(num_heads=4)
+        attention = MultiHeadDotProductAttention(BlockOptions(num_heads=4))
         x = np.random.default_rng(0).normal(size=(2, 10, 32)).astype("float32")
         y, weights = attention(x, return_attention_scores=True)
         print(tuple(y.shape), tuple(weights.shape))   # -> (2, 10, 32) (2, 4, 10, 10)
@@ -93,52 +89,39 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         np.testing.assert_allclose(keras.ops.convert_to_numpy(weights).sum(-1), 1.0, rtol=1e-5)
 
         # Cross-attention: one query token attending to ten tokens.
-        cross = MultiHeadDotProductAttention(num_heads=4)
+        cross = MultiHeadDotProductAttention(BlockOptions(num_heads=4))
         print(tuple(cross(x[:, :1], x).shape))        # -> (2, 1, 32)
         ```
     """
 
-    def __init__(
-        self, num_heads, head_dim=None, use_bias=True, dropout_rate=0.0, seed=None,
-        qk_norm=False, norm_epsilon=1e-6, norm_bias=True, key_bias=True, rope=None, causal=False,
-        norm_type="layer_norm", out_bias=True, out_norm=False, **kwargs,
-    ):
+    def __init__(self, options, dropout_rate=0.0, seed=None, head_dim=None, **kwargs):
         super().__init__(**kwargs)
-        self.out_norm = bool(out_norm)
-        self.norm_type = norm_type
-        self.out_bias = bool(out_bias)
-        self.causal = bool(causal)
-        self.key_bias = bool(key_bias)
-        self.rope = None if rope is None else dict(rope)
-        self.rotary = None if rope is None else RotaryPositionEmbedding(
-            **self.rope, dtype=self.dtype_policy, name="rope")
-        self.qk_norm = bool(qk_norm)
-        self.norm_epsilon = float(norm_epsilon)
-        self.norm_bias = bool(norm_bias)
-        self.num_heads = int(num_heads)
-        self.head_dim = head_dim
-        self.use_bias = use_bias
+        self.options = BlockOptions.of(options)
         self.dropout_rate = float(dropout_rate)
         self.seed = seed
+        self.head_dim = head_dim
+        self.rotary = None if self.options.rope is None else RotaryPositionEmbedding(
+            **self.options.rope, dtype=self.dtype_policy, name="rope")
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
         )
 
     def build(self, query_shape, value_shape=None):
+        o = self.options
         hidden_dim = tuple(query_shape)[-1]
-        if self.head_dim is None and hidden_dim % self.num_heads:
+        if self.head_dim is None and hidden_dim % o.num_heads:
             raise ValueError(
                 f"hidden size {hidden_dim} is not divisible by num_heads "
-                f"{self.num_heads}; pass head_dim or choose another num_heads."
+                f"{o.num_heads}; pass head_dim or choose another num_heads."
             )
-        head_dim = self.head_dim or hidden_dim // self.num_heads
+        head_dim = self.head_dim or hidden_dim // o.num_heads
         self._head_dim = head_dim
         projections = {}
         for name in ("query", "key", "value"):
             projections[name] = keras.layers.EinsumDense(
                 "btd,dnh->btnh",
-                output_shape=(None, self.num_heads, head_dim),
-                bias_axes="nh" if self.use_bias and (name != "key" or self.key_bias) else None,
+                output_shape=(None, o.num_heads, head_dim),
+                bias_axes="nh" if o.qkv_bias and (name != "key" or o.key_bias) else None,
                 kernel_initializer="glorot_uniform",  # fans of the (D, H*hd) view
                 dtype=self.dtype_policy,
                 name=name,
@@ -147,31 +130,32 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         self.out = keras.layers.EinsumDense(
             "btnh,nhd->btd",
             output_shape=(None, hidden_dim),
-            bias_axes="d" if self.out_bias else None,
+            bias_axes="d" if o.out_bias else None,
             kernel_initializer="glorot_uniform",
             dtype=self.dtype_policy,
             name="out",
         )
         value_shape = tuple(value_shape or query_shape)
+        query_heads, value_heads = (shape[:-1] + (o.num_heads, head_dim)
+                                    for shape in (tuple(query_shape), value_shape))
         self.query.build(tuple(query_shape))
         self.key.build(value_shape)
         self.value.build(value_shape)
-        self.out.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
+        self.out.build(query_heads)
         if self.rotary is not None:
-            self.rotary.build(value_shape[:-1] + (self.num_heads, head_dim))
+            self.rotary.build(value_heads)
         self.output_norm = None
-        if self.out_norm:  # over each token's heads together
-            self.output_norm = normalization(self.norm_type, self.norm_epsilon, self.norm_bias, axis=(-2, -1),
+        if o.attention_norm:  # over each token's heads together
+            self.output_norm = normalization(**o.norm_arguments, axis=(-2, -1),
                                              dtype=self.dtype_policy, name="out_norm")
-            self.output_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
-        if self.qk_norm:
+            self.output_norm.build(query_heads)
+        if o.qk_norm:
             self.query_norm, self.key_norm = (
-                normalization(self.norm_type, self.norm_epsilon, self.norm_bias,
-                              dtype=self.dtype_policy, name=name)
+                normalization(**o.norm_arguments, dtype=self.dtype_policy, name=name)
                 for name in ("query_norm", "key_norm")
             )
-            self.query_norm.build(tuple(query_shape)[:-1] + (self.num_heads, head_dim))
-            self.key_norm.build(value_shape[:-1] + (self.num_heads, head_dim))
+            self.query_norm.build(query_heads)
+            self.key_norm.build(value_heads)
 
     def call(self, query, value=None, training=None, return_attention_scores=False,
              key_mask=None, spatial_shapes=None, token_sizes=None, return_keys=False):
@@ -179,7 +163,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
         q = kernels.dense(self.query, query)  # (batch, Tq, heads, head_dim)
         k = kernels.dense(self.key, value)    # (batch, Tv, heads, head_dim)
         v = kernels.dense(self.value, value)
-        if self.qk_norm:
+        if self.options.qk_norm:
             q, k = self.query_norm(q), self.key_norm(k)
         keys = k
         if self.rotary is not None:
@@ -187,7 +171,7 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
             q, k = self.rotary(q, **grids), self.rotary(k, **grids)
         x = kernels.fused_attention(q, k, v, self._head_dim**-0.5, training=training,
                                     dropout=self.dropout, return_weights=return_attention_scores,
-                                    causal=self.causal, key_mask=key_mask,
+                                    causal=self.options.causal, key_mask=key_mask,
                                     key_offsets=None if token_sizes is None else ops.log(token_sizes[..., 0]))
         if return_attention_scores:
             x, weights = x
@@ -202,20 +186,14 @@ class MultiHeadDotProductAttention(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_heads=self.num_heads,
-            head_dim=self.head_dim,
-            use_bias=self.use_bias,
-            dropout_rate=self.dropout_rate,
-            seed=self.seed,
-            qk_norm=self.qk_norm,
-            norm_epsilon=self.norm_epsilon,
-            norm_bias=self.norm_bias,
-            key_bias=self.key_bias,
-            rope=self.rope,
-            causal=self.causal,
-            norm_type=self.norm_type,
-            out_bias=self.out_bias,
-            out_norm=self.out_norm,
-        )
+        config.update(options=self.options.to_dict(), dropout_rate=self.dropout_rate, seed=self.seed,
+                      head_dim=self.head_dim)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        if "options" not in config:  # saved with each option an argument, three of them renamed
+            options, config = BlockOptions.split(config, renamed=(
+                ("use_bias", "qkv_bias"), ("norm_epsilon", "layer_norm_epsilon"), ("out_norm", "attention_norm")))
+            config["options"] = options
+        return super().from_config(config)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.config import BlockOptions
 from keras_vit.layers.attention import MultiHeadDotProductAttention
 from keras_vit.layers.layer_norm import normalization
 from keras_vit.layers.mlp import MlpBlock
@@ -64,7 +65,7 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu_approximate = bool(gelu_approximate)
         self.attention = MultiHeadDotProductAttention(
-            self.num_heads, dtype=self.dtype_policy, name="attention"
+            BlockOptions(num_heads=self.num_heads), dtype=self.dtype_policy, name="attention"
         )
         self.norm = normalization(self.norm_type, self.layer_norm_epsilon, self.norm_bias,
                                   dtype=self.dtype_policy, name="norm")
@@ -78,8 +79,8 @@ class MultiHeadAttentionPooling(keras.layers.Layer):
             name="probe",
         )
         self.mlp = MlpBlock(
-            self.mlp_dim or 4 * hidden_dim, gelu_approximate=self.gelu_approximate,
-            activation=self.mlp_activation,
+            BlockOptions(mlp_dim=self.mlp_dim or 4 * hidden_dim, gelu_approximate=self.gelu_approximate,
+                         mlp_activation=self.mlp_activation),
             dtype=self.dtype_policy, name="mlp",
         )
         probe_shape = (input_shape[0], 1, hidden_dim)

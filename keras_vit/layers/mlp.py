@@ -5,7 +5,7 @@ import keras
 from keras import ops
 
 from keras_vit import kernels
-from keras_vit.config import MLP_ACTIVATIONS
+from keras_vit.config import BlockOptions
 from keras_vit.layers.layer_norm import normalization
 
 
@@ -16,22 +16,23 @@ class MlpBlock(keras.layers.Layer):
     Kernels are Xavier-uniform and biases normal(1e-6), as the original code.
 
     Args:
-        mlp_dim: int. Hidden size of the MLP.
+        options: a `keras_vit.config.BlockOptions` (or its ``to_dict()``), of
+            which the MLP reads ``mlp_dim`` (the hidden size);
+            ``mlp_activation``: ``"gelu"`` (the paper's; tanh-approximated
+            with ``gelu_approximate``, Flax's default and every Google
+            checkpoint's, else the exact erf form of timm and HF),
+            ``"quick_gelu"`` (``x * sigmoid(1.702 x)``, OpenAI's CLIP) or
+            ``"swiglu"`` (``silu(a) * b`` of fc1's two halves ``[a; b]``,
+            each `mlp_dim` wide: DINOv2 giant; Shazeer, "GLU Variants
+            Improve Transformer", 2020); ``mlp_bias`` (biases on both dense
+            layers, the original's; False: keras-hub's
+            ``use_mlp_bias=False``, DINOv3's ``mlp_bias=False``); and
+            ``mlp_norm`` (a norm of the hidden units before ``fc2``, named
+            ``norm``: EVA-02's ``scale_mlp``, NormFormer's, Shleifer et al.,
+            2021) of the block's ``norm_type``, ``layer_norm_epsilon`` and
+            ``norm_bias``.
         dropout_rate: float. Dropout after each dense layer.
-        gelu_approximate: bool. tanh approximation of GELU (Flax's default,
-            used by all Google checkpoints) or the exact erf form (timm, HF).
-        activation: ``"gelu"`` (the paper's), ``"quick_gelu"``
-            (``x * sigmoid(1.702 x)``, OpenAI's CLIP) or ``"swiglu"``
-            (``silu(a) * b`` of fc1's two halves ``[a; b]``, each
-            `mlp_dim` wide: DINOv2 giant; Shazeer, "GLU Variants Improve
-            Transformer", 2020).
         seed: int or None. Seed of the dropout.
-        use_bias: bool. Biases on both dense layers (the original's); False
-            for keras-hub's ``use_mlp_bias=False`` and DINOv3's
-            ``mlp_bias=False``.
-        norm: None, or the `keras_vit.layers.normalization` arguments of a
-            norm of the hidden units before ``fc2`` (``norm``: EVA-02's
-            ``scale_mlp``, NormFormer's; Shleifer et al., 2021).
 
     Input shape: ``(..., D)``. Output shape: the same.
 
@@ -44,54 +45,50 @@ class MlpBlock(keras.layers.Layer):
     Examples:
         ```python
         import numpy as np
+        from keras_vit.config import BlockOptions
         from keras_vit.layers import MlpBlock
 
-        mlp = MlpBlock(mlp_dim=128, gelu_approximate=False)
+        mlp = MlpBlock(BlockOptions(mlp_dim=128, gelu_approximate=False))
         x = np.random.default_rng(0).normal(size=(2, 17, 32)).astype("float32")
         print(tuple(mlp(x).shape))                        # -> (2, 17, 32)
         print(tuple(mlp.fc1.kernel.shape), tuple(mlp.fc2.kernel.shape))  # -> (32, 128) (128, 32)
         ```
     """
 
-    def __init__(self, mlp_dim, dropout_rate=0.0, gelu_approximate=True, seed=None,
-                 activation="gelu", use_bias=True, norm=None, **kwargs):
+    def __init__(self, options, dropout_rate=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        if activation not in MLP_ACTIVATIONS:
-            raise ValueError(f"Unknown MLP activation {activation!r}; use one of {MLP_ACTIVATIONS}.")
-        self.mlp_dim = int(mlp_dim)
+        self.options = BlockOptions.of(options)
         self.dropout_rate = float(dropout_rate)
-        self.gelu_approximate = bool(gelu_approximate)
-        self.activation = activation
-        self.use_bias = bool(use_bias)
-        self.norm_arguments = None if norm is None else dict(norm)
         self.seed = seed
         self.dropout = keras.layers.Dropout(
             self.dropout_rate, seed=seed, dtype=self.dtype_policy, name="dropout"
         )
 
     def build(self, input_shape):
+        o = self.options
         input_shape = tuple(input_shape)
         dense = dict(
             kernel_initializer="glorot_uniform",
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
-            use_bias=self.use_bias,
+            use_bias=o.mlp_bias,
             dtype=self.dtype_policy,
         )
-        gated = 2 if self.activation == "swiglu" else 1
-        self.fc1 = keras.layers.Dense(gated * self.mlp_dim, name="fc1", **dense)
+        gated = 2 if o.mlp_activation == "swiglu" else 1
+        self.fc1 = keras.layers.Dense(gated * o.mlp_dim, name="fc1", **dense)
         self.fc2 = keras.layers.Dense(input_shape[-1], name="fc2", **dense)
         self.fc1.build(input_shape)
         self.norm = None
-        if self.norm_arguments is not None:
-            self.norm = normalization(**self.norm_arguments, dtype=self.dtype_policy, name="norm")
-            self.norm.build(input_shape[:-1] + (self.mlp_dim,))
-        self.fc2.build(input_shape[:-1] + (self.mlp_dim,))
+        if o.mlp_norm:
+            self.norm = normalization(**o.norm_arguments, dtype=self.dtype_policy, name="norm")
+            self.norm.build(input_shape[:-1] + (o.mlp_dim,))
+        self.fc2.build(input_shape[:-1] + (o.mlp_dim,))
 
     def call(self, x, training=None):
-        if self.activation == "gelu":
-            gelu = "gelu_approximate" if self.gelu_approximate else "gelu"
+        activation = self.options.mlp_activation
+        if activation == "gelu":
+            gelu = "gelu_approximate" if self.options.gelu_approximate else "gelu"
             x = kernels.dense(self.fc1, x, activation=gelu)
-        elif self.activation == "quick_gelu":
+        elif activation == "quick_gelu":
             x = kernels.dense(self.fc1, x)
             x = x * ops.sigmoid(1.702 * x)
         else:
@@ -107,13 +104,18 @@ class MlpBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            mlp_dim=self.mlp_dim,
-            dropout_rate=self.dropout_rate,
-            gelu_approximate=self.gelu_approximate,
-            seed=self.seed,
-            activation=self.activation,
-            use_bias=self.use_bias,
-            norm=self.norm_arguments,
-        )
+        config.update(options=self.options.to_dict(), dropout_rate=self.dropout_rate, seed=self.seed)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        if "options" not in config:  # saved with each option an argument, two renamed, the norm's a dict
+            config = dict(config)
+            norm = config.pop("norm", None)
+            if norm is not None:
+                config.update(mlp_norm=True, norm_type=norm.get("norm_type", "layer_norm"),
+                              layer_norm_epsilon=norm.get("epsilon", 1e-6), norm_bias=norm.get("bias", True))
+            options, config = BlockOptions.split(config, renamed=(("activation", "mlp_activation"),
+                                                                  ("use_bias", "mlp_bias")))
+            config["options"] = options
+        return super().from_config(config)

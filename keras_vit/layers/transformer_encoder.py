@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from keras_vit.config import BlockOptions
 from keras_vit.config import is_int
 from keras_vit.layers import token_merging as tome
 from keras_vit.layers.attention import MultiHeadDotProductAttention
@@ -15,45 +16,26 @@ from keras_vit.layers.mlp import MlpBlock
 class TransformerEncoder(keras.layers.Layer):
     """``z' = MSA(LN(z)) + z`` (Eq. 2), then ``z = MLP(LN(z')) + z'`` (Eq. 3).
 
-    Dropout follows the attention output projection and both MLP dense layers
-    (never q/k/v); ``attention_dropout_rate`` drops attention weights;
-    ``drop_path_rate`` drops each residual branch per sample (stochastic
-    depth); ``layer_scale_init`` (CaiT, DeiT III) multiplies each branch by a
+    The options of the block (heads, qk-norm, rotary embeddings, the key
+    and output biases, the attention's output norm; the MLP's width,
+    activation, biases and norm; LayerScale; the norms) are one
+    `keras_vit.config.BlockOptions`, named as `ViTConfig`'s fields
+    (`ViTConfig.block_options`); the block hands the same value to its
+    attention and its MLP. Its own arguments are the rest: the dropouts
+    and seed of training, this block's stochastic-depth rate, and token
+    merging (ToMe's, on a trained model). Dropout follows the
+    attention output projection and both MLP dense layers (never q/k/v);
+    ``layer_scale_init`` (CaiT, DeiT III) multiplies each branch by a
     learned per-channel scale.
 
     Args:
-        num_heads: int. Attention heads.
-        mlp_dim: int. Hidden size of the MLP.
+        options: a `keras_vit.config.BlockOptions`, or its ``to_dict()``.
         dropout_rate: float. Dropout after dense layers. Defaults to 0.
-        attention_dropout_rate: float. Dropout on attention weights.
-        drop_path_rate: float. Stochastic-depth rate of this block.
-        layer_norm_epsilon: float. Defaults to 1e-6, the original.
-        gelu_approximate: bool. tanh GELU (original) or exact erf GELU.
-        qkv_bias: bool. Biases on query, key and value. Defaults to True.
-        layer_scale_init: float or None. Initial LayerScale; None disables it.
+        attention_dropout_rate: float. Dropout on the attention weights.
+        drop_path_rate: float. Stochastic-depth rate of this block: each
+            residual branch dropped per sample (Huang et al., "Deep Networks
+            with Stochastic Depth", 2016).
         seed: int or None. Seed of the dropouts.
-        qk_norm: bool. LayerNorm of each head's query and key (timm's
-            ``qk_norm``; `MultiHeadDotProductAttention`).
-        mlp_activation: ``"gelu"``, ``"quick_gelu"`` or ``"swiglu"`` (`MlpBlock`).
-        mlp_bias: bool. Biases on the MLP's two dense layers. Defaults to True.
-        mlp_norm: bool. A norm of the MLP's hidden units before its second
-            layer (`MlpBlock`'s ``norm``: EVA-02's). Defaults to False.
-        attention_norm: bool. A norm of the attention heads' outputs before
-            its output projection (`MultiHeadDotProductAttention`'s
-            ``out_norm``: EVA-CLIP's). Defaults to False.
-        norm_bias: bool. Every LayerNorm of the block (``norm1``, ``norm2``,
-            `qk_norm`'s) with its bias (beta). False: ``center=False``,
-            ViT-22B's and PaLI's LayerNorms. Defaults to True.
-        norm_type: str. ``"layer_norm"`` (the default) or ``"rms_norm"``:
-            every norm of the block an RMSNorm (AIMv2's; `norm_bias` False).
-        out_bias: bool. A bias on the attention's output projection (False:
-            AIMv2's). Defaults to True.
-        key_bias: bool. With `qkv_bias`, a bias on the key projection too
-            (False: DINOv3's).
-        rope: dict or None. Rotary position embeddings of the queries and
-            keys (`MultiHeadDotProductAttention`'s ``rope``: DINOv3's).
-        causal: bool. Each token attends to itself and the tokens before it
-            (CLIP's text tower, `keras_vit.TextTransformer`).
         token_merging: int. Tokens merged away between the attention and the
             MLP (ToMe's ``r``, Bolya et al., "Token Merging: Your ViT But
             Faster", ICLR 2023; `keras_vit.layers.token_merging`): the most
@@ -101,9 +83,10 @@ class TransformerEncoder(keras.layers.Layer):
         ```python
         import keras
         import numpy as np
+        from keras_vit.config import BlockOptions
         from keras_vit.layers import TransformerEncoder
 
-        block = TransformerEncoder(num_heads=4, mlp_dim=128, drop_path_rate=0.1)
+        block = TransformerEncoder(BlockOptions(num_heads=4, mlp_dim=128), drop_path_rate=0.1)
         x = np.random.default_rng(0).normal(size=(2, 17, 64)).astype("float32")
         y = block(x)
         y2, scores = block(x, return_attention_scores=True)
@@ -115,78 +98,24 @@ class TransformerEncoder(keras.layers.Layer):
         ```
     """
 
-    def __init__(
-        self,
-        num_heads,
-        mlp_dim,
-        dropout_rate=0.0,
-        attention_dropout_rate=0.0,
-        drop_path_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        gelu_approximate=True,
-        qkv_bias=True,
-        layer_scale_init=None,
-        seed=None,
-        qk_norm=False,
-        mlp_activation="gelu",
-        mlp_bias=True,
-        mlp_norm=False,
-        attention_norm=False,
-        norm_bias=True,
-        norm_type="layer_norm",
-        out_bias=True,
-        key_bias=True,
-        rope=None,
-        causal=False,
-        token_merging=0,
-        num_prefix_tokens=0,
-        proportional_attention=True,
-        **kwargs,
-    ):
+    def __init__(self, options, dropout_rate=0.0, attention_dropout_rate=0.0, drop_path_rate=0.0,
+                 seed=None, token_merging=0, num_prefix_tokens=0, proportional_attention=True, **kwargs):
         super().__init__(**kwargs)
-        self.causal = bool(causal)
-        self.token_merging = int(token_merging)
-        self.num_prefix_tokens = int(num_prefix_tokens)
-        self.proportional_attention = bool(proportional_attention)
-        self.num_heads = int(num_heads)
-        self.mlp_dim = int(mlp_dim)
+        self.options = BlockOptions.of(options)
         self.dropout_rate = float(dropout_rate)
         self.attention_dropout_rate = float(attention_dropout_rate)
         self.drop_path_rate = float(drop_path_rate)
-        self.layer_norm_epsilon = float(layer_norm_epsilon)
-        self.gelu_approximate = bool(gelu_approximate)
-        self.qkv_bias = bool(qkv_bias)
-        self.layer_scale_init = layer_scale_init
         self.seed = seed
-        self.qk_norm = bool(qk_norm)
-        self.mlp_activation = mlp_activation
-        self.mlp_bias = bool(mlp_bias)
-        self.mlp_norm = bool(mlp_norm)
-        self.attention_norm = bool(attention_norm)
-        self.norm_bias = bool(norm_bias)
-        self.norm_type = norm_type
-        self.out_bias = bool(out_bias)
-        self.key_bias = bool(key_bias)
-        self.rope = None if rope is None else dict(rope)
+        self.token_merging = int(token_merging)
+        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.proportional_attention = bool(proportional_attention)
         policy = self.dtype_policy
-        norm = dict(norm_type=norm_type, epsilon=self.layer_norm_epsilon, bias=self.norm_bias, dtype=policy)
-        self.norm1 = normalization(**norm, name="norm1")
+        self.norm1 = normalization(**self.options.norm_arguments, dtype=policy, name="norm1")
         self.attention = MultiHeadDotProductAttention(
-            self.num_heads, use_bias=self.qkv_bias,
-            dropout_rate=self.attention_dropout_rate, seed=seed, qk_norm=self.qk_norm,
-            norm_epsilon=self.layer_norm_epsilon, norm_bias=self.norm_bias, norm_type=norm_type,
-            out_bias=self.out_bias, out_norm=self.attention_norm, key_bias=self.key_bias, rope=self.rope,
-            causal=self.causal, dtype=policy, name="attention",
-        )
-        self.dropout = keras.layers.Dropout(
-            self.dropout_rate, seed=seed, dtype=policy, name="dropout"
-        )
-        self.norm2 = normalization(**norm, name="norm2")
-        self.mlp = MlpBlock(
-            self.mlp_dim, self.dropout_rate, self.gelu_approximate, seed=seed,
-            activation=mlp_activation, use_bias=self.mlp_bias, dtype=policy, name="mlp",
-            norm={k: v for k, v in norm.items() if k != "dtype"} if self.mlp_norm else None,
-        )
+            self.options, self.attention_dropout_rate, seed=seed, dtype=policy, name="attention")
+        self.dropout = keras.layers.Dropout(self.dropout_rate, seed=seed, dtype=policy, name="dropout")
+        self.norm2 = normalization(**self.options.norm_arguments, dtype=policy, name="norm2")
+        self.mlp = MlpBlock(self.options, self.dropout_rate, seed=seed, dtype=policy, name="mlp")
         self.drop_path = DropPath(self.drop_path_rate, seed=seed, dtype=policy, name="drop_path")
 
     def build(self, input_shape):
@@ -196,11 +125,11 @@ class TransformerEncoder(keras.layers.Layer):
         self.norm2.build(input_shape)
         self.mlp.build(input_shape)
         self.layer_scale = None
-        if self.layer_scale_init is not None:
+        if self.options.layer_scale_init is not None:
             self.layer_scale = [
                 self.add_weight(
                     shape=(input_shape[-1],),
-                    initializer=keras.initializers.Constant(self.layer_scale_init),
+                    initializer=keras.initializers.Constant(self.options.layer_scale_init),
                     name=f"layer_scale_{i}",
                 )
                 for i in (1, 2)
@@ -280,7 +209,7 @@ class TransformerEncoder(keras.layers.Layer):
                 merged += (keras.KerasTensor((batch, queries, token_sources.shape[-1]),
                                              dtype="float32"),)
         y = keras.KerasTensor((batch, queries, *x.shape[2:]), dtype=self.compute_dtype)
-        scores = (keras.KerasTensor((batch, self.num_heads, tokens if num_queries is None else
+        scores = (keras.KerasTensor((batch, self.options.num_heads, tokens if num_queries is None else
                                      num_queries, tokens), dtype="float32"),)
         outputs = (y, *merged, *(scores if return_attention_scores else ()))
         return outputs if len(outputs) > 1 else y
@@ -288,30 +217,20 @@ class TransformerEncoder(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(
-            num_heads=self.num_heads,
-            mlp_dim=self.mlp_dim,
+            options=self.options.to_dict(),
             dropout_rate=self.dropout_rate,
             attention_dropout_rate=self.attention_dropout_rate,
             drop_path_rate=self.drop_path_rate,
-            layer_norm_epsilon=self.layer_norm_epsilon,
-            gelu_approximate=self.gelu_approximate,
-            qkv_bias=self.qkv_bias,
-            layer_scale_init=self.layer_scale_init,
             seed=self.seed,
-            qk_norm=self.qk_norm,
-            mlp_activation=self.mlp_activation,
-            mlp_bias=self.mlp_bias,
-            mlp_norm=self.mlp_norm,
-            attention_norm=self.attention_norm,
-            norm_bias=self.norm_bias,
-            norm_type=self.norm_type,
-            out_bias=self.out_bias,
-            key_bias=self.key_bias,
-            rope=self.rope,
-            causal=self.causal,
             token_merging=self.token_merging,
             num_prefix_tokens=self.num_prefix_tokens,
             proportional_attention=self.proportional_attention,
         )
         return config
 
+    @classmethod
+    def from_config(cls, config):
+        if "options" not in config:  # saved with each option an argument of its own
+            options, config = BlockOptions.split(config)
+            config["options"] = options
+        return super().from_config(config)

@@ -16,9 +16,9 @@ _NAMES = {
     "RunConfig": "keras_vit.training.configs",
     "get_config": "keras_vit.training.configs",
     "resolve_config": "keras_vit.training.configs",
-    "accuracy": "keras_vit.training.evaluation",
-    "few_shot_accuracy": "keras_vit.training.evaluation",
-    "linear_few_shot_accuracy": "keras_vit.training.evaluation",
+    "accuracy": "keras_vit.training.scoring",
+    "few_shot_accuracy": "keras_vit.training.scoring",
+    "linear_few_shot_accuracy": "keras_vit.training.scoring",
     "CLIPLoss": "keras_vit.training.losses",
     "SigLIPLoss": "keras_vit.training.losses",
     "SigmoidCrossEntropy": "keras_vit.training.losses",
@@ -74,9 +74,9 @@ if typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, t
     from keras_vit.training.configs import RunConfig
     from keras_vit.training.configs import get_config
     from keras_vit.training.configs import resolve_config
-    from keras_vit.training.evaluation import accuracy
-    from keras_vit.training.evaluation import few_shot_accuracy
-    from keras_vit.training.evaluation import linear_few_shot_accuracy
+    from keras_vit.training.scoring import accuracy
+    from keras_vit.training.scoring import few_shot_accuracy
+    from keras_vit.training.scoring import linear_few_shot_accuracy
     from keras_vit.training.losses import CLIPLoss
     from keras_vit.training.losses import SigLIPLoss
     from keras_vit.training.losses import SigmoidCrossEntropy

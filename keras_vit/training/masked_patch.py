@@ -313,7 +313,8 @@ class MaskedPatchPredictor(keras.Model):
                 "its overlapping receptive fields would show a corrupted patch's pixels to its "
                 "neighbours. Set resnet_block_units=None."
             )
-        config = config.replace(**OWN_SETTINGS)
+        own = {key: value for key, value in OWN_SETTINGS.items() if getattr(config, key) != value}
+        config = config.replace(**own) if own else config
         parts = dataclasses.replace(
             build_layers(config, dtype), pooling=None,
             patch_corruption=PatchCorruption(dtype=dtype, name="patch_corruption"))

@@ -45,10 +45,13 @@ from keras_vit.config import ViTConfig
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
 from keras_vit.io import files
-from keras_vit.loading import load_model
+from keras_vit.loading import Pretrained
+from keras_vit.loading import load_pretrained
+from keras_vit.loading import read_pretrained
 from keras_vit.model import ViT
-from keras_vit.presets import preset_config
-from keras_vit.training import evaluation
+from keras_vit.presets import PRESETS
+from keras_vit.presets import preset_name
+from keras_vit.training import scoring
 from keras_vit.training import losses
 from keras_vit.training import masked_patch
 from keras_vit.training.checkpoints import CheckpointManager
@@ -80,58 +83,49 @@ class DivergenceError(RunError):
         self.checkpoint = checkpoint
 
 
-# -- models -------------------------------------------------------------------
+# -- the model ----------------------------------------------------------------
 
-def run_architecture(preset, config, num_classes, class_names=None):
-    """The `keras_vit.ViTConfig` a run trains: `preset` (the config's model
-    with its `model_args`, resolved once by `plan`), then the recipe's
-    settings (resolution, classes, regularisation, NaFlex's patch budget)."""
-    naflex = {} if config.max_num_patches is None else dict(
-        naflex=True, max_num_patches=config.max_num_patches)
-    return preset.replace(
-        image_size=config.image_size, num_classes=num_classes, class_names=class_names,
-        dropout_rate=config.dropout_rate, drop_path_rate=config.drop_path_rate,
-        representation_size=config.representation_size, head_bias_init=config.head_bias_init, **naflex,
-    )
+def run_vit_config(fields, config, num_classes, class_names=None):
+    """The one `keras_vit.ViTConfig` a run builds (`plan`): `fields` (ViT
+    arguments: the preset's with the config's `model_args`, or the
+    ``--init`` file's), then the recipe's settings: resolution, classes,
+    regularisation, NaFlex's patch budget; a masked patch model's own
+    settings (its ResNet stem, if any, left for it to refuse); no pre-logits
+    layer when fine-tuning from a file (as vit_jax fine-tunes)."""
+    settings = dict(image_size=config.image_size, num_classes=num_classes, class_names=class_names,
+                    dropout_rate=config.dropout_rate, drop_path_rate=config.drop_path_rate)
+    if config.max_num_patches is not None:
+        settings.update(naflex=True, max_num_patches=config.max_num_patches)
+    if config.kind == "masked_patch":
+        settings.update({k: v for k, v in masked_patch.OWN_SETTINGS.items() if k != "resnet_block_units"})
+    elif config.init:
+        settings.update(representation_size=None)
+    else:
+        settings.update(representation_size=config.representation_size, head_bias_init=config.head_bias_init)
+    return ViTConfig.from_dict({**fields, **settings})
 
 
-def load_init(path, config, num_classes, class_names=None):
-    """The fine-tuning model from `--init`: anything `keras_vit.load_model`
-    reads (a ``.keras`` ViT, a checkpoint file, a URL, a released name), or
-    a ``.keras`` masked-patch model, at the config's resolution with a new
-    zero-initialised head of `num_classes` (when the source's differs) and
-    no pre-logits layer (as vit_jax fine-tunes)."""
-    overrides = dict(dropout_rate=config.dropout_rate, drop_path_rate=config.drop_path_rate,
-                     dtype=config.dtype, class_names=class_names)
+def read_init(path):
+    """Fine-tuning's ``--init`` file, read once (`keras_vit.loading.read_pretrained`):
+    a ``.keras`` ViT or masked patch model, or any checkpoint
+    `keras_vit.ViT.from_checkpoint` reads, by path, URL or released name."""
     try:
-        source = files.load_keras_model(path, "--init") if str(path).endswith(".keras") else path
-        if isinstance(source, masked_patch.MaskedPatchPredictor):
-            return masked_patch.masked_patch_to_vit(
-                source, num_classes, image_size=config.image_size, **overrides)
-        if isinstance(source, keras.Model) and not isinstance(source, ViT):
-            raise RunError(
-                f"--init {path}: a {type(source).__name__}, not a keras_vit ViT or "
-                "MaskedPatchPredictor; fine-tuning starts from one of those.")
-        return load_model(source, config.image_size, num_classes, flag="--init",
-                          representation_size=None, name="vit", **overrides)
-    except RunError:
-        raise
+        return read_pretrained(path, "--init")
+    except CheckpointError as error:
+        raise RunError(f"--init {path}: {error}") from error
     except (OSError, ValueError) as error:
-        raise RunError(f"--init {path}: {error}" if isinstance(error, CheckpointError)
-                       else str(error)) from error
+        raise RunError(str(error)) from error
 
 
 def model_for_run(run):
-    """The model a `Plan` trains: its architecture, or fine-tuning's ``--init``."""
-    config, source = run.config, run.source
+    """The model a `Plan` trains, built from its `vit_config`: freshly
+    initialised, or with the ``--init`` file's weights (`plan` read them)."""
+    config = run.config
     if config.kind == "masked_patch":
-        return masked_patch.MaskedPatchPredictor(run.architecture, dtype=config.dtype)
-    if config.kind == "finetune" and config.init:
-        model = load_init(config.init, config, source.num_classes, source.class_names)
-        if config.max_num_patches is not None:
-            model = model.with_naflex(config.max_num_patches)
-    else:
-        model = ViT(run.architecture, dtype=config.dtype)
+        return masked_patch.MaskedPatchPredictor(run.vit_config, dtype=config.dtype)
+    model = ViT(run.vit_config, dtype=config.dtype)
+    if run.pretrained is not None:
+        load_pretrained(model, run.pretrained)
     if config.lora_rank:  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
         model.enable_lora(config.lora_rank)
     return model
@@ -234,20 +228,23 @@ def pixel_scaling(model):
 
 # -- the work directory -------------------------------------------------------
 
-def prepare_workdir(workdir, config, write=True):
-    """Checks that `workdir` can hold the run of `config`, then (with
-    `write`, on the chief) creates it and writes config.json.
+def check_workdir(workdir, config):
+    """Checks that `workdir` can hold the run of `config`, writing nothing.
 
     A config.json already there must describe the same run (a resume; the
     placement keys may differ), unless the directory holds no checkpoint and
     no model: a run that never trained (refused, or stopped before its first
-    checkpoint) is replaced, its config.json and log.csv kept beside as
-    ``replaced-{n}-config.json`` and ``replaced-{n}-log.csv`` when its
-    config was another. A config.json that is not valid JSON is refused.
-    Returns the directory as a `pathlib.Path`.
+    checkpoint) is replaced (`write_workdir`). A config.json that is not
+    valid JSON is refused.
+
+    Returns:
+        ``(workdir, replaces)``: the directory as a `pathlib.Path`, and
+        whether it holds another config of a run that never trained, whose
+        config.json and log.csv `write_workdir` keeps beside as
+        ``replaced-{n}-config.json`` and ``replaced-{n}-log.csv``.
     """
     workdir = files.output_folder(workdir, "--workdir")
-    record = {**config.to_dict(), "backend": keras.backend.backend()}
+    record = _record(config)
     path = workdir / "config.json"
     # an unreadable config.json is refused, trained or not: nothing says what it was
     previous = files.read_json(path, "the config of the run in this --workdir") if path.exists() else None
@@ -264,12 +261,22 @@ def prepare_workdir(workdir, config, write=True):
                 f"{workdir} holds a run with a different config:\n{lines}\n"
                 "Nothing there was changed. Use another --workdir, or the same flags to resume."
             )
-    if write:
-        workdir.mkdir(parents=True, exist_ok=True)
-        if previous is not None and not trained and previous != record:
-            _set_aside(workdir, ("config.json", "log.csv"))
-        files.write_json(path, record, indent=2, sort_keys=True)
-    return workdir
+    return workdir, previous is not None and not trained and previous != record
+
+
+def write_workdir(run):
+    """Creates the `Plan`'s work directory (the chief's) and writes its
+    config.json, the files of the run it replaces set aside first, as
+    `check_workdir` found them."""
+    run.workdir.mkdir(parents=True, exist_ok=True)
+    if run.replaces:
+        _set_aside(run.workdir, ("config.json", "log.csv"))
+    files.write_json(run.workdir / "config.json", _record(run.config), indent=2, sort_keys=True)
+
+
+def _record(config):
+    """What config.json holds: the resolved config and the backend."""
+    return {**config.to_dict(), "backend": keras.backend.backend()}
 
 
 def _set_aside(workdir, names):
@@ -399,7 +406,6 @@ def train(config, workdir, verbose="auto", topology=None):
         ```
     """
     run = plan(config, workdir, topology)
-    run.topology.shard_model(run.architecture)
     with run.topology.scope():
         built = build(run)
         history, seconds, weights = fit(run, built, verbose)
@@ -411,9 +417,12 @@ class Plan:
     """What `plan` checked and decided, before anything is written: the
     config (with its data shards), the work directory, the topology, the
     data sources, the run's length in updates per checkpoint interval
-    (a Keras epoch), intervals and micro-batches per interval, and the
-    model's architecture (`run_architecture`: the one place a run resolves
-    its model's name)."""
+    (a Keras epoch), intervals and micro-batches per interval, whether the
+    run replaces one that never trained (`check_workdir`), and the
+    model as it will be built: the `preset` it is built from (its name;
+    None when the ``--init`` file gives the model), its `vit_config` (the
+    one `keras_vit.ViTConfig` of the run, `run_vit_config`), and the
+    ``--init`` file's arguments and weights (`pretrained`, read once), or None."""
 
     config: RunConfig
     workdir: pathlib.Path
@@ -423,7 +432,10 @@ class Plan:
     updates_per_epoch: int
     epochs: int
     micro_batches_per_epoch: int
-    architecture: ViTConfig
+    replaces: bool
+    preset: str | None
+    vit_config: ViTConfig
+    pretrained: Pretrained | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,11 +456,41 @@ class Built:
 def plan(config, workdir, topology=None):
     """Every check a run can fail before training, and nothing written: the
     config, the topology, the micro-batches, `steps_per_execution`, a
-    different run in `workdir` (refused), the data sources."""
+    different run in `workdir` (refused), the data sources, the model (the
+    ``--init`` file read) and its layout over the topology's devices."""
     if not isinstance(config, RunConfig):
         config = RunConfig.from_dict(config)  # checked on construction
-    preset = preset_config(config.model, **config.model_args)  # the run's one lookup of the name
     topology = topology or Topology()
+    per_epoch = updates_per_epoch(config)
+    _check_placement(config, topology, per_epoch)
+    config = config.replace(data_shards=data_shards(config, workdir, topology))
+    preset, pretrained = (None, read_init(config.init)) if config.init else (preset_name(config.model), None)
+    fields = pretrained.fields if pretrained else {**PRESETS[preset]["config"], **config.model_args}
+    _check_naflex_run(config, fields)
+    workdir, replaces = check_workdir(workdir, config)
+    keras.utils.set_random_seed(config.seed)  # initialisation and dropout; the data has its own
+    from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
+
+    source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
+    classes = (0, None) if config.kind == "masked_patch" else (source.num_classes, source.class_names)
+    vit_config = run_vit_config(fields, config, *classes)
+    topology.check_batch(config.micro_batch_size, "--batch-size / --accum-steps"
+                         if config.accum_steps > 1 else "--batch-size")
+    topology.shard_model(vit_config)  # model_parallel: its heads and MLP units over the model axis
+    return Plan(
+        config, workdir, topology, source=source,
+        eval_source=vit_data.load_source(config.dataset, config.eval_split, config.data_dir),
+        updates_per_epoch=per_epoch, epochs=config.steps // per_epoch,
+        micro_batches_per_epoch=per_epoch * config.accum_steps, replaces=replaces, preset=preset,
+        vit_config=vit_config, pretrained=pretrained,
+    )
+
+
+def _check_placement(config, topology, per_epoch):
+    """What the topology cannot run of `config`: another strategy than the
+    config's, gradient accumulation under a TensorFlow strategy, and a
+    `steps_per_execution` that the backend or the checkpoint interval
+    (`per_epoch` updates) does not allow."""
     if topology.strategy != config.strategy:
         raise RunError(
             f"The config asks for --strategy {config.strategy} but the topology is set up for "
@@ -463,45 +505,29 @@ def plan(config, workdir, topology=None):
             "the replicas inside a conditional). Use --accum-steps 1: the replicas together hold the "
             "global batch."
         )
-    topology.check_batch(config.micro_batch_size, "--batch-size / --accum-steps"
-                         if config.accum_steps > 1 else "--batch-size")
-    per_epoch = updates_per_epoch(config)
-    micro_per_epoch = per_epoch * config.accum_steps
     if config.steps_per_execution > 1 and keras.backend.backend() == "torch":
         raise RunError(
             f"--steps-per-execution {config.steps_per_execution}: Keras runs one batch per call on "
             "the torch backend; leave it at 1 (it is for XLA on TensorFlow and JAX, chiefly TPUs)."
         )
+    micro_per_epoch = per_epoch * config.accum_steps
     if micro_per_epoch % config.steps_per_execution:
         raise RunError(
             f"--steps-per-execution {config.steps_per_execution} must divide the "
             f"{micro_per_epoch} batches between checkpoints (--checkpoint-every {per_epoch} updates "
             f"of {config.accum_steps} micro-batches)."
         )
-    config = config.replace(data_shards=data_shards(config, workdir, topology))
-    _check_naflex_run(config, preset)
-    workdir = prepare_workdir(workdir, config, write=False)
-    keras.utils.set_random_seed(config.seed)  # initialisation and dropout; the data has its own
-    from keras_vit import data as vit_data  # TensorFlow's tf.data: imported by runs only
-
-    source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
-    classes = (0, None) if config.kind == "masked_patch" else (source.num_classes, source.class_names)
-    return Plan(
-        config, workdir, topology, source=source,
-        eval_source=vit_data.load_source(config.dataset, config.eval_split, config.data_dir),
-        updates_per_epoch=per_epoch, epochs=config.steps // per_epoch,
-        micro_batches_per_epoch=micro_per_epoch, architecture=run_architecture(preset, config, *classes),
-    )
 
 
-def _check_naflex_run(config, preset):
+def _check_naflex_run(config, fields):
     """What a NaFlex run (`--max-num-patches`) cannot be: a hybrid model's
-    (`preset`: the config's model), or one whose data is read as several parts."""
+    (`fields`: its ViT arguments), or one whose data is read as several parts."""
     if config.max_num_patches is None:
         return
-    if preset.resnet_block_units is not None:
+    if fields.get("resnet_block_units") is not None:
+        model = f"--init {config.init}" if config.init else f"--model {config.model}"
         raise RunError(
-            f"--max-num-patches with --model {config.model}: a hybrid (ResNet + ViT) model embeds "
+            f"--max-num-patches with {model}: a hybrid (ResNet + ViT) model embeds "
             "ResNet features of a square image, and NaFlex cuts images into pixel patches. Use a "
             "plain ViT preset, or leave --max-num-patches out.")
     if config.data_shards > 1:
@@ -517,8 +543,6 @@ def build(run):
     arguments are checked (the pipelines made) before config.json, the
     first write, is written."""
     config, topology = run.config, run.topology
-    manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
-                                write=topology.is_chief)
     model = model_for_run(run)
     model.compile(
         optimizer=build_optimizer(config), loss=build_loss(config),
@@ -531,21 +555,23 @@ def build(run):
     )
     model.optimizer.build(model.trainable_variables)
     topology.prepare(model)
+    manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
+                                write=topology.is_chief)
     resumed = manager.restore(model)
+    checkpointing = Checkpointing(manager, run.updates_per_epoch, config.accum_steps)
     initial_epoch = resumed["epoch"] if resumed else 0
     scaling = pixel_scaling(model)
     dataset = topology.distribute_dataset(
         lambda index, count: train_dataset(config, run.source,
                                            initial_epoch * run.micro_batches_per_epoch,
                                            shard=(index, count), scaling=scaling,
-                                           patch_size=run.architecture.patch_size),
+                                           patch_size=run.vit_config.patch_size),
         config.micro_batch_size,
     )
     test = eval_dataset(config, run.eval_source, scaling)  # checked before the first write
-    prepare_workdir(run.workdir, config, write=topology.is_chief)
-    checkpointing = Checkpointing(manager, run.updates_per_epoch, config.accum_steps)
     callbacks = [checkpointing, LearningRateLogger()]
     if topology.is_chief:
+        write_workdir(run)
         trim_log(run.workdir / "log.csv", initial_epoch)
         callbacks += [
             keras.callbacks.CSVLogger(str(run.workdir / "log.csv"), append=True),
@@ -609,9 +635,9 @@ def _evaluate(model, run, test):
     """``{"test_accuracy": ..., "few_shot": ...}`` of the trained `model` on
     `test`, the few-shot accuracies where the config asks for them."""
     config = run.config
-    results = {"test_accuracy": evaluation.accuracy(model, test)}
+    results = {"test_accuracy": scoring.accuracy(model, test)}
     if config.few_shot:
-        results["few_shot"] = evaluation.few_shot_accuracy(
+        results["few_shot"] = scoring.few_shot_accuracy(
             model, eval_dataset(config, run.source, pixel_scaling(model)), test,
             run.source.num_classes, shots=config.few_shot)
     return results
@@ -666,8 +692,8 @@ def _jit_compile(strategy):
 def single_device_copy(model, weights):
     """A fresh, uncompiled copy of `model` with `weights` (numpy, in
     `model.weights` order), outside any distribution: what is saved and
-    evaluated."""
-    copy = model.__class__.from_config(model.get_config())
+    evaluated. It is built from `model`'s own `keras_vit.ViTConfig`."""
+    copy = type(model)(model.config, dtype=model.dtype_policy, name=model.name, trainable=model.trainable)
     for variable, value in zip(copy.weights, weights, strict=True):
         variable.assign(value)
     return copy

@@ -449,7 +449,7 @@ def write_huggingface(model, path):
     embeddings) or ``Siglip2VisionModel`` (NaFlex: a table of grid_h x grid_w
     rows), with its ``preprocessor_config.json`` (`_image_processor`)."""
     c = model.config
-    family, architecture, model_type, constants = _HUGGINGFACE[huggingface_column(c)]
+    family, hf_class, model_type, constants = _HUGGINGFACE[huggingface_column(c)]
     tensors = r.write_rows(key_map(c, family), model_state(model), c, model.name, "Hugging Face")
     if family == "vit":  # its labels (placeholders without names), pre-logits and head
         names = c.class_names or [f"LABEL_{i}" for i in range(c.num_classes)]
@@ -458,10 +458,10 @@ def write_huggingface(model, path):
         if c.representation_size:
             constants.update(pooler_output_size=c.representation_size, pooler_act="tanh")
         if c.num_classes:  # ViTForImageClassification: the ViTModel under "vit.", its classifier
-            architecture = "ViTForImageClassification"
+            hf_class = "ViTForImageClassification"
             tensors = {key if key.startswith("classifier.") else "vit." + key: value
                        for key, value in tensors.items()}
-    config = {"architectures": [architecture], "model_type": model_type,
+    config = {"architectures": [hf_class], "model_type": model_type,
               **r.write_settings(SETTINGS[family], c), **constants}
     write_files(path, tensors, config, {"preprocessor_config.json": _image_processor(c)})
 

@@ -62,12 +62,19 @@ FLAT = one(lambda c, x: x.reshape(-1), lambda c, x: x)  # old files' (1, 1, 1, C
 LINEAR = one(lambda c, w: w.T, lambda c, k: k.T)  # torch (out, in) <-> (in, out)
 CONV = one(lambda c, w: w.transpose(2, 3, 1, 0), lambda c, k: k.transpose(3, 2, 0, 1))  # OIHW <-> HWIO
 TOKENS = one(lambda c, x: x.reshape(1, -1, x.shape[-1]), lambda c, x: x)  # (1, n, D)
-# torch (H*hd, D) q/k/v weights <-> (D, H, hd); (D, H*hd) out weight <-> (H, hd, D); (H*hd,) <-> (H, hd)
-HEADS_IN = one(lambda c, w: w.T.reshape(w.shape[1], c.num_heads, -1),
-               lambda c, k: k.reshape(k.shape[0], -1).T)
-HEADS_OUT = one(lambda c, w: w.T.reshape(c.num_heads, -1, w.shape[0]),
-                lambda c, k: k.reshape(-1, k.shape[-1]).T)
-HEADS_BIAS = one(lambda c, b: b.reshape(c.num_heads, -1), lambda c, b: b.reshape(-1))
+
+
+def _heads(heads):
+    """The layouts of an attention layer of ``heads(config)`` heads: torch (H*hd, D) q/k/v
+    weights <-> (D, H, hd); (D, H*hd) out weight <-> (H, hd, D); (H*hd,) biases <-> (H, hd)."""
+    return (one(lambda c, w: w.T.reshape(w.shape[1], heads(c), -1), lambda c, k: k.reshape(k.shape[0], -1).T),
+            one(lambda c, w: w.T.reshape(heads(c), -1, w.shape[0]), lambda c, k: k.reshape(-1, k.shape[-1]).T),
+            one(lambda c, b: b.reshape(heads(c), -1), lambda c, b: b.reshape(-1)))
+
+
+HEADS_IN, HEADS_OUT, HEADS_BIAS = _heads(lambda c: c.num_heads)  # the blocks'
+# the attention-pooling head's, of its own head count where it has one (PE's `pooling_num_heads`)
+POOL_IN, POOL_OUT, POOL_BIAS = _heads(lambda c: c.pooling_num_heads or c.num_heads)
 # Keras Dense (D, D) projections (keras-hub's DINOv3) <-> (D, H, hd) and (H, hd, D)
 DENSE_IN = one(lambda c, k: k.reshape(k.shape[0], c.num_heads, -1),
                lambda c, k: k.reshape(k.shape[0], -1))
@@ -102,16 +109,6 @@ def even_first(layout):
     read, write = layout
     return (lambda c, x: (read(c, x)[0][..., _even_first(c.hidden_dim // c.num_heads)],),
             lambda c, x: write(c, x[..., np.argsort(_even_first(x.shape[-1]))]))
-
-
-def pooling_heads(layout):
-    """`layout` over the attention-pooling head's own heads (``pooling_num_heads``, PE's)."""
-    read, write = layout
-
-    def pooled(c):
-        return dataclasses.replace(c, num_heads=c.pooling_num_heads) if c.pooling_num_heads else c
-
-    return lambda c, x: read(pooled(c), x), lambda c, x: write(pooled(c), x)
 
 
 def halves(layout, axis):

@@ -1,9 +1,13 @@
-"""timm ``VisionTransformer`` state dicts saved as ``.safetensors``: read and written."""
+"""timm's ViT files, read and written: the ``.safetensors`` state dicts of its
+``VisionTransformer`` (DeiT's distilled one too) and its ``Eva`` (EVA-02, the
+Perception Encoder, its rotary ViTs), alone or in a hub folder with config.json;
+timm's model arguments both ways by one table (`ARGS`)."""
 
 import dataclasses
 import functools
 import importlib.resources
 import json
+import math
 import pathlib
 
 import numpy as np
@@ -54,97 +58,155 @@ def _layer(value):
 # written as timm's names, read by them without case or underscores (`_layer`)
 _ACT_LAYERS = {"gelu": ("gelu", False), "gelu_tanh": ("gelu", True), "quick_gelu": ("quick_gelu", False)}
 _ACT_LAYER = r.activation("act_layer", _ACT_LAYERS)
-# timm's global_pool <-> our pooling, both ways ("": the [class] token, as timm's default)
+# timm's global_pool <-> our pooling ("": the [class] token, as timm's default)
 _POOLS = {"token": "token", "avg": "gap", "map": "map"}
-_GLOBAL_POOL = r.Setting("global_pool", "pooling", lambda pool: _POOLS[pool or "token"], "token",
-                         lambda c: {ours: theirs for theirs, ours in _POOLS.items()}[c.pooling])
+_GLOBAL_POOL = {ours: theirs for theirs, ours in _POOLS.items()}
+_VIT, _EVA = ("VisionTransformer", "VisionTransformerDistilled"), ("Eva",)
 
 
-# The arguments of timm's VisionTransformer that change a model's numbers, each
-# with the values keras_vit reads (None: any; its meaning is read from the
-# tensors or below). Another value is refused by name, and so is an argument
-# in neither list.
-_ARGUMENTS = {
-    **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth",
-                     "num_heads", "mlp_ratio", "qkv_bias", "qk_norm", "init_values", "class_token",
-                     "reg_tokens", "no_embed_class", "pre_norm", "fc_norm")),
-    "global_pool": ("", *_POOLS), "pos_embed": ("learn",), "final_norm": (True, False),
-    "scale_attn_norm": (False,), "scale_mlp_norm": (False,),
-    "pool_include_prefix": (False,), "embed_layer": ("patchembed",),
-    "block_fn": ("block",), "attn_layer": ("attention",), "proj_bias": None,
-    "norm_layer": (None, "layernorm", "rmsnorm"), "embed_norm_layer": (None, "rmsnorm"),
-    "act_layer": (None, *(name.replace("_", "") for name in _ACT_LAYERS), "silu"),
+def _ratio(width, dim):
+    """The ``mlp_ratio`` for which timm's ``int(dim * mlp_ratio)`` is `width`: ``width / dim``, or
+    the next float above it where the quotient falls a hair short (``88 * (120 / 88)`` is 119.99...)."""
+    ratio = width / dim
+    while int(dim * ratio) < width:
+        ratio = math.nextafter(ratio, math.inf)
+    return ratio
+
+
+def _pair(value, sizes=None):
+    return tuple(np.broadcast_to(value, (2,)).tolist())
+
+
+@dataclasses.dataclass(frozen=True)
+class Arg(r.Setting):
+    """One argument of timm's model `classes`, an `r.Setting` (read into `ours` where it has
+    one; `default`: the class's own) with the values keras_vit `accepts` (a layer by `_layer`'s
+    name; None: any) and, for a `size` the weights fix too (`_check_sizes`), its key in
+    `_sizes`, its words (``{}``: the value) and ``read(value, sizes)`` where not ``int(value)``."""
+
+    classes: tuple = _VIT + _EVA
+    accepts: tuple | None = None
+    size: tuple = ()
+
+
+def _arg(theirs, classes=_VIT + _EVA, accepts=None, write=None, ours=None, read=None, default=..., **more):
+    return Arg(theirs, ours, read or (lambda value: value), default, write, classes=classes, accepts=accepts,
+               **more)
+
+
+def _sized(theirs, field, words, write, classes=_VIT + _EVA, read=None, **more):
+    return _arg(theirs, classes, write=write, size=(field, words, *[read] * bool(read)), **more)
+
+
+# timm's model arguments <-> `ViTConfig`, each declared once for both ways: what the reader
+# accepts (`timm_architecture_args`), reads (`_eva_config`) and checks against the weights
+# (`_check_sizes`), and what `write_timm` writes (`_written_args`). An argument in no row is
+# refused by name, unless it only trains (`_TRAINING_ARGUMENTS`).
+ARGS = [
+    _arg("img_size", write=lambda c: list(c.image_size)),
+    _sized("patch_size", "patch_size", "patches of {0[0]}x{0[1]}", lambda c: list(c.patch_size), read=_pair),
+    _sized("in_chans", "num_channels", "{} input channels", lambda c: c.num_channels),
+    _sized("embed_dim", "hidden_dim", "a width of {}", lambda c: c.hidden_dim),
+    _sized("depth", "num_layers", "{} blocks", lambda c: c.num_layers),
+    _sized("num_heads", "heads", "{} heads", lambda c: c.num_heads),
+    # rounded: a ratio of timm's own written as a quotient may fall a hair short of its width
+    _sized("mlp_ratio", "mlp_width", "an MLP {} wide", lambda c: _ratio(mlp_ratio_factor(c) * c.mlp_dim, c.hidden_dim),
+           read=lambda value, sizes: round(value * sizes["hidden_dim"])),
+    _sized("num_classes", "num_classes", "{} classes", lambda c: c.num_classes),
+    _arg("qkv_bias", write=lambda c: c.qkv_bias),
+    _arg("class_token", write=lambda c: c.uses_class_token, default=True),
+    _arg("global_pool", _VIT, ("", *_POOLS), lambda c: _GLOBAL_POOL[c.pooling]),
+    _arg("global_pool", _EVA, tuple(_POOLS), lambda c: _GLOBAL_POOL[c.pooling], default="avg"),
+    _arg("no_embed_class", _VIT, None), _arg("no_embed_class", _EVA, (False, True)),  # `_table_of_the_patches`
+    # No LayerScale: VisionTransformer's 0 (its Block reads it as none; the architecture may have its own,
+    # as DINOv2's has), Eva's None, its default
+    _arg("init_values", _VIT, write=lambda c: 0 if c.layer_scale_init is None else c.layer_scale_init),
+    _arg("init_values", _EVA, write=lambda c: c.layer_scale_init, when=lambda c: c.layer_scale_init is not None),
+    # VisionTransformer's
+    # deit.py's VisionTransformerDistilled has no reg_tokens argument
+    _sized("reg_tokens", "num_registers", "{} registers", lambda c: c.num_registers, _VIT,
+           when=lambda c: not c.distillation),
+    _arg("proj_bias", _VIT, write=lambda c: c.out_bias),
+    *(_arg(theirs, _VIT, write=lambda c, ours=ours: getattr(c, ours))
+      for theirs, ours in (("fc_norm", "fc_norm"), ("qk_norm", "qk_norm"), ("pre_norm", "norm_pre"))),
+    _arg("final_norm", _VIT, (True, False), lambda c: c.final_norm),
+    # the gated MLPs' SiLU is their architecture's (DINOv2 giant's, AIMv2's)
+    _arg("act_layer", _VIT, (None, *(name.replace("_", "") for name in _ACT_LAYERS), "silu"), _ACT_LAYER.write,
+         when=lambda c: c.mlp_activation != "swiglu"),
+    # AIMv2's architecture has the patches' norm
+    _arg("embed_norm_layer", _VIT, (None, "rmsnorm"), lambda c: None,
+         when=lambda c: c.norm_type == "rms_norm" and not c.patch_norm),
+    # timm's VisionTransformer pools the patches alone unless told; keras_vit's attention pool every token
+    _arg("pool_include_prefix", _VIT, (False, True), lambda c: True,
+         when=lambda c: c.pooling == "map" and c.num_prefix_tokens > 0),
+    _arg("norm_layer", _VIT, (None, "layernorm", "rmsnorm")),
     # gated SiLU: fc1 holding both halves (the second and third), or fc1_g and fc1_x (SwiGLU, AIMv2's)
-    "mlp_layer": ("mlp", "swiglupacked", "glumlp", "swiglu"),
-}
+    _arg("mlp_layer", _VIT, ("mlp", "swiglupacked", "glumlp", "swiglu")),
+    *(_arg(theirs, _VIT, accepts) for theirs, accepts in (
+        ("pos_embed", ("learn",)), ("scale_attn_norm", (False,)), ("scale_mlp_norm", (False,)),
+        ("embed_layer", ("patchembed",)), ("block_fn", ("block",)), ("attn_layer", ("attention",)))),
+    # timm's Eva, as EVA-02, the Perception Encoder and timm's rotary ViTs build it; attn_type "rope":
+    # timm's AttentionRope (PE's, fused q, k, v and their biases); "eva": EvaAttention (EVA-02's, query and
+    # value biases alone, q, k, v fused or apart)
+    _sized("num_reg_tokens", "num_registers", "{} registers", lambda c: c.num_registers, _EVA),
+    _arg("attn_type", _EVA, ("rope", "eva"), lambda c: "eva" if _eva(c) else "rope", default="eva"),
+    _arg("qkv_fused", _EVA, write=lambda c: not split_qkv(c)),
+    _arg("swiglu_mlp", _EVA, write=lambda c: c.mlp_activation == "swiglu"),
+    *(_arg(theirs, _EVA, write=lambda c, ours=ours: getattr(c, ours))
+      for theirs, ours in (("scale_mlp", "mlp_norm"), ("scale_attn_inner", "attention_norm"),
+                           ("use_pre_transformer_norm", "norm_pre"), ("use_fc_norm", "fc_norm"))),
+    _arg("use_post_transformer_norm", _EVA, write=lambda c: c.final_norm and not c.fc_norm),
+    _arg("use_rot_pos_emb", _EVA, (True,), default=False),
+    _arg("use_abs_pos_emb", _EVA, (True, False), lambda c: c.position_table == "learned", "position_embedding",
+         lambda value: "learned_rope" if value else "rope", True),
+    _arg("ref_feat_shape", _EVA, None, lambda c: list(c.rope_reference_grid), "rope_reference_grid",
+         lambda value: None if value is None else _pair(value), None, when=lambda c: c.rope_reference_grid),
+    _arg("rope_grid_offset", _EVA, None, lambda c: c.rope_grid_offset, "rope_grid_offset", float, 0.0),
+    _arg("rope_grid_indexing", _EVA, ("ij", "xy"), lambda c: c.rope_grid_indexing, "rope_grid_indexing",
+         str, "ij"),
+    _arg("rope_temperature", _EVA, None, lambda c: c.rope_theta, "rope_theta", float, 10000.0),
+    _arg("rope_type", _EVA, ("cat",), default="cat"), _arg("rope_rotate_half", _EVA, (False,)),
+    # the attention pool's own size (PE's): never checked by the blocks' rules (`r.POOL_IN`)
+    _arg("attn_pool_num_heads", _EVA, write=lambda c: c.pooling_num_heads or c.num_heads),
+    _sized("attn_pool_mlp_ratio", "pool_mlp_width", "an attention-pool MLP {} wide",
+           lambda c: _ratio(c.pooling_mlp_dim or c.mlp_dim, c.hidden_dim), _EVA,
+           read=lambda value, sizes: round(value * sizes["hidden_dim"])),
+    _arg("norm_layer", _EVA, (None, "layernorm")), _arg("head_init_scale", _EVA),
+]
 # Arguments for training or for inputs of other sizes: a loaded model's numbers are the same.
 _TRAINING_ARGUMENTS = ("drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate",
                        "attn_drop_rate", "drop_path_rate", "weight_init", "fix_init",
                        "dynamic_img_size", "dynamic_img_pad", "device", "dtype")
-# timm's Eva (eva.py) as EVA-02, the Perception Encoder and timm's rotary ViTs build it: its arguments keras_vit
-# reads, as _ARGUMENTS, and the defaults of Eva's own that an entry point leaves as they are
-_EVA_ARGUMENTS = {
-    **dict.fromkeys(("img_size", "patch_size", "in_chans", "num_classes", "embed_dim", "depth", "num_heads",
-                     "mlp_ratio", "qkv_bias", "init_values", "class_token", "use_pre_transformer_norm",
-                     "ref_feat_shape", "rope_grid_offset", "rope_temperature", "attn_pool_num_heads",
-                     "attn_pool_mlp_ratio", "swiglu_mlp", "scale_mlp", "scale_attn_inner")),
-    # attn_type "rope": timm's AttentionRope (PE's, fused q, k, v and their biases); "eva":
-    # EvaAttention (EVA-02's, query and value biases alone, q, k, v fused or apart)
-    "global_pool": ("token", "avg", "map"), "attn_type": ("rope", "eva"), "use_rot_pos_emb": (True,),
-    "use_abs_pos_emb": (True, False), "rope_type": ("cat",), "rope_rotate_half": (False,),
-    "rope_grid_indexing": ("ij", "xy"), "qkv_fused": None, "num_reg_tokens": None,
-    "no_embed_class": (False, True), "use_fc_norm": (None, True, False), "use_post_transformer_norm": None,
-    "norm_layer": (None, "layernorm"), "head_init_scale": None,
-}
-_EVA_DEFAULTS = dict(attn_type="eva", use_rot_pos_emb=False, global_pool="avg", use_abs_pos_emb=True,
-                     rope_type="cat", rope_grid_offset=0.0,
-                     rope_grid_indexing="ij", rope_temperature=10000.0, class_token=True)
-_CLASSES = {"VisionTransformer": ({}, _ARGUMENTS), "VisionTransformerDistilled": ({}, _ARGUMENTS),
-            "Eva": (_EVA_DEFAULTS, _EVA_ARGUMENTS)}
 
 
-def architecture_args(meta, source):
-    """The arguments timm builds a hub folder's model with: its
-    architecture's entry point's (`architectures`), updated by config.json's
-    ``model_args``; ``{}`` for a bare file. Each argument is checked against
-    what keras_vit reads, so that a model of another kind is refused by its
-    name, never read by matching key names.
+def _of(timm_class):
+    """`ARGS`' rows of `timm_class`, by their key."""
+    return {arg.theirs: arg for arg in ARGS if timm_class in arg.classes}
+
+
+def timm_architecture_args(meta, source):
+    """The arguments timm builds a hub folder's model with: its timm
+    architecture's entry point's (`architectures`) over its class's defaults
+    (`ARGS`), updated by config.json's ``model_args``; ``{}`` for a bare file.
+    Each argument is checked against what keras_vit reads (`ARGS`), so that a
+    model of another kind is refused by its name, never read by matching key names.
 
     Raises:
-        CheckpointError: an architecture not in timm's table, another model
+        CheckpointError: a timm architecture not in timm's table, another model
             class, or an argument or value keras_vit's ViT does not have.
     """
     args = dict(meta.get("model_args") or {})
-    who = "config.json's model_args"
+    who, timm_class = "config.json's model_args", "Eva" if "use_rot_pos_emb" in args else "VisionTransformer"
     if "architecture" in meta:
-        table = architectures()
-        name = str(meta["architecture"]).split(".")[0]  # drop a ".tag"
-        name = table["deprecated"].get(name, name).split(".")[0]  # an old name: the one it stands for
-        who = f"timm's {name}"
-        entry = table["architectures"].get(name)
-        if entry is None:
-            raise CheckpointError(
-                f"{source}: config.json names timm's architecture {name!r}, which is not one of the "
-                f"{len(table['architectures'])} ViT architectures of timm {table['timm']} that keras_vit "
-                "knows (its vision_transformer, deit and eva modules), so it is not read: keras_vit "
-                "reads a file as its architecture, never by matching key names. If it is a plain "
-                "timm VisionTransformer, read its weights file alone with the head count: "
-                "ViT.from_checkpoint('.../model.safetensors', num_heads=...).")
-        if entry["class"] not in _CLASSES:
-            raise CheckpointError(
-                f"{source}: timm's {name} is a model of timm's {entry['class']} ({entry['module']}.py), "
-                "which keras_vit does not read: its weights are not a ViT's of the paper's kind. "
-                "Nothing was read.")
-        defaults, table = _CLASSES[entry["class"]]
-        args = {**defaults, **entry["args"], **args}
-    else:
-        table = _EVA_ARGUMENTS if "use_rot_pos_emb" in args else _ARGUMENTS
+        timm_class, entry_args, who = _timm_entry(meta["architecture"], source)
+        defaults = {a.theirs: a.default for a in _of(timm_class).values() if a.default is not ...}
+        args = {**(defaults if timm_class in _EVA else {}), **entry_args, **args}
+    accepted = _of(timm_class)
     refused = []
     for arg, value in args.items():
-        allowed = table.get(arg, ())
         read, keywords = _layer(value) if arg.endswith(("_layer", "_fn")) and value is not None else (value, {})
-        if arg not in _TRAINING_ARGUMENTS and (
-                arg not in table or (allowed is not None and read not in allowed) or keywords.get("gate_last")):
+        if arg not in _TRAINING_ARGUMENTS and (arg not in accepted or keywords.get("gate_last") or (
+                accepted[arg].accepts is not None and read not in accepted[arg].accepts)):
             refused.append(f"{arg}={value!r}")
     if refused:
         raise CheckpointError(
@@ -153,51 +215,62 @@ def architecture_args(meta, source):
     return args
 
 
-def architecture_epsilon(args):
+def _timm_entry(timm_architecture, source):
+    """(model class, arguments, who builds it) of the timm architecture a config.json names, by
+    timm's table (`architectures`; an old name as the one it stands for, a ``.tag`` dropped).
+
+    Raises:
+        CheckpointError: a timm architecture not in the table, or of a model class keras_vit does not read.
+    """
+    table = architectures()
+    name = str(timm_architecture).split(".")[0]
+    name = table["deprecated"].get(name, name).split(".")[0]
+    entry = table["architectures"].get(name)
+    if entry is None:
+        raise CheckpointError(
+            f"{source}: config.json names timm's architecture {name!r}, which is not one of the "
+            f"{len(table['architectures'])} ViT architectures of timm {table['timm']} that keras_vit "
+            "knows (its vision_transformer, deit and eva modules), so it is not read: keras_vit "
+            "reads a file as its architecture, never by matching key names. If it is a plain "
+            "timm VisionTransformer, read its weights file alone with the head count: "
+            "ViT.from_checkpoint('.../model.safetensors', num_heads=...).")
+    if entry["class"] not in _VIT + _EVA:
+        raise CheckpointError(
+            f"{source}: timm's {name} is a model of timm's {entry['class']} ({entry['module']}.py), "
+            "which keras_vit does not read: its weights are not a ViT's of the paper's kind. "
+            "Nothing was read.")
+    return entry["class"], entry["args"], f"timm's {name}"
+
+
+def timm_epsilon(args):
     """The LayerNorm epsilon timm builds with `args`: its ``norm_layer``'s, else VisionTransformer's 1e-6."""
     return float(_layer(args.get("norm_layer") or "layernorm")[1].get("eps", 1e-6))
 
 
-# The sizes a hub folder's config.json sets that its weights fix too: timm's argument -> (the
-# size in words, "{}" its value; its key in what the tensors say, `_sizes`, whose None is a size
-# they do not fix; and how the argument's value reads as it, `read(value, sizes)`, where not
-# int(value)). mlp_ratio is rounded: timm truncates int(embed_dim * mlp_ratio), and a ratio
-# written as a quotient may fall a hair short of the width it stands for.
-_SIZES = {
-    "embed_dim": ("a width of {}", "hidden_dim"),
-    "depth": ("{} blocks", "num_layers"),
-    "num_heads": ("{} heads", "heads"),
-    "patch_size": ("patches of {0[0]}x{0[1]}", "patch_size",
-                   lambda value, sizes: tuple(np.broadcast_to(value, (2,)).tolist())),
-    "in_chans": ("{} input channels", "num_channels"),
-    "mlp_ratio": ("an MLP {} wide", "mlp_width", lambda value, sizes: round(value * sizes["hidden_dim"])),
-    "num_classes": ("{} classes", "num_classes"),
-    "reg_tokens": ("{} registers", "num_registers"),
-    "num_reg_tokens": ("{} registers", "num_registers"),
-}
-
-
 def _sizes(config, mlp_width, tensors):
-    """What the tensors say of `_SIZES`: the reader's `config` (`_read_config`'s), timm's MLP
+    """What the tensors say of `ARGS`' sizes: the reader's `config` (`_read_config`'s), timm's MLP
     width ``int(embed_dim * mlp_ratio)`` as `_read_config` reads it off the weights, and the
-    head count where the queries' norm gives the heads' width."""
-    norm = tensors.get("blocks.0.attn.q_norm.weight")
-    return dict(config, mlp_width=mlp_width, heads=None if norm is None else config["hidden_dim"] // norm.shape[0])
+    head count where the queries' norm gives the heads' width; the attention pool's MLP
+    width, its own."""
+    norm, pool = tensors.get("blocks.0.attn.q_norm.weight"), tensors.get("attn_pool.mlp.fc1.weight")
+    return dict(config, mlp_width=mlp_width, heads=None if norm is None else config["hidden_dim"] // norm.shape[0],
+                pool_mlp_width=None if pool is None else pool.shape[0])
 
 
 def _check_sizes(meta, args, sizes, source):
-    """Refuses a hub folder whose config.json sets a size of `_SIZES` that the weights' `sizes`
+    """Refuses a hub folder whose config.json sets a size of `ARGS` that the weights' `sizes`
     (`_sizes`) contradict, naming the argument and both values: in its ``model_args``, as its
-    ``num_classes``, or as its architecture's width (whose head count `_heads` takes)."""
+    ``num_classes``, or as its timm architecture's width (whose head count `_heads` takes)."""
+    sized = {arg.theirs: arg.size for arg in ARGS if arg.size}
     top = {key: meta[key] for key in ("num_classes",) if key in meta}
     width = {"embed_dim": args["embed_dim"]} if "architecture" in meta and "embed_dim" in args else {}
     for who, values in (("config.json's model_args set", meta.get("model_args") or {}),
                         ("config.json sets", top),
                         (f"config.json names timm's {meta.get('architecture')!r}, built with", width)):
         for arg, value in values.items():
-            if arg not in _SIZES or value is None:
+            if arg not in sized or value is None:
                 continue
-            words, key, *read = _SIZES[arg]
+            key, words, *read = sized[arg]
             stated, theirs = read[0](value, sizes) if read else int(value), sizes[key]
             if theirs is not None and stated != theirs:
                 raise CheckpointError(
@@ -207,7 +280,7 @@ def _check_sizes(meta, args, sizes, source):
 
 
 def _heads(args, hidden_dim, num_heads, source):
-    """The head count: given; else the architecture's arguments (`architecture_args`);
+    """The head count: given; else its timm architecture's arguments (`timm_architecture_args`);
     else, for a bare file, timm's standard widths. Never a guess."""
     if num_heads is None:
         num_heads = args.get("num_heads") or _HEADS_BY_WIDTH.get(hidden_dim)
@@ -225,27 +298,23 @@ def _heads(args, hidden_dim, num_heads, source):
 def _numerics(meta, args):
     """A timm model's MLP activation (our ``mlp_activation`` and
     ``gelu_approximate``; ``"silu"``: a gated MLP's) and LayerNorm epsilon:
-    from its architecture's arguments, where keras_vit reads released weights'
+    from its timm architecture's arguments, where keras_vit reads released weights'
     own activation over timm's entry point (QuickGELU CLIPs, SigLIP's tanh GELU)."""
-    architecture = str(meta.get("architecture", ""))
+    timm_architecture = str(meta.get("architecture", ""))
     pretrained_cfg = meta.get("pretrained_cfg") or {}
     tag = str(pretrained_cfg.get("tag", "")).split(".")[0]
     notes = " ".join(map(str, pretrained_cfg.get("notes") or ()))
     act = _layer(args["act_layer"])[0] if args.get("act_layer") else None
     if act is None:
-        if "quickgelu" in architecture or "natively QuickGELU" in notes or (
-                "_clip_" in architecture and tag in _QUICKGELU_TAGS):
+        if "quickgelu" in timm_architecture or "natively QuickGELU" in notes or (
+                "_clip_" in timm_architecture and tag in _QUICKGELU_TAGS):
             act = "quickgelu"
-        elif "siglip" in architecture:
+        elif "siglip" in timm_architecture:
             act = "gelutanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
         else:
             act = "gelu"
-    if act == "silu":
-        activation = {"mlp_activation": "silu", "gelu_approximate": False}
-    else:
-        name = {name.replace("_", ""): name for name in _ACT_LAYERS}[act]
-        activation = r.read_settings([_ACT_LAYER], {"act_layer": name}, "timm's act_layer")
-    return activation, architecture_epsilon(args)
+    read = {name.replace("_", ""): pair for name, pair in _ACT_LAYERS.items()}.get(act, ("silu", False))
+    return dict(zip(_ACT_LAYER.ours, read)), timm_epsilon(args)
 
 
 _B = "blocks.{i}."
@@ -318,7 +387,6 @@ def _block_rows(unpacked, split=False):
 
 
 _MAP = (lambda c: c.pooling == "map")
-_POOL_IN, _POOL_BIAS = r.pooling_heads(r.HEADS_IN), r.pooling_heads(r.HEADS_BIAS)
 EMBED_ROWS = [
     *r.dense_rows("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
              has_bias=lambda c: c.patch_bias),
@@ -333,12 +401,12 @@ TOP_ROWS = [
     *r.norm_rows("encoder_norm", "norm", r.TORCH, when=lambda c: c.final_norm and not c.fc_norm),
     *r.norm_rows("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
     r.row("pooling/probe", "attn_pool.latent", when=_MAP),
-    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, _POOL_IN, _POOL_BIAS, _MAP),
+    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, r.POOL_IN, r.POOL_BIAS, _MAP),
     r.row(("pooling/attention/key/kernel", "pooling/attention/value/kernel"), "attn_pool.kv.weight",
-          r.fused(2, _POOL_IN), when=_MAP),
+          r.fused(2, r.POOL_IN), when=_MAP),
     r.row(("pooling/attention/key/bias", "pooling/attention/value/bias"), "attn_pool.kv.bias",
-          r.fused(2, _POOL_BIAS), when=_MAP),
-    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.pooling_heads(r.HEADS_OUT), when=_MAP),
+          r.fused(2, r.POOL_BIAS), when=_MAP),
+    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.POOL_OUT, when=_MAP),
     *r.norm_rows("pooling/norm", "attn_pool.norm", r.TORCH, when=_MAP),
     *r.dense_rows("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
     *r.dense_rows("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
@@ -359,14 +427,14 @@ def key_map(c, unpacked=False, split=False):
 
 def unpacked_swiglu(c):
     """Whether `write_timm` writes `c`'s SwiGLU unpacked: as AIMv2's architecture
-    (`written_architecture`) has it, and timm's Eva where the MLP has a norm (EVA-02 B's)."""
-    return c.mlp_activation == "swiglu" and (written_architecture(c).startswith("aimv2")
+    (`written_timm_architecture`) has it, and timm's Eva where the MLP has a norm (EVA-02 B's)."""
+    return c.mlp_activation == "swiglu" and (written_timm_architecture(c).startswith("aimv2")
                                              or (c.uses_rope and c.mlp_norm))
 
 
 def split_qkv(c):
     """Whether `write_timm` writes `c`'s EvaAttention with q, k and v apart: EVA-02 B's."""
-    return _eva(c) and written_architecture(c).startswith("eva02_base")
+    return _eva(c) and written_timm_architecture(c).startswith("eva02_base")
 
 
 def mlp_ratio_factor(c):
@@ -399,8 +467,8 @@ def _pad_position_embeddings(tensors, no_embed_class):
 
 def _read_config(tensors, meta, args, num_heads, source):
     """The model's `ViT` arguments, from the hub config `meta`, the
-    arguments its architecture is built with (`architecture_args`) and the
-    tensors' names and shapes."""
+    arguments its timm architecture is built with (`timm_architecture_args`)
+    and the tensors' names and shapes."""
     kernel = tensors["patch_embed.proj.weight"]
     hidden_dim = kernel.shape[0]
     activation, epsilon = _numerics(meta, args)
@@ -433,7 +501,7 @@ def _read_config(tensors, meta, args, num_heads, source):
     mlp_width = fc2.shape[1] if args.get("use_rot_pos_emb") else fc1.shape[0]
     _check_sizes(meta, args, _sizes(config, mlp_width, tensors), source)
     config["num_heads"] = _heads(args, hidden_dim, num_heads, source)
-    # timm's RmsNorm (its LayerNorms always have a bias): by the architecture, or a bare file's keys
+    # timm's RmsNorm (its LayerNorms always have a bias): by the timm architecture, or a bare file's keys
     if _layer(args.get("norm_layer") or "layernorm")[0] == "rmsnorm" or "blocks.0.norm1.bias" not in tensors:
         config.update(norm_type="rms_norm", norm_bias=False)
     if config["mlp_activation"] == "silu":
@@ -443,18 +511,9 @@ def _read_config(tensors, meta, args, num_heads, source):
         config["layer_scale_init"] = args.get("init_values") or 1e-5
     if "pre_logits.fc.weight" in tensors:
         config["representation_size"] = tensors["pre_logits.fc.weight"].shape[0]
-    config["pooling"] = "map" if "attn_pool.latent" in tensors else "token" if "cls_token" in tensors else "gap"
-    if "cls_token" in tensors and config["pooling"] != "map":
-        pool = meta.get("global_pool", args.get("global_pool", "token"))
-        if pool not in ("token", "", "avg"):
-            raise CheckpointError(
-                f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
-                "reads 'token', 'avg' (the patch tokens' mean) and 'map'.")
-        config.update(r.read_settings([_GLOBAL_POOL], {"global_pool": pool}, source))
-    if "cls_token" in tensors and config["pooling"] != "token":
-        config["class_token"] = True  # beside the pooling, which does not read it
+    config.update(_pooling(meta, args, tensors, source))
     if args.get("use_rot_pos_emb"):
-        config.update(_eva_config(args, tensors, config))
+        config.update(_eva_config(args, tensors, config, source))
     pretrained_cfg = meta.get("pretrained_cfg") or {}
     if "mean" in pretrained_cfg and "std" in pretrained_cfg:  # timm's normalisation of [0, 1] pixels
         config.update(scaling_of_normalization(pretrained_cfg["mean"], pretrained_cfg["std"], config["num_channels"]))
@@ -464,25 +523,63 @@ def _read_config(tensors, meta, args, num_heads, source):
     return config
 
 
-def _eva_config(args, tensors, config):
+def _pooling(meta, args, tensors, source):
+    """The pooling (and a [class] token beside one that does not read it): the attention pool's
+    where its keys are there, else, beside a [class] token, config.json's ``global_pool``."""
+    pooling = "map" if "attn_pool.latent" in tensors else "token" if "cls_token" in tensors else "gap"
+    if "cls_token" in tensors and pooling != "map":
+        pool = meta.get("global_pool", args.get("global_pool", "token"))
+        if pool not in ("token", "", "avg"):
+            raise CheckpointError(
+                f"{source}: global_pool {pool!r} over a model with a [class] token; keras_vit "
+                "reads 'token', 'avg' (the patch tokens' mean) and 'map'.")
+        pooling = _POOLS[pool or "token"]
+    return dict(pooling=pooling, **({"class_token": True} if "cls_token" in tensors and pooling != "token" else {}))
+
+
+def _eva_config(args, tensors, config, source):
     """EVA-02's, the Perception Encoder's and timm's rotary ViTs' options in
     timm's Eva `args`: rotary embeddings on the index grid (timm's
-    ``RotaryEmbeddingCat``) beside the learned table or alone, EvaAttention's missing key bias, Eva's LayerScale
-    (``gamma_1``, ``gamma_2``) and the MAP head's own size."""
-    reference = args.get("ref_feat_shape")
-    eva = dict(position_embedding="learned_rope" if args["use_abs_pos_emb"] else "rope", rope_grid="index",
-               rope_theta=float(args["rope_temperature"]), rope_grid_offset=float(args["rope_grid_offset"]),
-               rope_grid_indexing=args["rope_grid_indexing"],
-               rope_reference_grid=None if reference is None else tuple(np.broadcast_to(reference, (2,)).tolist()),
-               key_bias=args["attn_type"] != "eva" or not config["qkv_bias"])  # EvaAttention's: none
+    ``RotaryEmbeddingCat``) beside the learned table or alone (`ARGS`' rows of
+    their fields), EvaAttention's missing key bias, Eva's LayerScale
+    (``gamma_1``, ``gamma_2``) and the attention pool's own size, never held to
+    the blocks' rules (`r.POOL_IN`). Its pool's MLP is GELU whatever the blocks' MLP:
+    beside SwiGLU blocks, which keras_vit's pool follows, it is refused."""
+    eva = dict(r.read_settings([arg for arg in _of("Eva").values() if arg.ours], args, source), rope_grid="index",
+               key_bias=args.get("attn_type", "eva") != "eva" or not config["qkv_bias"])  # EvaAttention's: none
     if "blocks.0.gamma_1" in tensors:
         eva["layer_scale_init"] = args.get("init_values") or 1e-5
     if "attn_pool.latent" in tensors:
+        if config["mlp_activation"] == "swiglu":
+            raise CheckpointError(
+                f"{source}: timm's Eva builds its attention pool with a GELU MLP beside SwiGLU blocks "
+                "(swiglu_mlp with global_pool='map'), and keras_vit's attention pool runs the blocks' "
+                "MLP activation. Nothing was read.")
         heads = args.get("attn_pool_num_heads") or config["num_heads"]
         width = tensors["attn_pool.mlp.fc1.weight"].shape[0]
         eva.update(pooling_num_heads=None if heads == config["num_heads"] else heads,
                    pooling_mlp_dim=None if width == config["mlp_dim"] else width)
     return eva
+
+
+def _pool_refusal(meta, args, tensors):
+    """Why a file whose attention pool sits beside prefix tokens is not read, or None.
+    keras_vit's attention pool takes every token, as timm's Eva does and its
+    VisionTransformer with ``pool_include_prefix``; a bare file of such keys
+    (no config.json) is the Perception Encoder's kind, whose rotary embeddings
+    and LayerNorm epsilon no tensor records."""
+    if ("attn_pool.latent" not in tensors or not any(k in tensors for k in _PREFIX_TOKENS)
+            or args.get("use_rot_pos_emb") or args.get("pool_include_prefix")):
+        return None
+    if "architecture" not in meta and not meta.get("model_args"):
+        return ("its keys show an attention-pooling head beside a [class] token or registers, as timm's "
+                "Eva of the Perception Encoder (vit_pe_core_*) has them, whose rotary embeddings and "
+                "LayerNorm epsilon are in no tensor: keras_vit reads a file as its timm architecture, "
+                "never by matching key names. Read the timm hub folder: this model.safetensors beside the "
+                "config.json timm saved with it (save_for_hf; the Hub's timm/<architecture> folders have "
+                "it), which names its architecture and model_args")
+    return ("its attention pool takes the patch tokens alone (timm's VisionTransformer without "
+            "pool_include_prefix), and keras_vit's takes every token, the [class] token and registers too")
 
 
 def read_timm(path, num_heads=None):
@@ -491,7 +588,10 @@ def read_timm(path, num_heads=None):
     the paper's ViT and the family timm keeps in ``VisionTransformer``:
     DeiT (distilled), DINOv2 (registers, LayerScale, SwiGLU), CLIP (a
     LayerNorm before the encoder, no patch bias, QuickGELU), SigLIP (MAP),
-    ``fc_norm`` and ``qk_norm``. A key it does not know is refused by name."""
+    AIMv2, RADIO, ``fc_norm`` and ``qk_norm``; and, by its config.json alone,
+    the rotary models timm keeps in ``Eva``: EVA-02 and its CLIP towers, the
+    Perception Encoder, timm's rotary ViTs. A key it does not know is refused
+    by name, and a file is read as its timm architecture, never by its keys."""
     path = pathlib.Path(path)
     meta = {}
     if path.is_dir():
@@ -500,7 +600,10 @@ def read_timm(path, num_heads=None):
     source = f"timm checkpoint {path}"
     tensors = load_safetensors(path)
     unpacked = "blocks.0.mlp.fc1_g.weight" in tensors  # timm's SwiGLU (AIMv2)
-    args = architecture_args(meta, source)
+    args = timm_architecture_args(meta, source)
+    refusal = _pool_refusal(meta, args, tensors)
+    if refusal:
+        raise CheckpointError(f"{source}: {refusal}. Nothing was read.")
     table = args.get("use_abs_pos_emb", True)  # Eva's rotary ViTs may have no position table
     r.require_keys(tensors, ("patch_embed.proj.weight", *["pos_embed"] * table, "blocks.0.mlp.fc1_x.weight"
                              if unpacked else "blocks.0.mlp.fc1.weight", "blocks.0.mlp.fc2.weight"), source)
@@ -515,8 +618,8 @@ def read_timm(path, num_heads=None):
         config["image_size"] = tuple(g * p for g, p in zip(grid, config["patch_size"]))
     c = config_view(config)
     state = r.move(key_map(c, unpacked, "blocks.0.attn.q_proj.weight" in tensors), tensors, c, source)
-    architecture = str(meta.get("architecture", ""))  # its own resampling: DINOv2's, RADIO's (CPE)
-    method = "dinov2" if "dinov2" in architecture else "cpe" if "_radio_" in architecture else "bilinear"
+    timm_architecture = str(meta.get("architecture", ""))  # its own resampling: DINOv2's, RADIO's (CPE)
+    method = "dinov2" if "dinov2" in timm_architecture else "cpe" if "_radio_" in timm_architecture else "bilinear"
     return Checkpoint(config, state, source, grid, patches, resample_method=method)
 
 
@@ -527,19 +630,23 @@ _BARE = {
     "gelu_approximate": lambda c: c.gelu_approximate if c.mlp_activation == "gelu" else None,
     "layer_norm_epsilon": lambda c: c.layer_norm_epsilon,
     "pooling": lambda c: c.pooling,
+    "position_embedding": lambda c: c.position_embedding,
 }
 
 
 def _check_bare(model, tensors):
     """Refuses to write `model` as a bare timm ``.safetensors`` file (its
     `tensors` alone) where reading the file back would build another model:
-    the tensors do not record the activation's form, the LayerNorm epsilon
-    or the pooling, and a reader takes timm's defaults (exact GELU, 1e-6,
-    the [class] token)."""
+    the tensors do not record the activation's form, the LayerNorm epsilon,
+    the pooling or rotary embeddings, and a reader takes timm's defaults (exact
+    GELU, 1e-6, the [class] token, a learned table); nor is an attention pool
+    beside prefix tokens read without config.json (`_pool_refusal`)."""
     c = model.config
     read = config_view(_read_config(tensors, {}, {}, c.num_heads, "the file"))
     lost = [f"{name}={get(c)!r} (it would read as {get(read)!r})"
             for name, get in _BARE.items() if get(c) is not None and get(read) != get(c)]
+    if _pool_refusal({}, {}, tensors):
+        lost.append("its attention pool beside prefix tokens (refused without config.json)")
     if lost:
         raise ValueError(
             f"{model.name} cannot be written as a bare timm .safetensors file: the file holds "
@@ -548,18 +655,18 @@ def _check_bare(model, tensors):
             "config.json records them).")
 
 
-def written_architecture(c):
+def written_timm_architecture(c):
     """The timm architecture `write_timm` names for a `ViTConfig` `c`: the
     model class and what ``model_args`` cannot say (the LayerNorm epsilon,
     `written_epsilon`); ``model_args`` give every size."""
     return ("deit_base_distilled_patch16_224" if c.distillation
-            else _eva_architecture(c) if c.uses_rope and c.rope_grid == "index"
+            else _written_eva_architecture(c) if c.uses_rope and c.rope_grid == "index"
             else "aimv2_large_patch14_224" if c.norm_type == "rms_norm"
             else "vit_giant_patch14_dinov2" if c.mlp_activation == "swiglu"
             else "vit_base_patch16_clip_224" if c.norm_pre else "vit_base_patch16_224")
 
 
-def _eva_architecture(c):
+def _written_eva_architecture(c):
     """The timm ``Eva`` architecture `write_timm` names for a rotary `c`: one whose
     defaults ``model_args`` need not take away: a reference grid (PE's, whose
     epsilon is 1e-5; EVA-02's, 1e-6, with q, k and v apart where its MLP has a
@@ -578,52 +685,15 @@ def _eva_architecture(c):
 
 
 def written_epsilon(c):
-    """The LayerNorm epsilon of `written_architecture`: the only one a timm folder holds for `c`."""
-    return architecture_epsilon(architectures()["architectures"][written_architecture(c)]["args"])
+    """The LayerNorm epsilon of `written_timm_architecture`: the only one a timm folder holds for `c`."""
+    return timm_epsilon(architectures()["architectures"][written_timm_architecture(c)]["args"])
 
 
-def _model_args(c):
-    """timm's VisionTransformer (or VisionTransformerDistilled) arguments of `c`."""
-    model_args = dict(
-        img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
-        embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads,
-        mlp_ratio=mlp_ratio_factor(c) * c.mlp_dim / c.hidden_dim, qkv_bias=c.qkv_bias, proj_bias=c.out_bias,
-        num_classes=c.num_classes, class_token=c.uses_class_token, reg_tokens=c.num_registers,
-        fc_norm=c.fc_norm, final_norm=c.final_norm, qk_norm=c.qk_norm,
-        pre_norm=c.norm_pre, **r.write_settings([_GLOBAL_POOL], c),
-        # the gated MLPs' SiLU is their architecture's (DINOv2 giant's, AIMv2's)
-        **r.write_settings([dataclasses.replace(_ACT_LAYER, when=lambda c: c.mlp_activation != "swiglu")], c),
-    )
-    if c.distillation:  # deit.py's VisionTransformerDistilled has no reg_tokens argument
-        del model_args["reg_tokens"]
-    # No LayerScale: 0, which timm's Block reads as none (create_model drops a None, and the
-    # architecture may have its own, as DINOv2's has)
-    model_args["init_values"] = 0 if c.layer_scale_init is None else c.layer_scale_init
-    if c.norm_type == "rms_norm" and not c.patch_norm:  # AIMv2's architecture has the patches' norm
-        model_args["embed_norm_layer"] = None
-    return model_args
-
-
-def _eva_model_args(c):
-    """timm's Eva arguments of a rotary `c`, over EVA-02's or the Perception
-    Encoder's architecture (`written_architecture`): each one they set is written."""
-    model_args = dict(
-        img_size=list(c.image_size), patch_size=list(c.patch_size), in_chans=c.num_channels,
-        embed_dim=c.hidden_dim, depth=c.num_layers, num_heads=c.num_heads, mlp_ratio=c.mlp_dim / c.hidden_dim,
-        qkv_bias=c.qkv_bias, num_classes=c.num_classes, class_token=c.uses_class_token,
-        num_reg_tokens=c.num_registers,
-        attn_type="eva" if _eva(c) else "rope", qkv_fused=not split_qkv(c),
-        swiglu_mlp=c.mlp_activation == "swiglu", scale_mlp=c.mlp_norm, scale_attn_inner=c.attention_norm,
-        use_pre_transformer_norm=c.norm_pre, use_fc_norm=c.fc_norm,
-        use_post_transformer_norm=c.final_norm and not c.fc_norm, **r.write_settings([_GLOBAL_POOL], c),
-        use_abs_pos_emb=c.position_table == "learned",
-        ref_feat_shape=c.rope_reference_grid and list(c.rope_reference_grid), rope_grid_offset=c.rope_grid_offset,
-        rope_grid_indexing=c.rope_grid_indexing, rope_temperature=c.rope_theta,
-        attn_pool_num_heads=c.pooling_num_heads or c.num_heads,
-        attn_pool_mlp_ratio=(c.pooling_mlp_dim or c.mlp_dim) / c.hidden_dim)
-    if c.layer_scale_init is not None:  # Eva's None (no gammas) is its default
-        model_args["init_values"] = c.layer_scale_init
-    return {k: v for k, v in model_args.items() if v is not None}  # None: the architecture's
+def _written_args(c):
+    """timm's arguments of a `ViTConfig` `c` (`ARGS`), for the model class of its timm
+    architecture (`written_timm_architecture`): each one that architecture sets, written."""
+    timm_class = "Eva" if c.uses_rope else "VisionTransformerDistilled" if c.distillation else "VisionTransformer"
+    return r.write_settings([arg for arg in _of(timm_class).values() if arg.write], c)
 
 
 def _table_of_the_patches(c, tensors):
@@ -643,18 +713,19 @@ def _table_of_the_patches(c, tensors):
 
 
 def write_timm(model, path):
-    """`model` as a timm ``VisionTransformer`` state dict: a ``.safetensors``
-    file, or a hub folder with its ``config.json`` (``model_args``)."""
+    """`model` as a timm ``VisionTransformer`` state dict (``Eva``'s, where its
+    position embeddings are rotary): a ``.safetensors`` file, or a hub folder
+    with its ``config.json`` (``model_args``, `_written_args`)."""
     c = model.config
     tensors = r.write_rows(key_map(c, unpacked_swiglu(c), split_qkv(c)), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
         _check_bare(model, tensors)
         files.write_atomic(path, safetensors_bytes(tensors))
         return
-    model_args = _eva_model_args(c) if c.uses_rope else _model_args(c)
+    model_args = _written_args(c)
     model_args["no_embed_class"] = _table_of_the_patches(c, tensors)
     config = {
-        "architecture": written_architecture(c),
+        "architecture": written_timm_architecture(c),
         "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],
         "model_args": model_args,
         # mean and std of pixels in [0, 1]: the model's scaling (the paper's [-1, 1]: 0.5 and 0.5)

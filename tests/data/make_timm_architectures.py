@@ -1,13 +1,17 @@
 """Makes keras_vit/weights/timm_architectures.json, timm's table of the
 architectures keras_vit's timm reader looks up, and tests/data/timm/, small
-small random timm models saved as timm saves them for the hub: of the
+random timm models saved as timm saves them for the hub: of the
 newer encoders keras_vit reads, with timm's logits, and of families it
 refuses by name.
 
 Made with timm 1.0.31, torch 2.13.0 CPU, as ../shared/tools/timm_reference/README.md says:
 
     PYTHONPATH="$TIMM_DIR:$PWD/../shared/tools/timm_reference" \\
-        .venv/bin/python tests/data/make_timm_architectures.py
+        .venv/bin/python tests/data/make_timm_architectures.py [NAME ...]
+
+Without names it makes every model and the table; with names (keys of `ARCHITECTURES`),
+those models alone. ``pe_core_pool_heads`` was made alone (``... make_timm_architectures.py
+pe_core_pool_heads``); the others by a run without names.
 
 **The table** holds every architecture timm registers in its
 ``vision_transformer``, ``deit`` and ``eva`` modules: the module, the model
@@ -21,7 +25,8 @@ them (``deprecated``: an old name and the ``architecture.tag`` it stands for). T
 ``model.safetensors``, written by timm's own ``save_for_hf``; ``<name>.npz``:
 ``images`` (2, 32, 32, 3), channels last, and timm's ``logits``): each
 architecture's entry point at 32 px in 8x8 patches, 2 blocks, width 32,
-4 heads, 5 classes, its weights moved away from their initial values (`MOVED`).
+4 heads, 5 classes (`SMALL`; an entry's own arguments over them), its weights moved away
+from their initial values (`MOVED`).
 """
 
 import functools
@@ -65,12 +70,16 @@ ARCHITECTURES = {  # name: (architecture, its arguments beside SMALL)
     # timm's rotary ViTs with registers (SBB's vit_*_patch16_rope_reg*_gap_256): EvaAttention, a register token
     # and no [class] token, the patch tokens' mean
     "rope_registers": ("vit_medium_patch16_rope_reg1_gap_256", dict(ref_feat_shape=(4, 4))),
+    # PE core as its architecture builds it, 48 wide in 16x16 patches: 4 heads of 12 in the blocks, its
+    # attention pool's own 8 heads of 6 (attn_pool_num_heads), too narrow for rotary embeddings, which
+    # never reach the pool
+    "pe_core_pool_heads": ("vit_pe_core_tiny_patch16_384", dict(embed_dim=48, patch_size=16)),
 }
 
 # How far each model's weights are moved (normal noise of this scale): 0.3, and 0.1 for PE's,
 # whose logits after its attention pooling and head would otherwise reach 18, where float32
 # rounding alone is some 1e-5, and for EVA-02 CLIP's (at 0.3, 4e-6 of rounding on XLA's CPU)
-MOVED = {"pe_core": 0.1, "pe_spatial": 0.1, "eva02_clip": 0.1}
+MOVED = {"pe_core": 0.1, "pe_spatial": 0.1, "eva02_clip": 0.1, "pe_core_pool_heads": 0.1}
 
 
 class _Recorded(Exception):
@@ -113,11 +122,14 @@ def table():
     return recorded
 
 
-def save_models():
+def save_models(names):
+    """Each of `names` (keys of `ARCHITECTURES`) made and saved in turn after the images: a model
+    depends on the random state the one before it left, so remake them in the order they were made."""
     torch.manual_seed(0)
     images = torch.rand(2, 3, 32, 32) * 2 - 1
-    for name, (architecture, extra) in ARCHITECTURES.items():
-        model = timm.create_model(architecture, pretrained=False, **SMALL, **extra).eval()
+    for name in names:
+        architecture, extra = ARCHITECTURES[name]
+        model = timm.create_model(architecture, pretrained=False, **{**SMALL, **extra}).eval()
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.add_(MOVED.get(name, 0.3) * torch.randn_like(parameter))
@@ -127,8 +139,11 @@ def save_models():
                             images=images.permute(0, 2, 3, 1).numpy(), logits=logits)
 
 
-def main():
-    save_models()  # before table(), which replaces the builder
+def main(names):
+    """Makes the models `names` alone, or, given none, every model and then the table."""
+    save_models(names or ARCHITECTURES)  # before table(), which replaces the builder
+    if names:
+        return
     architectures = table()
     deprecated = {old: new for old, new in _registry._deprecated_models.items()
                   if new and new.split(".")[0] in architectures}
@@ -141,4 +156,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

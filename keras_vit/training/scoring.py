@@ -1,4 +1,4 @@
-"""Evaluation: top-1 accuracy, and the paper's few-shot linear evaluation.
+"""Scoring a trained model: top-1 accuracy, and the paper's few-shot linear evaluation.
 
 Few-shot (Sec. 4.1): "we solve a regularized least-squares regression problem
 that maps the (frozen) representation of a subset of training images to
@@ -67,7 +67,7 @@ def predict_features(model, dataset):
         ```python
         from keras_vit import ViT
         from keras_vit.data import input_pipeline
-        from keras_vit.training.evaluation import feature_extractor, predict_features
+        from keras_vit.training.scoring import feature_extractor, predict_features
 
         model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                     num_classes=10, representation_size=8)
