@@ -51,7 +51,7 @@ from keras_vit.startup import progress_verbose
 from keras_vit.startup import quiet_start
 from keras_vit.weights.formats import FORMATS
 
-# evaluate --benchmark's choices (keras_vit.evaluation.BENCHMARKS), named here
+# evaluate --benchmark's choices (the evaluation protocols, keras_vit.evaluation.PROTOCOLS), named here
 # so that --help imports no NumPy; tests/test_evaluation.py keeps them equal.
 BENCHMARK_NAMES = ("imagenet", "imagenet_real", "imagenet_v2", "imagenet_sketch", "imagenet_a",
                    "imagenet_r", "cifar10", "cifar100", "pets", "flowers", "vtab1k", "knn", "linear",
@@ -344,27 +344,27 @@ def _explain(args):
     return 0
 
 
-def _benchmarks(args):
-    """``evaluate --benchmark``: `keras_vit.evaluation.evaluate_benchmarks`."""
-    from keras_vit.evaluation import evaluate_benchmarks
-    from keras_vit.evaluation.benchmarks import TABLE
-    from keras_vit.evaluation.benchmarks import check_benchmarks
+def _protocols(args):
+    """``evaluate --benchmark``: `keras_vit.evaluation.evaluate_protocols`."""
+    from keras_vit.evaluation import evaluate_protocols
+    from keras_vit.evaluation.protocols import TABLE
+    from keras_vit.evaluation.protocols import check_protocols
     from keras_vit.io import files
 
     if not args.out:
         raise ValueError("--benchmark writes results.json and results.md: give the folder with --out.")
-    check_benchmarks(args.benchmark)  # before the model is read (or downloaded)
+    check_protocols(args.benchmark)  # before the model is read (or downloaded)
     out = files.output_folder(args.out, "--out")
     changed = args.image_size or args.dtype or args.max_num_patches
     model = _naflex_model(_load_model(args.model, args.image_size, dtype=args.dtype),
                           args.max_num_patches, args.model) if changed else args.model
-    results = evaluate_benchmarks(
+    results = evaluate_protocols(
         model, args.benchmark, out, published_as=args.published_as, dataset=args.dataset,
         split=args.split, train_split=args.train_split, data_dir=args.data_dir,
         batch_size=args.batch_size, tasks=args.tasks, sweep=args.sweep, lr_grid=args.lr_grid,
         finetune=args.finetune, k=args.k, temperature=args.temperature, templates=args.templates)
     print((pathlib.Path(out) / TABLE).read_text(encoding="utf-8"))
-    print(f"results: {pathlib.Path(out) / 'results.json'} ({len(results['benchmarks'])} benchmarks)")
+    print(f"results: {pathlib.Path(out) / 'results.json'} ({len(results['benchmarks'])} protocols)")
     return 0
 
 
@@ -375,7 +375,7 @@ def _evaluate(args):
     from keras_vit.training.run import pixel_scaling
 
     if args.benchmark:
-        return _benchmarks(args)
+        return _protocols(args)
     model = _load_model(args.model, args.image_size, dtype=args.dtype)
     if not isinstance(model, ViT):
         raise ValueError(
@@ -451,7 +451,7 @@ def _convert(args):
         raise ValueError(f"{args.checkpoint} holds a {type(model).__name__}, not a ViT; "
                          f"--format {args.format} writes a ViT.")
     else:
-        model.save_checkpoint(args.output, format=args.format)
+        model.save_checkpoint(args.output, checkpoint_format=args.format)
     print(f"wrote {args.output} ({args.format}): {type(model).__name__}, "
           f"{model.count_params():,} parameters, {model.image_size[0]}x{model.image_size[1]} px")
     return 0
@@ -627,11 +627,14 @@ def _add_recipes(commands):
 
 def _add_predict(commands):
     """``predict``: the top-k classes of image files."""
+    from keras_vit.export.routes import ROUTES
+
+    artifacts = ", ".join(r.suffix or f"a {r.title} folder" for r in ROUTES.values())
     sub = commands.add_parser("predict", help="classify image files",
                               description="Print the top-k classes of each image file. The "
                               "images are read, resized and scaled to [-1, 1] for you. MODEL may also "
-                              "be an artifact of keras-vit export (.onnx, .xml, .tflite, .pt2, a "
-                              "SavedModel folder), run in its own runtime with the class names it holds.")
+                              f"be an artifact of keras-vit export ({artifacts}), run in its own runtime "
+                              "with the class names it holds.")
     sub.add_argument("model", help=MODEL_HELP)
     _classify_flags(sub)
 
@@ -667,8 +670,8 @@ def _add_evaluate(commands):
     _max_num_patches_flag(sub)
     _dtype_flag(sub)
     paper = sub.add_argument_group(
-        "the paper's benchmarks (docs/evaluation.md)",
-        "--benchmark runs named evaluations and writes results.json and results.md (ours beside "
+        "the paper's evaluation protocols (docs/evaluation.md)",
+        "--benchmark runs named evaluation protocols and writes results.json and results.md (ours beside "
         "the published numbers) into --out; started again with the same flags, it continues.")
     paper.add_argument("--benchmark", metavar="NAME,NAME", help=f"any of: {', '.join(BENCHMARK_NAMES)}")
     paper.add_argument("--out", help="the folder of the results and of any fine-tuning runs")

@@ -612,12 +612,14 @@ class ViT(keras.Model):
         ``.keras`` file and a preset's name too."""
         return load_checkpoint(cls, path, image_size, num_classes, resample_method, **overrides)
 
-    def save_checkpoint(self, path, format="npz"):
+    def save_checkpoint(self, path, checkpoint_format=None, *, format=None):
         """`keras_vit.weights.save_checkpoint`: this model as a vit_jax
-        ``.npz`` (``format="npz"``), a Hugging Face directory (``"huggingface"``),
-        a timm ``.safetensors`` file or hub directory (``"timm"``) or a keras-hub
-        preset (``"keras_hub"``), which `from_checkpoint` (and those libraries) read back."""
-        return save_checkpoint(self, path, format)
+        ``.npz`` (``checkpoint_format="npz"``, the default), a Hugging Face
+        directory (``"huggingface"``), a timm ``.safetensors`` file or hub
+        directory (``"timm"``) or a keras-hub preset (``"keras_hub"``), which
+        `from_checkpoint` (and those libraries) read back. `format`:
+        deprecated, `checkpoint_format`."""
+        return save_checkpoint(self, path, checkpoint_format, format=format)
 
     def with_image_size(self, image_size, method="bilinear"):
         """`keras_vit.variants.with_image_size`: this model at another resolution."""

@@ -174,7 +174,7 @@ def test_what_the_table_writes_reads_back(tmp_path, format, config):
         table[:, 1:1 + model.num_registers] = 0
         model.parts.position_embedding.embeddings.assign(table)
     path = tmp_path / ("out.npz" if format == "npz" else "out")
-    model.save_checkpoint(path, format=FORMAT_OF[format])
+    model.save_checkpoint(path, checkpoint_format=FORMAT_OF[format])
     size = {"image_size": model.image_size} if model.position_embedding == "sincos2d" else {}
     back = ViT.from_checkpoint(path, **size)
     x = np.random.default_rng(1).normal(size=(1, *model.image_size, 3)).astype("float32")

@@ -251,7 +251,7 @@ def test_a_load_parses_each_file_once(tmp_path, monkeypatch):
     read_json = files.read_json
     monkeypatch.setattr(files, "read_json", lambda path, **k: parsed.append(path.name) or read_json(path, **k))
     for format in ("timm", "huggingface"):
-        folder = model.save_checkpoint(tmp_path / format, format=format)
+        folder = model.save_checkpoint(tmp_path / format, checkpoint_format=format)
         parsed.clear()
         read_checkpoint(folder)
         assert sorted(parsed) == sorted({*parsed}) and "config.json" in parsed, (format, parsed)

@@ -183,7 +183,7 @@ def test_released_name_downloads_loads_and_names_classes(server, monkeypatch, tm
     params, data = npz_bytes(num_classes=1000)
     server.files["/vit_models/tiny.npz"] = data
     entry = released.PretrainedWeights(
-        name="vit_ti16.test_in1k", architecture="vit_ti16", format="npz",
+        name="vit_ti16.test_in1k", preset="vit_ti16", format="npz",
         url=server.url("/vit_models/tiny.npz"), image_size=32, num_classes=1000, top1=None,
         pretraining="ImageNet-1k", class_names="imagenet1k", reference="this test",
         sha256=hashlib.sha256(data).hexdigest(), size=len(data))

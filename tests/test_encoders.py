@@ -91,7 +91,7 @@ def test_logits_are_timms(encoder):
 
 def test_written_back_in_timms_layout(encoder, tmp_path):
     family, model, images, logits = encoder
-    folder = model.save_checkpoint(tmp_path / "timm", format="timm")
+    folder = model.save_checkpoint(tmp_path / "timm", checkpoint_format="timm")
     ours, theirs = load_safetensors(folder / "model.safetensors"), load_safetensors(TIMM / family / "model.safetensors")
     assert {k: v.shape for k, v in ours.items()} == {k: v.shape for k, v in theirs.items()}
     for key, value in theirs.items():

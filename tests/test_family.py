@@ -125,7 +125,7 @@ def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
         at_size = model if size == 32 else ViT.from_checkpoint(tmp_path / "hf", image_size=size)
         np.testing.assert_allclose(to_numpy(at_size(images)), expected, rtol=0, atol=1e-5)
     # written back as a DINOv3ViTModel that transformers loads with the same numbers
-    out = model.save_checkpoint(tmp_path / "out", format="huggingface")
+    out = model.save_checkpoint(tmp_path / "out", checkpoint_format="huggingface")
     back = transformers.DINOv3ViTModel.from_pretrained(out).eval()
     with torch.no_grad():
         for parameter_name, parameter in back.named_parameters():
@@ -143,7 +143,7 @@ def test_a_dinov3_file_gives_transformers_numbers_at_two_sizes(tmp_path, gated):
         with pytest.raises(CheckpointError, match=message):
             ViT.from_checkpoint(out)
     with pytest.raises(ValueError, match="DINOv3ViTModel gives features"):
-        ViT(model.config.replace(num_classes=3)).save_checkpoint(tmp_path / "head", format="huggingface")
+        ViT(model.config.replace(num_classes=3)).save_checkpoint(tmp_path / "head", checkpoint_format="huggingface")
 
 
 def test_huggingface_files_give_transformers_numbers(family):
@@ -340,13 +340,13 @@ def test_an_image_processors_normalisation_is_recorded_and_written_back(tmp_path
     np.testing.assert_allclose(ours, processed(path), rtol=0, atol=1e-5)
     plain = ViT(image_size=28, patch_size=7, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16,
                 num_classes=3, pixel_scale=model.pixel_scale, pixel_offset=model.pixel_offset)
-    out = plain.save_checkpoint(tmp_path / "written", format="huggingface")
+    out = plain.save_checkpoint(tmp_path / "written", checkpoint_format="huggingface")
     np.testing.assert_allclose(processed(out), ours, rtol=0, atol=1e-5)
     again = ViT.from_checkpoint(out)
     np.testing.assert_allclose(again.pixel_scale, model.pixel_scale, rtol=1e-12)
     np.testing.assert_allclose(again.pixel_offset, model.pixel_offset, rtol=1e-12)
     # timm keeps the same normalisation of [0, 1] pixels in its pretrained_cfg
-    timm_out = plain.save_checkpoint(tmp_path / "timm", format="timm")
+    timm_out = plain.save_checkpoint(tmp_path / "timm", checkpoint_format="timm")
     written = json.loads((timm_out / "config.json").read_text())["pretrained_cfg"]
     np.testing.assert_allclose([written["mean"], written["std"]], [mean, std], rtol=1e-12)
     from_timm = ViT.from_checkpoint(timm_out)
@@ -354,5 +354,5 @@ def test_an_image_processors_normalisation_is_recorded_and_written_back(tmp_path
     np.testing.assert_allclose(from_timm.pixel_offset, model.pixel_offset, rtol=1e-12)
     for fmt in ("huggingface", "timm"):  # the paper's [-1, 1] as mean and std 0.5, and back exactly
         paper = ViT.from_checkpoint(plain.with_config(pixel_scale=1 / 127.5, pixel_offset=-1.0)
-                                    .save_checkpoint(tmp_path / f"paper_{fmt}", format=fmt))
+                                    .save_checkpoint(tmp_path / f"paper_{fmt}", checkpoint_format=fmt))
         assert (paper.pixel_scale, paper.pixel_offset) == (1 / 127.5, -1.0)

@@ -315,7 +315,7 @@ def test_zero_shot_classifier_exports_and_predicts_from_the_command_line(tmp_pat
         main(["zero-shot", str(folder), *paths, "--labels", " , "])
     assert "--labels is empty" in capsys.readouterr().err
     # the zero_shot benchmark on an image folder: its class names, the same classifier's top-1
-    from keras_vit.evaluation import evaluate_benchmarks
+    from keras_vit.evaluation import evaluate_protocols
 
     names, labelled = sorted(LABELS), []
     for i, image in enumerate(np.random.default_rng(4).integers(0, 256, (6, 32, 32, 3), np.uint8)):
@@ -325,16 +325,16 @@ def test_zero_shot_classifier_exports_and_predicts_from_the_command_line(tmp_pat
     by_name = zero_shot_classifier(model, names, templates="simple")
     logits = to_numpy(by_name.predict(read_images([p for p, _ in labelled], model=by_name), verbose=0))
     # the two-tower folder by its path: both towers, and k-NN on the image embeddings
-    scores = evaluate_benchmarks(str(folder), "zero_shot,knn", tmp_path / "eval",
+    scores = evaluate_protocols(str(folder), "zero_shot,knn", tmp_path / "eval",
                                  dataset=str(tmp_path / "folder"), train_split="train", split="train",
                                  templates="simple", k=2, verbose=0)["benchmarks"]
     assert scores["zero_shot"]["top1"] == pytest.approx(
         100 * np.mean(logits.argmax(-1) == [y for _, y in labelled]))
     assert scores["knn"]["k"] == 2 and 0 <= scores["knn"]["top1"] <= 100
     with pytest.raises(ValueError, match="needs an image-text model"):
-        evaluate_benchmarks(by_name, "zero_shot", tmp_path / "vit", dataset="digits", verbose=0)
+        evaluate_protocols(by_name, "zero_shot", tmp_path / "vit", dataset="digits", verbose=0)
     with pytest.raises(ValueError, match=r"runs a ViT \(ImageTextModel given\)\. An image-text model runs"):
-        evaluate_benchmarks(model, "imagenet", tmp_path / "two", verbose=0)
+        evaluate_protocols(model, "imagenet", tmp_path / "two", verbose=0)
 
 
 def numpy_losses(matching, logits):

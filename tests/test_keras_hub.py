@@ -61,7 +61,7 @@ def test_a_keras_hub_preset_reads_with_its_numbers_and_writes_back(tmp_path, cas
     assert model.gelu_approximate is False and model.num_classes == (task_args or {}).get("num_classes", 0)
     np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
 
-    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")
+    out = model.save_checkpoint(tmp_path / "out", checkpoint_format="keras_hub")
     config = json.loads((out / "config.json").read_text())
     assert config["registered_name"] == "keras_hub>ViTBackbone"
     if task_args is None:
@@ -98,13 +98,13 @@ def test_a_keras_hub_deit_preset_reads_with_its_numbers(tmp_path, classifier):
     assert model.parts.head_dist is None and model.parts.distillation_average is None
     np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
 
-    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")
+    out = model.save_checkpoint(tmp_path / "out", checkpoint_format="keras_hub")
     back = (keras_hub.models.ImageClassifier if classifier else keras_hub.models.Backbone).from_preset(str(out))
     got = to_numpy(back(IMAGES))
     np.testing.assert_allclose(got if classifier else got[:, 0], expected, rtol=0, atol=1e-5)
     distilled = ViT(**{**model.get_config(), "distillation_head": True, "num_classes": 5})
     with pytest.raises(ValueError, match="DeiT's two heads averaged"):
-        distilled.save_checkpoint(tmp_path / "distilled", format="keras_hub")
+        distilled.save_checkpoint(tmp_path / "distilled", checkpoint_format="keras_hub")
 
 
 @pytest.mark.parametrize("swiglu", [False, True], ids=["dinov2", "dinov2-swiglu"])
@@ -124,7 +124,7 @@ def test_a_keras_hub_dinov2_preset_reads_with_its_numbers(tmp_path, swiglu):
     assert model.layer_scale_init == 1.0 and model.gelu_approximate is False
     np.testing.assert_allclose(to_numpy(model(IMAGES)), expected, rtol=0, atol=1e-5)
 
-    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # at 32 px, written back
+    out = model.save_checkpoint(tmp_path / "out", checkpoint_format="keras_hub")  # at 32 px, written back
     back = keras_hub.models.Backbone.from_preset(str(out))
     assert type(back).__name__ == "DINOV2Backbone"
     np.testing.assert_allclose(to_numpy(back.predict(IMAGES, verbose=0))[:, 0], expected, rtol=0,
@@ -154,7 +154,7 @@ def test_a_keras_hub_dinov3_preset_reads_with_its_numbers_at_any_size(tmp_path, 
     np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(tmp_path / "dinov3", image_size=48)(larger)),
                                to_numpy(at_48.predict(larger, verbose=0))[:, 0], rtol=0, atol=1e-5)
 
-    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # written back
+    out = model.save_checkpoint(tmp_path / "out", checkpoint_format="keras_hub")  # written back
     back = keras_hub.models.Backbone.from_preset(str(out))
     assert type(back).__name__ == "DINOV3Backbone"
     spec = json.loads((out / "config.json").read_text())  # what keras_vit's DINOv3 lacks is named
@@ -175,24 +175,24 @@ def test_what_keras_hub_cannot_express_is_refused(tmp_path):
     paper = ViT(**tiny)  # tanh GELU, as the paper
     with pytest.raises(ValueError, match="cannot be written as a keras-hub ViT preset: it uses "
                        "tanh GELU.*Nothing was written"):
-        paper.save_checkpoint(tmp_path / "tanh", format="keras_hub")
+        paper.save_checkpoint(tmp_path / "tanh", checkpoint_format="keras_hub")
     assert not (tmp_path / "tanh").exists()
     # registers are DINOv2's, which keras-hub keeps headless and with LayerScale
     registers = ViT(**tiny, gelu_approximate=False, num_registers=2, layer_scale_init=1.0)
     with pytest.raises(ValueError, match="keras-hub's DINOV2Backbone is a headless DINOv2"):
-        registers.save_checkpoint(tmp_path / "registers", format="keras_hub")
+        registers.save_checkpoint(tmp_path / "registers", checkpoint_format="keras_hub")
     headless = ViT(**{**tiny, "num_classes": 0}, gelu_approximate=False, num_registers=2)
     with pytest.raises(ValueError, match="registers without LayerScale"):
-        headless.save_checkpoint(tmp_path / "registers", format="keras_hub")
+        headless.save_checkpoint(tmp_path / "registers", checkpoint_format="keras_hub")
     assert not (tmp_path / "registers").exists()
     rope = dict(tiny, gelu_approximate=False, position_embedding="rope", key_bias=False)
     with pytest.raises(ValueError, match="keras-hub's DINOV3Backbone is a headless DINOv3"):
-        ViT(**rope, layer_scale_init=1.0).save_checkpoint(tmp_path / "rope", format="keras_hub")
+        ViT(**rope, layer_scale_init=1.0).save_checkpoint(tmp_path / "rope", checkpoint_format="keras_hub")
     with pytest.raises(ValueError, match="rotary position embeddings without LayerScale"):
-        ViT(**{**rope, "num_classes": 0}).save_checkpoint(tmp_path / "rope", format="keras_hub")
+        ViT(**{**rope, "num_classes": 0}).save_checkpoint(tmp_path / "rope", checkpoint_format="keras_hub")
     with pytest.raises(ValueError, match=r"key_bias=False\), which keras-hub has for DINOv3"):
         ViT(**{**tiny, "key_bias": False}, gelu_approximate=False).save_checkpoint(
-            tmp_path / "rope", format="keras_hub")
+            tmp_path / "rope", checkpoint_format="keras_hub")
     assert not (tmp_path / "rope").exists()
 
 
@@ -227,9 +227,9 @@ def test_an_image_converters_scaling_is_recorded_and_written_back(tmp_path):
     tf.io.write_file(str(tmp_path / "0.png"), tf.io.encode_png(pixels[0].astype("uint8")))
     np.testing.assert_allclose(read_images(tmp_path / "0.png", model=model)[0], scaled[0], atol=1e-5)
 
-    out = model.save_checkpoint(tmp_path / "out", format="keras_hub")  # the scaling goes with it
+    out = model.save_checkpoint(tmp_path / "out", checkpoint_format="keras_hub")  # the scaling goes with it
     back = keras_hub.models.ImageClassifier.from_preset(str(out))
     np.testing.assert_allclose(to_numpy(back.predict(pixels, verbose=0)), expected, rtol=0, atol=1e-5)
     features = ViT.from_checkpoint(tmp_path / "imagenet", num_classes=0)  # a backbone keeps it too
-    again = ViT.from_checkpoint(features.save_checkpoint(tmp_path / "backbone", format="keras_hub"))
+    again = ViT.from_checkpoint(features.save_checkpoint(tmp_path / "backbone", checkpoint_format="keras_hub"))
     assert (again.pixel_scale, again.pixel_offset) == (model.pixel_scale, model.pixel_offset)

@@ -25,7 +25,7 @@ def sources(tmp_path_factory):
     for variable in model.weights:
         variable.assign(rng.normal(0, 0.2, variable.shape).astype("float32"))
     model.save(folder / "model.keras")
-    model.save_checkpoint(folder / "timm", format="timm")
+    model.save_checkpoint(folder / "timm", checkpoint_format="timm")
     images = rng.uniform(-1, 1, (2, 32, 32, 3)).astype("float32")
     return model, {"in memory": model, ".keras": folder / "model.keras", "timm": folder / "timm"}, images
 

@@ -357,7 +357,7 @@ def test_real_a_and_transfer_score_the_right_images(tmp_path):
     import tensorflow_datasets as tfds
 
     from keras_vit.evaluation import IMAGENET_A_INDICES
-    from keras_vit.evaluation import evaluate_benchmarks
+    from keras_vit.evaluation import evaluate_protocols
     from keras_vit.evaluation import imagenet_real_labels
 
     model = tiny_vit(num_classes=1000)
@@ -383,7 +383,7 @@ def test_real_a_and_transfer_score_the_right_images(tmp_path):
     for name, dataset in (("imagenet,imagenet_real", "imagenet2012"), ("imagenet_a", "imagenet_a")):
         features = tfds.builder(dataset).info.features
         with mock_task(dataset, examples(features, list(features))):
-            results.update(evaluate_benchmarks(model, name, tmp_path / dataset, verbose=0)["benchmarks"])
+            results.update(evaluate_protocols(model, name, tmp_path / dataset, verbose=0)["benchmarks"])
     assert [results["imagenet"][k] for k in ("top1", "top5")] == [  # one pass over the images
         results["imagenet_real"][k] for k in ("top1", "top5")]
     sets = [real[n - 1] for n in files]
@@ -394,15 +394,15 @@ def test_real_a_and_transfer_score_the_right_images(tmp_path):
     assert results["imagenet_real"]["images"] == 5
     assert results["imagenet_a"]["top1"] == pytest.approx(100 / 7)  # only the last is A's 6th class
     with pytest.raises(ValueError, match="scores an ImageNet-1k classifier's logits; this model has 10"):
-        evaluate_benchmarks(tiny_vit(num_classes=10), "imagenet", tmp_path / "ten", verbose=0)
+        evaluate_protocols(tiny_vit(num_classes=10), "imagenet", tmp_path / "ten", verbose=0)
     # a transfer set: a model with its classes is tested as it is, any other fine-tuned first
     features = tfds.builder("cifar10").info.features
     cifar = [dict(fake_value(features, rng), label=label) for label in (3, 3, 1, 0, 3, 9, 3, 2)]
     ten = tiny_vit(num_classes=10)
     ten.parts.head.bias.assign(np.eye(10, dtype="float32")[3])
     with mock_task("cifar10", cifar):
-        tested = evaluate_benchmarks(ten, "cifar10", tmp_path / "c10", verbose=0)["benchmarks"]["cifar10"]
-        tuned = evaluate_benchmarks(tiny_vit(num_classes=0), "cifar10", tmp_path / "c10-ft", verbose=0,
+        tested = evaluate_protocols(ten, "cifar10", tmp_path / "c10", verbose=0)["benchmarks"]["cifar10"]
+        tuned = evaluate_protocols(tiny_vit(num_classes=0), "cifar10", tmp_path / "c10-ft", verbose=0,
                                     finetune=dict(image_size=16, batch_size=4, accum_steps=1, steps=2,
                                                   warmup_steps=1))
     assert tested == {"top1": 50.0, "images": 8, "fine_tuned": False, "seconds": tested["seconds"]}
@@ -418,7 +418,7 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
     evaluation runs nothing again; the command line reads the results."""
     import keras_vit.training
     from keras_vit.cli import main
-    from keras_vit.evaluation import evaluate_benchmarks
+    from keras_vit.evaluation import evaluate_protocols
     from keras_vit.evaluation import knn_accuracy
     from keras_vit.training.scoring import predict_features
     from keras_vit.data import input_pipeline
@@ -438,9 +438,9 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
                      finetune=dict(image_size=16, batch_size=16, accum_steps=1, steps=4, warmup_steps=1))
     kill = True
     with pytest.raises(KeyboardInterrupt):
-        evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)
+        evaluate_protocols(model, "knn,vtab1k", tmp_path / "eval", **arguments)
     kill = False
-    results = evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)
+    results = evaluate_protocols(model, "knn,vtab1k", tmp_path / "eval", **arguments)
     assert calls == [(0.01, "train800", "val200"), (0.03, "train800", "val200"),
                      (0.03, "train800", "val200"), (results["benchmarks"]["vtab1k"]["tasks"]["digits"]["lr"],
                                                     "train800val200", "test")]
@@ -458,12 +458,12 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
     assert results["benchmarks"]["knn"]["top1"] == pytest.approx(
         100 * knn_accuracy(*features[0], *features[1]))
     calls.clear()
-    assert evaluate_benchmarks(model, "knn,vtab1k", tmp_path / "eval", **arguments)["benchmarks"] == \
+    assert evaluate_protocols(model, "knn,vtab1k", tmp_path / "eval", **arguments)["benchmarks"] == \
         results["benchmarks"] and calls == []
     with pytest.raises(ValueError, match=r"other settings:\n    sweep: was True, now False"):
-        evaluate_benchmarks(model, "knn", tmp_path / "eval", **{**arguments, "sweep": False})
+        evaluate_protocols(model, "knn", tmp_path / "eval", **{**arguments, "sweep": False})
     with pytest.raises(ValueError, match=r"other settings:\n    model: was 'vit \(weights sha256 "):
-        evaluate_benchmarks(tiny_vit(num_classes=10), "knn", tmp_path / "eval", **arguments)  # new weights
+        evaluate_protocols(tiny_vit(num_classes=10), "knn", tmp_path / "eval", **arguments)  # new weights
     # keras-vit evaluate --benchmark: the saved model, the table printed
     assert main(["evaluate", str(tmp_path / "eval" / "evaluated_model.keras"), "--benchmark", "knn,linear",
                  "--dataset", "digits", "--out", str(tmp_path / "cli")]) == 0
@@ -476,18 +476,18 @@ def test_a_vtab_sweep_resumes_from_the_runs_it_finished(tmp_path, monkeypatch, c
 @pytest.mark.backend_independent
 def test_the_published_numbers_name_released_weights_benchmarks_and_sources(tmp_path, capsys):
     from keras_vit import cli
-    from keras_vit.evaluation import BENCHMARKS
+    from keras_vit.evaluation import PROTOCOLS
     from keras_vit.evaluation import published_numbers
-    from keras_vit.evaluation.benchmarks import write_table
+    from keras_vit.evaluation.protocols import write_table
     from keras_vit.released import PRETRAINED
 
-    assert cli.BENCHMARK_NAMES == tuple(BENCHMARKS)
+    assert cli.BENCHMARK_NAMES == tuple(PROTOCOLS)
     numbers = published_numbers()
     assert numbers["models"]
     for name, benchmarks in numbers["models"].items():
         assert name in PRETRAINED, name
         for benchmark, entries in benchmarks.items():
-            assert benchmark in BENCHMARKS, (name, benchmark)
+            assert benchmark in PROTOCOLS, (name, benchmark)
             for entry in entries:
                 assert entry["source"] in numbers["sources"] and 0 < entry["value"] <= 100, (name, entry)
     # the paper's Table 5 and Table 2 beside ours, with the difference
@@ -508,6 +508,21 @@ def test_the_published_numbers_name_released_weights_benchmarks_and_sources(tmp_
         fails(argv, capsys, message)
 
 
+@pytest.mark.backend_independent  # refused before any model is read
+def test_the_old_benchmark_names_are_deprecated_aliases_of_the_protocols(tmp_path):
+    """`evaluate_benchmarks`, `BENCHMARKS` and `Benchmark` (the protocols'
+    names before the speed scripts of benchmarks/ kept the word) stand for
+    `evaluate_protocols`, `PROTOCOLS` and `Protocol` for one version."""
+    from keras_vit import evaluation
+
+    assert evaluation.BENCHMARKS is evaluation.PROTOCOLS and evaluation.Benchmark is evaluation.Protocol
+    with pytest.warns(DeprecationWarning, match="evaluate_benchmarks is deprecated; use "
+                      "keras_vit.evaluation.evaluate_protocols"), \
+            pytest.raises(ValueError, match="Unknown benchmark 'imagenet_c': choose from imagenet, imagenet_real"):
+        evaluation.evaluate_benchmarks("m.keras", "knn,imagenet_c", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.backend_independent
 def test_every_benchmark_dataset_reads_through_tfds():
     """Each TFDS builder a benchmark reads, with mock examples of its own
@@ -515,11 +530,11 @@ def test_every_benchmark_dataset_reads_through_tfds():
     import tensorflow_datasets as tfds
 
     from keras_vit.data import load_source
-    from keras_vit.evaluation import BENCHMARKS
+    from keras_vit.evaluation import PROTOCOLS
 
     rng = np.random.default_rng(0)
     classes = {"imagenet": 1000, "cifar10": 10, "cifar100": 100, "pets": 37, "flowers": 102}
-    for name, benchmark in BENCHMARKS.items():
+    for name, benchmark in PROTOCOLS.items():
         if benchmark.dataset is None:
             continue
         features = tfds.builder(benchmark.dataset).info.features

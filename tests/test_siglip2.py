@@ -156,7 +156,7 @@ def test_naflex_model_writes_a_folder_transformers_loads(vision, tmp_path):
     folder, _, _ = vision
     model = ViT.from_checkpoint(folder).with_config(pixel_scale=(1 / 60, 1 / 70, 1 / 80),
                                                     pixel_offset=(-2.0, -1.9, -1.8))
-    model.save_checkpoint(tmp_path / "out", format="huggingface")
+    model.save_checkpoint(tmp_path / "out", checkpoint_format="huggingface")
     processor_config = json.loads((tmp_path / "out" / "preprocessor_config.json").read_text())
     assert (processor_config["max_num_patches"], processor_config["patch_size"]) == (BUDGET, 8)
     config = json.loads((tmp_path / "out" / "config.json").read_text())

@@ -77,7 +77,7 @@ def target(tmp_path, format, name="out"):
                         "timm-distillation")
 def test_reader_gives_back_what_the_writer_wrote(tmp_path, format, changes):
     model = random_model(**changes)
-    path = model.save_checkpoint(target(tmp_path, format), format=format)
+    path = model.save_checkpoint(target(tmp_path, format), checkpoint_format=format)
     # sin-cos embeddings store no grid: the size is passed, as for any such file
     size = {"image_size": model.image_size} if model.position_embedding != "learned" else {}
     back = ViT.from_checkpoint(path, **size)
@@ -89,10 +89,27 @@ def test_reader_gives_back_what_the_writer_wrote(tmp_path, format, changes):
     assert [v.path for v in back.weights] == [v.path for v in model.weights]
 
 
+def test_the_old_format_keyword_is_a_deprecated_alias_of_checkpoint_format(tmp_path):
+    """`save_checkpoint(format=...)` (`format` is an export format's name in
+    `ViT.export`) writes what `checkpoint_format=` writes, with a warning,
+    for one version; both at once are refused before anything is written."""
+    model = random_model()
+    new = model.save_checkpoint(tmp_path / "new.npz", "npz")
+    with pytest.warns(DeprecationWarning, match=r"save_checkpoint\(format=...\) is deprecated; use "
+                      r"save_checkpoint\(checkpoint_format=...\)"):
+        old = save_checkpoint(model, tmp_path / "old.npz", format="npz")
+    assert sorted(np.load(old)) == sorted(np.load(new))
+    np.testing.assert_array_equal(to_numpy(ViT.from_checkpoint(old)(images(model))),
+                                  to_numpy(ViT.from_checkpoint(new)(images(model))))
+    with pytest.raises(TypeError, match="takes a checkpoint format once"), pytest.warns(DeprecationWarning):
+        model.save_checkpoint(tmp_path / "both.npz", checkpoint_format="npz", format="npz")
+    assert not (tmp_path / "both.npz").exists()
+
+
 def test_a_bare_timm_safetensors_file(tmp_path):
     # timm's own file without its hub config.json: read with the head count given.
     model = random_model(gelu_approximate=False)
-    path = model.save_checkpoint(tmp_path / "model.safetensors", format="timm")
+    path = model.save_checkpoint(tmp_path / "model.safetensors", checkpoint_format="timm")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.safetensors"]
     back = ViT.from_checkpoint(path, num_heads=2)
     x = images(model)
@@ -105,7 +122,7 @@ def test_a_bare_timm_safetensors_file(tmp_path):
         other = tmp_path / f"{sorted(changes)[0]}.safetensors"
         with pytest.raises(ValueError, match=r"cannot be written as a bare timm \.safetensors file: .*"
                            + lost + r".* Write the timm hub folder instead"):
-            model.with_config(**changes).save_checkpoint(other, format="timm")
+            model.with_config(**changes).save_checkpoint(other, checkpoint_format="timm")
         assert not other.exists()
 
 
@@ -116,7 +133,7 @@ def test_transformers_loads_the_huggingface_directory(tmp_path, changes):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     model = random_model(**changes)
-    path = model.save_checkpoint(tmp_path / "hf", format="huggingface")
+    path = model.save_checkpoint(tmp_path / "hf", checkpoint_format="huggingface")
     config = json.loads((path / "config.json").read_text())
     hf_class = transformers.ViTForImageClassification if model.num_classes else transformers.ViTModel
     assert config["architectures"] == [hf_class.__name__]
@@ -130,7 +147,7 @@ def test_transformers_loads_the_huggingface_directory(tmp_path, changes):
 
 def test_timm_hub_config_describes_the_model(tmp_path):
     model = random_model(pooling="gap", num_registers=2, class_names=list("abcde"))
-    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    path = model.save_checkpoint(tmp_path / "timm", checkpoint_format="timm")
     config = json.loads((path / "config.json").read_text())
     args = config["model_args"]
     assert (args["embed_dim"], args["depth"], args["num_heads"], args["reg_tokens"]) == (16, 2, 2, 2)
@@ -171,7 +188,7 @@ def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, opti
     model = ViT(**{**BASE, **changes})
     path = target(tmp_path, format)
     with pytest.raises(ValueError, match="cannot be written") as error:
-        model.save_checkpoint(path, format=format)
+        model.save_checkpoint(path, checkpoint_format=format)
     assert option in str(error.value) and "Nothing was written" in str(error.value)
     assert not path.exists()
 
@@ -179,7 +196,7 @@ def test_what_a_format_cannot_express_is_refused(tmp_path, format, changes, opti
 def test_bad_format_and_existing_path(tmp_path):
     model = ViT(**BASE)
     with pytest.raises(ValueError, match="Unknown checkpoint format 'onnx'; use one of npz"):
-        save_checkpoint(model, tmp_path / "x", format="onnx")
+        save_checkpoint(model, tmp_path / "x", checkpoint_format="onnx")
     (tmp_path / "taken.npz").write_bytes(b"mine")
     with pytest.raises(ValueError, match="exists; nothing was written"):
         model.save_checkpoint(tmp_path / "taken.npz")
@@ -193,12 +210,12 @@ def test_a_folder_format_writes_into_an_empty_folder_only(tmp_path, format):
     model = random_model()
     empty = tmp_path / "made_first"
     empty.mkdir()  # what most users do before saving
-    model.save_checkpoint(empty, format=format)
+    model.save_checkpoint(empty, checkpoint_format=format)
     x = images(model)
     np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(empty)(x)), to_numpy(model(x)),
                                rtol=0, atol=1e-6)
     made = tempfile.mkdtemp(dir=tmp_path)  # a str, as users pass it (mkdtemp, os.mkdir)
-    assert model.save_checkpoint(made, format=format) == pathlib.Path(made)
+    assert model.save_checkpoint(made, checkpoint_format=format) == pathlib.Path(made)
     np.testing.assert_allclose(to_numpy(ViT.from_checkpoint(made)(x)), to_numpy(model(x)),
                                rtol=0, atol=1e-6)
     mine = tmp_path / "mine"
@@ -206,7 +223,7 @@ def test_a_folder_format_writes_into_an_empty_folder_only(tmp_path, format):
     (mine / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="exists; nothing was written. Choose a new path or an "
                        "empty folder"):
-        model.save_checkpoint(mine, format=format)
+        model.save_checkpoint(mine, checkpoint_format=format)
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
 
 
@@ -216,7 +233,7 @@ def test_a_small_grid_file_with_registers_reads(tmp_path):
     model = random_model(image_size=16, num_registers=4, layer_scale_init=1.0)
     table = model.parts.position_embedding.embeddings
     table.assign(np.concatenate([np.zeros((1, 5, 16), "float32"), to_numpy(table)[:, 5:]], 1))
-    path = model.save_checkpoint(tmp_path / "reg4", format="timm")
+    path = model.save_checkpoint(tmp_path / "reg4", checkpoint_format="timm")
     tensors = safetensors_numpy.load_file(str(path / "model.safetensors"))
     assert tensors["pos_embed"].shape == (1, 4, 16)  # no_embed_class, as timm keeps it: the patches' rows
     meta = json.loads((path / "config.json").read_text())
@@ -231,7 +248,7 @@ def test_a_small_grid_file_with_registers_reads(tmp_path):
 
 def test_a_distilled_file_gives_features_with_num_classes_0(tmp_path):
     model = random_model(distillation=True)
-    path = model.save_checkpoint(tmp_path / "deit", format="timm")
+    path = model.save_checkpoint(tmp_path / "deit", checkpoint_format="timm")
     features = ViT.from_checkpoint(path, num_classes=0)
     assert features.num_classes == 0 and features.parts.head_dist is None
     x = images(model)
@@ -270,7 +287,7 @@ def test_a_timm_mlp_ratio_that_falls_short_is_written_to_build_the_width(tmp_pat
     """120 / 88 is 1.3636...; times 88 in float it is 119.99..., which timm's
     int(embed_dim * mlp_ratio) makes 119: the ratio written is the next float up."""
     model = random_model(**changes)
-    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    path = model.save_checkpoint(tmp_path / "timm", checkpoint_format="timm")
     args = json.loads((path / "config.json").read_text())["model_args"]
     assert int(88 * (120 / 88)) == 119 and int(args["embed_dim"] * args["mlp_ratio"]) == 120
     back = ViT.from_checkpoint(path)
@@ -287,7 +304,7 @@ def test_eva_pool_and_head_sizes_are_their_own(tmp_path):
     contradict is refused, naming it."""
     model = random_model(**PE, hidden_dim=88, num_heads=2, mlp_dim=176, num_classes=7, pooling_num_heads=8,
                          pooling_mlp_dim=120)
-    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    path = model.save_checkpoint(tmp_path / "timm", checkpoint_format="timm")
     meta = json.loads((path / "config.json").read_text())
     args = meta["model_args"]
     assert (args["attn_pool_num_heads"], int(88 * args["attn_pool_mlp_ratio"]), args["num_classes"]) == (8, 120, 7)
@@ -306,7 +323,7 @@ def test_a_timm_attention_pool_beside_prefix_tokens_pools_them_as_timm(tmp_path)
     (pool_include_prefix), keras_vit's attention pool every token: the folder
     written says so, and one that leaves the prefix tokens out is refused."""
     model = random_model(pooling="map", class_token=True)
-    path = model.save_checkpoint(tmp_path / "timm", format="timm")
+    path = model.save_checkpoint(tmp_path / "timm", checkpoint_format="timm")
     meta = json.loads((path / "config.json").read_text())
     assert meta["model_args"]["pool_include_prefix"] is True
     (path / "config.json").write_text(json.dumps({**meta, "model_args": {**meta["model_args"],
@@ -316,4 +333,4 @@ def test_a_timm_attention_pool_beside_prefix_tokens_pools_them_as_timm(tmp_path)
         ViT.from_checkpoint(path)
     with pytest.raises(ValueError, match=r"bare timm \.safetensors file: .*its attention pool beside prefix "
                        r"tokens \(refused without config.json\)"):
-        model.save_checkpoint(tmp_path / "model.safetensors", format="timm")
+        model.save_checkpoint(tmp_path / "model.safetensors", checkpoint_format="timm")

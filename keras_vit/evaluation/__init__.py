@@ -2,7 +2,7 @@
 ImageNet (top-1, top-5) with ReaL labels, ImageNet-v2, -Sketch, -A and -R;
 the transfer sets of Table 2 (CIFAR-10/100, Pets, Flowers); VTAB-1k's 19
 tasks; DINO's k-NN and a linear probe on frozen features; zero-shot. One
-call (`evaluate_benchmarks`, ``keras-vit evaluate --benchmark``) runs any of
+call (`evaluate_protocols`, ``keras-vit evaluate --benchmark``) runs any of
 them on TensorFlow, JAX or PyTorch (docs/evaluation.md)."""
 
 import typing
@@ -11,7 +11,7 @@ from keras_vit.lazy import import_lazily
 
 # Each name imports its own module when first used: the scores (metrics)
 # and label sets (imagenet) import neither Keras nor TensorFlow, the VTAB
-# tasks (keras_vit.data) TensorFlow, and the benchmarks Keras when they run.
+# tasks (keras_vit.data) TensorFlow, and the protocols Keras when they run.
 _NAMES = {
     "IMAGENET_A_INDICES": "keras_vit.evaluation.imagenet",
     "IMAGENET_R_INDICES": "keras_vit.evaluation.imagenet",
@@ -23,11 +23,15 @@ _NAMES = {
     "real_accuracy": "keras_vit.evaluation.metrics",
     "subset_predictions": "keras_vit.evaluation.metrics",
     "top_k_accuracy": "keras_vit.evaluation.metrics",
-    "BENCHMARKS": "keras_vit.evaluation.benchmarks",
-    "Benchmark": "keras_vit.evaluation.benchmarks",
-    "evaluate_benchmarks": "keras_vit.evaluation.benchmarks",
-    "published_numbers": "keras_vit.evaluation.benchmarks",
-    "vtab_means": "keras_vit.evaluation.benchmarks",
+    "PROTOCOLS": "keras_vit.evaluation.protocols",
+    "Protocol": "keras_vit.evaluation.protocols",
+    "evaluate_protocols": "keras_vit.evaluation.protocols",
+    "published_numbers": "keras_vit.evaluation.protocols",
+    "vtab_means": "keras_vit.evaluation.protocols",
+    # deprecated names of the three above, for one version
+    "BENCHMARKS": "keras_vit.evaluation.protocols",
+    "Benchmark": "keras_vit.evaluation.protocols",
+    "evaluate_benchmarks": "keras_vit.evaluation.protocols",
     "VTAB_TASKS": "keras_vit.data.vtab",
     "VTAB_DIGITS": "keras_vit.data.vtab",
     "VtabTask": "keras_vit.data.vtab",
@@ -39,11 +43,14 @@ if typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, t
     from keras_vit.data.vtab import VTAB_DIGITS
     from keras_vit.data.vtab import VTAB_TASKS
     from keras_vit.data.vtab import VtabTask
-    from keras_vit.evaluation.benchmarks import BENCHMARKS
-    from keras_vit.evaluation.benchmarks import Benchmark
-    from keras_vit.evaluation.benchmarks import evaluate_benchmarks
-    from keras_vit.evaluation.benchmarks import published_numbers
-    from keras_vit.evaluation.benchmarks import vtab_means
+    from keras_vit.evaluation.protocols import BENCHMARKS
+    from keras_vit.evaluation.protocols import PROTOCOLS
+    from keras_vit.evaluation.protocols import Benchmark
+    from keras_vit.evaluation.protocols import Protocol
+    from keras_vit.evaluation.protocols import evaluate_benchmarks
+    from keras_vit.evaluation.protocols import evaluate_protocols
+    from keras_vit.evaluation.protocols import published_numbers
+    from keras_vit.evaluation.protocols import vtab_means
     from keras_vit.evaluation.imagenet import IMAGENET_A_INDICES
     from keras_vit.evaluation.imagenet import IMAGENET_R_INDICES
     from keras_vit.evaluation.imagenet import imagenet_real_labels

@@ -44,7 +44,7 @@ class Format:
     """One checkpoint format.
 
     Attributes:
-        name: ``save_checkpoint(format=...)``, ``keras-vit convert --format``.
+        name: ``save_checkpoint(checkpoint_format=...)``, ``keras-vit convert --format``.
         title: what its files are, in words (`known_formats`).
         module: ``keras_vit.weights.<module>``, which has ``read_<module>`` and
             ``write_<module>``.

@@ -20,7 +20,7 @@ def load_checkpoint(cls, location, image_size=None, num_classes=None,
 
         source = ViT(image_size=32, patch_size=8, num_layers=1, num_heads=2, hidden_dim=16,
                      mlp_dim=32, num_classes=5)
-        source.save_checkpoint("tiny_vit.npz", format="npz")
+        source.save_checkpoint("tiny_vit.npz", checkpoint_format="npz")
         model = load_checkpoint(ViT, "tiny_vit.npz")
 
         # The same in two steps: read the file, then build the model.

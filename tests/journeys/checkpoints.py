@@ -2,7 +2,7 @@
 
     python checkpoints.py FORMAT [FORMAT ...]     of npz, timm, huggingface, keras_hub
 
-``model.save_checkpoint(path, format=F)`` for each F: npz into a .npz
+``model.save_checkpoint(path, checkpoint_format=F)`` for each F: npz into a .npz
 file, timm into a bare .safetensors file (a model with exact GELU, which
 is what the tensors alone say) and, like huggingface and keras_hub, into
 a folder (a new one, and an existing empty one made with
@@ -56,7 +56,7 @@ def refused(model, fmt):
     with open(mine, "w") as file:
         file.write("the user's")
     try:
-        model.save_checkpoint(folder, format=fmt)
+        model.save_checkpoint(folder, checkpoint_format=fmt)
     except ModuleNotFoundError:
         raise
     except Exception:  # noqa: BLE001 (the refusal: its type is the package's to choose)
@@ -80,7 +80,7 @@ def main(formats):
     for fmt, path, how in destinations(formats):
         kind = "timm file" if str(path).endswith(".safetensors") else fmt
         try:
-            models[kind].save_checkpoint(path, format=fmt)
+            models[kind].save_checkpoint(path, checkpoint_format=fmt)
             _journey.assert_same(_journey.logits(keras_vit.ViT.from_checkpoint(path), x), expected[kind],
                                  f"{fmt} read back")
             done.append(f"{fmt} into {how}")

@@ -42,7 +42,7 @@ PRETRAIN = ["--config", "digits", "--steps", "2", "--warmup-steps", "1", "--batc
 
 def convert():
     model = _journey.tiny_vit()
-    model.save_checkpoint("tiny.npz", format="npz")
+    model.save_checkpoint("tiny.npz", checkpoint_format="npz")
     out = _journey.keras_vit_command("convert", "tiny.npz", "tiny.keras")
     assert "wrote tiny.keras" in out, out
     x = _journey.images()

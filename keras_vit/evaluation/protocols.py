@@ -1,8 +1,10 @@
-"""The paper's evaluations, each a named benchmark, and one function that
-runs any of them on a model and writes ``results.json`` and ``results.md``
-with the published numbers beside ours.
+"""The paper's evaluation protocols, each a named `Protocol`, and one
+function that runs any of them on a model and writes ``results.json`` and
+``results.md`` with the published numbers beside ours. (Speed is measured
+apart, by the scripts in the repository's ``benchmarks/``.)
 
-The protocols (`BENCHMARKS`):
+The protocols (`PROTOCOLS`; ``keras-vit evaluate --benchmark NAME`` on the
+command line), by their method:
 
 - ``classify``: an ImageNet-1k classifier's top-1 and top-5 on ImageNet's
   validation images, ImageNet-v2 (matched frequency) or ImageNet-Sketch;
@@ -31,6 +33,7 @@ import json
 import math
 import pathlib
 import time
+import warnings
 
 import numpy as np
 
@@ -41,13 +44,13 @@ from keras_vit.startup import progress_verbose
 
 
 @dataclasses.dataclass(frozen=True)
-class Benchmark:
-    """One named benchmark.
+class Protocol:
+    """One named evaluation protocol.
 
     Attributes:
-        name: its name (``--benchmark``).
+        name: its name (``keras-vit evaluate --benchmark``).
         title: its name in the paper's tables.
-        protocol: ``"classify"``, ``"transfer"``, ``"vtab"``, ``"knn"``,
+        method: ``"classify"``, ``"transfer"``, ``"vtab"``, ``"knn"``,
             ``"linear"`` or ``"zero_shot"``.
         dataset: the TFDS dataset (None: the ``dataset`` argument's).
         split: the split tested.
@@ -58,7 +61,7 @@ class Benchmark:
 
     name: str
     title: str
-    protocol: str
+    method: str
     dataset: str | None = None
     split: str = "test"
     classes: tuple | None = None
@@ -66,24 +69,24 @@ class Benchmark:
     held_out: str | None = None
 
 
-BENCHMARKS = {b.name: b for b in (
-    Benchmark("imagenet", "ImageNet", "classify", "imagenet2012", "validation"),
-    Benchmark("imagenet_real", "ImageNet ReaL", "classify", "imagenet2012", "validation"),
-    Benchmark("imagenet_v2", "ImageNet-v2", "classify", "imagenet_v2/matched-frequency", "test"),
-    Benchmark("imagenet_sketch", "ImageNet-Sketch", "classify", "imagenet_sketch", "test"),
-    Benchmark("imagenet_a", "ImageNet-A", "classify", "imagenet_a", "test", IMAGENET_A_INDICES),
-    Benchmark("imagenet_r", "ImageNet-R", "classify", "imagenet_r", "test", IMAGENET_R_INDICES),
-    Benchmark("cifar10", "CIFAR-10", "transfer", "cifar10", config="ft-cifar10", held_out="train[98%:]"),
-    Benchmark("cifar100", "CIFAR-100", "transfer", "cifar100", config="ft-cifar100",
-              held_out="train[98%:]"),
-    Benchmark("pets", "Oxford-IIIT Pets", "transfer", "oxford_iiit_pet", config="ft-pets",
-              held_out="train[90%:]"),
-    Benchmark("flowers", "Oxford Flowers-102", "transfer", "oxford_flowers102", config="ft-flowers",
-              held_out="train[90%:]"),
-    Benchmark("vtab1k", "VTAB-1k", "vtab", config="ft-vtab1k"),
-    Benchmark("knn", "k-NN", "knn"),
-    Benchmark("linear", "linear probe", "linear"),
-    Benchmark("zero_shot", "zero-shot", "zero_shot"),
+PROTOCOLS = {b.name: b for b in (
+    Protocol("imagenet", "ImageNet", "classify", "imagenet2012", "validation"),
+    Protocol("imagenet_real", "ImageNet ReaL", "classify", "imagenet2012", "validation"),
+    Protocol("imagenet_v2", "ImageNet-v2", "classify", "imagenet_v2/matched-frequency", "test"),
+    Protocol("imagenet_sketch", "ImageNet-Sketch", "classify", "imagenet_sketch", "test"),
+    Protocol("imagenet_a", "ImageNet-A", "classify", "imagenet_a", "test", IMAGENET_A_INDICES),
+    Protocol("imagenet_r", "ImageNet-R", "classify", "imagenet_r", "test", IMAGENET_R_INDICES),
+    Protocol("cifar10", "CIFAR-10", "transfer", "cifar10", config="ft-cifar10", held_out="train[98%:]"),
+    Protocol("cifar100", "CIFAR-100", "transfer", "cifar100", config="ft-cifar100",
+             held_out="train[98%:]"),
+    Protocol("pets", "Oxford-IIIT Pets", "transfer", "oxford_iiit_pet", config="ft-pets",
+             held_out="train[90%:]"),
+    Protocol("flowers", "Oxford Flowers-102", "transfer", "oxford_flowers102", config="ft-flowers",
+             held_out="train[90%:]"),
+    Protocol("vtab1k", "VTAB-1k", "vtab", config="ft-vtab1k"),
+    Protocol("knn", "k-NN", "knn"),
+    Protocol("linear", "linear probe", "linear"),
+    Protocol("zero_shot", "zero-shot", "zero_shot"),
 )}
 
 RESULTS = "results.json"
@@ -92,7 +95,7 @@ TABLE = "results.md"
 
 def published_numbers():
     """The published accuracies (%) the results table quotes:
-    ``{"sources": {key: citation}, "models": {released name: {benchmark:
+    ``{"sources": {key: citation}, "models": {released name: {protocol:
     [{"value", "source", optional "metric", "note"}, ...]}}}``, from the
     package's ``data/published.json``."""
     import importlib.resources
@@ -101,20 +104,20 @@ def published_numbers():
     return json.loads(text.read_text("utf-8"))
 
 
-def check_benchmarks(names):
-    """`names` (a list, or ``"a,b"``) as a list of `BENCHMARKS` keys."""
+def check_protocols(names):
+    """`names` (a list, or ``"a,b"``) as a list of `PROTOCOLS` keys."""
     if isinstance(names, str):
         names = [name.strip() for name in names.split(",") if name.strip()]
-    unknown = [name for name in names if name not in BENCHMARKS]
+    unknown = [name for name in names if name not in PROTOCOLS]
     if unknown or not names:
         raise ValueError(f"Unknown benchmark {', '.join(map(repr, unknown)) or '(none given)'}: "
-                         f"choose from {', '.join(BENCHMARKS)}.")
+                         f"choose from {', '.join(PROTOCOLS)}.")
     return list(dict.fromkeys(names))
 
 
 class Results:
     """``results.json`` of an evaluation folder: the settings it was run
-    with, every finished part (``parts``) and every benchmark's scores, each
+    with, every finished part (``parts``) and every protocol's scores, each
     written as soon as it is known."""
 
     def __init__(self, folder, settings):
@@ -146,8 +149,8 @@ class Results:
         self.data["parts"][key] = value
         self._write()
 
-    def set_benchmark(self, name, value):
-        """Records a finished benchmark's scores, on disk at once."""
+    def set_scores(self, name, value):
+        """Records a finished protocol's scores, on disk at once."""
         self.data["benchmarks"][name] = value
         self._write()
 
@@ -209,36 +212,36 @@ def _real_sets(source, data_dir):
     return sets
 
 
-def _vit(model, benchmark):
+def _vit(model, protocol):
     """`model` if it is a ViT, else an error naming what to use."""
     from keras_vit import ViT
 
     if not isinstance(model, ViT):
-        raise ValueError(f"--benchmark {benchmark.name} runs a ViT ({type(model).__name__} given). "
+        raise ValueError(f"--benchmark {protocol.name} runs a ViT ({type(model).__name__} given). "
                          "An image-text model runs zero_shot, knn and linear.")
     return model
 
 
-def _classify(benchmark, model, options, results):
+def _classify(protocol, model, options, results):
     from keras_vit.data import load_source
 
-    if _vit(model, benchmark).num_classes != 1000:
+    if _vit(model, protocol).num_classes != 1000:
         raise ValueError(
-            f"--benchmark {benchmark.name} scores an ImageNet-1k classifier's logits; this model has "
+            f"--benchmark {protocol.name} scores an ImageNet-1k classifier's logits; this model has "
             f"{model.num_classes or 'no'} classes. Give an ImageNet fine-tune (keras-vit pretrained "
             "lists them), or use --benchmark knn or linear on its features.")
-    source = load_source(benchmark.dataset, benchmark.split, options["data_dir"])
-    key = ("logits", benchmark.dataset, benchmark.split)
+    source = load_source(protocol.dataset, protocol.split, options["data_dir"])
+    key = ("logits", protocol.dataset, protocol.split)
     if key not in options["features"]:  # imagenet and imagenet_real read the same images
         options["features"][key] = _predict(model, source, options,
-                                            f"{benchmark.title}: {source.num_examples} images")
+                                            f"{protocol.title}: {source.num_examples} images")
     logits, labels = options["features"][key]
-    if benchmark.classes is not None:
-        right = metrics.subset_predictions(logits, benchmark.classes) == labels
+    if protocol.classes is not None:
+        right = metrics.subset_predictions(logits, protocol.classes) == labels
         return {"top1": 100 * float(right.mean()), "images": len(labels)}
     scores = {"top1": 100 * metrics.top_k_accuracy(logits, labels, 1),
               "top5": 100 * metrics.top_k_accuracy(logits, labels, 5), "images": len(labels)}
-    if benchmark.name == "imagenet_real":
+    if protocol.name == "imagenet_real":
         sets = _real_sets(source, options["data_dir"])
         scores = {"real": 100 * metrics.real_accuracy(logits, sets), **scores,
                   "images": sum(1 for labels in sets if labels)}
@@ -297,29 +300,29 @@ def _chosen(runs):
     return min(lr for lr, run in runs.items() if run["accuracy"] == best)
 
 
-def _transfer(benchmark, model, options, results):
+def _transfer(protocol, model, options, results):
     from keras_vit.data import load_source
 
-    source = load_source(benchmark.dataset, benchmark.split, options["data_dir"])
-    if _vit(model, benchmark).num_classes == source.num_classes:
+    source = load_source(protocol.dataset, protocol.split, options["data_dir"])
+    if _vit(model, protocol).num_classes == source.num_classes:
         logits, labels = _predict(model, source, options,
-                                  f"{benchmark.title}: {source.num_examples} images")
+                                  f"{protocol.title}: {source.num_examples} images")
         return {"top1": 100 * float((logits.argmax(-1) == labels).mean()), "images": len(labels),
                 "fine_tuned": False}
     init = _init_path(options["given"], results.folder)
-    base = _run_config(benchmark.config, options, init=init, data_dir=options["data_dir"])
+    base = _run_config(protocol.config, options, init=init, data_dir=options["data_dir"])
     rates = _learning_rates(base, options)
     sweep = {}
     if len(rates) > 1:
         for lr in rates:
-            run = _fine_tune(results, f"{benchmark.name}/lr-{lr}/held-out", init,
-                             base.replace(base_lr=lr, eval_split=benchmark.held_out), options)
+            run = _fine_tune(results, f"{protocol.name}/lr-{lr}/held-out", init,
+                             base.replace(base_lr=lr, eval_split=protocol.held_out), options)
             sweep[lr] = run
         lr = _chosen(sweep)
     else:
         lr = rates[0]
-    final = _fine_tune(results, f"{benchmark.name}/lr-{lr}/test", init,
-                       base.replace(base_lr=lr, eval_split=benchmark.split), options)
+    final = _fine_tune(results, f"{protocol.name}/lr-{lr}/test", init,
+                       base.replace(base_lr=lr, eval_split=protocol.split), options)
     return {"top1": final["accuracy"], "lr": lr, "steps": base.steps, "fine_tuned": True,
             **({"held_out": {str(k): v["accuracy"] for k, v in sweep.items()}} if sweep else {})}
 
@@ -336,12 +339,12 @@ def vtab_task_names(tasks=None):
     return [vtab_task(task).name for task in tasks]
 
 
-def _vtab(benchmark, model, options, results):
+def _vtab(protocol, model, options, results):
     """VTAB-1k: each task fine-tuned and tested; the means of each group and
     of all tasks (the VTAB paper's, and the ViT paper's Fig. 2)."""
     from keras_vit.data.vtab import vtab_task
 
-    _vit(model, benchmark)
+    _vit(model, protocol)
     init = _init_path(options["given"], results.folder)
     tasks = vtab_task_names(options["tasks"])
     scores = {}
@@ -349,7 +352,7 @@ def _vtab(benchmark, model, options, results):
         task = vtab_task(name)
         if options["verbose"]:
             print(f"VTAB-1k task {index + 1} of {len(tasks)}: {task.title} ({task.group})")
-        base = _run_config(benchmark.config, options, init=init, dataset=f"vtab/{name}",
+        base = _run_config(protocol.config, options, init=init, dataset=f"vtab/{name}",
                            data_dir=options["data_dir"])
         rates = _learning_rates(base, options)
         sweep = {}
@@ -394,14 +397,14 @@ def _features(model, source, options, title):
     return _predict(feature_extractor(model), source, options, title, vit=model)
 
 
-def _probe(benchmark, model, options, results):
+def _probe(protocol, model, options, results):
     from keras_vit.data import load_source
     from keras_vit.image_text import ImageTextModel
 
     if isinstance(model, ImageTextModel):  # its image embeddings
         model = model.image_model
 
-    dataset = _dataset(benchmark, options)
+    dataset = _dataset(protocol, options)
     parts = {}
     for role, split in (("train", options["train_split"]), ("test", options["split"])):
         if (dataset, split) not in options["features"]:  # k-NN and the probe read the same
@@ -410,7 +413,7 @@ def _probe(benchmark, model, options, results):
                 model, source, options, f"features ({role}): {source.num_examples} images of {dataset}")
         parts[role] = options["features"][dataset, split]
     (x, y), (test_x, test_y) = parts["train"], parts["test"]
-    if benchmark.protocol == "knn":
+    if protocol.method == "knn":
         k = min(options["k"], len(x))
         return {"top1": 100 * metrics.knn_accuracy(x, y, test_x, test_y, k, options["temperature"]),
                 "k": k, "temperature": options["temperature"], "dataset": dataset}
@@ -419,14 +422,14 @@ def _probe(benchmark, model, options, results):
             "held_out": 100 * probe["validation_accuracy"], "dataset": dataset}
 
 
-def _dataset(benchmark, options):
+def _dataset(protocol, options):
     if not options["dataset"]:
-        raise ValueError(f"--benchmark {benchmark.name} runs on the dataset given with --dataset "
+        raise ValueError(f"--benchmark {protocol.name} runs on the dataset given with --dataset "
                          "(a TFDS name, 'vtab/<task>', 'digits' or an image folder).")
     return options["dataset"]
 
 
-def _zero_shot(benchmark, model, options, results):
+def _zero_shot(protocol, model, options, results):
     from keras_vit.data import load_source
     from keras_vit.image_text import ImageTextModel
     from keras_vit.zero_shot import zero_shot_classifier
@@ -434,7 +437,7 @@ def _zero_shot(benchmark, model, options, results):
     if not isinstance(model, ImageTextModel):
         raise ValueError(f"--benchmark zero_shot needs an image-text model (CLIP, SigLIP); this is a "
                          f"{type(model).__name__}.")
-    dataset = _dataset(benchmark, options)
+    dataset = _dataset(protocol, options)
     source = load_source(dataset, options["split"], options["data_dir"])
     names = source.class_names
     if names and len(names) == 1000 and all(n[:1] == "n" and n[1:].isdigit() for n in names):
@@ -453,8 +456,8 @@ def _zero_shot(benchmark, model, options, results):
             "dataset": dataset, "templates": options["templates"]}
 
 
-_PROTOCOLS = {"classify": _classify, "transfer": _transfer, "vtab": _vtab, "knn": _probe,
-              "linear": _probe, "zero_shot": _zero_shot}
+_METHODS = {"classify": _classify, "transfer": _transfer, "vtab": _vtab, "knn": _probe,
+            "linear": _probe, "zero_shot": _zero_shot}
 
 
 def _fingerprint(model):
@@ -471,11 +474,11 @@ def _fingerprint(model):
     return f"{model.name} (weights sha256 {digest.hexdigest()[:16]})"
 
 
-def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=None, split="test",
-                        train_split="train", data_dir=None, batch_size=64, tasks=None, sweep=False,
-                        lr_grid=None, finetune=None, k=20, temperature=0.07, templates="imagenet",
-                        verbose=1):
-    """Runs `benchmarks` on `model`; writes ``results.json`` and
+def evaluate_protocols(model, protocols, out, *, published_as=None, dataset=None, split="test",
+                       train_split="train", data_dir=None, batch_size=64, tasks=None, sweep=False,
+                       lr_grid=None, finetune=None, k=20, temperature=0.07, templates="imagenet",
+                       verbose=1):
+    """Runs the evaluation `protocols` on `model`; writes ``results.json`` and
     ``results.md`` into `out` and returns the results.
 
     Args:
@@ -483,7 +486,7 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
             reads (a ``.keras`` file, a checkpoint, a released name). The
             fine-tuning protocols start from it (saved into `out` as
             ``evaluated_model.keras`` when it is a model).
-        benchmarks: names of `BENCHMARKS` (a list or ``"a,b"``).
+        protocols: names of `PROTOCOLS` (a list or ``"a,b"``).
         out: the folder of the results (and of the fine-tuning runs); an
             evaluation there with the same arguments is continued.
         published_as: the released name whose published numbers the table
@@ -506,23 +509,25 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
         templates: the zero-shot prompts (``"imagenet"``: CLIP's 80).
         verbose: progress bars and the runs' logs.
     Returns: ``{"settings": ..., "parts": ..., "benchmarks": {name: scores}}``
+        (``"benchmarks"``: the protocols' scores, the key results.json has
+        always had)
         as written to ``results.json``.
 
     Examples:
         ```python
         from keras_vit import ViT
-        from keras_vit.evaluation import evaluate_benchmarks
+        from keras_vit.evaluation import evaluate_protocols
 
         model = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
                     num_classes=0)
-        results = evaluate_benchmarks(model, "knn,linear", "eval/tiny", dataset="digits", verbose=0)
+        results = evaluate_protocols(model, "knn,linear", "eval/tiny", dataset="digits", verbose=0)
         print(sorted(results["benchmarks"]))   # -> ['knn', 'linear']
         ```
     """
     from keras_vit.image_text import ImageTextModel
     from keras_vit.loading import load_model
 
-    names = check_benchmarks(benchmarks)
+    names = check_protocols(protocols)
     given = model
     if isinstance(model, (str, pathlib.Path)):  # a checkpoint of two towers: both for zero-shot
         model = load_model(str(model), model_class=ImageTextModel if "zero_shot" in names else None)
@@ -534,18 +539,32 @@ def evaluate_benchmarks(model, benchmarks, out, *, published_as=None, dataset=No
                     temperature=temperature, templates=templates)
     options = dict(settings, data_dir=data_dir, batch_size=batch_size, verbose=verbose,
                    finetune=dict(finetune or {}), given=given,
-                   features={})  # what a pass over a dataset gave, for the benchmarks that share it
+                   features={})  # what a pass over a dataset gave, for the protocols that share it
     results = Results(out, settings)
     for name in names:
-        benchmark = BENCHMARKS[name]
+        protocol = PROTOCOLS[name]
         if name in results.data["benchmarks"]:
             continue
         start = time.perf_counter()
-        scores = _PROTOCOLS[benchmark.protocol](benchmark, model, options, results)
+        scores = _METHODS[protocol.method](protocol, model, options, results)
         scores["seconds"] = round(time.perf_counter() - start, 1)
-        results.set_benchmark(name, scores)
+        results.set_scores(name, scores)
     write_table(results.data, results.folder / TABLE, published_as)
     return results.data
+
+
+# Deprecated names, kept for one version (CHANGELOG.md): the protocols were
+# called benchmarks, as the speed scripts of benchmarks/ still are.
+Benchmark = Protocol
+BENCHMARKS = PROTOCOLS
+
+
+def evaluate_benchmarks(model, benchmarks, out, **options):
+    """Deprecated: `evaluate_protocols`."""
+    warnings.warn("keras_vit.evaluation.evaluate_benchmarks is deprecated; use "
+                  "keras_vit.evaluation.evaluate_protocols (the same arguments, `benchmarks` named "
+                  "`protocols`).", DeprecationWarning, stacklevel=2)
+    return evaluate_protocols(model, benchmarks, out, **options)
 
 
 # -- the table ---------------------------------------------------------------------
@@ -554,7 +573,7 @@ _METRICS = {"top1": "top-1", "top5": "top-5", "real": "ReaL"}
 
 
 def table_rows(data, published_as=None):
-    """``[(benchmark, metric, ours, published, difference, source)]`` of a
+    """``[(protocol, metric, ours, published, difference, source)]`` of a
     results dict; published numbers are those of `published_as`."""
     numbers = published_numbers()
     quoted = numbers["models"].get(published_as or "", {})
@@ -567,8 +586,8 @@ def table_rows(data, published_as=None):
         return None, None
 
     for name, scores in data["benchmarks"].items():
-        benchmark = BENCHMARKS[name]
-        if benchmark.protocol == "vtab":
+        protocol = PROTOCOLS[name]
+        if protocol.method == "vtab":
             for task, task_scores in scores["tasks"].items():
                 rows.append((f"VTAB-1k {task}", "top-1", task_scores["top1"], None, None))
             for group in ("natural", "specialized", "structured"):
@@ -583,8 +602,8 @@ def table_rows(data, published_as=None):
             key = "imagenet_real" if metric == "real" else (
                 "imagenet" if name == "imagenet_real" else name)
             value, source = quote(key, "top5" if metric == "top5" else "top1")
-            title = benchmark.title if benchmark.protocol not in ("knn", "linear", "zero_shot") \
-                else f"{benchmark.title} ({scores['dataset']})"
+            title = protocol.title if protocol.method not in ("knn", "linear", "zero_shot") \
+                else f"{protocol.title} ({scores['dataset']})"
             rows.append((title, _METRICS[metric], scores[metric], value, source))
     return [(title, metric, ours, published, None if published is None else ours - published, source)
             for title, metric, ours, published, source in rows]
