@@ -671,20 +671,6 @@ class ViTConfig:
         return BlockOptions(**{name: getattr(self, name) for name in BLOCK_OPTIONS
                                if name != "causal"})  # an image tower attends both ways
 
-    def block_arguments(self, index):
-        """The `keras_vit.layers.TransformerEncoder` arguments of block
-        `index` (0-based): `block_options`, and the block's own settings: the
-        dropout rates, the stochastic-depth rate growing linearly from 0 at
-        the first block to ``drop_path_rate`` at the last, and token merging
-        (the block's count, the prefix tokens it leaves alone)."""
-        return dict(
-            options=self.block_options, dropout_rate=self.dropout_rate,
-            attention_dropout_rate=self.attention_dropout_rate,
-            drop_path_rate=self.drop_path_rate * index / max(self.num_layers - 1, 1),
-            token_merging=self.merge_counts[index], num_prefix_tokens=self.num_prefix_tokens,
-            proportional_attention=self.proportional_attention,
-        )
-
     @property
     def uses_rope(self):
         """Whether each block turns queries and keys by rotary position

@@ -218,6 +218,21 @@ def _head_layers(c, dtype, norm):
     return made
 
 
+def block_arguments(config, index):
+    """The `keras_vit.layers.TransformerEncoder` arguments of block `index`
+    (0-based) of the `ViT` of `config`: its `block_options`, and the block's
+    own settings: the dropout rates, the stochastic-depth rate growing
+    linearly from 0 at the first block to ``drop_path_rate`` at the last, and
+    token merging (the block's count, the prefix tokens it leaves alone)."""
+    return dict(
+        options=config.block_options, dropout_rate=config.dropout_rate,
+        attention_dropout_rate=config.attention_dropout_rate,
+        drop_path_rate=config.drop_path_rate * index / max(config.num_layers - 1, 1),
+        token_merging=config.merge_counts[index], num_prefix_tokens=config.num_prefix_tokens,
+        proportional_attention=config.proportional_attention,
+    )
+
+
 def build_layers(config, dtype=None):
     """The `ViTParts` of the `ViT` of `config`, each layer made with its name
     (in the order of Eq. 1-4, which is also the order their seeds are drawn)."""
@@ -225,7 +240,7 @@ def build_layers(config, dtype=None):
     norm = dict(**c.block_options.norm_arguments, dtype=dtype)  # the blocks' norms, and the model's
     made = _embedding_layers(c, dtype, norm)                   # Eq. 1
     made["blocks"] = tuple(
-        vit_layers.TransformerEncoder(**c.block_arguments(i), dtype=dtype, name=name)
+        vit_layers.TransformerEncoder(**block_arguments(c, i), dtype=dtype, name=name)
         for i, name in enumerate(block_names(c.num_layers)))
     if c.final_norm and not c.fc_norm:
         made["encoder_norm"] = vit_layers.normalization(**norm, name="encoder_norm")
@@ -421,8 +436,8 @@ class ViT(keras.Model):
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
-        config = constructor_config("ViT", config, kwargs)
         dtype, policy_map = variants.split_policy_map(dtype)
+        config = constructor_config("ViT", config, kwargs)
         parts = build_layers(config, dtype)
         if config.naflex:  # NaFlex (keras_vit.naflex): a dict of patches, mask and grids
             # sequences of any length up to max_num_patches (a length per batch in training)

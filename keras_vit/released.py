@@ -622,15 +622,15 @@ def locate(location):
             suggested), or the download failed.
     """
     location = str(location)
-    if is_url(location):
-        return fetch(location), None
-    path = pathlib.Path(location).expanduser()
-    if path.exists():
-        return path, None
-    if "/" in location or os.sep in location or path.suffix in (".npz", ".safetensors", ".keras"):
-        raise CheckpointError(f"No checkpoint file or folder at {location}.")
-    try:
-        entry = get_pretrained(location)
-    except ValueError as error:
-        raise CheckpointError(f"No checkpoint file or folder at {location}. {error}") from None
-    return fetch(entry.url, sha256=entry.sha256, size=entry.size), entry
+    if not is_url(location):  # a local file or folder, else a released name
+        path = pathlib.Path(location).expanduser()
+        if path.exists():
+            return path, None
+        if "/" in location or os.sep in location or path.suffix in (".npz", ".safetensors", ".keras"):
+            raise CheckpointError(f"No checkpoint file or folder at {location}.")
+        try:
+            entry = get_pretrained(location)
+        except ValueError as error:
+            raise CheckpointError(f"No checkpoint file or folder at {location}. {error}") from None
+        return fetch(entry.url, sha256=entry.sha256, size=entry.size), entry
+    return fetch(location), None

@@ -457,13 +457,14 @@ def test_block_options_carry_vit_configs_names_to_the_attention_and_mlp_as_one_v
     from keras_vit import ViTConfig
     from keras_vit.config import BLOCK_OPTIONS
     from keras_vit.config import FIELDS
+    from keras_vit.model import block_arguments
     config = ViTConfig(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32,
                        qk_norm=True, attention_norm=True, position_embedding="rope", layer_scale_init=0.1,
                        drop_path_rate=0.2)
     assert [name for name in BLOCK_OPTIONS if name not in FIELDS and not hasattr(ViTConfig, name)] == ["causal"]
     options = config.block_options
     assert all(getattr(options, name) == getattr(config, name) for name in BLOCK_OPTIONS if name != "causal")
-    block = layers.TransformerEncoder(**config.block_arguments(1))
+    block = layers.TransformerEncoder(**block_arguments(config, 1))
     assert block.options == options and block.attention.options is block.options is block.mlp.options
     assert block.drop_path_rate == pytest.approx(0.2) and block.num_prefix_tokens == 1
     with pytest.raises(dataclasses.FrozenInstanceError):

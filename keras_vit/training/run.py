@@ -442,7 +442,9 @@ class Plan:
 class Built:
     """What `build` made: the compiled model (restored from the newest
     checkpoint, if any), the checkpoint manager and callback, every
-    callback, the training and evaluation data, and the interval it starts at."""
+    callback, the training data, the evaluation data (`few_shot_train`:
+    the training images for the few-shot evaluation, None when the config
+    asks for none), and the interval it starts at."""
 
     model: keras.Model
     manager: CheckpointManager
@@ -450,6 +452,7 @@ class Built:
     callbacks: list
     dataset: object
     test: object
+    few_shot_train: object
     initial_epoch: int
 
 
@@ -539,9 +542,9 @@ def _check_naflex_run(config, fields):
 
 def build(run):
     """The compiled model, restored from the newest checkpoint, and its data
-    and callbacks, in the topology's scope. The augmentation and evaluation
-    arguments are checked (the pipelines made) before config.json, the
-    first write, is written."""
+    and callbacks, in the topology's scope; nothing is written. The
+    evaluation and augmentation arguments are checked here (the pipelines
+    made), before `fit` writes config.json, the first write."""
     config, topology = run.config, run.topology
     model = model_for_run(run)
     model.compile(
@@ -554,13 +557,14 @@ def build(run):
         steps_per_execution=config.steps_per_execution,
     )
     model.optimizer.build(model.trainable_variables)
-    topology.prepare(model)
+    scaling = pixel_scaling(model)
+    test = eval_dataset(config, run.eval_source, scaling)
+    few_shot_train = eval_dataset(config, run.source, scaling) if config.few_shot else None
     manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
                                 write=topology.is_chief)
     resumed = manager.restore(model)
     checkpointing = Checkpointing(manager, run.updates_per_epoch, config.accum_steps)
     initial_epoch = resumed["epoch"] if resumed else 0
-    scaling = pixel_scaling(model)
     dataset = topology.distribute_dataset(
         lambda index, count: train_dataset(config, run.source,
                                            initial_epoch * run.micro_batches_per_epoch,
@@ -568,25 +572,29 @@ def build(run):
                                            patch_size=run.vit_config.patch_size),
         config.micro_batch_size,
     )
-    test = eval_dataset(config, run.eval_source, scaling)  # checked before the first write
     callbacks = [checkpointing, LearningRateLogger()]
     if topology.is_chief:
-        write_workdir(run)
-        trim_log(run.workdir / "log.csv", initial_epoch)
         callbacks += [
             keras.callbacks.CSVLogger(str(run.workdir / "log.csv"), append=True),
             keras.callbacks.TensorBoard(str(run.workdir / "tensorboard"), update_freq="epoch"),
         ]
-    return Built(model, manager, checkpointing, callbacks, dataset, test, initial_epoch)
+    return Built(model, manager, checkpointing, callbacks, dataset, test, few_shot_train, initial_epoch)
 
 
 def fit(run, built, verbose="auto"):
-    """``model.fit`` over the run's remaining intervals, in the topology's
+    """Writes the work directory (the chief: `write_workdir`, and log.csv
+    cut back to the intervals before the one it starts at), then
+    ``model.fit`` over the run's remaining intervals, in the topology's
     scope; returns the history, the seconds it took and the weights (numpy,
-    gathered from every process: the Polyak averages where asked). A
-    diverged run raises `DivergenceError`, an undecodable file `RunError`."""
+    gathered from every process: the Polyak averages where asked). A run
+    whose loss or final weights are not finite raises `DivergenceError`, an
+    undecodable file `RunError`."""
     from keras_vit import data as vit_data
 
+    if run.topology.is_chief:
+        write_workdir(run)
+        trim_log(run.workdir / "log.csv", built.initial_epoch)
+    run.topology.prepare(built.model)
     start = time.perf_counter()
     try:
         history = built.model.fit(
@@ -597,24 +605,22 @@ def fit(run, built, verbose="auto"):
         _raise_for_unreadable_files(error, run.source, built.manager)
         raise
     seconds = time.perf_counter() - start
-    checkpointing = built.checkpointing
-    if checkpointing.diverged_at is not None:
-        raise _divergence(run.config, checkpointing.diverged_at, checkpointing.diverged_because,
-                          built.manager)
     # fit ends with the Polyak averages (use_ema) in place; every process
     # takes part in gathering sharded weights.
-    return history, seconds, [to_numpy(w) for w in built.model.weights]
+    weights = [to_numpy(w) for w in built.model.weights]
+    update, because = built.checkpointing.diverged_at, built.checkpointing.diverged_because
+    bad = first_non_finite(built.model.weights, weights) if update is None else None
+    if bad is not None:  # no checkpoint checked the final (averaged) weights
+        update, because = run.config.steps, f"the final (averaged) weight {bad} holds NaN or infinite values"
+    if update is not None:
+        raise _divergence(run.config, update, because, built.manager)
+    return history, seconds, weights
 
 
 def finish(run, built, history, seconds, weights):
     """The trained model on one device, its accuracy (and few-shot
-    accuracies), model.keras and results.json (the chief's alone); refuses
-    to write weights that are not finite."""
+    accuracies), model.keras and results.json (the chief's alone)."""
     config = run.config
-    bad = first_non_finite(built.model.weights, weights)
-    if bad is not None:
-        raise _divergence(config, config.steps, f"the final (averaged) weight {bad} holds NaN or "
-                          "infinite values", built.manager)
     model = single_device_copy(built.model, weights)
     if not run.topology.is_chief:
         return model, {}
@@ -622,7 +628,7 @@ def finish(run, built, history, seconds, weights):
     if history.history.get("loss"):
         results["final_loss"] = float(history.history["loss"][-1])
     if config.kind != "masked_patch":
-        results.update(_evaluate(model, run, built.test))
+        results.update(_evaluate(model, run, built))
     model.save(run.workdir / "model.keras")
     path = run.workdir / "results.json"
     if path.exists():  # a finished run started again keeps what it recorded
@@ -631,15 +637,15 @@ def finish(run, built, history, seconds, weights):
     return model, results
 
 
-def _evaluate(model, run, test):
+def _evaluate(model, run, built):
     """``{"test_accuracy": ..., "few_shot": ...}`` of the trained `model` on
-    `test`, the few-shot accuracies where the config asks for them."""
-    config = run.config
-    results = {"test_accuracy": scoring.accuracy(model, test)}
-    if config.few_shot:
+    `built`'s evaluation data, the few-shot accuracies where the config asks
+    for them."""
+    results = {"test_accuracy": scoring.accuracy(model, built.test)}
+    if built.few_shot_train is not None:
         results["few_shot"] = scoring.few_shot_accuracy(
-            model, eval_dataset(config, run.source, pixel_scaling(model)), test,
-            run.source.num_classes, shots=config.few_shot)
+            model, built.few_shot_train, built.test, run.source.num_classes,
+            shots=run.config.few_shot)
     return results
 
 

@@ -139,6 +139,13 @@ def linear_few_shot_accuracy(train_features, train_labels, test_features, test_l
         ```
     """
     check_finite(train_features=train_features, test_features=test_features)
+    return _least_squares_accuracy(train_features, train_labels, test_features, test_labels,
+                                   num_classes, l2_reg)
+
+
+def _least_squares_accuracy(train_features, train_labels, test_features, test_labels, num_classes,
+                            l2_reg):
+    """`linear_few_shot_accuracy` of features already checked to be finite."""
     x = np.asarray(train_features, "float64")
     mean = x.mean(0, keepdims=True)
     std = x.std(0, keepdims=True) + 1e-5
@@ -162,7 +169,7 @@ def few_shot_from_features(train_features, train_labels, test_features, test_lab
                            num_classes, shots=SHOTS, seeds=3, l2_reg=2.0**10):
     """``{k: accuracy}`` for k images per class, averaged over `seeds` draws
     of the k-shot subsets (big_vision draws them the same way)."""
-    check_finite(train_features=train_features, test_features=test_features)  # all, not each subset
+    check_finite(train_features=train_features, test_features=test_features)  # once, not each subset
     train_labels = np.asarray(train_labels)
     results = {}
     for k in shots:
@@ -179,7 +186,7 @@ def few_shot_from_features(train_features, train_labels, test_features, test_lab
                     )
                 chosen.append(rng.permutation(indices)[:k])
             chosen = np.concatenate(chosen)
-            scores.append(linear_few_shot_accuracy(
+            scores.append(_least_squares_accuracy(
                 train_features[chosen], train_labels[chosen], test_features, test_labels,
                 num_classes, l2_reg,
             ))
