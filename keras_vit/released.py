@@ -51,6 +51,7 @@ import os
 import pathlib
 import warnings
 
+from keras_vit.deprecation import renamed_keyword
 from keras_vit.io.download import fetch
 from keras_vit.io.download import is_url
 from keras_vit.io.files import CheckpointError
@@ -491,17 +492,6 @@ def _rows():
 PRETRAINED = {entry.name: entry for entry in _rows()}
 
 
-def _preset_keyword(preset, architecture, function):
-    """`preset`, or the deprecated keyword `architecture` of `function` that stands for it, with a warning."""
-    if architecture is None:
-        return preset
-    warnings.warn(f"{function}(architecture=...) is deprecated; use {function}(preset=...).", DeprecationWarning,
-                  stacklevel=3)
-    if preset is not None:
-        raise TypeError(f"{function}() takes a preset once: give preset= alone (architecture= is its old name).")
-    return architecture
-
-
 def pretrained(preset=None, *, architecture=None):
     """The released checkpoints that load by name.
 
@@ -517,7 +507,7 @@ def pretrained(preset=None, *, architecture=None):
     Raises:
         ValueError: an unknown preset (the message lists the known ones).
     """
-    preset = _preset_keyword(preset, architecture, "pretrained")
+    preset = renamed_keyword("pretrained", "preset", "architecture", preset, architecture)
     if preset is None:
         return list(PRETRAINED.values())
     name = preset_name(preset)
@@ -566,7 +556,7 @@ def default_pretrained(preset=None, *, architecture=None):
     Raises:
         ValueError: an unknown preset, or one with no released weights.
     """
-    preset = _preset_keyword(preset, architecture, "default_pretrained")
+    preset = renamed_keyword("default_pretrained", "preset", "architecture", preset, architecture)
     if preset is None:
         raise TypeError("default_pretrained() needs a preset, e.g. default_pretrained('vit_b16').")
     entries = pretrained(preset)

@@ -304,5 +304,5 @@ def test_the_released_files_old_architecture_keyword_is_a_deprecated_alias_of_pr
         assert old[0].architecture == old[0].preset == "vit_b16"
     with pytest.warns(DeprecationWarning, match=r"default_pretrained\(architecture=...\) is deprecated"):
         assert released.default_pretrained(architecture="vit_b16") == released.default_pretrained("vit_b16")
-    with pytest.raises(TypeError, match="takes a preset once"), pytest.warns(DeprecationWarning):
+    with pytest.raises(TypeError, match="takes preset= once"), pytest.warns(DeprecationWarning):
         released.pretrained("vit_b16", architecture="vit_b16")

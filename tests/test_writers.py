@@ -101,7 +101,7 @@ def test_the_old_format_keyword_is_a_deprecated_alias_of_checkpoint_format(tmp_p
     assert sorted(np.load(old)) == sorted(np.load(new))
     np.testing.assert_array_equal(to_numpy(ViT.from_checkpoint(old)(images(model))),
                                   to_numpy(ViT.from_checkpoint(new)(images(model))))
-    with pytest.raises(TypeError, match="takes a checkpoint format once"), pytest.warns(DeprecationWarning):
+    with pytest.raises(TypeError, match="takes checkpoint_format= once"), pytest.warns(DeprecationWarning):
         model.save_checkpoint(tmp_path / "both.npz", checkpoint_format="npz", format="npz")
     assert not (tmp_path / "both.npz").exists()
 

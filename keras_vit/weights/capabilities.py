@@ -1,9 +1,8 @@
 """What each checkpoint format holds of a `ViTConfig`, field by field (`TABLE`).
 
-A writer refuses a model by this table before anything is written
-(`refusal`); a field without an entry is refused, and
-``tests/test_capabilities.py`` fails until it has one, so a new option is
-never silently dropped. docs/checkpoints.md shows the table (`markdown`).
+A writer refuses a model by this table before anything is written (`refusal`); a field without an entry is
+refused, and ``tests/test_capabilities.py`` fails until it has one, so a new option is never silently dropped.
+docs/checkpoints.md shows the table (`markdown`).
 """
 
 import dataclasses
@@ -18,8 +17,8 @@ from keras_vit.weights.timm import written_epsilon
 # Every format's columns (`keras_vit.weights.formats.FORMATS`), and `.keras`
 COLUMNS = {**{name: column for format in FORMATS.values() for name, column in format.columns.items()},
            "keras": Column("`.keras`", "a .keras file", "Keras")}
-# the columns a TABLE row names; "hf_siglip2" and "keras" are added below
-_FORMATS = tuple(f for f in COLUMNS if f not in ("hf_siglip2", "keras"))
+# the columns a TABLE row names; "keras" is added below, and "hf_siglip2"'s own entries (`_SIGLIP2`)
+_FORMATS = tuple(f for f in COLUMNS if f != "keras")
 ENTRY_KINDS = ("written", "read", "refused", "loading", "dropped", "with")
 
 
@@ -28,19 +27,15 @@ class Entry:
     """One field in one format.
 
     Attributes:
-        kind: ``"written"`` (written and read back; `checks` refuse the
-            values it cannot hold), ``"read"`` (read from the format's
-            files, refused on writing), ``"refused"`` (neither; a value
-            other than the default is refused), ``"loading"`` (not in the
-            files: chosen when loading, e.g. a dropout rate), ``"dropped"``
-            (metadata the format has no place for: written without it) or
-            ``"with"`` (decided by the entry of the field `note` names).
-        checks: ``(bad, why, instead)`` triples: ``bad(config)`` refuses
-            with `why` (``{c}``: the config, ``{reader}``: the format's
-            owner; or ``why(config)``, that text) and `instead`, what to do.
+        kind: ``"written"`` (written and read back; `checks` refuse the values it cannot hold), ``"read"``
+            (read from the format's files, refused on writing), ``"refused"`` (neither; a value other than the
+            default is refused), ``"loading"`` (not in the files: chosen when loading, e.g. a dropout rate),
+            ``"dropped"`` (metadata the format has no place for: written without it) or ``"with"`` (decided by
+            the entry of the field `note` names).
+        checks: ``(bad, why, instead)`` triples: ``bad(config)`` refuses with `why` (``{c}``: the config,
+            ``{reader}``: the format's owner; or ``why(config)``, that text) and `instead`, what to do.
         note: the docs' words; for ``"with"``, the other field.
-        values: for ``"written"``: changes of a small model that the
-            format writes, for the round-trip test.
+        values: for ``"written"``: changes of a small model that the format writes, for the round-trip test.
     """
 
     kind: str
@@ -82,7 +77,7 @@ def dropped(note):
 
 def every(entry, **others):
     """A row: `entry` in every column but `others` (column -> Entry); the
-    ``"hf_siglip2"`` and ``"keras"`` columns are added below."""
+    ``"keras"`` column is added below, and ``"hf_siglip2"``'s own entries (`_SIGLIP2`)."""
     return {**dict.fromkeys(_FORMATS, entry), **others}
 
 
@@ -133,8 +128,7 @@ _KEY_BIAS = refused(_NO_KEY["key_bias"], "DINOv3's formats have it (with rotary 
 # AIMv2's options (timm's aimv2_*): a small model's change that timm writes
 _AIMV2 = dict(norm_type="rms_norm", norm_bias=False, patch_norm=True, mlp_activation="swiglu",
               layer_norm_epsilon=1e-5, out_bias=False, mlp_bias=False, qkv_bias=False, pooling="gap")
-_ROPE = ("rotary position embeddings (position_embedding={c.position_embedding!r}), which {reader} "
-         "does not have")
+_ROPE = "rotary position embeddings (position_embedding={c.position_embedding!r}), which {reader} does not have"
 # The Perception Encoder's options (timm's vit_pe_core_*, an Eva): a small model's change that timm writes
 _PE = dict(position_embedding="learned_rope", rope_grid="index", rope_reference_grid=(2, 2),
            rope_grid_offset=1.0, rope_grid_indexing="xy", rope_theta=10000.0, norm_pre=True, patch_bias=False,
@@ -199,25 +193,20 @@ def _is(backbone):
 
 
 _DINOV3_HUB, _DINOV2_HUB = _is("DINOV3"), _is("DINOV2")
-# keras-hub's DINO backbones are headless
-_HUB_DINOV3 = (lambda c: _DINOV3_HUB(c) and (
-    c.num_classes or c.pooling != "token" or not c.patch_bias or c.qk_norm or c.norm_pre or c.fc_norm
-    or c.distillation or c.patch_size[0] != c.patch_size[1]),
-    "keras-hub's DINOV3Backbone is a headless DINOv3 ([class] token, patch bias, square patches)",
-    HUB_FIX)
-_HUB_DINOV2 = (lambda c: _DINOV2_HUB(c) and (
-    c.num_classes or c.pooling != "token" or c.layer_norm_epsilon != 1e-6 or not c.mlp_bias
-    or not c.patch_bias or c.qk_norm or c.norm_pre or c.fc_norm or c.distillation
-    or c.patch_size[0] != c.patch_size[1]),
-    "keras-hub's DINOV2Backbone is a headless DINOv2 ([class] token, LayerNorm epsilon 1e-6, "
-    "biases everywhere, square patches)", HUB_FIX)
+# keras-hub's DINO backbones are headless: what neither has ([class] token, patch bias, square patches)
+_NOT_DINO = (lambda c: c.num_classes or c.pooling != "token" or not c.patch_bias or c.qk_norm or c.norm_pre
+             or c.fc_norm or c.distillation or c.patch_size[0] != c.patch_size[1])
+_HUB_DINOV3 = (lambda c: _DINOV3_HUB(c) and _NOT_DINO(c),
+               "keras-hub's DINOV3Backbone is a headless DINOv3 ([class] token, patch bias, square patches)", HUB_FIX)
+_HUB_DINOV2 = (lambda c: _DINOV2_HUB(c) and (_NOT_DINO(c) or c.layer_norm_epsilon != 1e-6 or not c.mlp_bias),
+               "keras-hub's DINOV2Backbone is a headless DINOv2 ([class] token, LayerNorm epsilon 1e-6, "
+               "biases everywhere, square patches)", HUB_FIX)
 
 
 def _swiglu_width(c):
     from keras_vit.weights.keras_hub import swiglu_intermediate_dim
 
-    return (_DINOV2_HUB(c) and c.mlp_activation == "swiglu"
-            and swiglu_intermediate_dim(c.mlp_dim) is None)
+    return (_DINOV2_HUB(c) and c.mlp_activation == "swiglu" and swiglu_intermediate_dim(c.mlp_dim) is None)
 
 
 # field -> {format: Entry}; ".keras" holds everything (added below)
@@ -257,9 +246,8 @@ TABLE = {
         npz=writes(representation_size=8),
         hf_vit=written((lambda c: c.representation_size and c.num_classes, "it has a pre-logits "
                         "layer and a head: ViTForImageClassification classifies the [class] "
-                        "token without its pooler", "Drop the head (`model.with_config("
-                        "num_classes=0)`) to write a ViTModel whose pooler is the pre-logits "
-                        "layer, or use format='npz'."),
+                        "token without its pooler", "Drop the head (`model.with_config(num_classes=0)`) to "
+                        "write a ViTModel whose pooler is the pre-logits layer, or use format='npz'."),
                        values=(dict(representation_size=8, num_classes=0),)),
         hf_dinov2=_NOT_DINOV2, hf_dinov3=written(_FEATURES),
         timm=read("it has a pre-logits layer, which timm's VisionTransformer no longer has",
@@ -285,9 +273,8 @@ TABLE = {
                       "epsilon)."))),
     "gelu_approximate": dict(
         npz=written((lambda c: not c.gelu_approximate, "it uses exact (erf) GELU, and vit_jax's code "
-                     "runs the tanh approximation", "Use format='timm' or 'huggingface', or accept "
-                     "slightly different numbers: `model.with_config(gelu_approximate=True)"
-                     ".save_checkpoint(...)`.")),
+                     "runs the tanh approximation", "Use format='timm' or 'huggingface', or accept slightly "
+                     "different numbers: `model.with_config(gelu_approximate=True).save_checkpoint(...)`.")),
         hf_vit=writes(gelu_approximate=False), hf_dinov2=_DINOV2_ONLY,
         hf_dinov3=written((lambda c: c.mlp_activation == "gelu" and c.gelu_approximate,
                            "gelu_approximate=True, and DINOv3's MLP is exact GELU (or gated SiLU)",
@@ -450,9 +437,8 @@ TABLE = {
             values=(dict(distillation=True, distillation_head=False),))),
     "distillation_head": every(
         with_("distillation"),
-        timm=written((lambda c: c.distillation and not c.distillation_head, "its distillation token "
-                      "has no head (distillation_head=False), and timm's distilled ViT has both "
-                      "heads", KERAS))),
+        timm=written((lambda c: c.distillation and not c.distillation_head, "its distillation token has no "
+                      "head (distillation_head=False), and timm's distilled ViT has both heads", KERAS))),
     "class_token": every(_CLASS_TOKEN, hf_dinov2=_NOT_DINOV2,
                          timm=written(values=(dict(pooling="gap", class_token=True),
                                               dict(pooling="map", class_token=True)))),
@@ -478,15 +464,11 @@ TABLE = {
 }
 
 
-# Hugging Face's Siglip2VisionModel (SigLIP 2 NaFlex, model_type siglip2_vision_model): a
-# NaFlex tower of SigLIP's shape: a square position table, a MAP head, no [class] token
-_S2_SAME = ("mlp_dim", "num_channels", "num_heads", "num_layers", "hidden_dim", "pixel_scale",
-            "pixel_offset")
+# Hugging Face's Siglip2VisionModel (SigLIP 2 NaFlex, model_type siglip2_vision_model): a NaFlex tower of
+# SigLIP's shape: a square position table, a MAP head, no [class] token. Its entries where they are not the
+# row's entry of every column (`every`)
 _SIGLIP2 = {
-    **{field: W for field in _S2_SAME},
     **{field: refused(why, _FIXED_SIZE) for field, why in _NO_KEY.items()},
-    **{field: LOADING for field in ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
-                                    "data_format")},
     "image_size": written((lambda c: c.grid_size[0] != c.grid_size[1], "its position table is "
                            "{c.grid_size[0]}x{c.grid_size[1]} patches, and {reader}'s is a square "
                            "(num_patches = side x side)", "Resample it to a square first "
@@ -501,7 +483,6 @@ _SIGLIP2 = {
                         "its attention head (pooling='map')", _FIXED_SIZE)),
     "representation_size": refused("it has a pre-logits layer, which {reader} does not have",
                                    _FIXED_SIZE),
-    "projection_dim": _PROJECTION, "normalize_features": _NORMALIZE,
     "layer_norm_epsilon": writes(layer_norm_epsilon=1e-5),
     "gelu_approximate": writes(gelu_approximate=False),
     "mlp_activation": written((lambda c: c.mlp_activation == "swiglu", "mlp_activation='swiglu', "
@@ -509,25 +490,19 @@ _SIGLIP2 = {
                               values=(dict(mlp_activation="quick_gelu"),)),
     "qkv_bias": refused("its attention has no query, key and value biases (qkv_bias=False), which "
                         "{reader} requires", _FIXED_SIZE),
-    "position_embedding": written((lambda c: c.position_embedding != "learned", "its position "
-                                   "embeddings are {c.position_embedding!r}, and {reader}'s a learned "
-                                   "table", _FIXED_SIZE)),
-    "rope_theta": with_("position_embedding"),
+    "position_embedding": written((lambda c: c.position_embedding != "learned", "its position embeddings are "
+                                   "{c.position_embedding!r}, and {reader}'s a learned table", _FIXED_SIZE)),
     **{field: refused(_ROPE_GRID.checks[0][1], _FIXED_SIZE) for field in ("rope_grid", "rope_grid_offset",
                                                                            "rope_grid_indexing", "rope_reference_grid")},
     **{field: refused(_POOLING_SIZE.checks[0][1], _FIXED_SIZE) for field in ("pooling_num_heads", "pooling_mlp_dim")},
-    "resnet_block_units": _HYBRID, "resnet_width_factor": with_("resnet_block_units"),
-    "head_bias_init": INITIALIZER,
-    "distillation_head": with_("distillation"),
-    "class_names": with_("num_classes"),
-    "head_activation": with_("num_classes"),
+    "resnet_block_units": _HYBRID, "class_names": with_("num_classes"), "head_activation": with_("num_classes"),
     "naflex": written((lambda c: not c.naflex, "it is a fixed-size model, and {reader} takes NaFlex "
                        "sequences", "Make it NaFlex first (`model.with_naflex(max_num_patches)`).")),
     "max_num_patches": writes(max_num_patches=3),
-    **{field: LOADING for field in ("token_merging", "proportional_attention")},
 }
 for _field, _entries in TABLE.items():
-    _entries["hf_siglip2"] = _SIGLIP2[_field]
+    if _field in _SIGLIP2:
+        _entries["hf_siglip2"] = _SIGLIP2[_field]
     _entries["keras"] = W
 
 
@@ -535,8 +510,7 @@ _DEFAULTS = {field.name: field.default for field in dataclasses.fields(ViTConfig
 
 
 def refusal(config, column):
-    """The first thing `column` (a `COLUMNS` key) cannot hold of `config`
-    (a `ViTConfig`), or None.
+    """The first thing `column` (a `COLUMNS` key) cannot hold of `config` (a `ViTConfig`), or None.
 
     Returns:
         None, or ``(why, instead)``: the reason, in the column's words, and
@@ -547,8 +521,7 @@ def refusal(config, column):
         entry = TABLE.get(field, {}).get(column)
         if entry is None:
             if getattr(config, field) != _DEFAULTS.get(field):
-                return (f"{field}={getattr(config, field)!r}, which keras_vit does not map to "
-                        f"{owner} yet", KERAS)
+                return (f"{field}={getattr(config, field)!r}, which keras_vit does not map to {owner} yet", KERAS)
             continue
         for bad, why, instead in entry.checks:
             bad = bad or (lambda c, field=field: getattr(c, field) != _DEFAULTS.get(field))

@@ -1,14 +1,11 @@
-"""The checkpoint formats, one record each (`FORMATS`): how a path is told
-to be the format's, its reader and writer, and the capability columns
-(`keras_vit.weights.capabilities`) it is read and written as. The command
-line's choices, `capabilities.COLUMNS`, `save_checkpoint`'s dispatch,
-`reader_for` and the docs' table of paths (`markdown`) all come from here.
+"""The checkpoint formats, one record each (`FORMATS`): how a path is told to be the format's, its reader and
+writer, and the capability columns (`keras_vit.weights.capabilities`) it is read and written as. The command
+line's choices, `capabilities.COLUMNS`, `save_checkpoint`'s dispatch, `reader_for` and the docs' table of
+paths (`markdown`) all come from here.
 
-A format's reader and writer are ``read_<module>`` and ``write_<module>`` of
-``keras_vit.weights.<module>``, imported when first used, so that this
-module (and the command line's help) imports no backend. Every reader is
-``read(path, num_heads=None)`` and returns a `Checkpoint`; every writer is
-``write(model, path)``.
+A format's reader and writer are ``read_<module>`` and ``write_<module>`` of ``keras_vit.weights.<module>``,
+imported when first used, so that this module (and the command line's help) imports no backend. Every reader
+is ``read(path, num_heads=None)`` and returns a `Checkpoint`; every writer is ``write(model, path)``.
 """
 
 import collections
@@ -30,9 +27,8 @@ Column = collections.namedtuple("Column", ("title", "writes", "owner"))
 
 @dataclasses.dataclass(frozen=True)
 class Found:
-    """What `reader_for` learns of a path before choosing, each file read
-    once: a folder's parsed ``config.json`` (None for a file), a
-    ``.safetensors`` file's key names (empty otherwise)."""
+    """What `reader_for` learns of a path before choosing, each file read once: a folder's parsed
+    ``config.json`` (None for a file), a ``.safetensors`` file's key names (empty otherwise)."""
 
     path: pathlib.Path
     config: dict | None = None
@@ -46,11 +42,9 @@ class Format:
     Attributes:
         name: ``save_checkpoint(checkpoint_format=...)``, ``keras-vit convert --format``.
         title: what its files are, in words (`known_formats`).
-        module: ``keras_vit.weights.<module>``, which has ``read_<module>`` and
-            ``write_<module>``.
+        module: ``keras_vit.weights.<module>``, which has ``read_<module>`` and ``write_<module>``.
         paths: ``(path, what it is)`` rows of the docs' table of paths.
-        claims: ``claims(found)``: whether a `Found` path is this format's
-            (asked in `FORMATS`' order).
+        claims: ``claims(found)``: whether a `Found` path is this format's (asked in `FORMATS`' order).
         columns: the capability columns its files can be, name -> `Column`.
         written_as: ``written_as(config)``: the column a `ViTConfig` is written as.
         writes_folder: ``writes_folder(path)``: whether it writes a folder at `path`.
@@ -80,9 +74,8 @@ class Format:
 
 
 def huggingface_column(c):
-    """The column format="huggingface" writes a `ViTConfig` `c` as: SigLIP 2's
-    ``Siglip2VisionModel`` for NaFlex, ``DINOv3ViTModel`` for rotary position
-    embeddings, a ``ViTModel`` otherwise."""
+    """The column format="huggingface" writes a `ViTConfig` `c` as: SigLIP 2's ``Siglip2VisionModel`` for
+    NaFlex, ``DINOv3ViTModel`` for rotary position embeddings, a ``ViTModel`` otherwise."""
     return "hf_siglip2" if c.naflex else "hf_dinov3" if c.position_embedding == "rope" else "hf_vit"
 
 
@@ -150,12 +143,10 @@ def markdown():
 
 def _refuse_pickle(path):
     raise CheckpointError(
-        f"{path} is a pickle-based PyTorch file, which can run arbitrary code "
-        "when loaded, so keras_vit does not open it. Convert it to safetensors "
-        "where you trust it, e.g. `safetensors.torch.save_file(torch.load(path, "
-        "weights_only=True), 'model.safetensors')` (for Hugging Face: "
-        "`model.save_pretrained(dir, safe_serialization=True)`)."
-    )
+        f"{path} is a pickle-based PyTorch file, which can run arbitrary code when loaded, so keras_vit does "
+        "not open it. Convert it to safetensors where you trust it, e.g. "
+        "`safetensors.torch.save_file(torch.load(path, weights_only=True), 'model.safetensors')` (for "
+        "Hugging Face: `model.save_pretrained(dir, safe_serialization=True)`).")
 
 
 def _safetensors_keys(path):
@@ -181,8 +172,7 @@ def _found(path):
         raise CheckpointError(
             f"{path} is a keras_vit work directory, not a checkpoint: its trained model is "
             f"{path / 'model.keras'}" + ("" if (path / "model.keras").exists() else
-                                        ", written when its run ends") + "."
-        )
+                                        ", written when its run ends") + ".")
     if not (path / "model.safetensors").exists():
         pickled = [p for p in path.iterdir() if p.suffix in PICKLE_SUFFIXES]
         if pickled:
@@ -193,9 +183,8 @@ def _found(path):
 
 
 def format_of(path):
-    """The `Format` of a local checkpoint, decided from its name, its
-    ``config.json`` and (safetensors) its key names before any weights are
-    read: the first in `FORMATS` whose ``claims`` it.
+    """The `Format` of a local checkpoint, decided from its name, its ``config.json`` and (safetensors) its
+    key names before any weights are read: the first in `FORMATS` whose ``claims`` it.
 
     Raises:
         CheckpointError: no such file, a pickle-based file, or an unknown format.
@@ -212,17 +201,14 @@ def format_of(path):
     if format.name == "huggingface" and found.config is None and not (weights_folder(path) / "config.json").exists():
         raise CheckpointError(
             f"{path} holds Hugging Face ViT weights but there is no config.json "
-            "beside it; pass the directory saved by `save_pretrained`."
-        )
+            "beside it; pass the directory saved by `save_pretrained`.")
     return format
 
 
 def reader_for(path):
-    """The reader a local checkpoint needs (`format_of`'s ``read``):
-    ``read(path, num_heads=None)``, a :func:`~keras_vit.weights.npz.read_npz`,
-    :func:`~keras_vit.weights.huggingface.read_huggingface`,
-    :func:`~keras_vit.weights.timm.read_timm` or
-    :func:`~keras_vit.weights.keras_hub.read_keras_hub`."""
+    """The reader a local checkpoint needs (`format_of`'s ``read``): ``read(path, num_heads=None)``, a
+    :func:`~keras_vit.weights.npz.read_npz`, :func:`~keras_vit.weights.huggingface.read_huggingface`,
+    :func:`~keras_vit.weights.timm.read_timm` or :func:`~keras_vit.weights.keras_hub.read_keras_hub`."""
     return format_of(path).read
 
 
@@ -231,8 +217,7 @@ def read_checkpoint(path, num_heads=None):
 
     Args:
         path: a checkpoint file or folder (`format_of`).
-        num_heads: the number of attention heads, for files that do not
-            store it (timm's); where the files store it, a different count
-            is refused.
+        num_heads: the number of attention heads, for files that do not store it (timm's); where the files
+            store it, a different count is refused.
     """
     return reader_for(path)(path, num_heads)

@@ -1,13 +1,11 @@
 """keras-hub presets: read without keras-hub, written through it.
 
-A preset folder holds ``config.json`` (the backbone, ``registered_name``
-``keras_hub>ViTBackbone``, ...), ``model.weights.h5`` (its variables in Keras's
-HDF5 layout: ``layers/<attribute>/vars/<i>``), ``metadata.json``, and for a
-classifier ``task.json``, ``task.weights.h5``, ``preprocessor.json`` and
-``image_converter.json``. keras-hub's attention kernels have keras_vit's
-``(D, heads, head_dim)`` layout (DINOv3's ``(D, D)``), so every tensor maps by
-name (docs/checkpoints.md, "keras-hub presets"). A preset that cannot be read
-raises a `CheckpointError` naming the file, what is wrong and what to do.
+A preset folder holds ``config.json`` (the backbone, ``registered_name`` ``keras_hub>ViTBackbone``, ...),
+``model.weights.h5`` (its variables in Keras's HDF5 layout: ``layers/<attribute>/vars/<i>``),
+``metadata.json``, and for a classifier ``task.json``, ``task.weights.h5``, ``preprocessor.json`` and
+``image_converter.json``. keras-hub's attention kernels have keras_vit's ``(D, heads, head_dim)`` layout
+(DINOv3's ``(D, D)``), so every tensor maps by name (docs/checkpoints.md, "keras-hub presets"). A preset
+that cannot be read raises a `CheckpointError` naming the file, what is wrong and what to do.
 """
 
 import dataclasses
@@ -87,9 +85,9 @@ _QKVO = ("query_dense", "key_dense", "value_dense", "output_dense")
 
 
 def _block(backbone, c):
-    """One block's rows in `backbone`'s h5 layout (`r.block_rows`; ``{n}``: the
-    block's suffix, none for the first): DINOv3's Dense ``(D, D)`` attention
-    kernels and gated MLP halves, LayerScales where the model has them."""
+    """One block's rows in `backbone`'s h5 layout (`r.block_rows`; ``{n}``: the block's suffix, none for the
+    first): DINOv3's Dense ``(D, D)`` attention kernels and gated MLP halves, LayerScales where the model has
+    them."""
     vit, dense, gated = backbone in ("ViT", "DeiT"), backbone == "DINOV3", c.mlp_activation == "swiglu"
     attention = {"ViT": "mha/", "DeiT": "mha/", "DINOV2": "attention/attention/", "DINOV3": "attention/"}[backbone]
     mlp = {"ViT": ("mlp/dense_1", "mlp/dense_2"), "DeiT": ("mlp/dense", "output_layer/dense"),
@@ -106,16 +104,15 @@ def _block(backbone, c):
 
 
 def _embedding(backbone, c, mask_token):
-    """The embedding layer's rows: its own variables are numbered
-    (``vars/0``, ...) in the order the layer makes them (DINO's mask token
-    where the preset has one, registers where the model has them)."""
+    """The embedding layer's rows: its own variables are numbered (``vars/0``, ...) in the order the layer
+    makes them (DINO's mask token where the preset has one, registers where the model has them)."""
     if backbone in ("ViT", "DeiT"):
         embed = "layers/vi_t_patching_and_embedding/" if backbone == "ViT" else "layers/dei_t_embeddings/"
         posemb = embed + ("position_embedding/vars/0" if backbone == "ViT" else "vars/2")
         return [r.row("class_token/tokens", embed + "vars/0", when=lambda c: c.uses_class_token),
                 r.row("distillation_token/tokens", embed + "vars/1", when=lambda c: c.distillation),
                 *r.dense_rows("patch_embedding/projection", embed + "patch_embedding", r.H5,
-                         has_bias=lambda c: c.patch_bias),
+                              has_bias=lambda c: c.patch_bias),
                 r.row("position_embedding/embeddings", posemb, r.TOKENS)]
     embed = f"layers/{backbone.lower()}_embedding/"
     names = ["class_token", *(["mask_token"] if mask_token else []),
@@ -128,21 +125,19 @@ def _embedding(backbone, c, mask_token):
     if c.num_registers:
         rows.append(r.row("registers/tokens", var["registers"]))
     if backbone == "DINOV2":  # the table interpolated to the image size, then the stored one
-        rows.append(r.row("position_embedding/embeddings", (var["table"], var["stored_table"]),
-                          _DINOV2_TABLES))
+        rows.append(r.row("position_embedding/embeddings", (var["table"], var["stored_table"]), _DINOV2_TABLES))
     return rows
 
 
-# keras-hub's DINOv2 keeps its table twice (at the image size, and as
-# stored), neither with register rows (`rows.REGISTER_ROWS`).
+# keras-hub's DINOv2 keeps its table twice (at the image size, and as stored), neither with register rows
+# (`rows.REGISTER_ROWS`).
 _DINOV2_TABLES = (lambda c, table, stored: r.REGISTER_ROWS[0](c, table),
                   lambda c, table: r.REGISTER_ROWS[1](c, table) * 2)
 
 
 def key_map(c, backbone, mask_token=True):
-    """The map of a `ViTConfig` `c`'s model as keras-hub's `backbone`
-    (``"ViT"``, ``"DeiT"``, ``"DINOV2"``, ``"DINOV3"``) in
-    ``model.weights.h5``; `mask_token`: whether a DINO preset has one."""
+    """The map of a `ViTConfig` `c`'s model as keras-hub's `backbone` (``"ViT"``, ``"DeiT"``, ``"DINOV2"``,
+    ``"DINOV3"``) in ``model.weights.h5``; `mask_token`: whether a DINO preset has one."""
     encoder = "layers/layer_normalization/" if backbone.startswith("DINO") else \
         _ENCODERS[backbone].split("encoder_layers")[0] + "layer_norm/"
     return [*_embedding(backbone, c, mask_token),
@@ -159,19 +154,10 @@ TASK_ROWS = [
 
 
 def read_keras_hub(path, num_heads=None):
-    """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset
-    folder as a `Checkpoint`, read with h5py (Keras's own dependency), without
-    keras-hub. The image converter's scale and offset are the model's
-    ``pixel_scale`` and ``pixel_offset``; DINOv2's position table is the one
-    stored at the preset's ``image_shape``, resampled as DINOv2 does.
-    `num_heads`: the preset's own count or None (`stored_heads`)."""
-    checkpoint = _read_preset(path)
-    stored_heads(checkpoint, num_heads)
-    return checkpoint
-
-
-def _read_preset(path):
-    """`read_keras_hub`'s `Checkpoint`."""
+    """A keras-hub ViT, DeiT (backbone or classifier), DINOv2 or DINOv3 preset folder as a `Checkpoint`, read
+    with h5py (Keras's own dependency), without keras-hub. The image converter's scale and offset are the
+    model's ``pixel_scale`` and ``pixel_offset``; DINOv2's position table is the one stored at the preset's
+    ``image_shape``, resampled as DINOv2 does. `num_heads`: the preset's own count or None (`stored_heads`)."""
     folder = pathlib.Path(path)
     source = f"keras-hub preset {folder}"
     if not folder.is_dir():
@@ -185,8 +171,7 @@ def _read_preset(path):
     name = spec["class_name"]
     if name not in BACKBONES:
         raise CheckpointError(
-            f"{source}: its backbone is keras-hub's {name}; keras_vit reads "
-            f"{', '.join(BACKBONES)} presets.")
+            f"{source}: its backbone is keras-hub's {name}; keras_vit reads {', '.join(BACKBONES)} presets.")
     hub, backbone = spec["config"], name[:-len("Backbone")]
     config = r.read_settings(SETTINGS[backbone], hub, f"{config_json}'s \"config\"")
     if not hub.get("use_mha_bias", True):
@@ -209,12 +194,15 @@ def _read_preset(path):
     if (folder / "task.json").exists():
         state.update(r.move(TASK_ROWS, load_h5(folder / "task.weights.h5", source, _SAVE_AGAIN), c, source))
     _read_converter(folder, config)
-    grid = c.grid_size
     if c.position_embedding == "rope" or backbone == "DINOV2":  # the table at the image size
-        return Checkpoint(config, state, source, grid, grid[0] * grid[1],
-                          resample_method="dinov2" if backbone == "DINOV2" else "bilinear")
-    patches = state["position_embedding/embeddings"].shape[1] - c.num_prefix_tokens
-    return Checkpoint(config, state, source, square_grid(patches), patches)
+        grid, patches = c.grid_size, c.grid_size[0] * c.grid_size[1]
+    else:
+        patches = state["position_embedding/embeddings"].shape[1] - c.num_prefix_tokens
+        grid = square_grid(patches)
+    checkpoint = Checkpoint(config, state, source, grid, patches,
+                            resample_method="dinov2" if backbone == "DINOV2" else "bilinear")
+    stored_heads(checkpoint, num_heads)
+    return checkpoint
 
 
 def _classifier_config(folder, source, config):
@@ -236,9 +224,8 @@ def _classifier_config(folder, source, config):
 
 
 def _read_converter(folder, config):
-    """The image converter's pixel scaling (``image_converter.json``, beside
-    a classifier's preprocessor or a backbone), recorded in `config` as
-    ``pixel_scale`` and ``pixel_offset``: keras-hub's ``x * scale +
+    """The image converter's pixel scaling (``image_converter.json``, beside a classifier's preprocessor or a
+    backbone), recorded in `config` as ``pixel_scale`` and ``pixel_offset``: keras-hub's ``x * scale +
     offset`` of pixels in [0, 255], per channel where they are lists."""
     converter = folder / "image_converter.json"
     if not converter.exists():
@@ -250,9 +237,8 @@ def _read_converter(folder, config):
 
 
 def backbone_of(config):
-    """The keras-hub backbone the writer makes of a `ViTConfig`: ``"DINOV3"``
-    (rotary position embeddings), ``"DINOV2"`` (registers or LayerScale),
-    ``"DeiT"`` (distillation) or ``"ViT"``."""
+    """The keras-hub backbone the writer makes of a `ViTConfig`: ``"DINOV3"`` (rotary position embeddings),
+    ``"DINOV2"`` (registers or LayerScale), ``"DeiT"`` (distillation) or ``"ViT"``."""
     if config.position_embedding == "rope":
         return "DINOV3"
     if config.num_registers or config.layer_scale_init is not None:
@@ -261,15 +247,13 @@ def backbone_of(config):
 
 
 def write_keras_hub(model, path):
-    """`model` as a keras-hub preset folder at `path` (new), through
-    keras-hub's own ``save_to_preset``, its weights files then filled in by
-    `key_map` (the keys the reader reads): the backbone `backbone_of` names
-    (``num_classes=0``), else a ``ViTImageClassifier`` (DeiT without its
-    distillation head: ``DeiTImageClassifier``) with its preprocessor. The
-    image converter scales pixels by the model's ``pixel_scale`` and
-    ``pixel_offset``. `keras_vit.weights.save_checkpoint` checks first what
-    keras-hub can express; DINOv2's register tokens take no position
-    embeddings, so non-zero rows are refused here (a check of weights)."""
+    """`model` as a keras-hub preset folder at `path` (new), through keras-hub's own ``save_to_preset``, its
+    weights files then filled in by `key_map` (the keys the reader reads): the backbone `backbone_of` names
+    (``num_classes=0``), else a ``ViTImageClassifier`` (DeiT without its distillation head:
+    ``DeiTImageClassifier``) with its preprocessor. The image converter scales pixels by the model's
+    ``pixel_scale`` and ``pixel_offset``. `keras_vit.weights.save_checkpoint` checks first what keras-hub
+    can express; DINOv2's register tokens take no position embeddings, so non-zero rows are refused here (a
+    check of weights)."""
     c, ours = model.config, model_state(model)
     if backbone_of(c) == "DINOV2" and np.any(ours["position_embedding/embeddings"][0, 1:1 + c.num_registers]):
         raise ValueError(f"{model.name} cannot be written as a keras-hub ViT preset: its register "
@@ -284,30 +268,25 @@ def write_keras_hub(model, path):
     head = {key: ours.pop(key) for key in list(ours) if key.split("/")[0] in ("head", "pre_logits")}
     weights = r.write_rows(key_map(c, name), ours, c, model.name, "keras-hub")
     task_weights = r.write_rows(TASK_ROWS, head, c, model.name, "keras-hub")
-    if not c.num_classes:  # the converter beside the backbone, for the pixel scaling
+    if c.num_classes:
+        preprocessor = getattr(keras_hub.models, f"{name}ImageClassifierPreprocessor")(image_converter=converter)
+        # DeiT's classifies the [class] token, without a pre-logits layer
+        vit = {} if c.distillation else dict(pooling=c.pooling, intermediate_dim=c.representation_size)
+        task = getattr(keras_hub.models, "DeiTImageClassifier" if c.distillation else "ViTImageClassifier")(
+            backbone=backbone, num_classes=c.num_classes, preprocessor=preprocessor, **vit)
+        task.save_to_preset(str(path))
+    else:  # the converter beside the backbone, for the pixel scaling
         backbone.save_to_preset(str(path))
         converter.save_to_preset(str(path))
-        _fill_h5(path / "model.weights.h5", weights)
-        return path
-    preprocessor = getattr(keras_hub.models, f"{name}ImageClassifierPreprocessor")(
-        image_converter=converter)
-    if c.distillation:
-        task = keras_hub.models.DeiTImageClassifier(
-            backbone=backbone, num_classes=c.num_classes, preprocessor=preprocessor)
-    else:
-        task = keras_hub.models.ViTImageClassifier(
-            backbone=backbone, num_classes=c.num_classes, pooling=c.pooling,
-            intermediate_dim=c.representation_size, preprocessor=preprocessor)
-    task.save_to_preset(str(path))
     _fill_h5(path / "model.weights.h5", weights)
-    _fill_h5(path / "task.weights.h5", task_weights)
+    if c.num_classes:
+        _fill_h5(path / "task.weights.h5", task_weights)
     return path
 
 
 def _fill_h5(path, tensors):
-    """Writes `tensors` (h5 path -> array) into the weights file at `path`
-    that keras-hub's ``save_to_preset`` wrote: every variable gets one, in
-    its shape.
+    """Writes `tensors` (h5 path -> array) into the weights file at `path` that keras-hub's
+    ``save_to_preset`` wrote: every variable gets one, in its shape.
 
     Raises:
         CheckpointError: a variable without a tensor, or a tensor without a variable.
@@ -327,9 +306,8 @@ def _fill_h5(path, tensors):
 
 
 def swiglu_intermediate_dim(mlp_dim):
-    """keras-hub's ``intermediate_dim`` whose SwiGLU width is `mlp_dim`
-    (``(int(intermediate_dim * 2 / 3) + 7) // 8 * 8``, DINOv2 giant's
-    rule), or None when no integer gives it."""
+    """keras-hub's ``intermediate_dim`` whose SwiGLU width is `mlp_dim` (``(int(intermediate_dim * 2 / 3) + 7)
+    // 8 * 8``, DINOv2 giant's rule), or None when no integer gives it."""
     for candidate in range(max(mlp_dim * 3 // 2 - 12, 1), mlp_dim * 3 // 2 + 13):
         if (int(candidate * 2 / 3) + 7) // 8 * 8 == mlp_dim:
             return candidate

@@ -1,11 +1,9 @@
 """Google's Flax checkpoints: vit_jax / AugReg and big_vision ``.npz``.
 
-Flax keeps kernels as ``(in, out)`` (dense), HWIO (conv) and
-``(D, heads, d_head)`` / ``(heads, d_head, D)`` (attention), which are the
-Keras layouts too, so the conversion is a renaming (`key_map`). Old layouts
-are made the vit_jax one in one place (`_canonical`): the ``opt/target/``
-and ``params/`` prefixes, big_vision's ``scan`` and its block numbering
-(``LayerNorm_0`` / ``_1``, ``MlpBlock_0``: found by kind and order).
+Flax keeps kernels as ``(in, out)`` (dense), HWIO (conv) and ``(D, heads, d_head)`` / ``(heads, d_head, D)``
+(attention), which are the Keras layouts too, so the conversion is a renaming (`key_map`). Old layouts are
+made the vit_jax one in one place (`_canonical`): the ``opt/target/`` and ``params/`` prefixes, big_vision's
+``scan`` and its block numbering (``LayerNorm_0`` / ``_1``, ``MlpBlock_0``: found by kind and order).
 """
 
 import re
@@ -38,8 +36,7 @@ def _mlp(ours, theirs, when=r.always, has_bias=None):
 
 
 def _attention(ours, theirs, when=r.always):
-    return r.attention_rows(ours, theirs, _QKVO, r.FLAX, when=when, qkv_bias=None,
-                       key_bias=None, out_bias=None)
+    return r.attention_rows(ours, theirs, _QKVO, r.FLAX, when=when, qkv_bias=None, key_bias=None, out_bias=None)
 
 
 _NORM_BIAS = (lambda c: c.norm_bias)
@@ -70,7 +67,6 @@ UNIT_ROWS = [
 ]
 _CLS = (lambda c: c.uses_class_token)
 _LEARNED = (lambda c: c.position_embedding == "learned")
-_MAP = (lambda c: c.pooling == "map")
 # big_vision adds E_pos before prepending [class]: a zero row for the class
 # token is the same model in the paper's form (`fix_old_checkpoints`).
 CLASS_FIRST = (lambda c, cls, pe: (cls.reshape(1, 1, -1), np.concatenate([np.zeros_like(pe[:, :1]), pe], 1)),
@@ -81,10 +77,10 @@ TOP_ROWS = [
     *r.dense_rows("head", "head", r.FLAX, when=lambda c: c.num_classes, has_bias=None),
 ]
 MAP_ROWS = [  # big_vision's MAP head
-    r.row("pooling/probe", "MAPHead_0/probe", when=_MAP),
-    *_attention("pooling/attention", "MAPHead_0/MultiHeadDotProductAttention_0/", _MAP),
-    *_norm("pooling/norm", "MAPHead_0/LayerNorm_0", _MAP),
-    *_mlp("pooling/mlp", "MAPHead_0/MlpBlock_0/", _MAP),
+    r.row("pooling/probe", "MAPHead_0/probe", when=r.MAP),
+    *_attention("pooling/attention", "MAPHead_0/MultiHeadDotProductAttention_0/", r.MAP),
+    *_norm("pooling/norm", "MAPHead_0/LayerNorm_0", r.MAP),
+    *_mlp("pooling/mlp", "MAPHead_0/MlpBlock_0/", r.MAP),
 ]
 
 
@@ -166,8 +162,7 @@ def _read_config(arrays, source):
                   qkv_bias=attention + "query/bias" in arrays, mlp_bias=mlp + "Dense_0/bias" in arrays,
                   norm_bias=block + "LayerNorm_0/bias" in arrays,
                   mlp_dim=int(arrays[mlp + "Dense_0/kernel"].shape[1]))
-    config["pooling"] = ("map" if "MAPHead_0/probe" in arrays else "token" if "cls" in arrays
-                         else "gap")
+    config["pooling"] = ("map" if "MAPHead_0/probe" in arrays else "token" if "cls" in arrays else "gap")
     if "pos_embedding" not in arrays and "Transformer/posembed_input/pos_embedding" not in arrays:
         config["position_embedding"] = "sincos2d"
     if "pre_logits/kernel" in arrays:
@@ -189,8 +184,7 @@ def read_npz(path, num_heads=None):
     if "embedding/kernel" not in arrays:
         raise CheckpointError(
             f"{path} is an .npz file but not a ViT checkpoint: it has no "
-            f"'embedding/kernel' (keys start with {sorted(arrays)[:5]})."
-        )
+            f"'embedding/kernel' (keys start with {sorted(arrays)[:5]}).")
     arrays = _canonical(arrays, source)
     config = _read_config(arrays, source)
     c = config_view(config)

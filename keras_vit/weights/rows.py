@@ -1,13 +1,10 @@
 """Checkpoint key maps as data, and the one mover of tensors between key spaces.
 
-A format's map is a list of `Row`s and its config a list of `Setting`s; the
-reader and the writer run the same ones (`move`; `read_settings`,
-`write_settings`), so what one writes the other reads back. The family's
-quirks are written once each: `REGISTER_ROWS` (DINOv2's registers take no
-position embedding), `MASK_TOKEN` (the masked pre-training's token, dropped on
-reading, zero on writing), `halves` (a gated MLP's two projections, our one
-SwiGLU ``fc1``, in `block_rows`), `gated_mlp` and `dinov3_settings` (checked by
-`read_dinov3`).
+A format's map is a list of `Row`s and its config a list of `Setting`s; the reader and the writer run the same
+ones (`move`; `read_settings`, `write_settings`), so what one writes the other reads back. The family's quirks
+are written once each: `REGISTER_ROWS` (DINOv2's registers take no position embedding), `MASK_TOKEN` (the
+masked pre-training's token, dropped on reading, zero on writing), `halves` (a gated MLP's two projections,
+our one SwiGLU ``fc1``, in `dense_rows`), `gated_mlp` and `dinov3_settings` (checked by `read_dinov3`).
 """
 
 import collections
@@ -36,8 +33,8 @@ class Row:
         write: ``(config, *ours) -> theirs``, `read`'s inverse.
         when: ``config -> bool``: whether the model has these tensors.
 
-    A key starting with ``?`` is optional: a row whose tensors are not all
-    there is skipped (`keras_vit.assign_weights` names a variable left out).
+    A key starting with ``?`` is optional: a row whose tensors are not all there is skipped
+    (`keras_vit.assign_weights` names a variable left out).
     """
 
     ours: tuple
@@ -76,16 +73,13 @@ HEADS_IN, HEADS_OUT, HEADS_BIAS = _heads(lambda c: c.num_heads)  # the blocks'
 # the attention-pooling head's, of its own head count where it has one (PE's `pooling_num_heads`)
 POOL_IN, POOL_OUT, POOL_BIAS = _heads(lambda c: c.pooling_num_heads or c.num_heads)
 # Keras Dense (D, D) projections (keras-hub's DINOv3) <-> (D, H, hd) and (H, hd, D)
-DENSE_IN = one(lambda c, k: k.reshape(k.shape[0], c.num_heads, -1),
-               lambda c, k: k.reshape(k.shape[0], -1))
-DENSE_OUT = one(lambda c, k: k.reshape(c.num_heads, -1, k.shape[-1]),
-                lambda c, k: k.reshape(-1, k.shape[-1]))
+DENSE_IN = one(lambda c, k: k.reshape(k.shape[0], c.num_heads, -1), lambda c, k: k.reshape(k.shape[0], -1))
+DENSE_OUT = one(lambda c, k: k.reshape(c.num_heads, -1, k.shape[-1]), lambda c, k: k.reshape(-1, k.shape[-1]))
 
 
 def fused(parts, layout):
-    """`parts` projections stacked in one tensor (timm's ``qkv``, ``kv``;
-    a torch ``in_proj``) <-> `parts` of ours, each in `layout` (or a list:
-    one layout per part)."""
+    """`parts` projections stacked in one tensor (timm's ``qkv``, ``kv``; a torch ``in_proj``) <-> `parts`
+    of ours, each in `layout` (or a list: one layout per part)."""
     layouts = layout if isinstance(layout, list) else [layout] * parts
 
     def split(c, x):
@@ -102,9 +96,8 @@ def _even_first(head_dim):
 
 
 def even_first(layout):
-    """`layout` with each head's dimensions (the last axis) in our rotary
-    order, even ones first: theirs turn in interleaved pairs ``(2j, 2j + 1)``
-    (timm's Eva), ours in pairs ``(j, j + head_dim / 2)``
+    """`layout` with each head's dimensions (the last axis) in our rotary order, even ones first: theirs
+    turn in interleaved pairs ``(2j, 2j + 1)`` (timm's Eva), ours in pairs ``(j, j + head_dim / 2)``
     (`keras_vit.layers.rope_angles`); the dot products are the same."""
     read, write = layout
     return (lambda c, x: (read(c, x)[0][..., _even_first(c.hidden_dim // c.num_heads)],),
@@ -112,8 +105,8 @@ def even_first(layout):
 
 
 def halves(layout, axis):
-    """Two tensors of theirs (a gated MLP's gate and up projections, each in
-    `layout`) <-> our one SwiGLU ``fc1``, ``[gate, up]`` along `axis`."""
+    """Two tensors of theirs (a gated MLP's gate and up projections, each in `layout`) <-> our one SwiGLU
+    ``fc1``, ``[gate, up]`` along `axis`."""
     read, write = layout
 
     def join(c, gate, up):
@@ -130,8 +123,8 @@ def _with_registers(c, table):
     return np.concatenate([table[:, :1], zeros, table[:, 1:]], axis=1)
 
 
-# DINOv2 adds the position embeddings before the registers: its table has
-# none of their rows, ours zero rows after the [class] token's.
+# DINOv2 adds the position embeddings before the registers: its table has none of their rows, ours zero
+# rows after the [class] token's.
 REGISTER_ROWS = one(lambda c, t: _with_registers(c, TOKENS[0](c, t)[0]),
                     lambda c, t: np.concatenate([t[:, :1], t[:, 1 + c.num_registers:]], axis=1))
 # The masked-image pre-training's token: not the image model's.
@@ -153,6 +146,10 @@ TORCH = Style(".weight", ".bias", ".weight", ".bias")
 H5 = Style("/vars/0", "/vars/1", "/vars/0", "/vars/1")
 
 
+QKV = ("query", "key", "value")  # our attention layers' projections of the inputs
+MAP = (lambda c: c.pooling == "map")  # the predicate of the attention-pooling head's rows
+
+
 def both(a, b):
     """The predicate of rows where `a` and `b` both hold."""
     return lambda c: a(c) and b(c)
@@ -163,73 +160,60 @@ def _rms(c):
 
 
 def norm_rows(ours, theirs, style, layout=SAME, when=always):
-    """A norm's rows: a LayerNorm's two (gamma, beta), or with
-    ``norm_type="rms_norm"`` an RMSNorm's one (``scale``, theirs as a gamma)."""
+    """A norm's rows: a LayerNorm's two (gamma, beta), or with ``norm_type="rms_norm"`` an RMSNorm's one
+    (``scale``, theirs as a gamma)."""
     return [row(ours + "/gamma", theirs + style.gamma, layout, both(when, lambda c: not _rms(c))),
             row(ours + "/beta", theirs + style.beta, layout, both(when, lambda c: not _rms(c))),
             row(ours + "/scale", theirs + style.gamma, layout, both(when, _rms))]
 
 
 def dense_rows(ours, theirs, style, kernel=SAME, bias=SAME, when=always, has_bias=always):
-    """A layer's kernel and (where `has_bias` too) bias rows; a `has_bias`
-    of None makes the bias optional, there when the file or model has it."""
-    optional = "?" if has_bias is None else ""
-    return [row(ours + "/kernel", theirs + style.kernel, kernel, when),
-            row(optional + ours + "/bias", optional + theirs + style.bias, bias,
+    """A layer's kernel and (where `has_bias` too) bias rows; a `has_bias` of None makes the bias
+    optional, there when the file or model has it. `theirs`: a layer's key, or a gated MLP's gate and up
+    projections (a list, our one SwiGLU ``fc1`` by `halves`; a list of one: a layer)."""
+    theirs, optional = [theirs] if isinstance(theirs, str) else theirs, "?" if has_bias is None else ""
+    if len(theirs) == 2:
+        kernel, bias = halves(kernel, -1), halves(bias, 0)
+    return [row(ours + "/kernel", [key + style.kernel for key in theirs], kernel, when),
+            row(optional + ours + "/bias", [optional + key + style.bias for key in theirs], bias,
                 both(when, has_bias or always))]
 
 
 def attention_rows(ours, theirs, names, style, kernels=(SAME, SAME), biases=(SAME, SAME), when=always,
               qkv_bias=always, key_bias=always, out_bias=always):
-    """An attention layer's query, key, value and output projections (their
-    `names`), with their kernel and bias layouts for the inputs and the
-    output; a bias predicate of None: optional (`dense_rows`)."""
+    """An attention layer's query, key, value and output projections (their `names`), with their kernel
+    and bias layouts for the inputs and the output; a bias predicate of None: optional (`dense_rows`)."""
     bias_of = {"query": qkv_bias, "key": key_bias, "value": qkv_bias, "out": out_bias}
-    rows = []
-    for (ours_name, has_bias), theirs_name in zip(bias_of.items(), names):
-        out = ours_name == "out"
-        rows += dense_rows(f"{ours}/{ours_name}", theirs + theirs_name, style, kernels[out], biases[out],
-                           when, has_bias)
-    return rows
+    return [row for (name, has_bias), theirs_name in zip(bias_of.items(), names)
+            for row in dense_rows(f"{ours}/{name}", theirs + theirs_name, style, kernels[name == "out"],
+                                  biases[name == "out"], when, has_bias)]
 
 
 def block_rows(theirs, norms, attention, mlp, style, kernels, biases, mlp_layout, qkv_bias=None,
                key_bias=None, mlp_bias=None, scale=None, scale_when=always, out_bias=always):
-    """One encoder block's rows, ours ``encoder_block_{i}/...``, theirs under
-    `theirs`: its LayerNorms `norms`; its query, key, value and output
-    projections `attention` (`attention_rows`, with `kernels` and `biases`);
-    its MLP's layers `mlp` in `mlp_layout` (three: a gated MLP's gate and up
-    projections, our SwiGLU ``fc1`` by `halves`, then its down projection);
-    its LayerScales' key `scale` (with ``{j}``; None: none), where `scale_when`.
-    Bias predicates of None: optional (`dense_rows`)."""
+    """One encoder block's rows, ours ``encoder_block_{i}/...``, theirs under `theirs`: its LayerNorms
+    `norms`; its query, key, value and output projections `attention` (`attention_rows`, with `kernels` and
+    `biases`); its MLP's layers `mlp` in `mlp_layout` (three: a gated MLP's gate and up projections, our
+    SwiGLU ``fc1`` by `halves`, then its down projection); its LayerScales' key `scale` (with ``{j}``; None:
+    none), where `scale_when`. Bias predicates of None: optional (`dense_rows`)."""
     ours = "encoder_block_{i}/"
-    rows = [*norm_rows(ours + "norm1", theirs + norms[0], style),
+    return [*norm_rows(ours + "norm1", theirs + norms[0], style),
             *attention_rows(ours + "attention", theirs, attention, style, kernels, biases,
                             qkv_bias=qkv_bias, key_bias=key_bias, out_bias=out_bias),
-            *norm_rows(ours + "norm2", theirs + norms[1], style)]
-    if len(mlp) == 3:
-        gate, up = theirs + mlp[0], theirs + mlp[1]
-        optional = "?" if mlp_bias is None else ""  # as `dense_rows`' bias
-        rows += [row(ours + "mlp/fc1/kernel", (gate + style.kernel, up + style.kernel), halves(mlp_layout, -1)),
-                 row(optional + ours + "mlp/fc1/bias", (optional + gate + style.bias, optional + up + style.bias),
-                     halves(SAME, 0), when=mlp_bias or always)]
-    else:
-        rows += dense_rows(ours + "mlp/fc1", theirs + mlp[0], style, mlp_layout, has_bias=mlp_bias)
-    rows += dense_rows(ours + "mlp/fc2", theirs + mlp[-1], style, mlp_layout, has_bias=mlp_bias)
-    if scale:
-        rows += [row(f"{ours}layer_scale_{j}", theirs + scale.format(j=j), when=scale_when) for j in (1, 2)]
-    return rows
+            *norm_rows(ours + "norm2", theirs + norms[1], style),
+            *dense_rows(ours + "mlp/fc1", [theirs + name for name in mlp[:-1]], style, mlp_layout,
+                        has_bias=mlp_bias),
+            *dense_rows(ours + "mlp/fc2", theirs + mlp[-1], style, mlp_layout, has_bias=mlp_bias),
+            *(row(f"{ours}layer_scale_{j}", theirs + scale.format(j=j), when=scale_when) for j in (1, 2) if scale)]
 
 
 def blocks(rows, num_layers, name=lambda i: {"i": i}):
-    """The block rows (keys with ``{i}``) of every block; `name` gives the
-    format's fields of block i."""
+    """The block rows (keys with ``{i}``) of every block; `name` gives the format's fields of block i."""
     return [r.at(**name(i)) for i in range(num_layers) for r in rows]
 
 
 def _missing(source, key, left):
-    """The `CheckpointError` of a required `key` that is not there; `left`:
-    the keys not read yet."""
+    """The `CheckpointError` of a required `key` that is not there; `left`: the keys not read yet."""
     left = sorted(left)
     more = f" and {len(left) - 6} more." if len(left) > 6 else "."
     return CheckpointError(f"{source}: expected key '{key}' is missing."
@@ -243,15 +227,13 @@ def require_keys(arrays, keys, source):
             raise _missing(source, key, arrays)
 
 
-READ_LEFTOVER = ("{source} has keys keras_vit does not know, so it would load only part of "
-                 "the model: {keys}")
+READ_LEFTOVER = "{source} has keys keras_vit does not know, so it would load only part of the model: {keys}"
 
 
 def move(rows, arrays, config, source, reading=True, leftover=READ_LEFTOVER):
-    """`arrays` (theirs when `reading`, else ours) through `rows`: the
-    rows that apply to `config` take their tensors (a required key that is
-    missing is refused, naming it), convert them and give the other side's;
-    anything left over is refused (`leftover`, with ``{source}`` and ``{keys}``).
+    """`arrays` (theirs when `reading`, else ours) through `rows`: the rows that apply to `config` take
+    their tensors (a required key that is missing is refused, naming it), convert them and give the other
+    side's; anything left over is refused (`leftover`, with ``{source}`` and ``{keys}``).
 
     Returns:
         dict: key -> array, the other side's.
@@ -276,8 +258,8 @@ def move(rows, arrays, config, source, reading=True, leftover=READ_LEFTOVER):
 
 
 def write_rows(rows, state, config, name, format):
-    """`move` from a model's variables `state` to `format`'s keys; a
-    variable no row takes is named (a writer missing a row)."""
+    """`move` from a model's variables `state` to `format`'s keys; a variable no row takes is named (a
+    writer missing a row)."""
     return move(rows, state, config, name, reading=False,
                 leftover="{source}: the " + format + " writer has no key for {keys}.")
 
@@ -289,18 +271,15 @@ def never(c):
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
-    """One key of a format's config (Hugging Face's config.json, a keras-hub
-    backbone's arguments, timm's model arguments) <-> one `ViTConfig` field,
-    or several.
+    """One key of a format's config (Hugging Face's config.json, a keras-hub backbone's arguments, timm's
+    model arguments) <-> one `ViTConfig` field, or several.
 
     Attributes:
         theirs: their key (``"hidden_size"``).
-        ours: our field (``"hidden_dim"``), or a tuple of fields that `read`
-            gives a tuple of values for (`activation`); None: a key written
-            and not read (its reader's own code reads it, or nothing does).
+        ours: our field (``"hidden_dim"``), or a tuple of fields that `read` gives a tuple of values for
+            (`activation`); None: a key written and not read (its reader's own code reads it, or nothing does).
         read: their value -> ours (``int``, ``float``, ``bool``, ...).
-        default: their value where the config has no `theirs`; ``...``:
-            the key is required.
+        default: their value where the config has no `theirs`; ``...``: the key is required.
         write: ``config -> their value``; None: the field's value.
         when: ``config -> bool``: whether the key is written.
     """
@@ -322,8 +301,8 @@ def read_settings(settings, theirs, where):
     """Our `ViT` arguments of their config `theirs` (a dict) by `settings`.
 
     Raises:
-        CheckpointError: a required key is absent; the message names it and
-            `where` it came from (`keras_vit.weights.checkpoint.require`).
+        CheckpointError: a required key is absent; the message names it and `where` it came from
+            (`keras_vit.weights.checkpoint.require`).
     """
     require(theirs, required(settings), where)
     ours = {}
@@ -340,29 +319,24 @@ def write_settings(settings, c):
 
 
 def activation(key, names, default=...):
-    """Their MLP activation's name `key` <-> our ``mlp_activation`` and
-    ``gelu_approximate``, both ways by one table: `names` maps each of their
-    names to our pair; a pair is written as the first name that maps to it.
-    Its reader refuses a name not in `names` first, naming the ones there are."""
-    written = {}
-    for name, pair in names.items():
-        written.setdefault(pair, name)
+    """Their MLP activation's name `key` <-> our ``mlp_activation`` and ``gelu_approximate``, both ways by
+    one table: `names` maps each of their names to our pair; a pair is written as the first name that maps
+    to it. Its reader refuses a name not in `names` first, naming the ones there are."""
+    written = {pair: name for name, pair in reversed(names.items())}  # the first name last, so it stays
     return Setting(key, ("mlp_activation", "gelu_approximate"), lambda name: names[name], default,
                    lambda c: written[(c.mlp_activation, c.gelu_approximate and c.mlp_activation == "gelu")])
 
 
 def gated_mlp(key):
-    """Their boolean `key` of a gated MLP <-> our ``mlp_activation``:
-    ``"swiglu"``, else ``"gelu"``."""
+    """Their boolean `key` of a gated MLP <-> our ``mlp_activation``: ``"swiglu"``, else ``"gelu"``."""
     return Setting(key, "mlp_activation", lambda gated: "swiglu" if gated else "gelu", False,
                    lambda c: c.mlp_activation == "swiglu")
 
 
 def dinov3_settings(names, key_bias):
-    """DINOv3's settings in a format's `names`: its keys of the query, key,
-    value and output biases (query and value: our ``qkv_bias``), the gated
-    MLP and its activation; `key_bias`: the key bias's default. The output
-    bias and the activation are written; `read_dinov3` checks them."""
+    """DINOv3's settings in a format's `names`: its keys of the query, key, value and output biases (query
+    and value: our ``qkv_bias``), the gated MLP and its activation; `key_bias`: the key bias's default. The
+    output bias and the activation are written; `read_dinov3` checks them."""
     query, key, value, out, gated, activation = names
     return [Setting(query, "qkv_bias", bool, True),
             Setting(key, "key_bias", bool, key_bias, lambda c: c.qkv_bias and c.key_bias),
@@ -372,11 +346,10 @@ def dinov3_settings(names, key_bias):
 
 
 def read_dinov3(source, theirs, names, config):
-    """Refuses in a DINOv3 config `theirs` (its keys `names`, as
-    `dinov3_settings`') what keras_vit's DINOv3 does not have: it has an
-    output bias, query and value biases both or neither (ViT-7B), and a gated
-    MLP with silu (SwiGLU) or a plain one with exact GELU. Without query and
-    value biases the key has none either way: `config`'s ``key_bias`` is then True."""
+    """Refuses in a DINOv3 config `theirs` (its keys `names`, as `dinov3_settings`') what keras_vit's DINOv3
+    does not have: it has an output bias, query and value biases both or neither (ViT-7B), and a gated MLP
+    with silu (SwiGLU) or a plain one with exact GELU. Without query and value biases the key has none
+    either way: `config`'s ``key_bias`` is then True."""
     query_name, _, value_name, out_name, gated_name, activation_name = names
     query, value, out = (bool(theirs.get(name, True)) for name in (query_name, value_name, out_name))
     if query != value or not out:

@@ -1,7 +1,6 @@
-"""timm's ViT files, read and written: the ``.safetensors`` state dicts of its
-``VisionTransformer`` (DeiT's distilled one too) and its ``Eva`` (EVA-02, the
-Perception Encoder, its rotary ViTs), alone or in a hub folder with config.json;
-timm's model arguments both ways by one table (`ARGS`)."""
+"""timm's ViT files, read and written: the ``.safetensors`` state dicts of its ``VisionTransformer`` (DeiT's
+distilled one too) and its ``Eva`` (EVA-02, the Perception Encoder, its rotary ViTs), alone or in a hub folder
+with config.json; timm's model arguments both ways by one table (`ARGS`)."""
 
 import dataclasses
 import functools
@@ -28,30 +27,26 @@ from keras_vit.weights.checkpoint import write_files
 
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}  # a bare file's, by width
 
-# OpenAI-trained CLIP weights (and these others) run QuickGELU; timm's plain
-# `*_clip_*` entry points build erf GELU for them (their pretrained_cfg notes
-# say so), its `*_clip_quickgelu_*` ones the weights' own.
-_QUICKGELU_TAGS = ("openai", "metaclip_400m", "metaclip_2pt5b", "metaclip2_worldwide", "dfn2b",
-                   "dfn5b")
+# OpenAI-trained CLIP weights (and these others) run QuickGELU; timm's plain `*_clip_*` entry points build
+# erf GELU for them (their pretrained_cfg notes say so), its `*_clip_quickgelu_*` ones the weights' own.
+_QUICKGELU_TAGS = ("openai", "metaclip_400m", "metaclip_2pt5b", "metaclip2_worldwide", "dfn2b", "dfn5b")
 
 
 @functools.cache
 def architectures():
-    """timm's table of its ViT architectures (``timm_architectures.json``,
-    made by tests/data/make_timm_architectures.py): ``{"timm": version,
-    "architectures": {name: {"module", "class", "args"}}}``, every
-    architecture of timm's ``vision_transformer``, ``deit`` and ``eva``
-    modules with the model class and arguments its entry point builds."""
+    """timm's table of its ViT architectures (``timm_architectures.json``, made by
+    tests/data/make_timm_architectures.py): ``{"timm": version, "architectures": {name: {"module", "class",
+    "args"}}}``, every architecture of timm's ``vision_transformer``, ``deit`` and ``eva`` modules with the
+    model class and arguments its entry point builds."""
     text = importlib.resources.files("keras_vit.weights").joinpath("timm_architectures.json").read_text("utf-8")
     return json.loads(text)
 
 
 def _layer(value):
-    """A layer argument of the table (a name, or ``{"partial": name, **keywords}``)
-    as (its name in lower case without underscores, its keywords)."""
-    if isinstance(value, dict):
-        return str(value["partial"]).lower().replace("_", ""), {k: v for k, v in value.items() if k != "partial"}
-    return str(value).lower().replace("_", ""), {}
+    """A layer argument of the table (a name, or ``{"partial": name, **keywords}``) as (its name in lower
+    case without underscores, its keywords)."""
+    keywords = dict(value) if isinstance(value, dict) else {"partial": value}
+    return str(keywords.pop("partial")).lower().replace("_", ""), keywords
 
 
 # timm's act_layer <-> our (mlp_activation, gelu_approximate), both ways (`r.activation`):
@@ -82,7 +77,7 @@ class Arg(r.Setting):
     """One argument of timm's model `classes`, an `r.Setting` (read into `ours` where it has
     one; `default`: the class's own) with the values keras_vit `accepts` (a layer by `_layer`'s
     name; None: any) and, for a `size` the weights fix too (`_check_sizes`), its key in
-    `_sizes`, its words (``{}``: the value) and ``read(value, sizes)`` where not ``int(value)``."""
+    `_sizes`, its words (``{}``: the value) and ``read(value, sizes)``, the size the value gives."""
 
     classes: tuple = _VIT + _EVA
     accepts: tuple | None = None
@@ -90,12 +85,11 @@ class Arg(r.Setting):
 
 
 def _arg(theirs, classes=_VIT + _EVA, accepts=None, write=None, ours=None, read=None, default=..., **more):
-    return Arg(theirs, ours, read or (lambda value: value), default, write, classes=classes, accepts=accepts,
-               **more)
+    return Arg(theirs, ours, read or (lambda value: value), default, write, classes=classes, accepts=accepts, **more)
 
 
-def _sized(theirs, field, words, write, classes=_VIT + _EVA, read=None, **more):
-    return _arg(theirs, classes, write=write, size=(field, words, *[read] * bool(read)), **more)
+def _sized(theirs, field, words, write, classes=_VIT + _EVA, read=lambda value, sizes: int(value), **more):
+    return _arg(theirs, classes, write=write, size=(field, words, read), **more)
 
 
 # timm's model arguments <-> `ViTConfig`, each declared once for both ways: what the reader
@@ -122,8 +116,7 @@ ARGS = [
     # as DINOv2's has), Eva's None, its default
     _arg("init_values", _VIT, write=lambda c: 0 if c.layer_scale_init is None else c.layer_scale_init),
     _arg("init_values", _EVA, write=lambda c: c.layer_scale_init, when=lambda c: c.layer_scale_init is not None),
-    # VisionTransformer's
-    # deit.py's VisionTransformerDistilled has no reg_tokens argument
+    # VisionTransformer's (deit.py's VisionTransformerDistilled has no reg_tokens argument)
     _sized("reg_tokens", "num_registers", "{} registers", lambda c: c.num_registers, _VIT,
            when=lambda c: not c.distillation),
     _arg("proj_bias", _VIT, write=lambda c: c.out_bias),
@@ -185,15 +178,14 @@ def _of(timm_class):
 
 
 def timm_architecture_args(meta, source):
-    """The arguments timm builds a hub folder's model with: its timm
-    architecture's entry point's (`architectures`) over its class's defaults
-    (`ARGS`), updated by config.json's ``model_args``; ``{}`` for a bare file.
-    Each argument is checked against what keras_vit reads (`ARGS`), so that a
-    model of another kind is refused by its name, never read by matching key names.
+    """The arguments timm builds a hub folder's model with: its timm architecture's entry point's
+    (`architectures`) over its class's defaults (`ARGS`), updated by config.json's ``model_args``; ``{}``
+    for a bare file. Each argument is checked against what keras_vit reads (`ARGS`), so that a model of
+    another kind is refused by its name, never read by matching key names.
 
     Raises:
-        CheckpointError: a timm architecture not in timm's table, another model
-            class, or an argument or value keras_vit's ViT does not have.
+        CheckpointError: a timm architecture not in timm's table, another model class, or an argument or
+            value keras_vit's ViT does not have.
     """
     args = dict(meta.get("model_args") or {})
     who, timm_class = "config.json's model_args", "Eva" if "use_rot_pos_emb" in args else "VisionTransformer"
@@ -236,9 +228,8 @@ def _timm_entry(timm_architecture, source):
             "ViT.from_checkpoint('.../model.safetensors', num_heads=...).")
     if entry["class"] not in _VIT + _EVA:
         raise CheckpointError(
-            f"{source}: timm's {name} is a model of timm's {entry['class']} ({entry['module']}.py), "
-            "which keras_vit does not read: its weights are not a ViT's of the paper's kind. "
-            "Nothing was read.")
+            f"{source}: timm's {name} is a model of timm's {entry['class']} ({entry['module']}.py), which "
+            "keras_vit does not read: its weights are not a ViT's of the paper's kind. Nothing was read.")
     return entry["class"], entry["args"], f"timm's {name}"
 
 
@@ -247,20 +238,15 @@ def timm_epsilon(args):
     return float(_layer(args.get("norm_layer") or "layernorm")[1].get("eps", 1e-6))
 
 
-def _sizes(config, mlp_width, tensors):
-    """What the tensors say of `ARGS`' sizes: the reader's `config` (`_read_config`'s), timm's MLP
-    width ``int(embed_dim * mlp_ratio)`` as `_read_config` reads it off the weights, and the
-    head count where the queries' norm gives the heads' width; the attention pool's MLP
-    width, its own."""
+def _check_sizes(meta, args, config, mlp_width, tensors, source):
+    """Refuses a hub folder whose config.json sets a size of `ARGS` that the weights contradict, naming the
+    argument and both values: in its ``model_args``, as its ``num_classes``, or as its timm architecture's
+    width (whose head count `_heads` takes). The weights' sizes: the reader's `config` (`_read_config`'s),
+    timm's MLP width ``int(embed_dim * mlp_ratio)`` as `_read_config` reads it off the weights (`mlp_width`),
+    the head count where the queries' norm gives the heads' width, and the attention pool's MLP width."""
     norm, pool = tensors.get("blocks.0.attn.q_norm.weight"), tensors.get("attn_pool.mlp.fc1.weight")
-    return dict(config, mlp_width=mlp_width, heads=None if norm is None else config["hidden_dim"] // norm.shape[0],
-                pool_mlp_width=None if pool is None else pool.shape[0])
-
-
-def _check_sizes(meta, args, sizes, source):
-    """Refuses a hub folder whose config.json sets a size of `ARGS` that the weights' `sizes`
-    (`_sizes`) contradict, naming the argument and both values: in its ``model_args``, as its
-    ``num_classes``, or as its timm architecture's width (whose head count `_heads` takes)."""
+    sizes = dict(config, mlp_width=mlp_width, heads=None if norm is None else config["hidden_dim"] // norm.shape[0],
+                 pool_mlp_width=None if pool is None else pool.shape[0])
     sized = {arg.theirs: arg.size for arg in ARGS if arg.size}
     top = {key: meta[key] for key in ("num_classes",) if key in meta}
     width = {"embed_dim": args["embed_dim"]} if "architecture" in meta and "embed_dim" in args else {}
@@ -270,8 +256,8 @@ def _check_sizes(meta, args, sizes, source):
         for arg, value in values.items():
             if arg not in sized or value is None:
                 continue
-            key, words, *read = sized[arg]
-            stated, theirs = read[0](value, sizes) if read else int(value), sizes[key]
+            key, words, read = sized[arg]
+            stated, theirs = read(value, sizes), sizes[key]
             if theirs is not None and stated != theirs:
                 raise CheckpointError(
                     f"{source}: {who} {arg}={value!r} ({words.format(stated)}), but the weights have "
@@ -286,60 +272,52 @@ def _heads(args, hidden_dim, num_heads, source):
         num_heads = args.get("num_heads") or _HEADS_BY_WIDTH.get(hidden_dim)
     if num_heads is None:
         raise CheckpointError(
-            f"{source}: timm files do not store the number of attention heads, and width "
-            f"{hidden_dim} is not one of timm's standard sizes {sorted(_HEADS_BY_WIDTH)}. Pass "
-            "it: `ViT.from_checkpoint(path, num_heads=...)`, or load the timm hub folder with "
-            "its config.json.")
+            f"{source}: timm files do not store the number of attention heads, and width {hidden_dim} is not "
+            f"one of timm's standard sizes {sorted(_HEADS_BY_WIDTH)}. Pass it: `ViT.from_checkpoint(path, "
+            "num_heads=...)`, or load the timm hub folder with its config.json.")
     if int(num_heads) < 1 or hidden_dim % int(num_heads):
         raise CheckpointError(f"{source}: num_heads={num_heads} does not divide the width {hidden_dim}.")
     return int(num_heads)
 
 
 def _numerics(meta, args):
-    """A timm model's MLP activation (our ``mlp_activation`` and
-    ``gelu_approximate``; ``"silu"``: a gated MLP's) and LayerNorm epsilon:
-    from its timm architecture's arguments, where keras_vit reads released weights'
-    own activation over timm's entry point (QuickGELU CLIPs, SigLIP's tanh GELU)."""
+    """A timm model's MLP activation (our ``mlp_activation`` and ``gelu_approximate``; ``"silu"``: a gated
+    MLP's) and LayerNorm epsilon: from its timm architecture's arguments, where keras_vit reads released
+    weights' own activation over timm's entry point (QuickGELU CLIPs, SigLIP's tanh GELU)."""
     timm_architecture = str(meta.get("architecture", ""))
     pretrained_cfg = meta.get("pretrained_cfg") or {}
     tag = str(pretrained_cfg.get("tag", "")).split(".")[0]
     notes = " ".join(map(str, pretrained_cfg.get("notes") or ()))
-    act = _layer(args["act_layer"])[0] if args.get("act_layer") else None
-    if act is None:
-        if "quickgelu" in timm_architecture or "natively QuickGELU" in notes or (
-                "_clip_" in timm_architecture and tag in _QUICKGELU_TAGS):
-            act = "quickgelu"
-        elif "siglip" in timm_architecture:
-            act = "gelutanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
-        else:
-            act = "gelu"
+    if args.get("act_layer"):
+        act = _layer(args["act_layer"])[0]
+    elif "quickgelu" in timm_architecture or "natively QuickGELU" in notes or (
+            "_clip_" in timm_architecture and tag in _QUICKGELU_TAGS):
+        act = "quickgelu"
+    elif "siglip" in timm_architecture:
+        act = "gelutanh"  # SigLIP's own (big_vision's); timm's first SigLIP entry points build erf GELU
+    else:
+        act = "gelu"
     read = {name.replace("_", ""): pair for name, pair in _ACT_LAYERS.items()}.get(act, ("silu", False))
     return dict(zip(_ACT_LAYER.ours, read)), timm_epsilon(args)
 
 
 _B = "blocks.{i}."
-_QKV = ("query", "key", "value")
 
 
 def _mlp_rows(unpacked):
-    """A block's MLP: ``fc1`` and ``fc2``, or timm's SwiGLU (AIMv2's, `unpacked`):
-    ``fc1_g`` and ``fc1_x``, our SwiGLU ``fc1`` in two halves, then ``fc2``. Biases
-    where the file or model has them."""
+    """A block's MLP: ``fc1`` and ``fc2``, or timm's SwiGLU (AIMv2's, `unpacked`): ``fc1_g`` and ``fc1_x``,
+    our SwiGLU ``fc1`` in two halves, then ``fc2``. Biases where the file or model has them."""
     ours, theirs = "encoder_block_{i}/mlp/", _B + "mlp."
-    fc1 = r.dense_rows(ours + "fc1", theirs + "fc1", r.TORCH, r.LINEAR, has_bias=None)
-    if unpacked:
-        fc1 = [r.row(ours + "fc1/kernel", (theirs + "fc1_g.weight", theirs + "fc1_x.weight"),
-                     r.halves(r.LINEAR, -1)),
-               r.row("?" + ours + "fc1/bias", ("?" + theirs + "fc1_g.bias", "?" + theirs + "fc1_x.bias"),
-                     r.halves(r.SAME, 0))]
-    return [*fc1, *r.norm_rows(ours + "norm", theirs + "norm", r.TORCH, when=lambda c: c.mlp_norm),
+    fc1 = [theirs + "fc1_g", theirs + "fc1_x"] if unpacked else theirs + "fc1"
+    return [*r.dense_rows(ours + "fc1", fc1, r.TORCH, r.LINEAR, has_bias=None),
+            *r.norm_rows(ours + "norm", theirs + "norm", r.TORCH, when=lambda c: c.mlp_norm),
             *r.dense_rows(ours + "fc2", theirs + "fc2", r.TORCH, r.LINEAR, has_bias=None)]
 
 
 def _qkv_rows(leaf, theirs, layout, when):
     """timm's fused query, key and value; Eva's rotary query and key turn each
     head's dimensions in interleaved pairs (`keras_vit.weights.rows.even_first`)."""
-    ours, theirs = [f"encoder_block_{{i}}/attention/{n}/{leaf}" for n in _QKV], _B + "attn.qkv." + theirs
+    ours, theirs = [f"encoder_block_{{i}}/attention/{n}/{leaf}" for n in r.QKV], _B + "attn.qkv." + theirs
     return [r.row(ours, theirs, r.fused(3, layout), when=r.both(when, lambda c: not c.uses_rope)),
             r.row(ours, theirs, r.fused(3, [r.even_first(layout)] * 2 + [layout]),
                   when=r.both(when, lambda c: c.uses_rope))]
@@ -351,9 +329,8 @@ def _eva(c):
 
 
 def _eva_attention_rows(split):
-    """EvaAttention's own q, k and v rows (`_eva`): beside the fused ``qkv`` kernel its
-    ``q_bias`` and ``v_bias``, or, `split`, all apart (``q_proj``, ``k_proj`` without
-    bias, ``v_proj``)."""
+    """EvaAttention's own q, k and v rows (`_eva`): beside the fused ``qkv`` kernel its ``q_bias`` and
+    ``v_bias``, or, `split`, all apart (``q_proj``, ``k_proj`` without bias, ``v_proj``)."""
     ours, rotary = "encoder_block_{i}/attention/", r.even_first
     if split:
         return [*r.dense_rows(ours + "query", _B + "attn.q_proj", r.TORCH, rotary(r.HEADS_IN),
@@ -374,10 +351,8 @@ def _block_rows(unpacked, split=False):
                      when=lambda c: c.attention_norm),  # Eva's scale_attn_inner: (D,) as (heads, head_dim)
         *r.dense_rows("encoder_block_{i}/attention/out", _B + "attn.proj", r.TORCH, r.HEADS_OUT,
                       has_bias=lambda c: c.out_bias),
-        *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH,
-                     when=lambda c: c.qk_norm),
-        *r.norm_rows("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH,
-                     when=lambda c: c.qk_norm),
+        *r.norm_rows("encoder_block_{i}/attention/query_norm", _B + "attn.q_norm", r.TORCH, when=lambda c: c.qk_norm),
+        *r.norm_rows("encoder_block_{i}/attention/key_norm", _B + "attn.k_norm", r.TORCH, when=lambda c: c.qk_norm),
         *r.norm_rows("encoder_block_{i}/norm2", _B + "norm2", r.TORCH),
         *_mlp_rows(unpacked),
         *(r.row(f"encoder_block_{{i}}/layer_scale_{j}", _B + (f"gamma_{j}" if rope else f"ls{j}.gamma"),
@@ -386,10 +361,8 @@ def _block_rows(unpacked, split=False):
     ]
 
 
-_MAP = (lambda c: c.pooling == "map")
 EMBED_ROWS = [
-    *r.dense_rows("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV,
-             has_bias=lambda c: c.patch_bias),
+    *r.dense_rows("patch_embedding/projection", "patch_embed.proj", r.TORCH, r.CONV, has_bias=lambda c: c.patch_bias),
     *r.norm_rows("patch_norm", "patch_embed.norm", r.TORCH, when=lambda c: c.patch_norm),
     r.row("class_token/tokens", "cls_token", when=lambda c: c.uses_class_token),
     r.row("distillation_token/tokens", "dist_token", when=lambda c: c.distillation),
@@ -400,16 +373,16 @@ EMBED_ROWS = [
 TOP_ROWS = [
     *r.norm_rows("encoder_norm", "norm", r.TORCH, when=lambda c: c.final_norm and not c.fc_norm),
     *r.norm_rows("fc_norm", "fc_norm", r.TORCH, when=lambda c: c.fc_norm),
-    r.row("pooling/probe", "attn_pool.latent", when=_MAP),
-    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, r.POOL_IN, r.POOL_BIAS, _MAP),
+    r.row("pooling/probe", "attn_pool.latent", when=r.MAP),
+    *r.dense_rows("pooling/attention/query", "attn_pool.q", r.TORCH, r.POOL_IN, r.POOL_BIAS, r.MAP),
     r.row(("pooling/attention/key/kernel", "pooling/attention/value/kernel"), "attn_pool.kv.weight",
-          r.fused(2, r.POOL_IN), when=_MAP),
+          r.fused(2, r.POOL_IN), when=r.MAP),
     r.row(("pooling/attention/key/bias", "pooling/attention/value/bias"), "attn_pool.kv.bias",
-          r.fused(2, r.POOL_BIAS), when=_MAP),
-    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.POOL_OUT, when=_MAP),
-    *r.norm_rows("pooling/norm", "attn_pool.norm", r.TORCH, when=_MAP),
-    *r.dense_rows("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=_MAP),
-    *r.dense_rows("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=_MAP),
+          r.fused(2, r.POOL_BIAS), when=r.MAP),
+    *r.dense_rows("pooling/attention/out", "attn_pool.proj", r.TORCH, r.POOL_OUT, when=r.MAP),
+    *r.norm_rows("pooling/norm", "attn_pool.norm", r.TORCH, when=r.MAP),
+    *r.dense_rows("pooling/mlp/fc1", "attn_pool.mlp.fc1", r.TORCH, r.LINEAR, when=r.MAP),
+    *r.dense_rows("pooling/mlp/fc2", "attn_pool.mlp.fc2", r.TORCH, r.LINEAR, when=r.MAP),
     *r.dense_rows("pre_logits", "pre_logits.fc", r.TORCH, r.LINEAR, when=lambda c: c.representation_size),
     *r.dense_rows("head", "head", r.TORCH, r.LINEAR, when=lambda c: c.num_classes),
     *r.dense_rows("head_dist", "head_dist", r.TORCH, r.LINEAR, when=lambda c: c.distills_by_head),
@@ -417,17 +390,16 @@ TOP_ROWS = [
 
 
 def key_map(c, unpacked=False, split=False):
-    """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a
-    `ViTConfig` `c`'s model, and its ``Eva``'s where `c` is rotary; `unpacked`: a
-    SwiGLU MLP in timm's ``SwiGLU`` (``fc1_g``, ``fc1_x``: AIMv2's, EVA-02 B and L's),
-    not its ``SwiGLUPacked`` (one ``fc1``: DINOv2's, EVA-02 Ti and S's); `split`:
-    EvaAttention's q, k and v apart (EVA-02 B and L's)."""
+    """timm's ``VisionTransformer`` (and ``VisionTransformerDistilled``) map of a `ViTConfig` `c`'s model,
+    and its ``Eva``'s where `c` is rotary; `unpacked`: a SwiGLU MLP in timm's ``SwiGLU`` (``fc1_g``,
+    ``fc1_x``: AIMv2's, EVA-02 B and L's), not its ``SwiGLUPacked`` (one ``fc1``: DINOv2's, EVA-02 Ti and
+    S's); `split`: EvaAttention's q, k and v apart (EVA-02 B and L's)."""
     return [*EMBED_ROWS, *r.blocks(_block_rows(unpacked, split), c.num_layers), *TOP_ROWS]
 
 
 def unpacked_swiglu(c):
-    """Whether `write_timm` writes `c`'s SwiGLU unpacked: as AIMv2's architecture
-    (`written_timm_architecture`) has it, and timm's Eva where the MLP has a norm (EVA-02 B's)."""
+    """Whether `write_timm` writes `c`'s SwiGLU unpacked: as AIMv2's architecture (`written_timm_architecture`)
+    has it, and timm's Eva where the MLP has a norm (EVA-02 B's)."""
     return c.mlp_activation == "swiglu" and (written_timm_architecture(c).startswith("aimv2")
                                              or (c.uses_rope and c.mlp_norm))
 
@@ -438,8 +410,8 @@ def split_qkv(c):
 
 
 def mlp_ratio_factor(c):
-    """``int(embed_dim * mlp_ratio)`` over ``mlp_dim`` in timm's model of `c`:
-    2 where one ``fc1`` holds both halves of a packed SwiGLU (Eva's doubles it itself)."""
+    """``int(embed_dim * mlp_ratio)`` over ``mlp_dim`` in timm's model of `c`: 2 where one ``fc1`` holds both
+    halves of a packed SwiGLU (Eva's doubles it itself)."""
     return 2 if c.mlp_activation == "swiglu" and not unpacked_swiglu(c) and not c.uses_rope else 1
 
 
@@ -447,8 +419,8 @@ _PREFIX_TOKENS = ("cls_token", "dist_token", "reg_token")
 
 
 def _pad_position_embeddings(tensors, no_embed_class):
-    """timm's ``no_embed_class`` table (the patches' rows alone) with zero
-    rows for the prefix tokens, which add none: the table keras_vit keeps.
+    """timm's ``no_embed_class`` table (the patches' rows alone) with zero rows for the prefix tokens, which
+    add none: the table keras_vit keeps.
 
     Returns:
         the number of patch rows.
@@ -457,18 +429,15 @@ def _pad_position_embeddings(tensors, no_embed_class):
     posemb = tensors["pos_embed"]
     rows_ = posemb.shape[1]
     if no_embed_class is None:  # told by the shape: a table of the patches alone is square
-        no_embed_class = rows_ <= prefix or (square_grid(rows_ - prefix) is None
-                                             and square_grid(rows_) is not None)
+        no_embed_class = rows_ <= prefix or (square_grid(rows_ - prefix) is None and square_grid(rows_) is not None)
     if no_embed_class and prefix:
-        tensors["pos_embed"] = np.concatenate(
-            [np.zeros((1, prefix, posemb.shape[-1]), posemb.dtype), posemb], 1)
+        tensors["pos_embed"] = np.concatenate([np.zeros((1, prefix, posemb.shape[-1]), posemb.dtype), posemb], 1)
     return tensors["pos_embed"].shape[1] - prefix
 
 
 def _read_config(tensors, meta, args, num_heads, source):
-    """The model's `ViT` arguments, from the hub config `meta`, the
-    arguments its timm architecture is built with (`timm_architecture_args`)
-    and the tensors' names and shapes."""
+    """The model's `ViT` arguments, from the hub config `meta`, the arguments its timm architecture is built
+    with (`timm_architecture_args`) and the tensors' names and shapes."""
     kernel = tensors["patch_embed.proj.weight"]
     hidden_dim = kernel.shape[0]
     activation, epsilon = _numerics(meta, args)
@@ -480,26 +449,24 @@ def _read_config(tensors, meta, args, num_heads, source):
         num_layers += 1
     config = dict(
         hidden_dim=hidden_dim, patch_size=tuple(kernel.shape[2:]), num_channels=kernel.shape[1],
-        layer_norm_epsilon=epsilon,
-        gelu_approximate=activation["gelu_approximate"], num_layers=num_layers, mlp_dim=fc2.shape[1],
+        layer_norm_epsilon=epsilon, gelu_approximate=activation["gelu_approximate"], num_layers=num_layers,
+        mlp_dim=fc2.shape[1],
         # timm's SwiGLUPacked (DINOv2 giant): fc1 holds [gate; value]; its SwiGLU (AIMv2) has both
         mlp_activation="swiglu" if unpacked or fc1.shape[0] == 2 * fc2.shape[1] else activation["mlp_activation"],
         qkv_bias=any(f"blocks.0.attn.{k}" in tensors for k in ("qkv.bias", "q_bias", "q_proj.bias")),
         mlp_norm="blocks.0.mlp.norm.weight" in tensors, qk_norm="blocks.0.attn.q_norm.weight" in tensors,
-        attention_norm="blocks.0.attn.norm.weight" in tensors,
-        patch_bias="patch_embed.proj.bias" in tensors, norm_pre="norm_pre.weight" in tensors,
-        patch_norm="patch_embed.norm.weight" in tensors, out_bias="blocks.0.attn.proj.bias" in tensors,
-        mlp_bias="blocks.0.mlp.fc2.bias" in tensors,
+        attention_norm="blocks.0.attn.norm.weight" in tensors, patch_bias="patch_embed.proj.bias" in tensors,
+        norm_pre="norm_pre.weight" in tensors, patch_norm="patch_embed.norm.weight" in tensors,
+        out_bias="blocks.0.attn.proj.bias" in tensors, mlp_bias="blocks.0.mlp.fc2.bias" in tensors,
         fc_norm="fc_norm.weight" in tensors, final_norm="norm.weight" in tensors or "fc_norm.weight" in tensors,
         distillation="dist_token" in tensors,
         num_registers=tensors["reg_token"].shape[1] if "reg_token" in tensors else 0,
-        num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0,
-    )
+        num_classes=tensors["head.weight"].shape[0] if "head.weight" in tensors else 0)
     # before the head count (the architecture's, taken where its width is the weights') and
     # Eva's pooling head are read
     # timm's MLP width: fc1's (fc1_g's) output; in Eva, which doubles a packed SwiGLU's itself, fc2's input
     mlp_width = fc2.shape[1] if args.get("use_rot_pos_emb") else fc1.shape[0]
-    _check_sizes(meta, args, _sizes(config, mlp_width, tensors), source)
+    _check_sizes(meta, args, config, mlp_width, tensors, source)
     config["num_heads"] = _heads(args, hidden_dim, num_heads, source)
     # timm's RmsNorm (its LayerNorms always have a bias): by the timm architecture, or a bare file's keys
     if _layer(args.get("norm_layer") or "layernorm")[0] == "rmsnorm" or "blocks.0.norm1.bias" not in tensors:
@@ -538,13 +505,11 @@ def _pooling(meta, args, tensors, source):
 
 
 def _eva_config(args, tensors, config, source):
-    """EVA-02's, the Perception Encoder's and timm's rotary ViTs' options in
-    timm's Eva `args`: rotary embeddings on the index grid (timm's
-    ``RotaryEmbeddingCat``) beside the learned table or alone (`ARGS`' rows of
-    their fields), EvaAttention's missing key bias, Eva's LayerScale
-    (``gamma_1``, ``gamma_2``) and the attention pool's own size, never held to
-    the blocks' rules (`r.POOL_IN`). Its pool's MLP is GELU whatever the blocks' MLP:
-    beside SwiGLU blocks, which keras_vit's pool follows, it is refused."""
+    """EVA-02's, the Perception Encoder's and timm's rotary ViTs' options in timm's Eva `args`: rotary
+    embeddings on the index grid (timm's ``RotaryEmbeddingCat``) beside the learned table or alone (`ARGS`'
+    rows of their fields), EvaAttention's missing key bias, Eva's LayerScale (``gamma_1``, ``gamma_2``) and
+    the attention pool's own size, never held to the blocks' rules (`r.POOL_IN`). Its pool's MLP is GELU
+    whatever the blocks' MLP: beside SwiGLU blocks, which keras_vit's pool follows, it is refused."""
     eva = dict(r.read_settings([arg for arg in _of("Eva").values() if arg.ours], args, source), rope_grid="index",
                key_bias=args.get("attn_type", "eva") != "eva" or not config["qkv_bias"])  # EvaAttention's: none
     if "blocks.0.gamma_1" in tensors:
@@ -563,11 +528,10 @@ def _eva_config(args, tensors, config, source):
 
 
 def _pool_refusal(meta, args, tensors):
-    """Why a file whose attention pool sits beside prefix tokens is not read, or None.
-    keras_vit's attention pool takes every token, as timm's Eva does and its
-    VisionTransformer with ``pool_include_prefix``; a bare file of such keys
-    (no config.json) is the Perception Encoder's kind, whose rotary embeddings
-    and LayerNorm epsilon no tensor records."""
+    """Why a file whose attention pool sits beside prefix tokens is not read, or None. keras_vit's attention
+    pool takes every token, as timm's Eva does and its VisionTransformer with ``pool_include_prefix``; a bare
+    file of such keys (no config.json) is the Perception Encoder's kind, whose rotary embeddings and
+    LayerNorm epsilon no tensor records."""
     if ("attn_pool.latent" not in tensors or not any(k in tensors for k in _PREFIX_TOKENS)
             or args.get("use_rot_pos_emb") or args.get("pool_include_prefix")):
         return None
@@ -583,15 +547,13 @@ def _pool_refusal(meta, args, tensors):
 
 
 def read_timm(path, num_heads=None):
-    """Reads a timm ViT ``.safetensors`` file (or a timm hub directory with
-    ``config.json``, which gives the head count, numerics and class names):
-    the paper's ViT and the family timm keeps in ``VisionTransformer``:
-    DeiT (distilled), DINOv2 (registers, LayerScale, SwiGLU), CLIP (a
-    LayerNorm before the encoder, no patch bias, QuickGELU), SigLIP (MAP),
-    AIMv2, RADIO, ``fc_norm`` and ``qk_norm``; and, by its config.json alone,
-    the rotary models timm keeps in ``Eva``: EVA-02 and its CLIP towers, the
-    Perception Encoder, timm's rotary ViTs. A key it does not know is refused
-    by name, and a file is read as its timm architecture, never by its keys."""
+    """Reads a timm ViT ``.safetensors`` file (or a timm hub directory with ``config.json``, which gives the
+    head count, numerics and class names): the paper's ViT and the family timm keeps in
+    ``VisionTransformer``: DeiT (distilled), DINOv2 (registers, LayerScale, SwiGLU), CLIP (a LayerNorm before
+    the encoder, no patch bias, QuickGELU), SigLIP (MAP), AIMv2, RADIO, ``fc_norm`` and ``qk_norm``; and, by
+    its config.json alone, the rotary models timm keeps in ``Eva``: EVA-02 and its CLIP towers, the
+    Perception Encoder, timm's rotary ViTs. A key it does not know is refused by name, and a file is read as
+    its timm architecture, never by its keys."""
     path = pathlib.Path(path)
     meta = {}
     if path.is_dir():
@@ -635,12 +597,11 @@ _BARE = {
 
 
 def _check_bare(model, tensors):
-    """Refuses to write `model` as a bare timm ``.safetensors`` file (its
-    `tensors` alone) where reading the file back would build another model:
-    the tensors do not record the activation's form, the LayerNorm epsilon,
-    the pooling or rotary embeddings, and a reader takes timm's defaults (exact
-    GELU, 1e-6, the [class] token, a learned table); nor is an attention pool
-    beside prefix tokens read without config.json (`_pool_refusal`)."""
+    """Refuses to write `model` as a bare timm ``.safetensors`` file (its `tensors` alone) where reading the
+    file back would build another model: the tensors do not record the activation's form, the LayerNorm
+    epsilon, the pooling or rotary embeddings, and a reader takes timm's defaults (exact GELU, 1e-6, the
+    [class] token, a learned table); nor is an attention pool beside prefix tokens read without config.json
+    (`_pool_refusal`)."""
     c = model.config
     read = config_view(_read_config(tensors, {}, {}, c.num_heads, "the file"))
     lost = [f"{name}={get(c)!r} (it would read as {get(read)!r})"
@@ -649,16 +610,14 @@ def _check_bare(model, tensors):
         lost.append("its attention pool beside prefix tokens (refused without config.json)")
     if lost:
         raise ValueError(
-            f"{model.name} cannot be written as a bare timm .safetensors file: the file holds "
-            f"the tensors alone, and reading it would not give back {', '.join(lost)}. Nothing "
-            "was written. Write the timm hub folder instead (a path without .safetensors: its "
-            "config.json records them).")
+            f"{model.name} cannot be written as a bare timm .safetensors file: the file holds the tensors "
+            f"alone, and reading it would not give back {', '.join(lost)}. Nothing was written. Write the "
+            "timm hub folder instead (a path without .safetensors: its config.json records them).")
 
 
 def written_timm_architecture(c):
-    """The timm architecture `write_timm` names for a `ViTConfig` `c`: the
-    model class and what ``model_args`` cannot say (the LayerNorm epsilon,
-    `written_epsilon`); ``model_args`` give every size."""
+    """The timm architecture `write_timm` names for a `ViTConfig` `c`: the model class and what
+    ``model_args`` cannot say (the LayerNorm epsilon, `written_epsilon`); ``model_args`` give every size."""
     return ("deit_base_distilled_patch16_224" if c.distillation
             else _written_eva_architecture(c) if c.uses_rope and c.rope_grid == "index"
             else "aimv2_large_patch14_224" if c.norm_type == "rms_norm"
@@ -667,12 +626,10 @@ def written_timm_architecture(c):
 
 
 def _written_eva_architecture(c):
-    """The timm ``Eva`` architecture `write_timm` names for a rotary `c`: one whose
-    defaults ``model_args`` need not take away: a reference grid (PE's, whose
-    epsilon is 1e-5; EVA-02's, 1e-6, with q, k and v apart where its MLP has a
-    norm; its CLIP towers' with the attention's norm too; with registers and LayerScale,
-    timm's rotary ViTs of SBB's), or none (timm's rotary ViTs, Heo et al., 2024, with a
-    table or none)."""
+    """The timm ``Eva`` architecture `write_timm` names for a rotary `c`: one whose defaults ``model_args``
+    need not take away: a reference grid (PE's, whose epsilon is 1e-5; EVA-02's, 1e-6, with q, k and v apart
+    where its MLP has a norm; its CLIP towers' with the attention's norm too; with registers and LayerScale,
+    timm's rotary ViTs of SBB's), or none (timm's rotary ViTs, Heo et al., 2024, with a table or none)."""
     if c.rope_reference_grid is None:
         return "vit_base_patch16_rope_ape_224" if c.position_embedding == "learned_rope" else "vit_base_patch16_rope_224"
     if c.layer_norm_epsilon == 1e-5:
@@ -690,17 +647,16 @@ def written_epsilon(c):
 
 
 def _written_args(c):
-    """timm's arguments of a `ViTConfig` `c` (`ARGS`), for the model class of its timm
-    architecture (`written_timm_architecture`): each one that architecture sets, written."""
+    """timm's arguments of a `ViTConfig` `c` (`ARGS`), for the model class of its timm architecture
+    (`written_timm_architecture`): each one that architecture sets, written."""
     timm_class = "Eva" if c.uses_rope else "VisionTransformerDistilled" if c.distillation else "VisionTransformer"
     return r.write_settings([arg for arg in _of(timm_class).values() if arg.write], c)
 
 
 def _table_of_the_patches(c, tensors):
-    """A table whose prefix tokens' rows are all zero (read from timm's
-    ``no_embed_class``, as DINOv2 with registers, RADIO and the ``_rope_ape``
-    ViTs have it: `_pad_position_embeddings`) written as timm keeps it, the
-    patches' rows alone, so that the folder is timm's own key for key.
+    """A table whose prefix tokens' rows are all zero (read from timm's ``no_embed_class``, as DINOv2 with
+    registers, RADIO and the ``_rope_ape`` ViTs have it: `_pad_position_embeddings`) written as timm keeps
+    it, the patches' rows alone, so that the folder is timm's own key for key.
 
     Returns:
         whether `tensors`' ``pos_embed`` became the patches' rows.
@@ -713,9 +669,9 @@ def _table_of_the_patches(c, tensors):
 
 
 def write_timm(model, path):
-    """`model` as a timm ``VisionTransformer`` state dict (``Eva``'s, where its
-    position embeddings are rotary): a ``.safetensors`` file, or a hub folder
-    with its ``config.json`` (``model_args``, `_written_args`)."""
+    """`model` as a timm ``VisionTransformer`` state dict (``Eva``'s, where its position embeddings are
+    rotary): a ``.safetensors`` file, or a hub folder with its ``config.json`` (``model_args``,
+    `_written_args`)."""
     c = model.config
     tensors = r.write_rows(key_map(c, unpacked_swiglu(c), split_qkv(c)), model_state(model), c, model.name, "timm")
     if path.suffix == ".safetensors":
@@ -725,9 +681,8 @@ def write_timm(model, path):
     model_args = _written_args(c)
     model_args["no_embed_class"] = _table_of_the_patches(c, tensors)
     config = {
-        "architecture": written_timm_architecture(c),
-        "num_classes": c.num_classes, "num_features": c.hidden_dim, "global_pool": model_args["global_pool"],
-        "model_args": model_args,
+        "architecture": written_timm_architecture(c), "num_classes": c.num_classes, "num_features": c.hidden_dim,
+        "global_pool": model_args["global_pool"], "model_args": model_args,
         # mean and std of pixels in [0, 1]: the model's scaling (the paper's [-1, 1]: 0.5 and 0.5)
         "pretrained_cfg": {"input_size": [c.num_channels, *c.image_size], "interpolation": "bicubic",
                            **dict(zip(("mean", "std"), mean_and_std(c))), "crop_pct": 1.0,

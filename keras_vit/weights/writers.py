@@ -5,8 +5,7 @@ refused (`capabilities`) before anything is written; an existing file is never
 overwritten.
 """
 
-import warnings
-
+from keras_vit.deprecation import renamed_keyword
 from keras_vit.io import files
 from keras_vit.weights.capabilities import COLUMNS
 from keras_vit.weights.capabilities import refusal
@@ -22,13 +21,11 @@ def save_checkpoint(model, path, checkpoint_format=None, *, format=None):
             ``config.json`` and ``model.safetensors`` (``"huggingface"``, with
             its ``preprocessor_config.json``; ``"timm"``, its hub layout, or a
             ``.safetensors`` file alone), a keras-hub preset (``"keras_hub"``).
-        checkpoint_format: ``"npz"`` (the default: vit_jax; big_vision's
-            layout for MAP pooling), ``"huggingface"`` (a ViT; a
-            ``DINOv3ViTModel`` for rotary position embeddings, a
-            ``Siglip2VisionModel`` for a NaFlex model), ``"timm"`` or
-            ``"keras_hub"`` (written through keras-hub).
-        format: deprecated: `checkpoint_format` (``format`` is an export
-            format's name in `ViT.export`).
+        checkpoint_format: ``"npz"`` (default; vit_jax, big_vision's layout
+            for MAP pooling), ``"huggingface"`` (a ViT; a ``DINOv3ViTModel``
+            for rotary position embeddings, a ``Siglip2VisionModel`` for
+            NaFlex), ``"timm"`` or ``"keras_hub"`` (through keras-hub).
+        format: deprecated: `checkpoint_format`.
 
     Returns:
         The path written, a `pathlib.Path`.
@@ -37,28 +34,15 @@ def save_checkpoint(model, path, checkpoint_format=None, *, format=None):
         ValueError: an unknown format, a path that exists, or a model the
             format cannot express, naming the option (`capabilities.TABLE`).
     """
-    checkpoint_format = _format_keyword(checkpoint_format, format)
-    path = check_output(path, checkpoint_format)
-    writer = FORMATS[checkpoint_format]
+    chosen = renamed_keyword("save_checkpoint", "checkpoint_format", "format", checkpoint_format, format, "npz")
+    path = check_output(path, chosen)
+    writer = FORMATS[chosen]
     refuse(model, writer.written_as(model.config))
     if writer.writes_folder(path):
         files.write_folder(path, lambda folder: writer.write(model, folder))
     else:
         writer.write(model, path)
     return path
-
-
-def _format_keyword(checkpoint_format, format):
-    """`checkpoint_format` (default ``"npz"``), or the deprecated keyword
-    `format` that stands for it, with a warning."""
-    if format is None:
-        return checkpoint_format or "npz"
-    warnings.warn("save_checkpoint(format=...) is deprecated; use save_checkpoint(checkpoint_format=...) "
-                  "(format= names an export format in ViT.export).", DeprecationWarning, stacklevel=3)
-    if checkpoint_format is not None:
-        raise TypeError("save_checkpoint() takes a checkpoint format once: give checkpoint_format= alone "
-                        "(format= is its old name).")
-    return format
 
 
 def check_output(path, format):
