@@ -177,15 +177,15 @@ def read_pretrained(source, flag=""):
     from keras_vit.released import locate
     from keras_vit.weights import read_checkpoint
 
-    if str(source).endswith(".keras"):
-        model = files.load_keras_model(source, flag)
-        if not isinstance(getattr(model, "config", None), ViTConfig):
-            raise ValueError(f"{_named(source, flag)}: {_a(type(model).__name__)}, not a keras_vit ViT or "
-                             "MaskedPatchPredictor; fine-tuning starts from one of those.")
-        return Pretrained({k: v for k, v in model.get_config().items() if k in FIELDS}, model)
-    path, _ = locate(_recommended_checkpoint(source))
-    checkpoint = read_checkpoint(path)
-    return Pretrained(dict(checkpoint.config), checkpoint)
+    if not str(source).endswith(".keras"):
+        path, _ = locate(_recommended_checkpoint(source))
+        checkpoint = read_checkpoint(path)
+        return Pretrained(dict(checkpoint.config), checkpoint)
+    model = files.load_keras_model(source, flag)
+    if not isinstance(getattr(model, "config", None), ViTConfig):
+        raise ValueError(f"{_named(source, flag)}: {_a(type(model).__name__)}, not a keras_vit ViT or "
+                         "MaskedPatchPredictor; fine-tuning starts from one of those.")
+    return Pretrained({k: v for k, v in model.get_config().items() if k in FIELDS}, model)
 
 
 def load_pretrained(model, pretrained):

@@ -1,7 +1,8 @@
 """The paper's evaluation protocols, with the published numbers beside ours:
 ImageNet (top-1, top-5) with ReaL labels, ImageNet-v2, -Sketch, -A and -R;
 the transfer sets of Table 2 (CIFAR-10/100, Pets, Flowers); VTAB-1k's 19
-tasks; DINO's k-NN and a linear probe on frozen features; zero-shot. One
+tasks; DINO's k-NN, a linear probe and the paper's few-shot linear
+evaluation on frozen features; zero-shot. One
 call (`evaluate_protocols`, ``keras-vit evaluate --benchmark``) runs any of
 them on TensorFlow, JAX or PyTorch (docs/evaluation.md)."""
 
@@ -18,6 +19,8 @@ _NAMES = {
     "imagenet_real_labels": "keras_vit.evaluation.imagenet",
     "knn_accuracy": "keras_vit.evaluation.metrics",
     "knn_predictions": "keras_vit.evaluation.metrics",
+    "few_shot_from_features": "keras_vit.evaluation.metrics",
+    "linear_few_shot_accuracy": "keras_vit.evaluation.metrics",
     "linear_probe": "keras_vit.evaluation.metrics",
     "linear_probe_accuracy": "keras_vit.evaluation.metrics",
     "real_accuracy": "keras_vit.evaluation.metrics",
@@ -55,7 +58,9 @@ if typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, t
     from keras_vit.evaluation.imagenet import IMAGENET_R_INDICES
     from keras_vit.evaluation.imagenet import imagenet_real_labels
     from keras_vit.evaluation.metrics import knn_accuracy
+    from keras_vit.evaluation.metrics import few_shot_from_features
     from keras_vit.evaluation.metrics import knn_predictions
+    from keras_vit.evaluation.metrics import linear_few_shot_accuracy
     from keras_vit.evaluation.metrics import linear_probe
     from keras_vit.evaluation.metrics import linear_probe_accuracy
     from keras_vit.evaluation.metrics import real_accuracy

@@ -1,21 +1,15 @@
-"""Scoring a trained model: top-1 accuracy, and the paper's few-shot linear evaluation.
-
-Few-shot (Sec. 4.1): "we solve a regularized least-squares regression problem
-that maps the (frozen) representation of a subset of training images to
-{-1, 1}^K target vectors", in closed form, and report the accuracy of the
-resulting linear classifier on the test split. As big_vision's
-``fewshot_lsr`` evaluator: the features are whitened with the training
-subset's mean and standard deviation, a constant feature of 100 stands for an
-almost unregularized bias, and the ridge penalty is ``l2_reg = 2 ** 10``.
+"""Scoring a trained model: top-1 accuracy, and the paper's few-shot linear
+evaluation of its frozen features (Sec. 4.1; the closed-form scores of the
+features are `keras_vit.evaluation.metrics.few_shot_from_features` and
+`linear_few_shot_accuracy`, which need no Keras).
 """
 
 import keras
 import numpy as np
 
-from keras_vit.evaluation.metrics import check_finite
-
-SHOTS = (1, 5, 10, 25)
-BIAS_CONSTANT = 100.0
+from keras_vit.evaluation.metrics import SHOTS
+from keras_vit.evaluation.metrics import few_shot_from_features
+from keras_vit.evaluation.metrics import linear_few_shot_accuracy  # keras_vit.training's name for it
 
 
 def _check_float_images(images):
@@ -108,90 +102,6 @@ def accuracy(model, dataset):
     if not total:
         raise ValueError("The evaluation dataset is empty.")
     return correct / total
-
-
-def linear_few_shot_accuracy(train_features, train_labels, test_features, test_labels,
-                             num_classes, l2_reg=2.0**10):
-    """Accuracy of the closed-form regularized least-squares classifier.
-
-    Args:
-        train_features: ``(n, d)`` frozen representations of the k-shot set.
-        train_labels: ``(n,)`` integer labels.
-        test_features: ``(m, d)`` representations of the test split.
-        test_labels: ``(m,)`` integer labels of the test split.
-        num_classes: K.
-        l2_reg: ridge penalty.
-    Returns: float, top-1 accuracy of ``argmax(x_test W)``, where W minimises
-        ``|X W - Y|^2 + l2_reg |W|^2`` with Y in {-1, 1}^K.
-
-    Examples:
-        ```python
-        import numpy as np
-        from keras_vit.training import linear_few_shot_accuracy
-
-        rng = np.random.default_rng(0)
-        centres = rng.normal(size=(3, 8))
-        train_labels, test_labels = np.repeat(np.arange(3), 5), np.repeat(np.arange(3), 20)
-        train_features = centres[train_labels] + 0.1 * rng.normal(size=(15, 8))
-        test_features = centres[test_labels] + 0.1 * rng.normal(size=(60, 8))
-        print(linear_few_shot_accuracy(train_features, train_labels, test_features, test_labels,
-                                       num_classes=3))   # -> 1.0
-        ```
-    """
-    check_finite(train_features=train_features, test_features=test_features)
-    return _least_squares_accuracy(train_features, train_labels, test_features, test_labels,
-                                   num_classes, l2_reg)
-
-
-def _least_squares_accuracy(train_features, train_labels, test_features, test_labels, num_classes,
-                            l2_reg):
-    """`linear_few_shot_accuracy` of features already checked to be finite."""
-    x = np.asarray(train_features, "float64")
-    mean = x.mean(0, keepdims=True)
-    std = x.std(0, keepdims=True) + 1e-5
-
-    def design(features):
-        features = (np.asarray(features, "float64") - mean) / std
-        return np.pad(features, ((0, 0), (0, 1)), constant_values=BIAS_CONSTANT)
-
-    x = design(x)
-    y = 2.0 * np.eye(num_classes)[np.asarray(train_labels)] - 1.0
-    n, d = x.shape
-    if n >= d:
-        w = np.linalg.solve(x.T @ x + l2_reg * np.eye(d), x.T @ y)
-    else:  # the same solution through the n x n system
-        w = x.T @ np.linalg.solve(x @ x.T + l2_reg * np.eye(n), y)
-    predictions = (design(test_features) @ w).argmax(-1)
-    return float((predictions == np.asarray(test_labels)).mean())
-
-
-def few_shot_from_features(train_features, train_labels, test_features, test_labels,
-                           num_classes, shots=SHOTS, seeds=3, l2_reg=2.0**10):
-    """``{k: accuracy}`` for k images per class, averaged over `seeds` draws
-    of the k-shot subsets (big_vision draws them the same way)."""
-    check_finite(train_features=train_features, test_features=test_features)  # once, not each subset
-    train_labels = np.asarray(train_labels)
-    results = {}
-    for k in shots:
-        scores = []
-        for seed in range(seeds):
-            rng = np.random.default_rng(seed)
-            chosen = []
-            for label in range(num_classes):
-                indices = np.flatnonzero(train_labels == label)
-                if len(indices) < k:
-                    raise ValueError(
-                        f"{k}-shot evaluation needs {k} training images of class {label}; "
-                        f"the split has {len(indices)}. Use fewer shots or a larger split."
-                    )
-                chosen.append(rng.permutation(indices)[:k])
-            chosen = np.concatenate(chosen)
-            scores.append(_least_squares_accuracy(
-                train_features[chosen], train_labels[chosen], test_features, test_labels,
-                num_classes, l2_reg,
-            ))
-        results[k] = float(np.mean(scores))
-    return results
 
 
 def few_shot_accuracy(model, train_dataset, test_dataset, num_classes, shots=SHOTS, seeds=3,
