@@ -745,14 +745,14 @@ def constructor_config(owner, config, kwargs, fields=None, note=""):
     and ``trainable``; anything else is refused, naming `owner`'s valid
     arguments (and `note`)."""
     fields = FIELDS if fields is None else fields
-    architecture = {key: kwargs.pop(key) for key in list(kwargs) if key in fields}
+    given = {key: kwargs.pop(key) for key in list(kwargs) if key in fields}
     unknown = sorted(set(kwargs) - {"name", "trainable"})
     if unknown:
         raise ValueError(
             f"Unknown {owner} argument(s) {', '.join(map(repr, unknown))}. Valid ones: "
             f"{', '.join(fields)}, and config, dtype, name, trainable{note}."
         )
-    return vit_config(config, architecture)
+    return vit_config(config, given)
 
 
 def merge_schedule(r, num_layers):

@@ -15,7 +15,7 @@ from keras_vit import ViT
 from keras_vit import ViTConfig
 from keras_vit import layers
 from keras_vit.config import FIELDS
-from keras_vit.training.masked_patch import ARCHITECTURE
+from keras_vit.training.masked_patch import BACKBONE_FIELDS
 from keras_vit.training.masked_patch import OWN_SETTINGS
 from keras_vit.training.masked_patch import MaskedPatchPredictor
 from keras_vit.training.masked_patch import masked_patch_dataset
@@ -264,13 +264,13 @@ def test_config_and_keras_round_trip(tmp_path):
 
 
 def test_architecture_is_every_vit_field_but_the_models_own():
-    assert set(ARCHITECTURE) | set(OWN_SETTINGS) == set(FIELDS)
-    assert not set(ARCHITECTURE) & set(OWN_SETTINGS)
+    assert set(BACKBONE_FIELDS) | set(OWN_SETTINGS) == set(FIELDS)
+    assert not set(BACKBONE_FIELDS) & set(OWN_SETTINGS)
     config = ViTConfig(**MASKED_PATCH_BACKBONE, qk_norm=True, layer_scale_init=0.5, num_classes=7,
                        pooling="gap", fc_norm=True)
     model = MaskedPatchPredictor(config)
     assert model.config == config.replace(**OWN_SETTINGS)
-    assert model.qk_norm and model.layer_scale_init == 0.5  # every field of ARCHITECTURE kept
+    assert model.qk_norm and model.layer_scale_init == 0.5  # every field of BACKBONE_FIELDS kept
     assert model.parts.pooling is None and model.parts.head is None
     assert model.parts.patch_corruption is model.get_layer("patch_corruption")
     assert MaskedPatchPredictor.from_config(model.get_config()).config == model.config

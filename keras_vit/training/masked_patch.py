@@ -241,7 +241,7 @@ OWN_SETTINGS = MappingProxyType(dict(
     class_names=None, data_format="channels_last", resnet_block_units=None, resnet_width_factor=1,
 ))
 # The ViTConfig fields it takes: every other one.
-ARCHITECTURE = tuple(field for field in FIELDS if field not in OWN_SETTINGS)
+BACKBONE_FIELDS = tuple(field for field in FIELDS if field not in OWN_SETTINGS)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -268,7 +268,7 @@ class MaskedPatchPredictor(keras.Model):
             format are this model's own), or None to make one of the keyword
             arguments.
         dtype: as for `ViT`.
-        **kwargs: the `ViTConfig` fields in ``ARCHITECTURE`` (every field
+        **kwargs: the `ViTConfig` fields in ``BACKBONE_FIELDS`` (every field
             but those of ``OWN_SETTINGS``: ``image_size``, ``patch_size``,
             ``num_layers``, ...), and Keras's ``name`` and ``trainable``.
 
@@ -305,7 +305,7 @@ class MaskedPatchPredictor(keras.Model):
     """
 
     def __init__(self, config=None, dtype=None, **kwargs):
-        config = constructor_config("MaskedPatchPredictor", config, kwargs, ARCHITECTURE,
+        config = constructor_config("MaskedPatchPredictor", config, kwargs, BACKBONE_FIELDS,
                               " (the head, pooling and channels are the model's own)")
         if config.resnet_block_units is not None:
             raise ValueError(
@@ -334,7 +334,7 @@ class MaskedPatchPredictor(keras.Model):
 
         self.config = config
         self.parts = parts
-        for key in ARCHITECTURE:
+        for key in BACKBONE_FIELDS:
             setattr(self, key, getattr(config, key))
         self.grid_size = config.grid_size
         self.num_prefix_tokens = config.num_prefix_tokens
@@ -358,7 +358,7 @@ class MaskedPatchPredictor(keras.Model):
             "name": self.name,
             "trainable": self.trainable,
             "dtype": keras.dtype_policies.serialize(self.dtype_policy),
-            **{key: value for key, value in self.config.to_dict().items() if key in ARCHITECTURE},
+            **{key: value for key, value in self.config.to_dict().items() if key in BACKBONE_FIELDS},
         }
 
     @classmethod
