@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 # needs. Of the subpackages, `__all__` names the two that need nothing but a
 # backend, as ``from keras_vit import *`` imports each name of it (and
 # `keras_vit.data` needs TensorFlow); `dir(keras_vit)` lists them all.
-_MODULES = ("data", "evaluation", "explain", "export", "io", "kernels", "layers", "training", "weights")
+_MODULES = ("data", "distillation", "evaluation", "explain", "export", "io", "kernels", "layers", "training", "weights")
 _NAMES = {
     "ImageTextModel": "keras_vit.image_text",
     "TextTokenizer": "keras_vit.text_tokenizer",

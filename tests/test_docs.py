@@ -275,7 +275,7 @@ def test_a_wrong_shown_result_fails(tmp_path):
 
 API_MODULES = ["keras_vit", "keras_vit.layers", "keras_vit.data", "keras_vit.training",
                "keras_vit.weights", "keras_vit.explain", "keras_vit.distribution",
-               "keras_vit.presets", "keras_vit.kernels", "keras_vit.evaluation"]
+               "keras_vit.presets", "keras_vit.kernels", "keras_vit.evaluation", "keras_vit.distillation"]
 
 
 def public_objects():
