@@ -79,3 +79,109 @@ def test_a_teacher_with_other_classes_is_refused():
     with pytest.raises(ValueError, match="The teacher gives 7 classes and the student 10: distillation needs "
                        "the same classes"):
         distillation.deit_loss(r["labels"], r["class_logits"], r["distillation_logits"], r["teacher_logits"][:, :7])
+
+
+# -- DeiT's token distillation in fit ------------------------------------------------
+
+def _student_and_teacher(token=True):
+    """A tiny student (with DeiT's distillation token), and a tiny teacher at
+    another image size (24 px: it gets the batch resized) whose head is not
+    zero, so that its logits say something."""
+    from keras_vit import ViT
+
+    small = dict(patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
+    student = ViT(image_size=16, distillation=token, **small)
+    teacher = ViT(image_size=24, **small)
+    head = teacher.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    return student, teacher
+
+
+def _digits_batch():
+    rng = np.random.default_rng(0)
+    images = rng.uniform(-1, 1, (16, 16, 16, 3)).astype("float32")
+    return images, np.eye(4, dtype="float32")[rng.integers(0, 4, 16)]
+
+
+@pytest.mark.parametrize("kind", ["hard", "soft", "logits"])
+def test_distillation_trains_the_student_in_fit(kind):
+    """`fit` reports `deit_loss` of the student's two heads (token kinds) or
+    its one head in both places (``"logits"``, DeiT's soft term) and the
+    frozen teacher's logits on the resized batch; training moves the heads
+    and never the teacher; the distiller predicts as the student (for a
+    token, the heads' mean)."""
+    from keras_vit.distillation import Distiller
+
+    student, teacher = _student_and_teacher(token=kind != "logits")
+    images, labels = _digits_batch()
+    heads = [student.get_layer(name) for name in ("head", "head_dist") if kind != "logits" or name == "head"]
+    for head in heads:  # not zero, so that the loss's value depends on each head
+        head.kernel.assign(np.random.default_rng(2).normal(scale=0.1, size=head.kernel.shape).astype("float32"))
+    distiller = Distiller(student, teacher, kind=kind, alpha=0.3, tau=2.0)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.0))  # first a step that changes nothing
+    expected = []
+    for batch in (slice(0, 8), slice(8, 16)):
+        student_logits = distiller(images[batch], training=True)
+        if kind == "logits":
+            student_logits = (student_logits, student_logits)
+        teacher_logits = teacher(keras.ops.image.resize(images[batch], (24, 24)), training=False)
+        expected.append(keras.ops.convert_to_numpy(distillation.deit_loss(
+            labels[batch], *student_logits, teacher_logits, "soft" if kind == "logits" else kind, 0.3, 2.0)))
+    history = distiller.fit(images, labels, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    np.testing.assert_allclose(history.history["loss"][0], np.mean(expected), rtol=1e-5)
+
+    before = {w.path: keras.ops.convert_to_numpy(w) for w in (*student.weights, *teacher.weights)}
+    distiller.optimizer.learning_rate.assign(0.5)
+    distiller.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+    moved = {w.path for w in student.weights if not np.array_equal(keras.ops.convert_to_numpy(w), before[w.path])}
+    assert {f"{head.name}/kernel" for head in heads} <= moved
+    assert all(np.array_equal(keras.ops.convert_to_numpy(w), before[w.path]) for w in teacher.weights)
+    assert len(distiller.trainable_variables) == len(student.trainable_variables)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(distiller.predict(images, verbose=0)),
+                               keras.ops.convert_to_numpy(student.predict(images, verbose=0)), rtol=0, atol=1e-6)
+
+
+def test_distillation_refuses_what_it_cannot_train():
+    """Each refused when the distiller is made, before any step: a student
+    without a distillation token, a teacher that is not a Keras model, a
+    teacher with other classes."""
+    from keras_vit import ViT
+    from keras_vit.distillation import Distiller
+
+    student, teacher = _student_and_teacher()
+    plain = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
+    with pytest.raises(ValueError, match=r"kind='hard' is DeiT's token distillation: .* this student has none. "
+                       r"Build it with ViT\(\.\.\., distillation=True\) .* or distill its logits: kind='logits'"):
+        Distiller(plain, teacher)
+    with pytest.raises(ValueError, match="kind='features' is not a kind of distillation: use 'hard' or 'soft'"):
+        Distiller(student, teacher, kind="features")
+    with pytest.raises(ValueError, match="The teacher must be a Keras model from images to logits, got str"):
+        Distiller(student, "teacher.keras")
+    other = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=7)
+    with pytest.raises(ValueError, match="The teacher gives 7 classes and the student 4"):
+        Distiller(student, other)
+    with pytest.raises(ValueError, match=r"alpha=-0.1 must be a number in \[0, 1\]"):
+        Distiller(student, teacher, alpha=-0.1)
+
+
+def test_the_distilled_student_is_saved_alone_and_written_as_timms_deit(tmp_path):
+    """The trained student is a plain `ViT`: its `.keras` file holds no
+    teacher and loads with the same predictions, and it is written as timm's
+    distilled DeiT (`head` and `head_dist`) and read back with the same logits."""
+    from keras_vit import ViT
+    from keras_vit.distillation import Distiller
+
+    student, teacher = _student_and_teacher()
+    images, labels = _digits_batch()
+    distiller = Distiller(student, teacher, kind="hard")
+    distiller.compile(optimizer=keras.optimizers.SGD(0.5))
+    distiller.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+    expected = keras.ops.convert_to_numpy(student.predict(images, verbose=0))
+    student.save(tmp_path / "student.keras")
+    loaded = keras.saving.load_model(tmp_path / "student.keras")
+    assert type(loaded) is ViT and len(loaded.weights) == len(student.weights)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(loaded.predict(images, verbose=0)), expected, atol=1e-6)
+    folder = student.save_checkpoint(tmp_path / "deit", checkpoint_format="timm")
+    back = ViT.from_checkpoint(folder)
+    assert back.config.distillation
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(back.predict(images, verbose=0)), expected, atol=1e-5)
