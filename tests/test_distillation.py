@@ -185,3 +185,24 @@ def test_the_distilled_student_is_saved_alone_and_written_as_timms_deit(tmp_path
     back = ViT.from_checkpoint(folder)
     assert back.config.distillation
     np.testing.assert_allclose(keras.ops.convert_to_numpy(back.predict(images, verbose=0)), expected, atol=1e-5)
+
+
+def test_distillation_trains_a_mixed_precision_student():
+    """A mixed_float16 student (a float32 teacher beside it): the distiller
+    takes the student's policy, so compile scales the loss, and a step gives
+    a finite loss and moves both heads."""
+    from keras_vit import ViT
+    from keras_vit.distillation import Distiller
+
+    _, teacher = _student_and_teacher()
+    student = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4,
+                  distillation=True, dtype="mixed_float16")
+    images, labels = _digits_batch()
+    distiller = Distiller(student, teacher, kind="soft", tau=2.0)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.5))
+    assert isinstance(distiller.optimizer, keras.optimizers.LossScaleOptimizer)
+    before = {w.path: keras.ops.convert_to_numpy(w) for w in student.weights}
+    history = distiller.fit(images, labels, batch_size=16, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    moved = {w.path for w in student.weights if not np.array_equal(keras.ops.convert_to_numpy(w), before[w.path])}
+    assert {"head/kernel", "head_dist/kernel"} <= moved

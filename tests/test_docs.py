@@ -178,6 +178,7 @@ def test_not_run_markers_precede_python_blocks():
 
 @pytest.mark.parametrize("path", take_turns(pytest.param(p, id=str(p.relative_to(ROOT))) for p in GUIDES))
 @pytest.mark.slow_cases("docs/architecture.md",
+                        "docs/distillation.md",
                         "docs/data.md",
                         "docs/getting_started.md",
                         "docs/token_merging.md",

@@ -35,7 +35,9 @@ class Distiller(keras.Model):
     and the soft term, weighed by `alpha`. The teacher gets the batch at its
     own image size (bilinear). Inference calls return the student's
     prediction (for a distillation token, the two heads' mean, as DeiT's
-    distilled checkpoints predict), and metrics see it. Save
+    distilled checkpoints predict), and metrics see it. The distiller
+    computes in the student's dtype policy (under ``mixed_float16``,
+    `compile` scales the loss); the loss is float32. Save
     ``distiller.student``: a plain `ViT`, with no teacher.
 
     Args:
@@ -64,6 +66,7 @@ class Distiller(keras.Model):
 
     def __init__(self, student, teacher, kind="hard", alpha=0.5, tau=1.0, **kwargs):
         _check(student, teacher, kind, alpha, tau)
+        kwargs.setdefault("dtype", student.dtype_policy)  # mixed_float16: compile adds loss scaling
         super().__init__(**kwargs)
         self.student = student
         self.teacher = teacher
