@@ -13,7 +13,7 @@ distillation (Touvron et al., ICML 2021, Sec. 5) and logit distillation.
 import keras
 from keras import ops
 
-from keras_vit.distillation.losses import _cross_entropy
+from keras_vit.distillation.losses import cross_entropy
 from keras_vit.distillation.losses import check_distillation
 from keras_vit.distillation.losses import deit_loss
 
@@ -89,7 +89,7 @@ class Distiller(keras.Model):
         """Training: `deit_loss` of the student's logits `y_pred` and the
         teacher's on `x`; evaluation: the cross-entropy of `y_pred` and `y`."""
         if not training:  # evaluation: the labels' loss of the prediction
-            return _cross_entropy(y, ops.cast(y_pred, "float32"))
+            return cross_entropy(y, ops.cast(y_pred, "float32"))
         teacher = self.teacher(self._teacher_images(x), training=False)
         student = tuple(y_pred) if self.heads is not None else (y_pred, y_pred)
         return deit_loss(y, *student, teacher, "soft" if self.kind == "logits" else self.kind,

@@ -26,7 +26,7 @@ def check_distillation(kind, alpha, tau):
                          "teacher's and the student's probabilities (DeiT's default 1.0).")
 
 
-def _cross_entropy(labels, logits):
+def cross_entropy(labels, logits):
     """The mean cross-entropy of `logits` ``(batch, classes)`` against integer
     `labels` ``(batch,)`` (``torch.nn.CrossEntropyLoss``) or soft targets
     ``(batch, classes)`` (MixUp's, CutMix's: timm's ``SoftTargetCrossEntropy``)."""
@@ -81,9 +81,9 @@ def deit_loss(labels, class_logits, distillation_logits, teacher_logits, kind="h
     class_logits, student_logits = (ops.cast(x, "float32") for x in (class_logits, distillation_logits))
     teacher = ops.stop_gradient(ops.cast(teacher_logits, "float32"))
     labels = ops.convert_to_tensor(labels)
-    base = _cross_entropy(labels, class_logits)
+    base = cross_entropy(labels, class_logits)
     if kind == "hard":
-        distillation = _cross_entropy(ops.argmax(teacher, axis=-1), student_logits)
+        distillation = cross_entropy(ops.argmax(teacher, axis=-1), student_logits)
     else:
         log_student = ops.log_softmax(student_logits / tau, axis=-1)
         log_teacher = ops.log_softmax(teacher / tau, axis=-1)
