@@ -160,6 +160,13 @@ def test_distillation_refuses_what_it_cannot_train():
     other = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=7)
     with pytest.raises(ValueError, match="The teacher gives 7 classes and the student 4"):
         Distiller(student, other)
+    named = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                num_classes=4, class_names=["zero", "one", "two", "three"], distillation=True)
+    reordered = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                    num_classes=4, class_names=["zero", "two", "one", "three"])
+    with pytest.raises(ValueError, match="The teacher's class 1 is 'two' and the student's 'one': distillation "
+                       "needs the same classes, in the same order"):
+        Distiller(named, reordered)
     with pytest.raises(ValueError, match=r"alpha=-0.1 must be a number in \[0, 1\]"):
         Distiller(student, teacher, alpha=-0.1)
 

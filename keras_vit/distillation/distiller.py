@@ -129,3 +129,8 @@ def _check(student, teacher, kind, alpha, tau):
     if None not in (theirs, ours) and theirs != ours:
         raise ValueError(f"The teacher gives {theirs} classes and the student {ours}: distillation needs the "
                          "same classes, in the same order.")
+    names = [list(getattr(model, "class_names", None) or []) for model in (teacher, student)]
+    if all(names) and names[0] != names[1]:
+        first = next(i for i, (a, b) in enumerate(zip(*names)) if a != b)
+        raise ValueError(f"The teacher's class {first} is {names[0][first]!r} and the student's "
+                         f"{names[1][first]!r}: distillation needs the same classes, in the same order.")
