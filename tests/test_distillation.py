@@ -213,3 +213,55 @@ def test_distillation_trains_a_mixed_precision_student():
     assert np.isfinite(history.history["loss"][0])
     moved = {w.path for w in student.weights if not np.array_equal(keras.ops.convert_to_numpy(w), before[w.path])}
     assert {"head/kernel", "head_dist/kernel"} <= moved
+
+
+# A Distiller trained two steps by this program (argv: the number of CPU devices); the student's
+# heads after them, as JSON on the last line. With two devices, keras.distribution.DataParallel
+# splits each batch of 16 between them.
+JAX_DISTILLER = """
+import json, os, sys
+devices = int(sys.argv[1])
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+import keras, numpy as np
+from keras_vit import ViT
+from keras_vit.distillation import Distiller
+if devices > 1:
+    keras.distribution.set_distribution(keras.distribution.DataParallel())
+keras.utils.set_random_seed(0)
+small = dict(patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
+student, teacher = ViT(image_size=16, distillation=True, **small), ViT(image_size=24, **small)
+teacher.get_layer("head").kernel.assign(np.random.default_rng(1).normal(size=(16, 4)).astype("float32"))
+rng = np.random.default_rng(0)
+images = rng.uniform(-1, 1, (32, 16, 16, 3)).astype("float32")
+labels = np.eye(4, dtype="float32")[rng.integers(0, 4, 32)]
+distiller = Distiller(student, teacher, kind="soft", tau=2.0)
+distiller.compile(optimizer=keras.optimizers.SGD(0.5))
+distiller.fit(images, labels, batch_size=16, epochs=1, shuffle=False, verbose=0)
+distribution = keras.distribution.distribution()
+print(json.dumps({"devices": distribution.device_mesh.devices.size if distribution else 1,
+                  **{name: keras.ops.convert_to_numpy(student.get_layer(name).kernel).tolist()
+                     for name in ("head", "head_dist")}}))
+"""
+
+
+@pytest.mark.slow  # two programs
+@pytest.mark.skipif(keras.backend.backend() != "jax",
+                    reason="keras.distribution's DataParallel is JAX's; it runs in the KERAS_BACKEND=jax pass")
+def test_distillation_under_jax_data_parallel_is_the_one_device_run():
+    """Two CPU devices, each batch split between them: the student's heads
+    after two steps are the one-device run's."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    heads = []
+    for devices in (1, 2):
+        done = subprocess.run([sys.executable, "-c", JAX_DISTILLER, str(devices)], capture_output=True, text=True,
+                              env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=300)
+        assert done.returncode == 0, done.stderr[-4000:]
+        heads.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert [run["devices"] for run in heads] == [1, 2]
+    for name in ("head", "head_dist"):
+        assert np.abs(np.array(heads[0][name])).sum() > 0, name  # trained away from the zero initialisation
+        np.testing.assert_allclose(heads[1][name], heads[0][name], rtol=0, atol=1e-5, err_msg=name)
