@@ -16,6 +16,8 @@ DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 # The learning rate's decay after warm-up (`RunConfig.decay_type`, `warmup_then_decay`).
 DECAY_TYPES = ("cosine", "linear")
 
+# Keras's backends, in the order the docs' tables list them.
+BACKENDS = ("tensorflow", "jax", "torch")
 # The scale-out strategies of each Keras backend (the recipes' ``--strategy``;
 # `keras_vit.distribution.setup` sets them up), and all of them.
 STRATEGIES = {

@@ -39,6 +39,7 @@ import sys
 import keras_vit
 
 from keras_vit import extras
+from keras_vit.arguments import BACKENDS
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import merge_counts as _merge_counts
@@ -519,9 +520,6 @@ def _calibration_images(model, data, split, count):
     return images
 
 
-BACKENDS = ("tensorflow", "jax", "torch")
-
-
 def _import_package():
     """Imports the package's names, and with them Keras and its backend, as
     `keras_vit` does: with the cyclic collector off, which makes the import
@@ -725,7 +723,7 @@ def _add_convert(commands):
 def _add_export(commands):
     """``export``: an inference artifact, int8 too (the formats, their
     backends and files from their records, `keras_vit.export.routes`)."""
-    from keras_vit.export.int8 import QUANTIZED_FORMATS
+    from keras_vit.export.routes import QUANTIZED_FORMATS
     from keras_vit.export.routes import ROUTES
     from keras_vit.export.routes import either
 

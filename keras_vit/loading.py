@@ -200,7 +200,7 @@ def load_pretrained(model, pretrained):
     source = pretrained.weights
     if isinstance(source, keras.Model):
         skip = ("pre_logits", "patch_corruption", "mpp_head")  # what a fine-tuned ViT leaves behind
-        if source.get_config().get("num_classes", 0) != model.num_classes:
+        if pretrained.fields.get("num_classes", 0) != model.num_classes:
             skip += ("head", "head_dist")
         transfer_weights(source, model, skip=skip)
         return model

@@ -14,6 +14,7 @@ import keras
 from keras import ops
 
 from keras_vit.distillation.losses import cross_entropy
+from keras_vit.distillation.losses import check_classes
 from keras_vit.distillation.losses import check_distillation
 from keras_vit.distillation.losses import deit_loss
 
@@ -72,6 +73,7 @@ class Distiller(keras.Model):
         self.teacher = teacher
         self.teacher.trainable = False
         self.kind, self.alpha, self.tau = kind, alpha, tau
+        self.loss_kind = _loss_kind(kind)  # deit_loss's kind
         self.heads = None
         if kind != "logits":  # the student's own graph read at its two heads: the same layers, no copy
             parts = student.parts
@@ -92,8 +94,7 @@ class Distiller(keras.Model):
             return cross_entropy(y, ops.cast(y_pred, "float32"))
         teacher = self.teacher(self._teacher_images(x), training=False)
         student = tuple(y_pred) if self.heads is not None else (y_pred, y_pred)
-        return deit_loss(y, *student, teacher, "soft" if self.kind == "logits" else self.kind,
-                         self.alpha, self.tau)
+        return deit_loss(y, *student, teacher, self.loss_kind, self.alpha, self.tau)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         """The compiled metrics of the student's prediction (two heads: their mean)."""
@@ -109,12 +110,17 @@ class Distiller(keras.Model):
         return ops.image.resize(images, size, interpolation="bilinear")
 
 
+def _loss_kind(kind):
+    """`deit_loss`'s kind for a distillation `kind`: logit distillation is DeiT's soft term."""
+    return "soft" if kind == "logits" else kind
+
+
 def _check(student, teacher, kind, alpha, tau):
     """What `Distiller` cannot train, named with the fix, before any step."""
     if kind not in DISTILLATIONS:
         raise ValueError(f"kind={kind!r} is not a kind of distillation: use 'hard' or 'soft' (DeiT's token "
                          "distillation, for a student with a distillation token) or 'logits' (any student).")
-    check_distillation("soft" if kind == "logits" else kind, alpha, tau)
+    check_distillation(_loss_kind(kind), alpha, tau)
     config = getattr(student, "config", None)
     if kind != "logits" and not (getattr(config, "distillation", False) and student.parts.head_dist is not None):
         raise ValueError(
@@ -124,11 +130,8 @@ def _check(student, teacher, kind, alpha, tau):
     if not isinstance(teacher, keras.Model):
         raise ValueError(f"The teacher must be a Keras model from images to logits, got "
                          f"{type(teacher).__name__}: load it first (keras_vit.load_model(path)).")
-    theirs = teacher.outputs[0].shape[-1] if getattr(teacher, "outputs", None) else None
-    ours = student.outputs[0].shape[-1] if getattr(student, "outputs", None) else None
-    if None not in (theirs, ours) and theirs != ours:
-        raise ValueError(f"The teacher gives {theirs} classes and the student {ours}: distillation needs the "
-                         "same classes, in the same order.")
+    check_classes(*(model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
+                    for model in (teacher, student)))
     names = [list(getattr(model, "class_names", None) or []) for model in (teacher, student)]
     if all(names) and names[0] != names[1]:
         first = next(i for i, (a, b) in enumerate(zip(*names)) if a != b)

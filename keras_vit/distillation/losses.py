@@ -26,6 +26,14 @@ def check_distillation(kind, alpha, tau):
                          "teacher's and the student's probabilities (DeiT's default 1.0).")
 
 
+def check_classes(teacher_classes, student_classes):
+    """Raises a ValueError where the teacher's class count differs from the
+    student's (None: not known, not checked)."""
+    if None not in (teacher_classes, student_classes) and teacher_classes != student_classes:
+        raise ValueError(f"The teacher gives {teacher_classes} classes and the student {student_classes}: "
+                         "distillation needs the same classes, in the same order.")
+
+
 def cross_entropy(labels, logits):
     """The mean cross-entropy of `logits` ``(batch, classes)`` against integer
     `labels` ``(batch,)`` (``torch.nn.CrossEntropyLoss``) or soft targets
@@ -74,10 +82,7 @@ def deit_loss(labels, class_logits, distillation_logits, teacher_logits, kind="h
         ```
     """
     check_distillation(kind, alpha, tau)
-    student, theirs = distillation_logits.shape[-1], teacher_logits.shape[-1]
-    if None not in (student, theirs) and student != theirs:
-        raise ValueError(f"The teacher gives {theirs} classes and the student {student}: distillation "
-                         "needs the same classes, in the same order.")
+    check_classes(teacher_logits.shape[-1], distillation_logits.shape[-1])
     class_logits, student_logits = (ops.cast(x, "float32") for x in (class_logits, distillation_logits))
     teacher = ops.stop_gradient(ops.cast(teacher_logits, "float32"))
     labels = ops.convert_to_tensor(labels)

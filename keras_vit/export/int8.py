@@ -55,7 +55,7 @@ from keras_vit.export import routes
 # What `ViT.export`'s ``quantize`` takes; the formats it quantizes are those whose route is
 # quantized through another's float32 file (`keras_vit.export.routes.Route.quantized_through`).
 QUANTIZE_MODES = ("int8",)
-QUANTIZED_FORMATS = tuple(name for name, route in routes.ROUTES.items() if route.quantized_through)
+QUANTIZED_FORMATS = routes.QUANTIZED_FORMATS
 # The operators quantized: the products of an activation with a weight.
 OP_TYPES = ("MatMul",)
 # Calibration images per run of the calibrating model.

@@ -24,9 +24,9 @@ import dataclasses
 import importlib
 import pathlib
 
+from keras_vit.arguments import BACKENDS
 from keras_vit.extras import require
 
-BACKENDS = ("tensorflow", "jax", "torch")
 DEFAULT_FORMAT = "tf_saved_model"  # Keras's ``model.export``'s
 QUANTIZE_NEEDS = ("onnxruntime",)  # what an int8 export needs beyond its float32 route's
 
