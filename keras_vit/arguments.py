@@ -15,6 +15,9 @@ import ast
 DTYPES = ("float32", "mixed_bfloat16", "mixed_float16")
 # The learning rate's decay after warm-up (`RunConfig.decay_type`, `warmup_then_decay`).
 DECAY_TYPES = ("cosine", "linear")
+# The kinds of distillation (keras_vit.distillation.Distiller; --distillation):
+# DeiT's two token kinds, the logits of any student, its features.
+DISTILLATIONS = ("hard", "soft", "logits", "features")
 
 # Keras's backends, in the order the docs' tables list them.
 BACKENDS = ("tensorflow", "jax", "torch")

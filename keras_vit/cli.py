@@ -81,6 +81,7 @@ def add_recipe_flags(parser, default_config):
     `keras_vit.training.configs.FLAGS` (each overrides the named config's
     field), and the flags of the run's placement."""
     from keras_vit.training.configs import FLAGS
+    from keras_vit.training.configs import DISTILLATION
     from keras_vit.training.configs import SCALE_OUT
 
     parser.add_argument("--config", default=default_config,
@@ -95,6 +96,12 @@ def add_recipe_flags(parser, default_config):
             "TensorFlow: tpu, mirrored, multi_worker (reads TF_CONFIG); JAX: data_parallel, "
             "model_parallel; torch: none. The global batch, learning rate and steps mean the same "
             "run under every strategy."),
+        DISTILLATION: parser.add_argument_group(
+            DISTILLATION,
+            "A student learns from the labels and from a frozen teacher over the same classes (DeiT, "
+            "Touvron et al. 2021): the loss is (1 - A) x the labels' cross-entropy + A x the "
+            "distillation term. The teacher gets the images at its own size and pixel scaling. "
+            "The saved model.keras is the student alone."),
     }
     for flag in FLAGS.values():
         groups[flag.group].add_argument(flag.option, type=flag.parse, choices=flag.choices,

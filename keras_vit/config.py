@@ -214,7 +214,8 @@ class ViTConfig:
     embeddings before the position embeddings are added: AIMv2's, timm's
     ``embed_norm_layer``), ``out_bias=False`` (the attention's output
     projection without bias: AIMv2's, timm's ``proj_bias`` with ``mlp_bias``), ``distillation`` (DeiT's
-    distillation token and head, the two heads' logits averaged;
+    distillation token and head, the two heads' logits averaged; the
+    models' constructors also take it as ``distillation_token``;
     ``distillation_head=False``: the token without its head, the [class]
     token's head alone, as keras-hub's ``DeiTImageClassifier``),
     ``position_embedding="rope"`` with ``rope_theta`` (DINOv3's 2-D rotary
@@ -725,6 +726,9 @@ class ViTConfig:
 
 
 FIELDS = tuple(field.name for field in dataclasses.fields(ViTConfig))
+# Constructor keywords that name a field by another name: DeiT's
+# ``distillation_token=True`` is ``distillation=True`` (its token and head).
+ALIASES = {"distillation_token": "distillation"}
 
 
 def vit_config(config, fields):
@@ -745,6 +749,11 @@ def constructor_config(owner, config, kwargs, fields=None, note=""):
     and ``trainable``; anything else is refused, naming `owner`'s valid
     arguments (and `note`)."""
     fields = FIELDS if fields is None else fields
+    for alias, field in ALIASES.items():
+        if alias in kwargs and field in fields:
+            if field in kwargs:
+                raise ValueError(f"{owner}() takes {alias}= or {field}=, the same field: give one.")
+            kwargs[field] = kwargs.pop(alias)
     given = {key: kwargs.pop(key) for key in list(kwargs) if key in fields}
     unknown = sorted(set(kwargs) - {"name", "trainable"})
     if unknown:

@@ -2,6 +2,7 @@
 `DistillationLoss` (tests/data/make_deit_distillation_loss.py ran it once),
 and its settings refused with the fix named."""
 
+import json
 import pathlib
 
 import keras
@@ -83,6 +84,20 @@ def test_a_teacher_with_other_classes_is_refused():
 
 # -- DeiT's token distillation in fit ------------------------------------------------
 
+def test_distillation_token_builds_deits_two_tokens_and_heads():
+    """``ViT(distillation_token=True)`` is DeiT's student: the distillation
+    field's token and head (the same config as ``distillation=True``);
+    both names at once are refused."""
+    from keras_vit import ViT
+
+    small = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
+    model = ViT(distillation_token=True, **small)
+    assert model.config == ViT(distillation=True, **small).config and model.config.distillation
+    assert model.num_prefix_tokens == 2 and model.parts.head_dist is not None
+    with pytest.raises(ValueError, match=r"ViT\(\) takes distillation_token= or distillation=, the same field"):
+        ViT(distillation_token=True, distillation=True, **small)
+
+
 def _student_and_teacher(token=True):
     """A tiny student (with DeiT's distillation token), and a tiny teacher at
     another image size (24 px: it gets the batch resized) whose head is not
@@ -151,12 +166,20 @@ def test_distillation_refuses_what_it_cannot_train():
     student, teacher = _student_and_teacher()
     plain = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
     with pytest.raises(ValueError, match=r"kind='hard' is DeiT's token distillation: .* this student has none. "
-                       r"Build it with ViT\(\.\.\., distillation=True\) .* or distill its logits: kind='logits'"):
+                       r"Build it with ViT\(\.\.\., distillation_token=True\) .* or distill its logits: "
+                       r"kind='logits'"):
         Distiller(plain, teacher)
-    with pytest.raises(ValueError, match="kind='features' is not a kind of distillation: use 'hard' or 'soft'"):
-        Distiller(student, teacher, kind="features")
-    with pytest.raises(ValueError, match="The teacher must be a Keras model from images to logits, got str"):
+    with pytest.raises(ValueError, match="kind='tokens' is not a kind of distillation: use 'hard' or 'soft'"):
+        Distiller(student, teacher, kind="tokens")
+    with pytest.raises(ValueError, match="teacher must be a Keras model from images to logits, or the path or "
+                       "released name of one .* got int"):
+        Distiller(student, 42)
+    with pytest.raises(FileNotFoundError, match="teacher.keras"):
         Distiller(student, "teacher.keras")
+    with pytest.raises(ValueError, match=r"features='cls': use 'tokens' .* or 'pooled'"):
+        Distiller(plain, teacher, kind="features", features="cls")
+    with pytest.raises(ValueError, match=r"label_smoothing=1.0 must be a number in \[0, 1\)"):
+        Distiller(student, teacher, label_smoothing=1.0)
     other = ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=7)
     with pytest.raises(ValueError, match="The teacher gives 7 classes and the student 4"):
         Distiller(student, other)
@@ -229,18 +252,22 @@ if devices > 1:
     keras.distribution.set_distribution(keras.distribution.DataParallel())
 keras.utils.set_random_seed(0)
 small = dict(patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
-student, teacher = ViT(image_size=16, distillation=True, **small), ViT(image_size=24, **small)
+teacher = ViT(image_size=24, **small)
 teacher.get_layer("head").kernel.assign(np.random.default_rng(1).normal(size=(16, 4)).astype("float32"))
 rng = np.random.default_rng(0)
 images = rng.uniform(-1, 1, (32, 16, 16, 3)).astype("float32")
 labels = np.eye(4, dtype="float32")[rng.integers(0, 4, 32)]
-distiller = Distiller(student, teacher, kind="soft", tau=2.0)
-distiller.compile(optimizer=keras.optimizers.SGD(0.5))
-distiller.fit(images, labels, batch_size=16, epochs=1, shuffle=False, verbose=0)
+trained = {}
+for kind in ("soft", "hard", "logits", "features"):
+    student = ViT(image_size=16, distillation=kind in ("soft", "hard"), **small)
+    distiller = Distiller(student, teacher, kind=kind, tau=2.0)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.5))
+    distiller.fit(images, labels, batch_size=16, epochs=1, shuffle=False, verbose=0)
+    kept = ("head/kernel", "head_dist/kernel", "encoder_block_0/mlp/fc1/kernel", "feature_projection/kernel")
+    trained.update({f"{kind}/{w.path}": keras.ops.convert_to_numpy(w).tolist()
+                    for w in distiller.trainable_weights if w.path in kept})
 distribution = keras.distribution.distribution()
-print(json.dumps({"devices": distribution.device_mesh.devices.size if distribution else 1,
-                  **{name: keras.ops.convert_to_numpy(student.get_layer(name).kernel).tolist()
-                     for name in ("head", "head_dist")}}))
+print(json.dumps({"devices": distribution.device_mesh.devices.size if distribution else 1, **trained}))
 """
 
 
@@ -248,8 +275,9 @@ print(json.dumps({"devices": distribution.device_mesh.devices.size if distributi
 @pytest.mark.skipif(keras.backend.backend() != "jax",
                     reason="keras.distribution's DataParallel is JAX's; it runs in the KERAS_BACKEND=jax pass")
 def test_distillation_under_jax_data_parallel_is_the_one_device_run():
-    """Two CPU devices, each batch split between them: the student's heads
-    after two steps are the one-device run's."""
+    """Two CPU devices, each batch split between them: after two steps of
+    each kind (soft and hard token, logits, features), the student's heads,
+    a block's kernel and the projection are the one-device run's."""
     import json
     import os
     import subprocess
@@ -261,7 +289,146 @@ def test_distillation_under_jax_data_parallel_is_the_one_device_run():
                               env={**os.environ, "KERAS_BACKEND": "jax"}, timeout=300)
         assert done.returncode == 0, done.stderr[-4000:]
         heads.append(json.loads(done.stdout.strip().splitlines()[-1]))
-    assert [run["devices"] for run in heads] == [1, 2]
-    for name in ("head", "head_dist"):
-        assert np.abs(np.array(heads[0][name])).sum() > 0, name  # trained away from the zero initialisation
+    assert [run.pop("devices") for run in heads] == [1, 2]
+    assert len(heads[0]) == 11 and heads[0].keys() == heads[1].keys(), sorted(heads[0])
+    for name in heads[0]:
+        assert np.abs(np.array(heads[0][name])).sum() > 0, name  # heads trained away from their zeros
         np.testing.assert_allclose(heads[1][name], heads[0][name], rtol=0, atol=1e-5, err_msg=name)
+
+
+# -- feature distillation, and the teacher as it takes images -------------------------
+
+@pytest.mark.parametrize("features", ["tokens", "pooled"])
+def test_feature_distillation_trains_the_student_and_its_projection(features):
+    """``"features"``: `fit` reports `feature_loss` of the student's logits
+    and its features through the projection against the teacher's, whose
+    6x6 patch-token map (24 px) is resampled to the student's 4x4 grid
+    (``"tokens"``) or whose pooled features are taken as they are
+    (``"pooled"``); the projection and the student learn, the teacher does
+    not, and the projection is not part of the saved student."""
+    from keras_vit.distillation import Distiller
+    from keras_vit.distillation import feature_loss
+
+    student, _ = _student_and_teacher(token=False)
+    images, labels = _digits_batch()
+    wide = _wide_teacher()
+    distiller = Distiller(student, wide, kind="features", features=features, alpha=0.4)
+    distiller.compile(optimizer=keras.optimizers.SGD(0.0))
+    expected = []
+    for batch in (slice(0, 8), slice(8, 16)):
+        logits, projected = distiller(images[batch], training=True)
+        assert tuple(projected.shape) == ((8, 4, 4, 24) if features == "tokens" else (8, 24))
+        resized = keras.ops.image.resize(images[batch], (24, 24))
+        if features == "tokens":
+            target = wide.feature_model(layers=[-1])(resized)["encoder_block_1"]
+            target = keras.ops.image.resize(target, (4, 4))
+        else:
+            target = keras.Model(wide.inputs, wide.get_layer("head").input)(resized)
+        expected.append(keras.ops.convert_to_numpy(feature_loss(labels[batch], logits, projected, target, 0.4)))
+    history = distiller.fit(images, labels, batch_size=8, epochs=1, verbose=0, shuffle=False)
+    np.testing.assert_allclose(history.history["loss"][0], np.mean(expected), rtol=1e-5)
+
+    before = {w.path: keras.ops.convert_to_numpy(w) for w in (*student.weights, *wide.weights,
+                                                              *distiller.projection.weights)}
+    distiller.optimizer.learning_rate.assign(0.5)
+    distiller.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+    moved = {w.path for w in (*student.weights, *distiller.projection.weights)
+             if not np.array_equal(keras.ops.convert_to_numpy(w), before[w.path])}
+    assert {"feature_projection/kernel", "encoder_block_0/mlp/fc1/kernel"} <= moved, moved
+    assert all(np.array_equal(keras.ops.convert_to_numpy(w), before[w.path]) for w in wide.weights)
+    assert len(distiller.trainable_variables) == len(student.trainable_variables) + 2
+    assert not any("feature_projection" in w.path for w in student.weights)
+
+
+def _wide_teacher():
+    """A teacher of another width (24), depth (2) and image size (24 px: a 6x6 grid)."""
+    from keras_vit import ViT
+
+    teacher = ViT(image_size=24, patch_size=4, num_layers=2, num_heads=2, hidden_dim=24, mlp_dim=48, num_classes=4)
+    head = teacher.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    return teacher
+
+
+def test_feature_distillation_refuses_tokens_it_cannot_match():
+    """Grids of other aspect ratios, a student that merges tokens, and a
+    teacher whose output is not a map: each refused with what to use."""
+    from keras_vit import ViT
+    from keras_vit.distillation import Distiller
+
+    small = dict(patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
+    student = ViT(image_size=16, **small)
+    with pytest.raises(ValueError, match=r"student's patch tokens lie on a 4x4 grid and the teacher's on 8x4: .* "
+                       r"same aspect ratio .* features='pooled'"):
+        Distiller(student, ViT(image_size=(32, 16), **small), kind="features")
+    with pytest.raises(ValueError, match=r"student's patch tokens over its patch grid, .* merges tokens .* "
+                       r"features='pooled'"):
+        Distiller(ViT(image_size=16, token_merging=2, **small), ViT(image_size=16, **small), kind="features")
+    with pytest.raises(ValueError, match=r"Feature distillation of tokens needs the teacher's \(batch, h, w, "
+                       r"width\) map: .* gives \(None, 4\)"):
+        Distiller(student, _plain_classifier(), kind="features")
+
+
+def _plain_classifier():
+    """A Keras model from 16 px images to 4 logits that is not a keras_vit model."""
+    inputs = keras.Input((16, 16, 3))
+    return keras.Model(inputs, keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(inputs)), name="plain")
+
+
+def test_the_teacher_gets_images_at_its_size_and_pixel_scaling(tmp_path):
+    """A student on [-1, 1] pixels and a keras-hub classifier (keras_vit's
+    keras-hub writer) on ImageNet's mean and standard deviation: inside the
+    step the teacher gets the student's batch rescaled to its own scaling,
+    so its logits are those of keras-hub's own `predict` on the raw
+    pixels; a teacher given by its .keras path is read."""
+    keras_hub = pytest.importorskip("keras_hub", reason="the keras-hub teacher needs keras-hub (requirements/keras-hub.txt)")
+    from keras_vit import ViT
+    from keras_vit.distillation import Distiller
+
+    small = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=4)
+    imagenet = dict(pixel_scale=(1 / (255 * 0.229), 1 / (255 * 0.224), 1 / (255 * 0.225)),
+                    pixel_offset=(-0.485 / 0.229, -0.456 / 0.224, -0.406 / 0.225))
+    source = ViT(**small, **imagenet, gelu_approximate=False)
+    head = source.get_layer("head")
+    head.kernel.assign(np.random.default_rng(1).normal(size=head.kernel.shape).astype("float32"))
+    source.save_checkpoint(tmp_path / "hub", checkpoint_format="keras_hub")
+    teacher = keras_hub.models.ImageClassifier.from_preset(str(tmp_path / "hub"))
+    raw = np.random.default_rng(0).uniform(0, 255, (4, 16, 16, 3)).astype("float32")
+    distiller = Distiller(ViT(**small), teacher, kind="logits")
+    scaled = raw / 127.5 - 1  # the student's pixels
+    inside = teacher(distiller.teacher_images(scaled), training=False)
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(inside), teacher.predict(raw, verbose=0), atol=1e-4)
+    assert np.abs(keras.ops.convert_to_numpy(inside) - keras.ops.convert_to_numpy(teacher(scaled))).max() > 1e-3
+
+    source.save(tmp_path / "teacher.keras")
+    by_path = Distiller(ViT(**small), str(tmp_path / "teacher.keras"), kind="logits")
+    np.testing.assert_allclose(keras.ops.convert_to_numpy(by_path.teacher(raw)),
+                               keras.ops.convert_to_numpy(source(raw)), atol=1e-6)
+
+
+def test_a_distillers_checkpoint_holds_no_teacher_and_restores(tmp_path):
+    """A run's checkpoint of a distiller holds the student, the projection
+    and the optimizer, not the frozen teacher (read again from its own
+    file), and restores them into a fresh distiller."""
+    from keras_vit.distillation import Distiller
+    from keras_vit.training import checkpoints
+
+    def made():
+        student, _ = _student_and_teacher(token=False)
+        distiller = Distiller(student, _wide_teacher(), kind="features")
+        distiller.compile(optimizer=keras.optimizers.Adam(0.01))
+        return distiller
+
+    images, labels = _digits_batch()
+    trained = made()
+    trained.fit(images, labels, batch_size=8, epochs=1, verbose=0)
+    checkpoints.CheckpointManager(tmp_path).save(trained, step=2, epoch=1)
+    record = json.loads((tmp_path / "ckpt-000000002.json").read_text())
+    assert len(record["variables"]) == (len(trained.variables) - len(trained.teacher.variables)
+                                        + len(trained.optimizer.variables))
+    fresh = made()
+    fresh.optimizer.build(fresh.trainable_variables)  # as a run builds it before restoring
+    assert checkpoints.CheckpointManager(tmp_path).restore(fresh)["step"] == 2
+    for a, b in zip((*trained.student.weights, *trained.projection.weights),
+                    (*fresh.student.weights, *fresh.projection.weights), strict=True):
+        np.testing.assert_array_equal(keras.ops.convert_to_numpy(a), keras.ops.convert_to_numpy(b))

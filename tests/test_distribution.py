@@ -348,6 +348,55 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     assert checkpoints.CheckpointManager(folder).steps() == [4, 6, 8]  # the newest 3
 
 
+# -- a run with a teacher (distillation) ---------------------------------------------
+
+def distilling(reference, kind="hard"):
+    """The flags of a run that distills the `reference` run's model (the
+    teacher) into a student of the same size with DeiT's distillation token."""
+    return ["--teacher", str(reference / "model.keras"), "--distillation", kind, "--model-args",
+            "num_layers=2,hidden_dim=32,num_heads=4,mlp_dim=64,patch_size=4,distillation_token=True"]
+
+
+@pytest.fixture(scope="module")
+def distilled(reference, tmp_path_factory):
+    """The one-device distilling run (hard, DeiT's token) the others are compared with."""
+    workdir = tmp_path_factory.mktemp("distilled") / "run"
+    run_here(command(workdir, *distilling(reference)))
+    return workdir
+
+
+@pytest.mark.slow
+@only_on("tensorflow", "MirroredStrategy")
+def test_a_distilling_run_under_mirrored_is_the_one_device_run(tmp_path, reference, distilled):
+    """The teacher built in the strategy's scope, each replica distilling
+    its half of the batch: the one-device run's losses and weights."""
+    workdir = tmp_path / "mirrored"
+    run_ok(command(workdir, *distilling(reference), "--strategy", "mirrored", "--host-devices", "2"))
+    assert_same_run(workdir, distilled, "mirrored distillation (2 devices)")
+
+
+@pytest.mark.slow
+def test_a_killed_distilling_run_resumes_to_the_same_weights(tmp_path, reference, distilled):
+    """SIGKILL once the checkpoint of update 2 (of 4) is on disk; the same
+    command again ends with the uninterrupted run's student, saved alone."""
+    workdir = tmp_path / "killed"
+    again = command(workdir, *distilling(reference))
+    process = launch(again)
+    record = workdir / "checkpoints" / "ckpt-000000002.json"
+    for line in process.stdout:  # wait on the run's own output, not on time
+        if record.exists():
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (workdir / "model.keras").exists()
+    run_ok(again)
+    difference = max_difference(workdir, distilled)
+    print(f"distilling run killed and resumed ({BACKEND}): max |weight - uninterrupted weight| = {difference:.2e}")
+    assert difference <= 1e-6
+    student = keras.saving.load_model(workdir / "model.keras")
+    assert type(student).__name__ == "ViT" and student.config.distillation
+
+
 # -- checkpoints ------------------------------------------------------------------
 
 def tiny_compiled_model():

@@ -477,3 +477,65 @@ def test_masked_patch_run_then_fine_tune_from_it(tmp_path, capsys, monkeypatch):
     a = to_numpy(pre.get_layer("patch_embedding").weights[0])
     b = to_numpy(tuned.get_layer("patch_embedding").weights[0])
     assert np.abs(a - b).max() < 0.1 * np.abs(a).max()
+
+
+# -- distillation on the command line -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def teachers(tmp_path_factory):
+    """Teachers as a user saves them: a digits ViT (10 classes named as the
+    digits' are), one over 7 classes, and one whose classes are named otherwise."""
+    folder = tmp_path_factory.mktemp("teachers")
+    small = dict(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=8, mlp_dim=16)
+    for name, classes in (("digits", dict(num_classes=10, class_names=[str(i) for i in range(10)])),
+                          ("seven", dict(num_classes=7)),
+                          ("letters", dict(num_classes=10, class_names=list("abcdefghij")))):
+        ViT(**small, **classes).save(folder / f"{name}.keras")
+    return folder
+
+
+def test_distillation_refusals_come_before_anything_is_written(teachers, tmp_path, capsys):
+    """Each refused by the command line with the fix named, and no --workdir made."""
+    workdir = tmp_path / "run"
+    teacher = ["--teacher", str(teachers / "digits.keras")]
+    token = ["--model-args", "num_layers=1,num_heads=2,hidden_dim=8,mlp_dim=16,distillation_token=True"]
+    for argv, message in [
+        (["--config", "digits-deit"], "Config 'digits-deit' distills (hard): give its teacher with --teacher"),
+        ([*teacher], f"--teacher {teachers / 'digits.keras'} needs --distillation: hard or soft"),
+        ([*teacher, "--distillation", "hard"],
+         "has no distillation token: add --model-args distillation_token=True (pre-training), start from a "
+         "distilled DeiT (--init), or use --distillation logits"),
+        ([*teacher, "--distillation", "distill"], "--distillation must be one of hard, soft, logits, features"),
+        ([*teacher, "--distillation", "logits", "--distillation-alpha", "1.5"],
+         "--distillation-alpha must be a finite number at least 0 and at most 1, got 1.5"),
+        ([*teacher, "--distillation", "soft", "--distillation-tau", "0", *token],
+         "--distillation-tau must be a positive number, got 0.0"),
+        (["--teacher", str(teachers / "seven.keras"), "--distillation", "logits"],
+         "gives 7 classes and the dataset digits has 10"),
+        (["--teacher", str(teachers / "letters.keras"), "--distillation", "logits"],
+         "classes differ from the dataset's from class 0 on (['a'] against ['0'])"),
+        (["--teacher", str(tmp_path / "none.keras"), "--distillation", "logits"], "none.keras: no such file"),
+    ]:
+        fails(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, *argv], capsys, message)
+        assert not workdir.exists(), argv
+    fails(["masked-patch", "--workdir", str(workdir), *teacher, "--distillation", "logits"], capsys,
+          "is masked patch prediction, which has no classes to distill")
+    assert not workdir.exists()
+
+
+@pytest.mark.backend_independent
+def test_the_recipes_help_says_what_each_kind_of_distillation_does(capsys):
+    from keras_vit.cli import main
+
+    for command in ("pretrain", "finetune"):
+        with pytest.raises(SystemExit) as exit_info:
+            main([command, "--help"])
+        assert exit_info.value.code == 0
+        out = " ".join(capsys.readouterr().out.split())
+        for text in ("--teacher PATH_OR_NAME", "--distillation hard|soft|logits|features",
+                     "--distillation-alpha A", "--distillation-tau T",
+                     "hard (DeiT: the distillation token's head learns the teacher's top class",
+                     "soft (DeiT: the same head learns the teacher's probabilities softened",
+                     "logits (any student's own logits learn", "features (the student's last patch tokens",
+                     "The saved model.keras is the student alone"):
+            assert text in out, (command, text)

@@ -95,3 +95,53 @@ def deit_loss(labels, class_logits, distillation_logits, teacher_logits, kind="h
         count = ops.cast(ops.shape(student_logits)[0] * ops.shape(student_logits)[-1], "float32")
         distillation = ops.sum(ops.exp(log_teacher) * (log_teacher - log_student)) * (tau * tau) / count
     return base * (1.0 - alpha) + distillation * alpha
+
+
+def smooth_labels(labels, num_classes, label_smoothing):
+    """`labels` (integer ``(batch,)`` or soft ``(batch, classes)``) as
+    targets ``(batch, num_classes)`` smoothed by `label_smoothing` (Szegedy
+    et al., 2016: ``t * (1 - e) + e / classes``); unchanged when it is 0."""
+    if not label_smoothing:
+        return labels
+    labels = ops.convert_to_tensor(labels)
+    if len(labels.shape) == 1:
+        labels = ops.one_hot(ops.cast(labels, "int32"), num_classes)
+    return ops.cast(labels, "float32") * (1.0 - label_smoothing) + label_smoothing / num_classes
+
+
+def feature_loss(labels, logits, student_features, teacher_features, alpha=0.5):
+    """Feature distillation's loss, a scalar: ``CE(logits, labels) * (1 - alpha)
+    + MSE(student_features, teacher_features) * alpha``, the mean squared
+    error over every element (timm's feature distillation task: the student's
+    features, projected to the teacher's width, against the teacher's).
+
+    The teacher's features take no gradient. Computed in float32.
+
+    Args:
+        labels: ``(batch,)`` integer labels or ``(batch, classes)`` soft targets.
+        logits: ``(batch, classes)``, the student's.
+        student_features: the student's features projected to the teacher's
+            width: ``(batch, width)`` pooled, or ``(batch, h, w, width)``
+            tokens on a grid.
+        teacher_features: the teacher's, of the same shape.
+        alpha: the distillation term's weight, in [0, 1].
+
+    Examples:
+        ```python
+        import numpy as np
+        from keras_vit.distillation import feature_loss
+
+        logits = np.array([[2.0, 0.0, -1.0]], "float32")
+        student, teacher = np.ones((1, 2, 2, 4), "float32"), np.zeros((1, 2, 2, 4), "float32")
+        print(round(float(feature_loss(np.array([0]), logits, student, teacher, alpha=1.0)), 4))   # -> 1.0
+        ```
+    """
+    check_distillation("soft", alpha, 1.0)
+    if tuple(student_features.shape[1:]) != tuple(teacher_features.shape[1:]):
+        raise ValueError(f"The student's features {tuple(student_features.shape[1:])} and the teacher's "
+                         f"{tuple(teacher_features.shape[1:])} differ in shape: project the student's to the "
+                         "teacher's width and resample the teacher's grid to the student's first.")
+    base = cross_entropy(ops.convert_to_tensor(labels), ops.cast(logits, "float32"))
+    teacher = ops.stop_gradient(ops.cast(teacher_features, "float32"))
+    distillation = ops.mean(ops.square(ops.cast(student_features, "float32") - teacher))
+    return base * (1.0 - alpha) + distillation * alpha

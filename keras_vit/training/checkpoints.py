@@ -7,6 +7,7 @@ the step, from which the data stream's position follows. In
 ``checkpoints/``:
 
     ckpt-000000300.npz    the variables, in the order of `model.variables`
+                          (a distiller's without its frozen teacher's)
                           then `model.optimizer.variables` (and, on torch,
                           its global random state)
     ckpt-000000300.json   its record: step, epoch, the variables' paths and
@@ -65,7 +66,10 @@ def first_non_finite(variables, values):
 
 
 def _state(model):
-    return list(model.variables) + list(model.optimizer.variables)
+    """What a checkpoint holds of `model`: its variables, but a distiller's
+    frozen teacher's (read again from its own file), then the optimizer's."""
+    teacher = {id(v) for v in getattr(getattr(model, "teacher", None), "variables", ())}
+    return [v for v in model.variables if id(v) not in teacher] + list(model.optimizer.variables)
 
 
 def _backend_rng():

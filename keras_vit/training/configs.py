@@ -20,12 +20,14 @@ from collections.abc import Mapping
 
 from keras_vit.arguments import ALL_STRATEGIES
 from keras_vit.arguments import DECAY_TYPES
+from keras_vit.arguments import DISTILLATIONS
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import check_strategy
 from keras_vit.arguments import int_at_least
 from keras_vit.arguments import parse_ints
 from keras_vit.arguments import parse_shots
 from keras_vit.arguments import parse_key_values
+from keras_vit.config import ALIASES as MODEL_ALIASES
 from keras_vit.config import FIELDS as MODEL_FIELDS
 from keras_vit.config import is_int
 from keras_vit.presets import PRESETS
@@ -103,6 +105,13 @@ def _shots_per_class(value):
     return "must be positive integers (shots per class) such as 1,5,10"
 
 
+def _one_of(*values):
+    def check(value):
+        return None if value in values else f"must be one of {', '.join(values)}"
+
+    return check
+
+
 def _or_none(check, meaning=None):
     """`check`, with None allowed (`meaning`: what None means)."""
 
@@ -145,6 +154,7 @@ class Flag:
 
 
 SCALE_OUT = "scale-out (docs/distributed.md)"
+DISTILLATION = "distillation (docs/distillation.md)"
 
 
 def _flag(default=dataclasses.MISSING, help="", parse=str, **options):
@@ -238,6 +248,23 @@ class RunConfig:
     lora_rank: int | None = _flag(None, "fine-tuning: LoRA of rank R on every block's q, k, v, "
                                   "out, fc1 and fc2, the rest frozen but the head (docs/deploy.md)",
                                   int, check=_or_none(_positive_int), metavar="R")
+    teacher: str | None = _flag(
+        None, "distillation: the teacher, a .keras file, a checkpoint or a released name (keras-vit "
+        "pretrained) over the dataset's classes, run frozen in inference mode (docs/distillation.md)",
+        metavar="PATH_OR_NAME", group=DISTILLATION)
+    distillation: str | None = _flag(
+        None, "with --teacher: hard (DeiT: the distillation token's head learns the teacher's top "
+        "class; the student needs distillation_token=True), soft (DeiT: the same head learns the "
+        "teacher's probabilities softened by --distillation-tau), logits (any student's own logits "
+        "learn the teacher's softened probabilities), features (the student's last patch tokens, "
+        "through a learned projection, learn the teacher's, its map resampled to the student's grid)",
+        check=_or_none(_one_of(*DISTILLATIONS), "no distillation"), metavar="|".join(DISTILLATIONS),
+        group=DISTILLATION)
+    distillation_alpha: float = _flag(0.5, "the distillation term's weight in [0, 1], the labels' "
+                                      "1 - A (DeiT's 0.5)", float, check=_number(low=0, high=1),
+                                      metavar="A", group=DISTILLATION)
+    distillation_tau: float = _flag(1.0, "the temperature of soft and logits distillation (DeiT's 1.0)",
+                                    float, check=_positive_number, metavar="T", group=DISTILLATION)
     strategy: str = _flag("none", "default none: one device", choices=ALL_STRATEGIES,
                           group=SCALE_OUT)
     data_shards: int | None = _flag(
@@ -256,6 +283,9 @@ class RunConfig:
     epochs: float | None = None
 
     def __post_init__(self):
+        if isinstance(self.model_args, Mapping):  # a constructor's other name for a field
+            object.__setattr__(self, "model_args", {MODEL_ALIASES.get(key, key): value
+                                                    for key, value in self.model_args.items()})
         # Deeply immutable: lists become tuples and dicts read-only mappings
         # of their own (a caller's later edits do not reach the config).
         for field in dataclasses.fields(self):
@@ -350,8 +380,27 @@ def check_config(config):
             "--lora-rank R`."
         )
     _check_naflex(config)
+    _check_distillation(config)
     check_strategy(config.strategy)
     return config
+
+
+def _check_distillation(config):
+    """A teacher needs its kind of distillation, in a run that trains a
+    classifier (a kind without its teacher is a named config's: the run
+    asks for ``--teacher``, `keras_vit.training.run.plan`)."""
+    if config.teacher is not None and config.distillation is None:
+        raise ValueError(
+            f"--teacher {config.teacher} needs --distillation: hard or soft (DeiT's token distillation, for "
+            "a student with distillation_token=True), logits or features (any student).")
+    if config.teacher is None:
+        return
+    if config.kind == "masked_patch":
+        raise ValueError(f"--teacher: config {config.name!r} is masked patch prediction, which has no "
+                         "classes to distill. Distill in `keras-vit pretrain` or `keras-vit finetune`.")
+    if config.max_num_patches is not None:
+        raise ValueError("--teacher with --max-num-patches: the teacher takes square images of its own size, "
+                         "and NaFlex keeps each image's. Leave --max-num-patches out.")
 
 
 def _check_naflex(config):
@@ -420,6 +469,8 @@ def _finetune(dataset, steps, lr_grid, train_split, eval_split, paper_row, base_
 _GRID = [0.001, 0.003, 0.01, 0.03]
 
 _DIGITS_MODEL = dict(patch_size=4, num_layers=4, num_heads=4, hidden_dim=64, mlp_dim=128)
+# DeiT's student on the digits: smaller than the digits' model, with a distillation token.
+_DIGITS_STUDENT = dict(patch_size=4, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, distillation=True)
 
 _ROWS = {
     # -- Table 3: pre-training (batch 4096, 10k warm-up, Adam 0.9/0.999, clip 1) --
@@ -487,6 +538,15 @@ _ROWS = {
         warmup_steps=50, base_lr=0.01, lr_grid=[0.003, 0.01, 0.03], decay_type="cosine",
         preprocess="finetune", area_range=[0.9, 1.0], flip=False, train_split="train",
         checkpoint_every=250,
+    ),
+    "digits-deit": dict(
+        kind="pretrain", paper="DeiT's recipe (Touvron et al. 2021: AdamW, weight decay 0.05, warm-up, "
+        "cosine, label smoothing 0.1, stochastic depth 0.1, hard distillation through the distillation "
+        "token, alpha 0.5) scaled down to the embedded digits; give the teacher with --teacher",
+        dataset="digits", model="vit_ti16", model_args=_DIGITS_STUDENT, image_size=16, batch_size=128,
+        steps=300, warmup_steps=30, base_lr=2e-3, decay_type="cosine", weight_decay=0.05,
+        drop_path_rate=0.1, label_smoothing=0.1, preprocess="inception", area_range=[0.7, 1.0], flip=False,
+        checkpoint_every=150, distillation="hard",
     ),
     "digits-mpp": dict(
         kind="masked_patch", paper="Appendix B.1.2 scaled down to the embedded digits",

@@ -117,6 +117,58 @@ def read_init(path):
         raise RunError(str(error)) from error
 
 
+def read_teacher(config, source):
+    """The ``--teacher`` file of a distilling run, read once
+    (`keras_vit.loading.read_pretrained`), after what the run's kind, the
+    student (`run_vit_config`'s fields) and the dataset's classes allow
+    are checked: nothing is built or written."""
+    if config.distillation is None:
+        return None
+    if config.teacher is None:
+        raise RunError(f"Config {config.name!r} distills ({config.distillation}): give its teacher with "
+                       "--teacher PATH_OR_NAME (a .keras file, a checkpoint or a released name over the "
+                       "dataset's classes, e.g. the model.keras of a digits or digits-finetune run).")
+    try:
+        teacher = read_pretrained(config.teacher, "--teacher")
+    except CheckpointError as error:
+        raise RunError(f"--teacher {config.teacher}: {error}") from error
+    except (OSError, ValueError) as error:
+        raise RunError(str(error)) from error
+    classes = teacher.fields.get("num_classes", 0)
+    if config.distillation != "features" and classes != source.num_classes:
+        raise RunError(f"--teacher {config.teacher} gives {classes} classes and the dataset "
+                       f"{config.dataset} has {source.num_classes}: the teacher must be trained on the same "
+                       "classes, in the same order (fine-tune it first: keras-vit finetune --init ...).")
+    names = [list(n or []) for n in (teacher.fields.get("class_names"), source.class_names)]
+    if all(names) and names[0] != names[1]:
+        first = next((i for i, (a, b) in enumerate(zip(*names)) if a != b), min(map(len, names)))
+        raise RunError(f"--teacher {config.teacher}'s classes differ from the dataset's from class {first} on "
+                       f"({names[0][first:first + 1]} against {names[1][first:first + 1]}): distillation "
+                       "needs the same classes, in the same order.")
+    return teacher
+
+
+def distiller_for_run(run, student):
+    """The `keras_vit.distillation.Distiller` of a distilling `Plan`: the
+    ``--teacher`` built from its file (in the topology's scope) around
+    `student`, with the run's kind, alpha, tau and label smoothing."""
+    from keras_vit.distillation import Distiller
+
+    config = run.config
+    teacher = ViT(ViTConfig.from_dict(run.teacher.fields), dtype=config.dtype, name="teacher")
+    load_pretrained(teacher, run.teacher)
+    try:
+        return Distiller(student, teacher, config.distillation, alpha=config.distillation_alpha,
+                         tau=config.distillation_tau, label_smoothing=config.label_smoothing)
+    except ValueError as error:
+        raise RunError(f"--distillation {config.distillation} --teacher {config.teacher}: {error}") from error
+
+
+def student_of(model):
+    """The model a run trains and saves: a distiller's student, or `model`."""
+    return getattr(model, "student", model)
+
+
 def model_for_run(run):
     """The model a `Plan` trains, built from its `vit_config`: freshly
     initialised, or with the ``--init`` file's weights (`plan` read them)."""
@@ -422,7 +474,8 @@ class Plan:
     model as it will be built: the `preset` it is built from (its name;
     None when the ``--init`` file gives the model), its `vit_config` (the
     one `keras_vit.ViTConfig` of the run, `run_vit_config`), and the
-    ``--init`` file's arguments and weights (`pretrained`, read once), or None."""
+    ``--init`` file's arguments and weights (`pretrained`, read once), or None;
+    a distilling run's ``--teacher`` file (`teacher`, read once), or None."""
 
     config: RunConfig
     workdir: pathlib.Path
@@ -436,6 +489,7 @@ class Plan:
     preset: str | None
     vit_config: ViTConfig
     pretrained: Pretrained | None
+    teacher: Pretrained | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -477,6 +531,13 @@ def plan(config, workdir, topology=None):
     source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
     classes = (0, None) if config.kind == "masked_patch" else (source.num_classes, source.class_names)
     vit_config = run_vit_config(fields, config, *classes)
+    teacher = read_teacher(config, source)
+    if config.distillation in ("hard", "soft") and not vit_config.distillation:
+        raise RunError(
+            f"--distillation {config.distillation} is DeiT's token distillation, and the student "
+            f"({config.init or config.model}) has no distillation token: add --model-args "
+            "distillation_token=True (pre-training), start from a distilled DeiT (--init), or use "
+            "--distillation logits.")
     topology.check_batch(config.micro_batch_size, "--batch-size / --accum-steps"
                          if config.accum_steps > 1 else "--batch-size")
     topology.shard_model(vit_config)  # model_parallel: its heads and MLP units over the model axis
@@ -485,7 +546,7 @@ def plan(config, workdir, topology=None):
         eval_source=vit_data.load_source(config.dataset, config.eval_split, config.data_dir),
         updates_per_epoch=per_epoch, epochs=config.steps // per_epoch,
         micro_batches_per_epoch=per_epoch * config.accum_steps, replaces=replaces, preset=preset,
-        vit_config=vit_config, pretrained=pretrained,
+        vit_config=vit_config, pretrained=pretrained, teacher=teacher,
     )
 
 
@@ -546,9 +607,10 @@ def build(run):
     evaluation and augmentation arguments are checked here (the pipelines
     made), before `fit` writes config.json, the first write."""
     config, topology = run.config, run.topology
-    model = model_for_run(run)
+    student = model_for_run(run)
+    model = student if run.teacher is None else distiller_for_run(run, student)
     model.compile(
-        optimizer=build_optimizer(config), loss=build_loss(config),
+        optimizer=build_optimizer(config), loss=None if run.teacher else build_loss(config),
         metrics=None if config.kind == "masked_patch"
         else [keras.metrics.CategoricalAccuracy(name="accuracy")],
         weighted_metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
@@ -557,7 +619,7 @@ def build(run):
         steps_per_execution=config.steps_per_execution,
     )
     model.optimizer.build(model.trainable_variables)
-    scaling = pixel_scaling(model)
+    scaling = pixel_scaling(student)
     test = eval_dataset(config, run.eval_source, scaling)
     few_shot_train = eval_dataset(config, run.source, scaling) if config.few_shot else None
     manager = CheckpointManager(run.workdir / "checkpoints", keep=config.keep_checkpoints,
@@ -607,9 +669,10 @@ def fit(run, built, verbose="auto"):
     seconds = time.perf_counter() - start
     # fit ends with the Polyak averages (use_ema) in place; every process
     # takes part in gathering sharded weights.
-    weights = [to_numpy(w) for w in built.model.weights]
+    student = student_of(built.model)
+    weights = [to_numpy(w) for w in student.weights]
     update, because = built.checkpointing.diverged_at, built.checkpointing.diverged_because
-    bad = first_non_finite(built.model.weights, weights) if update is None else None
+    bad = first_non_finite(student.weights, weights) if update is None else None
     if bad is not None:  # no checkpoint checked the final (averaged) weights
         update, because = run.config.steps, f"the final (averaged) weight {bad} holds NaN or infinite values"
     if update is not None:
@@ -621,7 +684,7 @@ def finish(run, built, history, seconds, weights):
     """The trained model on one device, its accuracy (and few-shot
     accuracies), model.keras and results.json (the chief's alone)."""
     config = run.config
-    model = single_device_copy(built.model, weights)
+    model = single_device_copy(student_of(built.model), weights)
     if not run.topology.is_chief:
         return model, {}
     results = {"steps": config.steps, "train_seconds": round(seconds, 1)}
