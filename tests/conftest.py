@@ -65,9 +65,32 @@ _ONCE_KEY = pytest.StashKey[int]()  # how many tests this pass deselected
 
 
 def _cache_folder(name):
-    """A folder in the user's cache folder, never in the work tree."""
+    """A folder in the user's cache folder, never in the work tree, of this
+    CPU's own (`_cpu_key`): XLA:CPU's compiled programs use the instructions
+    of the CPU that compiled them, and a program from another CPU (a cache
+    kept between machines) may hold instructions this one lacks."""
     root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(root, "keras_vit", name)
+    return os.path.join(root, "keras_vit", f"{name}-{_cpu_key()}")
+
+
+def _cpu_key():
+    """Twelve hex digits naming this CPU: its model name and instruction-set flags."""
+    import hashlib
+
+    fields = {}
+    try:
+        with open("/proc/cpuinfo") as file:
+            for line in file:
+                key, sep, value = line.partition(":")
+                if not sep and fields:
+                    break  # the first processor's block
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        import platform
+
+        fields = {"model name": platform.processor() or platform.machine()}
+    text = f"{fields.get('model name')}|{fields.get('flags')}"
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 # XLA:CPU settings for the JAX and TensorFlow passes that compile small
@@ -184,7 +207,9 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.hookimpl(trylast=True)  # after pytest's faulthandler plugin, which sends faults to stderr
 def pytest_configure(config):
+    _record_faults()
     config.addinivalue_line("markers", f"backend_independent: runs in the KERAS_BACKEND={HOME_BACKEND} pass only")
     config.addinivalue_line("markers", f"cross_backend: starts the other backends; runs in the "
                                        f"KERAS_BACKEND={HOME_BACKEND} pass only")
@@ -369,12 +394,45 @@ def pytest_runtest_logreport(report):
         _PROCESSES.setdefault(report.nodeid, set()).update(programs)
 
 
+def _fault_log(run, worker):
+    """The file where worker `worker` of the xdist run `run` writes what
+    `faulthandler` says of a crash (the signal, every thread's Python stack)."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"keras_vit-faults-{run}-{worker}.log")
+
+
+_FAULTS = pytest.StashKey[list]()  # (worker, what its fault log says), of crashed workers
+
+
+def _record_faults():
+    """In an xdist worker: a native crash (a segfault or an illegal
+    instruction in a backend) is written to `_fault_log`, which the
+    controller prints in its summary (`pytest_testnodedown`); xdist itself
+    only says that the worker went down."""
+    worker, run = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if worker and run:
+        import faulthandler
+
+        faulthandler.enable(open(_fault_log(run, worker), "w"), all_threads=True)  # noqa: SIM115, kept open
+
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
     """pytest-xdist's controller, which collects nothing itself, gets each
-    worker's `COLLECTED` (sent by `pytest_sessionfinish`)."""
+    worker's `COLLECTED` (sent by `pytest_sessionfinish`), and keeps what
+    the fault log of a worker that crashed says."""
     collected = getattr(node, "workeroutput", {}).get("collected", {})
     node.config.stash[COLLECTED] = {**node.config.stash.get(COLLECTED, {}), **collected}
+    worker, run = node.gateway.id, node.workerinput.get("testrunuid")
+    path = _fault_log(run, worker)
+    if os.path.exists(path):
+        with open(path, errors="replace") as file:
+            text = file.read().strip()
+        os.remove(path)
+        if error and text:
+            node.config.stash.setdefault(_FAULTS, []).append((worker, text))
 
 
 def pytest_sessionfinish(session):
@@ -427,6 +485,9 @@ def pytest_terminal_summary(terminalreporter, config):
         terminalreporter.write_line(
             f"{len(unmeasured)} tests of this pass are not in {os.path.basename(DURATIONS)} (as "
             f"{unmeasured[0]}): `make test-durations` measures them for the rule of the tiers (test_suite.py)")
+    for worker, text in config.stash.get(_FAULTS, []):
+        terminalreporter.section(f"worker {worker} crashed: what faulthandler wrote")
+        terminalreporter.write_line(text[:20000])
     count = config.stash.get(_ONCE_KEY, 0)
     if count:
         terminalreporter.write_line(

@@ -224,6 +224,8 @@ def test_the_dated_results_follow_their_schema():
             check_summary(doc, name, bench)
         elif doc.get("benchmark") == "serving_latency.py":
             serving.validate(doc)
+        elif doc.get("benchmark") == "distillation.py":
+            load_script("distillation.py").validate(doc)
         else:
             bench.validate(doc)
         kinds.add(name[len("2026-01-01-"):-len(".json")])
@@ -498,3 +500,36 @@ def test_the_serving_latency_script_times_each_artifact_and_its_ratio(tmp_path):
     table = {line.split()[0]: line for line in run.stdout.splitlines() if line.startswith(("onnxruntime", "OpenVINO"))}
     for fmt, name in (("onnx", "onnxruntime"), ("openvino", "OpenVINO")):
         assert f" {rows[fmt, 2]['ms']:12.1f} {rows[fmt, 2]['images_per_s']:13.1f} " in table[name], table[name]
+
+
+@pytest.mark.backend_independent  # the script runs on JAX in its own process, whatever the pass
+@pytest.mark.slow
+def test_the_distillation_script_times_both_steps_and_trains_both_students(tmp_path):
+    """benchmarks/distillation.py cut to one block and two steps a run: the
+    machine line, a step's seconds alone and with a teacher and their
+    ratio, each seed's two accuracies, and the JSON its `validate` checks."""
+    import re
+
+    out = tmp_path / "distillation.json"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "distillation.py"), "--cost",
+                          "--num-layers", "1", "--image-size", "32", "--batch-size", "4", "--num-classes", "10",
+                          "--runs", "1", "--rounds", "2", "--warmup", "1", "--digits", "--digits-steps", "2",
+                          "--seeds", "0", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and lines[0].endswith("KERAS_BACKEND=jax"), lines[0]
+    doc = json.loads(out.read_text())
+    load_script("distillation.py").validate(doc)
+    cost = re.fullmatch(r"training step, vit_ti16 at 32 px, batch 4: alone ([0-9.]+) s, with a vit_s16 teacher "
+                        r"\(hard\) ([0-9.]+) s, ([0-9.]+)x", lines[1])
+    assert cost, lines[1]
+    assert float(cost.group(3)) == pytest.approx(doc["cost"]["ratio"], abs=0.005)
+    assert len(doc["cost"]["alone_rounds_s"]) == len(doc["cost"]["with_teacher_rounds_s"]) == 2
+    seed = doc["digits"]["seeds"][0]
+    assert lines[2] == (f"digits, seed 0: alone {seed['alone']:.4f}, with the teacher {seed['with_teacher']:.4f}")
+    assert doc["digits"]["teacher_accuracy"] is not None and doc["digits"]["steps"] == 2
+    with pytest.raises(AssertionError, match="the CPU is not named"):
+        load_script("distillation.py").validate({**doc, "machine": {}})
+    with pytest.raises(AssertionError, match="ratio"):
+        load_script("distillation.py").validate({**doc, "cost": {**doc["cost"], "ratio": 9.0}})

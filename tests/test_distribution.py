@@ -312,6 +312,17 @@ def test_a_run_killed_while_checkpointing_keeps_the_checkpoints_before(tmp_path)
     assert (folder / "ckpt-000000004.npz").stat().st_size > 64 * 1024  # fills a pipe
 
 
+def kill_once_written(cmd, record):
+    """Starts `cmd` and sends it SIGKILL at the first line it prints after
+    the file `record` exists (waiting on the run's own output, not on time)."""
+    process = launch(cmd)
+    for line in process.stdout:
+        if record.exists():
+            break
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     """SIGKILL at a random moment once the checkpoint of step 4 is on disk,
@@ -325,13 +336,7 @@ def test_a_killed_run_resumes_to_the_same_weights(tmp_path):
     again = command(workdir, *DROPOUT, script=True, base=RUN)
 
     # At a random moment, once the checkpoint of step 4 is on disk (half the run to go).
-    process = launch(again)
-    record = folder / "ckpt-000000004.json"
-    for line in process.stdout:  # wait on the run's own output, not on time
-        if record.exists():
-            break
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_once_written(again, folder / "ckpt-000000004.json")
     assert not (workdir / "model.keras").exists()
 
     # Damage the newest checkpoint: it is reported and the one before is used.
@@ -381,13 +386,7 @@ def test_a_killed_distilling_run_resumes_to_the_same_weights(tmp_path, reference
     command again ends with the uninterrupted run's student, saved alone."""
     workdir = tmp_path / "killed"
     again = command(workdir, *distilling(reference))
-    process = launch(again)
-    record = workdir / "checkpoints" / "ckpt-000000002.json"
-    for line in process.stdout:  # wait on the run's own output, not on time
-        if record.exists():
-            break
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_once_written(again, workdir / "checkpoints" / "ckpt-000000002.json")
     assert not (workdir / "model.keras").exists()
     run_ok(again)
     difference = max_difference(workdir, distilled)
