@@ -511,9 +511,10 @@ def test_distillation_refusals_come_before_anything_is_written(teachers, tmp_pat
         ([*teacher, "--distillation", "soft", "--distillation-tau", "0", *token],
          "--distillation-tau must be a positive number, got 0.0"),
         (["--teacher", str(teachers / "seven.keras"), "--distillation", "logits"],
-         "gives 7 classes and the dataset digits has 10"),
+         "over --dataset digits: The teacher gives 7 classes and the student 10: distillation needs the same "
+         "classes, in the same order. Fine-tune the teacher on the dataset first"),
         (["--teacher", str(teachers / "letters.keras"), "--distillation", "logits"],
-         "classes differ from the dataset's from class 0 on (['a'] against ['0'])"),
+         "The teacher's class 0 is 'a' and the student's '0': distillation needs the same classes"),
         (["--teacher", str(tmp_path / "none.keras"), "--distillation", "logits"], "none.keras: no such file"),
     ]:
         fails(["pretrain", "--workdir", str(workdir), *TINY_RUN_ARGS, *FAST, *argv], capsys, message)
@@ -539,3 +540,28 @@ def test_the_recipes_help_says_what_each_kind_of_distillation_does(capsys):
                      "logits (any student's own logits learn", "features (the student's last patch tokens",
                      "The saved model.keras is the student alone"):
             assert text in out, (command, text)
+
+
+@pytest.mark.slow  # three short runs
+def test_each_kind_distils_from_the_command_line_and_saves_the_student_alone(teachers, tmp_path, capsys):
+    """`keras-vit pretrain --teacher ... --distillation soft|logits|features`
+    (hard: tests/test_distribution.py): each run records its settings in
+    config.json and saves a plain ViT of the student's own weights, without
+    the teacher's or the feature projection's."""
+    teacher = keras.saving.load_model(teachers / "digits.keras")
+    for kind, token in (("soft", True), ("logits", False), ("features", False)):
+        workdir = tmp_path / kind
+        model_args = "num_layers=1,num_heads=2,hidden_dim=16,mlp_dim=32,patch_size=4"
+        run(["pretrain", "--workdir", str(workdir), *FAST, "--image-size", "16", "--few-shot", "",
+             "--model-args", model_args + (",distillation_token=True" if token else ""),
+             "--teacher", str(teachers / "digits.keras"), "--distillation", kind,
+             "--distillation-alpha", "0.3", "--distillation-tau", "2.0"], capsys)
+        recorded = json.loads((workdir / "config.json").read_text())
+        assert (recorded["teacher"], recorded["distillation"], recorded["distillation_alpha"],
+                recorded["distillation_tau"]) == (str(teachers / "digits.keras"), kind, 0.3, 2.0)
+        student = keras.saving.load_model(workdir / "model.keras")
+        assert type(student) is ViT and student.config.distillation == token, kind
+        assert (student.config.hidden_dim, teacher.config.hidden_dim) == (16, 8), kind  # the student saved
+        assert len(student.weights) == len(ViT(student.config).weights), kind
+        assert not any("feature_projection" in w.path for w in student.weights), kind
+        assert 0 <= json.loads((workdir / "results.json").read_text())["test_accuracy"] <= 1

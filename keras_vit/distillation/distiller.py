@@ -23,6 +23,7 @@ import numpy as np
 from keras import ops
 
 from keras_vit.arguments import DISTILLATIONS
+from keras_vit.distillation.losses import check_class_names
 from keras_vit.distillation.losses import check_classes
 from keras_vit.distillation.losses import check_distillation
 from keras_vit.distillation.losses import cross_entropy
@@ -315,11 +316,7 @@ def _check(student, teacher, kind, alpha, tau, features, label_smoothing):
     if not isinstance(teacher, keras.Model):
         raise ValueError(f"The teacher must be a Keras model from images to logits, got "
                          f"{type(teacher).__name__}: load it first (keras_vit.load_model(path)).")
-    if kind != "features":
+    if kind != "features":  # features: a teacher of any head, or none
         check_classes(*(model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
                         for model in (teacher, student)))
-    names = [list(getattr(model, "class_names", None) or []) for model in (teacher, student)]
-    if all(names) and names[0] != names[1]:
-        first = next(i for i, (a, b) in enumerate(zip(*names)) if a != b)
-        raise ValueError(f"The teacher's class {first} is {names[0][first]!r} and the student's "
-                         f"{names[1][first]!r}: distillation needs the same classes, in the same order.")
+        check_class_names(*(getattr(model, "class_names", None) for model in (teacher, student)))

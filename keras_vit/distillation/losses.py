@@ -34,6 +34,17 @@ def check_classes(teacher_classes, student_classes):
                          "distillation needs the same classes, in the same order.")
 
 
+def check_class_names(teacher_names, student_names):
+    """Raises a ValueError naming the first class where the teacher's names
+    differ from the student's (either None or empty: not known, not checked)."""
+    names = [list(n or []) for n in (teacher_names, student_names)]
+    if all(names) and names[0] != names[1]:
+        first = next((i for i, (a, b) in enumerate(zip(*names)) if a != b), min(map(len, names)))
+        theirs, ours = (n[first] if first < len(n) else "none" for n in names)
+        raise ValueError(f"The teacher's class {first} is {theirs!r} and the student's {ours!r}: distillation "
+                         "needs the same classes, in the same order.")
+
+
 def cross_entropy(labels, logits):
     """The mean cross-entropy of `logits` ``(batch, classes)`` against integer
     `labels` ``(batch,)`` (``torch.nn.CrossEntropyLoss``) or soft targets

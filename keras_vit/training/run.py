@@ -42,6 +42,9 @@ import time
 import keras
 
 from keras_vit.config import ViTConfig
+from keras_vit.distillation import Distiller
+from keras_vit.distillation.losses import check_class_names
+from keras_vit.distillation.losses import check_classes
 from keras_vit.distribution import Topology
 from keras_vit.distribution import to_numpy
 from keras_vit.io import files
@@ -134,17 +137,13 @@ def read_teacher(config, source):
         raise RunError(f"--teacher {config.teacher}: {error}") from error
     except (OSError, ValueError) as error:
         raise RunError(str(error)) from error
-    classes = teacher.fields.get("num_classes", 0)
-    if config.distillation != "features" and classes != source.num_classes:
-        raise RunError(f"--teacher {config.teacher} gives {classes} classes and the dataset "
-                       f"{config.dataset} has {source.num_classes}: the teacher must be trained on the same "
-                       "classes, in the same order (fine-tune it first: keras-vit finetune --init ...).")
-    names = [list(n or []) for n in (teacher.fields.get("class_names"), source.class_names)]
-    if all(names) and names[0] != names[1]:
-        first = next((i for i, (a, b) in enumerate(zip(*names)) if a != b), min(map(len, names)))
-        raise RunError(f"--teacher {config.teacher}'s classes differ from the dataset's from class {first} on "
-                       f"({names[0][first:first + 1]} against {names[1][first:first + 1]}): distillation "
-                       "needs the same classes, in the same order.")
+    if config.distillation != "features":  # features: a teacher of any head, or none
+        try:
+            check_classes(teacher.fields.get("num_classes", 0), source.num_classes)
+            check_class_names(teacher.fields.get("class_names"), source.class_names)
+        except ValueError as error:
+            raise RunError(f"--teacher {config.teacher} over --dataset {config.dataset}: {error} Fine-tune the "
+                           "teacher on the dataset first (keras-vit finetune --init ...).") from error
     return teacher
 
 
@@ -152,8 +151,6 @@ def distiller_for_run(run, student):
     """The `keras_vit.distillation.Distiller` of a distilling `Plan`: the
     ``--teacher`` built from its file (in the topology's scope) around
     `student`, with the run's kind, alpha, tau and label smoothing."""
-    from keras_vit.distillation import Distiller
-
     config = run.config
     teacher = ViT(ViTConfig.from_dict(run.teacher.fields), dtype=config.dtype, name="teacher")
     load_pretrained(teacher, run.teacher)
