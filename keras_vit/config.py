@@ -354,6 +354,8 @@ class ViTConfig:
         self._check_naflex()
         self._check_grid()
         self._check_token_merging()
+        if self.rope is not None:  # every block's options, rotary arguments included
+            self._put("_block_options", dataclasses.replace(self._block_options, rope=self.rope))
 
     def _put(self, name, value):
         object.__setattr__(self, name, value)  # the dataclass is frozen
@@ -363,35 +365,28 @@ class ViTConfig:
         self._put("image_size", pair(self.image_size, "image_size"))
         self._put("patch_size", pair(self.patch_size, "patch_size"))
         self._put("data_format", standardize_data_format(self.data_format))
-        for name, lowest in (("num_layers", 1), ("num_heads", 1), ("hidden_dim", 1),
-                             ("mlp_dim", 1), ("num_classes", 0), ("num_registers", 0), ("projection_dim", 0),
-                             ("num_channels", 1)):
+        for name, lowest in (("num_layers", 1), ("hidden_dim", 1), ("num_classes", 0), ("num_registers", 0),
+                             ("projection_dim", 0), ("num_channels", 1)):
             _check_int(name, getattr(self, name), lowest)
+        # The blocks' options (heads, MLP, norms, biases), checked once by BlockOptions and kept.
+        self._put("_block_options", BlockOptions(**{name: getattr(self, name) for name in BLOCK_OPTIONS
+                                                    if name not in ("rope", "causal")}))
         for name in ("representation_size", "pooling_num_heads", "pooling_mlp_dim"):
             if getattr(self, name) is not None:
                 _check_int(name, getattr(self, name), 1)
-        if not is_number(self.layer_norm_epsilon) or self.layer_norm_epsilon <= 0:
-            raise ValueError(f"`layer_norm_epsilon` must be a number > 0, got {self.layer_norm_epsilon!r}.")
         for name in ("dropout_rate", "attention_dropout_rate", "drop_path_rate"):
             rate = getattr(self, name)
             if not is_number(rate) or not 0 <= rate < 1:
                 raise ValueError(f"`{name}` must be in [0, 1), got {rate!r}.")
         if self.pooling not in POOLINGS:
             raise ValueError(f"Unknown pooling {self.pooling!r}; use one of {POOLINGS}.")
-        if self.mlp_activation not in MLP_ACTIVATIONS:
-            raise ValueError(
-                f"Unknown mlp_activation {self.mlp_activation!r}; use one of {MLP_ACTIVATIONS}."
-            )
         if self.head_activation not in HEAD_ACTIVATIONS:
             raise ValueError(f"Unknown head_activation {self.head_activation!r}; use one of "
                              f"{HEAD_ACTIVATIONS} (how the logits become probabilities).")
-        for name in ("qkv_bias", "key_bias", "qk_norm", "norm_pre", "fc_norm", "final_norm", "patch_bias",
-                     "mlp_bias", "mlp_norm", "attention_norm", "norm_bias", "patch_norm", "out_bias", "distillation",
+        for name in ("norm_pre", "fc_norm", "final_norm", "patch_bias", "patch_norm", "distillation",
                      "distillation_head", "normalize_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"`{name}` must be True or False, got {getattr(self, name)!r}.")
-        if self.norm_type not in NORM_TYPES:
-            raise ValueError(f"Unknown norm_type {self.norm_type!r}; use one of {NORM_TYPES}.")
         if self.norm_type == "rms_norm" and self.norm_bias:
             raise ValueError("norm_type='rms_norm' normalises by the root mean square and scales, "
                              "with no bias: set norm_bias=False too.")
@@ -668,9 +663,9 @@ class ViTConfig:
     @property
     def block_options(self):
         """The `BlockOptions` of every encoder block: this config's fields
-        (and `rope`) of the same names."""
-        return BlockOptions(**{name: getattr(self, name) for name in BLOCK_OPTIONS
-                               if name != "causal"})  # an image tower attends both ways
+        (and `rope`) of the same names, made and checked once, when the
+        config is (an image tower's blocks attend both ways: not `causal`)."""
+        return self._block_options
 
     @property
     def uses_rope(self):
