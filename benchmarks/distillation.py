@@ -94,8 +94,8 @@ def digits(args, work):
     for seed in args.seeds:
         accuracies = {}
         for name, overrides in (("alone", {"distillation": None}), ("with_teacher", {"teacher": teacher})):
-            config = resolve_config("digits-deit", {"seed": seed, **short, **overrides})
-            _, results = train(config.replace(**overrides), os.path.join(work, f"{name}-{seed}"), verbose=0)
+            config = resolve_config("digits-deit", {"seed": seed, **short}).replace(**overrides)
+            _, results = train(config, os.path.join(work, f"{name}-{seed}"), verbose=0)
             accuracies[name] = results["test_accuracy"]
         seeds.append({"seed": seed, **accuracies, "difference": accuracies["with_teacher"] - accuracies["alone"]})
         print(f"digits, seed {seed}: alone {accuracies['alone']:.4f}, with the teacher "

@@ -52,7 +52,7 @@ def load_teacher(teacher, flag="the teacher"):
                      f"{type(teacher).__name__}.")
 
 
-def pixel_scaling(model):
+def pixel_scale_and_offset(model):
     """``(scale, offset)`` with which `model` takes pixels in [0, 255]
     (``pixels * scale + offset``): a keras_vit model's ``pixel_scale`` and
     ``pixel_offset``, a keras-hub model's image converter's ``scale`` and
@@ -157,7 +157,7 @@ class Distiller(keras.Model):
             self.projection = keras.layers.Dense(self.teacher_features.outputs[0].shape[-1],
                                                  dtype=self.dtype_policy, name="feature_projection")
             self.projection.build(own.shape)
-        self.teacher_scaling = _scaling_between(pixel_scaling(student), pixel_scaling(teacher))
+        self.teacher_scaling = _scaling_between(pixel_scale_and_offset(student), pixel_scale_and_offset(teacher))
 
     def call(self, images, training=None):
         """Training: the student's two heads' logits (token kinds), its
@@ -272,7 +272,7 @@ def _on_grid(teacher, student, features):
 
 def _scaling_between(student, teacher):
     """``(scale, offset)`` that takes images scaled as `student` says to
-    `teacher`'s scaling (each ``(scale, offset)`` of `pixel_scaling`), per
+    `teacher`'s scaling (each ``(scale, offset)`` of `pixel_scale_and_offset`), per
     channel; None where they agree or either is unknown."""
     if student is None or teacher is None:
         return None
@@ -313,9 +313,6 @@ def _check(student, teacher, kind, alpha, tau, features, label_smoothing):
     if kind == "features" and config is None:
         raise ValueError("kind='features' trains a keras_vit ViT student's features; this student is a "
                          f"{type(student).__name__}. Use a keras_vit.ViT, or kind='logits'.")
-    if not isinstance(teacher, keras.Model):
-        raise ValueError(f"The teacher must be a Keras model from images to logits, got "
-                         f"{type(teacher).__name__}: load it first (keras_vit.load_model(path)).")
     if kind != "features":  # features: a teacher of any head, or none
         check_classes(*(model.outputs[0].shape[-1] if getattr(model, "outputs", None) else None
                         for model in (teacher, student)))

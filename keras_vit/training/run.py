@@ -108,14 +108,15 @@ def run_vit_config(fields, config, num_classes, class_names=None):
     return ViTConfig.from_dict({**fields, **settings})
 
 
-def read_init(path):
-    """Fine-tuning's ``--init`` file, read once (`keras_vit.loading.read_pretrained`):
-    a ``.keras`` ViT or masked patch model, or any checkpoint
+def read_model_file(path, flag):
+    """A run's model file, read once (`keras_vit.loading.read_pretrained`):
+    fine-tuning's ``--init`` or distillation's ``--teacher`` (`flag`), a
+    ``.keras`` ViT or masked patch model, or any checkpoint
     `keras_vit.ViT.from_checkpoint` reads, by path, URL or released name."""
     try:
-        return read_pretrained(path, "--init")
+        return read_pretrained(path, flag)
     except CheckpointError as error:
-        raise RunError(f"--init {path}: {error}") from error
+        raise RunError(f"{flag} {path}: {error}") from error
     except (OSError, ValueError) as error:
         raise RunError(str(error)) from error
 
@@ -131,12 +132,7 @@ def read_teacher(config, source):
         raise RunError(f"Config {config.name!r} distills ({config.distillation}): give its teacher with "
                        "--teacher PATH_OR_NAME (a .keras file, a checkpoint or a released name over the "
                        "dataset's classes, e.g. the model.keras of a digits or digits-finetune run).")
-    try:
-        teacher = read_pretrained(config.teacher, "--teacher")
-    except CheckpointError as error:
-        raise RunError(f"--teacher {config.teacher}: {error}") from error
-    except (OSError, ValueError) as error:
-        raise RunError(str(error)) from error
+    teacher = read_model_file(config.teacher, "--teacher")
     if config.distillation != "features":  # features: a teacher of any head, or none
         try:
             check_classes(teacher.fields.get("num_classes", 0), source.num_classes)
@@ -518,7 +514,8 @@ def plan(config, workdir, topology=None):
     per_epoch = updates_per_epoch(config)
     _check_placement(config, topology, per_epoch)
     config = config.replace(data_shards=data_shards(config, workdir, topology))
-    preset, pretrained = (None, read_init(config.init)) if config.init else (preset_name(config.model), None)
+    preset, pretrained = ((None, read_model_file(config.init, "--init")) if config.init
+                          else (preset_name(config.model), None))
     fields = pretrained.fields if pretrained else {**PRESETS[preset]["config"], **config.model_args}
     _check_naflex_run(config, fields)
     workdir, replaces = check_workdir(workdir, config)
@@ -528,7 +525,6 @@ def plan(config, workdir, topology=None):
     source = vit_data.load_source(config.dataset, config.train_split, config.data_dir)
     classes = (0, None) if config.kind == "masked_patch" else (source.num_classes, source.class_names)
     vit_config = run_vit_config(fields, config, *classes)
-    teacher = read_teacher(config, source)
     if config.distillation in ("hard", "soft") and not vit_config.distillation:
         raise RunError(
             f"--distillation {config.distillation} is DeiT's token distillation, and the student "
@@ -538,6 +534,7 @@ def plan(config, workdir, topology=None):
     topology.check_batch(config.micro_batch_size, "--batch-size / --accum-steps"
                          if config.accum_steps > 1 else "--batch-size")
     topology.shard_model(vit_config)  # model_parallel: its heads and MLP units over the model axis
+    teacher = read_teacher(config, source)  # the teacher's file read after the cheaper checks
     return Plan(
         config, workdir, topology, source=source,
         eval_source=vit_data.load_source(config.dataset, config.eval_split, config.data_dir),
