@@ -17,13 +17,14 @@ __version__ = "0.1.0"
 # needs. Of the subpackages, `__all__` names the two that need nothing but a
 # backend, as ``from keras_vit import *`` imports each name of it (and
 # `keras_vit.data` needs TensorFlow); `dir(keras_vit)` lists them all.
-_MODULES = ("data", "distillation", "evaluation", "explain", "export", "io", "kernels", "layers", "training", "weights")
+_MODULES = ("adapters", "data", "distillation", "evaluation", "explain", "export", "io", "kernels", "layers", "training", "weights")
 _NAMES = {
     "ImageTextModel": "keras_vit.image_text",
     "TextTokenizer": "keras_vit.text_tokenizer",
     "TextTransformer": "keras_vit.image_text",
     "ViT": "keras_vit.model",
     "ViTConfig": "keras_vit.config",
+    "load_adapters": "keras_vit.adapters",
     "load_model": "keras_vit.loading",
     "naflex_inputs": "keras_vit.naflex",
     "presets": "keras_vit.presets",
@@ -33,10 +34,11 @@ _NAMES = {
 }
 
 __all__ = ["ImageTextModel", "TextTokenizer", "TextTransformer", "ViT", "ViTConfig", "kernels",
-           "layers", "load_model", "naflex_inputs", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
+           "layers", "load_adapters", "load_model", "naflex_inputs", "presets", "pretrained", "segmentation_probe", "zero_shot_classifier",
            "__version__"]
 
 if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, type checkers)
+    from keras_vit import adapters
     from keras_vit import data
     from keras_vit import evaluation
     from keras_vit import explain
@@ -50,6 +52,7 @@ if _typing.TYPE_CHECKING:  # the same names, for readers of the source (Griffe, 
     from keras_vit.dense import segmentation_probe
     from keras_vit.image_text import ImageTextModel
     from keras_vit.image_text import TextTransformer
+    from keras_vit.adapters import load_adapters
     from keras_vit.loading import load_model
     from keras_vit.model import ViT
     from keras_vit.naflex import naflex_inputs

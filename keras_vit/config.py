@@ -276,6 +276,15 @@ class ViTConfig:
     ToMe's default for a model trained without merging) adds ``log(size)``
     of each merged token to its attention logits.
 
+    ``prompt_tokens`` (visual prompt tuning, Jia et al., "Visual Prompt
+    Tuning", ECCV 2022; docs/fine_tuning.md) puts that many learned tokens
+    between the prefix tokens ([class], distillation, registers) and the
+    patches, after the position embeddings; ``deep_prompts=True`` gives
+    every block its own, each replacing the previous block's prompt
+    outputs (VPT-deep); ``prompt_dropout`` drops them in training. The
+    pooling reads the prefix tokens and patches, never the prompts
+    (`keras_vit.ViT.with_prompts`).
+
     Example:
         ```python
         from keras_vit import ViTConfig
@@ -345,6 +354,9 @@ class ViTConfig:
     max_num_patches: int | None = None
     token_merging: int | tuple = 0
     proportional_attention: bool = True
+    prompt_tokens: int = 0
+    deep_prompts: bool = False
+    prompt_dropout: float = 0.0
 
     def __post_init__(self):
         self._check_sizes_and_kinds()
@@ -354,6 +366,7 @@ class ViTConfig:
         self._check_naflex()
         self._check_grid()
         self._check_token_merging()
+        self._check_prompts()
         if self.rope is not None:  # every block's options, rotary arguments included
             self._put("_block_options", dataclasses.replace(self._block_options, rope=self.rope))
 
@@ -553,6 +566,29 @@ class ViTConfig:
                 f"token_merging={self.token_merging!r} cannot merge the tokens of a model with "
                 f"{why}. Use token_merging=0 for this model.")
 
+    def _check_prompts(self):
+        """VPT's prompts: a count, where they can go, deep only with some."""
+        _check_int("prompt_tokens", self.prompt_tokens, 0)
+        if not isinstance(self.deep_prompts, bool):
+            raise ValueError(f"`deep_prompts` must be True or False, got {self.deep_prompts!r}.")
+        if not is_number(self.prompt_dropout) or not 0 <= self.prompt_dropout < 1:
+            raise ValueError(f"`prompt_dropout` must be in [0, 1), got {self.prompt_dropout!r}.")
+        if not self.prompt_tokens:
+            if self.deep_prompts:
+                raise ValueError("deep_prompts=True gives every block its own prompts, and "
+                                 "prompt_tokens=0 asks for none: set prompt_tokens (e.g. 10).")
+            return
+        if self.naflex:
+            raise ValueError(
+                f"prompt_tokens={self.prompt_tokens} (visual prompt tuning) cannot go with NaFlex "
+                "(naflex=True): its sequences are padded patches with a mask that has no place for "
+                "prompts. Prompt the fixed-size model (naflex=False), or fine-tune with LoRA or DoRA.")
+        if self.merges_tokens:
+            raise ValueError(
+                f"prompt_tokens={self.prompt_tokens} (visual prompt tuning) cannot go with token "
+                f"merging (token_merging={self.token_merging!r}): prompts are never merged, and "
+                "ToMe would merge them with the patches. Use token_merging=0 with prompts.")
+
     @property
     def merge_counts(self):
         """Tokens merged away in each block (`token_merging`, ToMe's ``r``),
@@ -595,6 +631,12 @@ class ViTConfig:
     def num_prefix_tokens(self):
         """The [class] and distillation tokens, if any, plus the registers."""
         return int(self.uses_class_token) + int(self.distillation) + self.num_registers
+
+    @property
+    def num_leading_tokens(self):
+        """The tokens before the patches in the blocks' sequence: the prefix
+        tokens, then VPT's `prompt_tokens`."""
+        return self.num_prefix_tokens + self.prompt_tokens
 
     @property
     def input_shape(self):
@@ -658,7 +700,8 @@ class ViTConfig:
             features = c.projection_dim
         if c.num_classes:
             total += (features * c.num_classes + c.num_classes) * (1 + c.distills_by_head)
-        return total
+        depth = c.num_layers if c.deep_prompts else 1
+        return total + depth * c.prompt_tokens * d
 
     @property
     def block_options(self):
@@ -685,7 +728,7 @@ class ViTConfig:
         attention (`keras_vit.layers.RotaryPositionEmbedding`), or None."""
         if not self.uses_rope:
             return None
-        rope = dict(grid_size=self.grid_size, num_prefix_tokens=self.num_prefix_tokens,
+        rope = dict(grid_size=self.grid_size, num_prefix_tokens=self.num_leading_tokens,
                     theta=self.rope_theta)
         if self.rope_grid != "centered":  # DINOv3's, the layer's default
             rope.update(grid=self.rope_grid, grid_offset=self.rope_grid_offset,

@@ -114,7 +114,7 @@ class ViTParts:
     ``pre_logits`` (``representation_size``), ``projection``
     (``projection_dim``: CLIP's image projection), ``normalize``
     (``normalize_features``: the L2 norm of a zero-shot classifier) and
-    ``head`` (``num_classes=0``). The norms are LayerNorms, or RMSNorms
+    ``head`` (``num_classes=0``), ``prompts`` (VPT's, ``prompt_tokens``). The norms are LayerNorms, or RMSNorms
     with ``norm_type="rms_norm"`` (`keras_vit.layers.normalization`).
     Each layer keeps its name in the functional graph (``patch_embedding``,
     ``encoder_block_{i}``, ...), which the checkpoint mappings use.
@@ -141,6 +141,7 @@ class ViTParts:
     distillation_pooling: vit_layers.TokenPooling | None = None
     head_dist: keras.layers.Dense | None = None
     distillation_average: keras.layers.Average | None = None
+    prompts: vit_layers.VisualPrompts | None = None
 
     @property
     def prefix_tokens(self):
@@ -176,6 +177,11 @@ def _embedding_layers(c, dtype, norm):
                                                      name="embedding_dropout")
     if c.norm_pre:  # CLIP
         made["norm_pre"] = vit_layers.normalization(**norm, name="norm_pre")
+    if c.prompt_tokens:  # VPT: [prefix; prompts; patches], after E_pos
+        made["prompts"] = vit_layers.VisualPrompts(
+            c.prompt_tokens, c.num_layers if c.deep_prompts else 1, c.num_prefix_tokens,
+            c.prompt_dropout, vit_layers.vpt_initializer(c.patch_size, c.hidden_dim), dtype=dtype,
+            name="prompts")
     return made
 
 
@@ -337,6 +343,8 @@ def _embed(p, x, training, corruption, resample_method, naflex):
     x = p.embedding_dropout(x, training=training)
     if p.norm_pre is not None:
         x = p.norm_pre(x)
+    if p.prompts is not None:
+        x = p.prompts(x, training=training)                   # VPT: [prefix; P; patches]
     return x, rotary
 
 
@@ -349,6 +357,8 @@ def _encode(p, x, training, record, class_only, arguments):
     if record is not None and any(block.token_merging for block in p.blocks):
         merging["token_sources"] = token_merging.initial_sources(x.shape[1], x)
     for i, block in enumerate(p.blocks):                      # Eq. 2-3
+        if i and p.prompts is not None and p.prompts.depth > 1:  # VPT-deep: block i's own prompts
+            x = p.prompts(x, block=i, training=training)
         last = class_only and record is None and i == len(p.blocks) - 1
         queries = 1 + (p.distillation_token is not None) if last else None  # the tokens read
         outputs = block(x, training=training, num_queries=queries,
@@ -371,6 +381,9 @@ def _head(p, x, record, pooled):
     the head (DeiT's two averaged); the stages into `record`."""
     if p.encoder_norm is not None:
         x = p.encoder_norm(x)                                 # LN, Eq. 4
+    if p.prompts is not None:  # VPT: the pooling reads the prefix and the patches alone
+        start = p.prompts.num_prefix_tokens
+        x = keras.ops.concatenate([x[:, :start], x[:, start + p.prompts.num_tokens:]], axis=1)
     if record is not None:
         record["encoded"] = x
     tokens = x
@@ -501,7 +514,9 @@ class ViT(keras.Model):
         ``"embeddings"`` (z_0, Eq. 1), ``"encoder_block_{i}"`` (z_l),
         ``"attention_{i}"`` (``(batch, heads, tokens, tokens)``), ``"encoded"``
         (LN(z_L)), ``"features"`` (y) and ``"logits"``; the values of
-        ``model(images)``."""
+        ``model(images)``. With VPT's prompts (`with_prompts`) the blocks'
+        tokens and attention weights hold them, after the prefix tokens;
+        ``"encoded"`` leaves them out, as the pooling does."""
         input_checks.check_images(self, images)
         record = {}
         forward(self.parts, images, training, record)
@@ -537,7 +552,8 @@ class ViT(keras.Model):
                 pooled features instead (``fc_norm=True``) has no such
                 LayerNorm: it takes ``norm=False`` only, and says so.
             prefix_tokens: also give each block's prefix tokens ([class],
-                distillation token, registers, in the sequence's order).
+                distillation token, registers, in the sequence's order; then
+                VPT's prompts, with `with_prompts`).
 
         Returns:
             A ``keras.Model`` whose output is a dict: ``"encoder_block_{i}"``
@@ -587,7 +603,7 @@ class ViT(keras.Model):
             if norm:
                 tokens = self.parts.encoder_norm(tokens)
             token_map = vit_layers.TokenMap(
-                self.num_prefix_tokens, self.grid_size, self.config.data_format,
+                self.config.num_leading_tokens, self.grid_size, self.config.data_format,
                 return_prefix=prefix_tokens, dtype=self.compute_dtype, name=f"{block.name}_map")
             if prefix_tokens:
                 outputs[block.name], outputs[f"{block.name}_prefix"] = token_map(tokens)
@@ -696,6 +712,12 @@ class ViT(keras.Model):
         with the garbage collector held back meanwhile
         (`keras_vit.variants.collections_deferred`); a mode slower than
         float32 on this CPU warns once (`keras_vit.variants.warn_if_slow`)."""
+        dora = [path for path, layer in variants.projections(self).items()
+                if getattr(layer, "dora_magnitude", None) is not None]
+        if dora:
+            raise ValueError(
+                f"{self.name} has DoRA ({dora[0]}, ...), whose magnitudes rescale the kernel that "
+                f"quantizing would replace. Merge it first: `model.merge_adapters().quantize({mode!r})`.")
         with variants.collections_deferred():
             super().quantize(mode, **kwargs)
         variants.warn_if_slow(self, mode)
@@ -711,6 +733,68 @@ class ViT(keras.Model):
         """`keras_vit.variants.merge_lora`: a plain copy with the LoRA weights
         folded into the kernels (the same logits)."""
         return variants.merge_lora(self)
+
+    def enable_dora(self, rank, target=variants.PROJECTION_NAMES, alpha=None):
+        """`keras_vit.variants.enable_dora`: DoRA (Liu et al., ICML 2024) of
+        rank `rank` on the projections named in `target`: Keras's LoRA
+        factors ``lora_kernel_a`` and ``lora_kernel_b`` (scaled by ``alpha /
+        rank``; None: `rank`) and ``dora_magnitude``, one per output unit;
+        every other weight but the head's frozen. docs/fine_tuning.md."""
+        variants.enable_dora(self, rank, target, alpha)
+
+    def merge_dora(self):
+        """`keras_vit.variants.merge_adapters` of a DoRA model: a plain copy
+        with each kernel the one DoRA computes with (the same logits)."""
+        return variants.merge_adapters(self, "DoRA")
+
+    def merge_adapters(self):
+        """`keras_vit.variants.merge_adapters`: a copy with LoRA and DoRA
+        folded into the kernels, which exports, quantizes and merges tokens
+        as a plain ViT; VPT's prompts stay tokens (a model with prompts
+        alone is refused: it exports as it is)."""
+        return variants.merge_adapters(self)
+
+    def with_prompts(self, num_tokens, deep=True, dropout=0.0):
+        """`keras_vit.variants.with_prompts`: a copy with VPT's `num_tokens`
+        learned prompt tokens (Jia et al., ECCV 2022; `deep`: in every
+        block), the same weights elsewhere, everything frozen but the
+        prompts and the head. docs/fine_tuning.md.
+
+        Example:
+            ```python
+            import numpy as np
+            import keras_vit
+
+            model = keras_vit.ViT(image_size=32, patch_size=8, num_layers=2, num_heads=2,
+                                  hidden_dim=16, mlp_dim=32, num_classes=3)
+            prompted = model.with_prompts(4, deep=True)
+            print(tuple(prompted(np.zeros((2, 32, 32, 3))).shape))   # -> (2, 3)
+            print([w.path for w in prompted.trainable_weights])
+            # -> ['prompts/prompts', 'head/kernel', 'head/bias']
+            ```
+        """
+        return variants.with_prompts(self, num_tokens, deep, dropout)
+
+    def save_adapters(self, path):
+        """`keras_vit.adapters.save_adapters`: what was trained (LoRA or DoRA
+        weights, prompts, the head, any layer unfrozen) to one
+        ``.safetensors`` file, with the method, its settings and the base
+        model's identity; `keras_vit.load_adapters` reads it back."""
+        from keras_vit.adapters import save_adapters  # adapters' layer is above the model's
+
+        return save_adapters(self, path)
+
+    def save(self, filepath, *args, **kwargs):
+        """Keras's ``save``; a DoRA model is refused (Keras would save its
+        LoRA kernels without the magnitudes): save its adapters or its
+        merged copy."""
+        if any(getattr(layer, "dora_magnitude", None) is not None
+               for layer in variants.projections(self).values()):
+            raise ValueError(
+                f"{self.name} has DoRA, whose magnitudes a .keras file of Keras's LoRA layers does "
+                "not hold. Save the adapters (`model.save_adapters('adapters.safetensors')`), or the "
+                f"merged model (`model.merge_adapters().save({str(filepath)!r})`).")
+        return super().save(filepath, *args, **kwargs)
 
     def export(self, filepath, format=None, verbose=None, input_signature=None,
                quantize=None, calibration_images=None, *, preprocessing=False,

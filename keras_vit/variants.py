@@ -1,9 +1,10 @@
 """Copies of a `keras_vit.ViT` with another architecture (resolution, patch
-size, any argument), its LoRA adaptation and merge, and the projections
-that Keras quantizes and adapts."""
+size, any argument, VPT's prompts), its LoRA and DoRA adaptation and
+merge, and the projections that Keras quantizes and adapts."""
 
 import contextlib
 import gc
+import math
 import warnings
 
 import keras
@@ -12,11 +13,15 @@ from keras_vit import layers as vit_layers
 from keras_vit.config import is_int
 from keras_vit.config import pair
 from keras_vit.kernels import backend_platform
+from keras_vit.kernels.projection import dora_kernel
+from keras_vit.kernels.routes import kernel_input_axes
 from keras_vit.weights import transfer_weights
 
 # The projections of each block (attention, MLP): what `ViT.enable_lora` adapts by default.
 PROJECTION_NAMES = ("query", "key", "value", "out", "fc1", "fc2")
-HEAD = ("head", "pre_logits")  # the layers LoRA leaves trainable
+HEAD = ("head", "pre_logits", "head_dist")  # the layers LoRA, DoRA and VPT leave trainable
+# The variables LoRA and DoRA add to a projection.
+ADAPTER_VARIABLES = ("lora_kernel_a", "lora_kernel_b", "dora_magnitude")
 
 
 def with_config(model, skip=(), method="bilinear", **changes):
@@ -147,48 +152,156 @@ def with_patch_size(model, patch_size, image_size=None, method="bilinear"):
     return copy
 
 
-def enable_lora(model, rank, target=PROJECTION_NAMES, lora_alpha=None):
-    """`ViT.enable_lora`: Keras's ``enable_lora(rank)`` on the encoder's
-    projections named in `target`, then every weight frozen but the LoRA
-    weights and the head's (``head``, ``pre_logits``)."""
+def adapted_layers(model, rank, target, method):
+    """The projections of `model` named in `target` that `method`
+    (``"LoRA"`` or ``"DoRA"``) of rank `rank` adapts, every argument checked
+    before anything changes: a ValueError names the problem."""
     target = (target,) if isinstance(target, str) else tuple(target)
     unknown = sorted(set(target) - set(PROJECTION_NAMES))
     if unknown or not target:
         raise ValueError(
-            f"LoRA targets must be among {PROJECTION_NAMES}, got {target!r}."
-        )
+            f"{method} targets must be among {PROJECTION_NAMES}, got {target!r}: each block's "
+            "attention (query, key, value, out) and MLP (fc1, fc2) projections.")
     if not is_int(rank, 1):
-        raise ValueError(f"`rank` must be an int >= 1, got {rank!r}.")
-    adapted = [
-        layer for path, layer in projections(model).items()
-        if path.split("/")[0] not in HEAD and path.split("/")[-1] in target
-        and not layer.lora_enabled
-    ]
-    if not adapted:
-        raise ValueError(f"{model.name} has no projection named {target} without LoRA.")
+        raise ValueError(f"`rank` must be an int >= 1, got {rank!r}: LoRA's rank, e.g. 8.")
+    layers = {path: layer for path, layer in projections(model).items()
+              if path.split("/")[0] not in HEAD and path.split("/")[-1] in target}
+    if not layers:
+        raise ValueError(f"{model.name} has no projection named {target}.")
+    for path, layer in layers.items():
+        if layer.lora_enabled:
+            done = "DoRA" if getattr(layer, "dora_magnitude", None) is not None else "LoRA"
+            raise ValueError(f"{path} already has {done}: adapt a model once (merge it first, "
+                             "`model.merge_adapters()`, to adapt the merged model again).")
+        if method == "DoRA" and layer.quantization_mode is not None:
+            raise ValueError(
+                f"DoRA cannot adapt {path}, which is quantized ({layer.quantization_mode}): its "
+                "norm needs the float kernel. Enable DoRA on the float model, then merge and "
+                "quantize (`model.merge_adapters().quantize('int8')`), or use LoRA (QLoRA).")
+        width = min(math.prod(layer.kernel.shape[:-1]), layer.kernel.shape[-1])
+        if rank > width:
+            raise ValueError(f"rank {rank} is above the width of {path} ({width}: its kernel is "
+                             f"{tuple(layer.kernel.shape)}): give a rank of at most {width}.")
+    return list(layers.values())
+
+
+def enable_lora(model, rank, target=PROJECTION_NAMES, lora_alpha=None):
+    """`ViT.enable_lora`: Keras's ``enable_lora(rank)`` on the encoder's
+    projections named in `target`, then every weight frozen but the LoRA
+    weights and the head's (``head``, ``pre_logits``, ``head_dist``)."""
+    adapted = adapted_layers(model, rank, target, "LoRA")
     for layer in adapted:
         layer.enable_lora(rank, lora_alpha=lora_alpha)
-    lora = {id(v) for layer in adapted for v in (layer.lora_kernel_a, layer.lora_kernel_b)}
+    freeze_all_but(model, [v for layer in adapted for v in (layer.lora_kernel_a, layer.lora_kernel_b)])
+
+
+def enable_dora(model, rank, target=PROJECTION_NAMES, alpha=None):
+    """`ViT.enable_dora`: DoRA (Liu et al., "DoRA: Weight-Decomposed
+    Low-Rank Adaptation", ICML 2024) on the encoder's projections named in
+    `target`: Keras's LoRA factors ``lora_kernel_a`` and ``lora_kernel_b``
+    (``A · B`` scaled by ``alpha / rank``; `alpha` None: `rank`) and a
+    magnitude ``dora_magnitude``, one value per output unit, starting at the
+    norm of the kernel (so the model starts as it was); the layer then
+    computes with `keras_vit.kernels.projection.dora_kernel`. Every weight
+    is frozen but these and the head's.
+
+    Keras adds LoRA's factors to the built layer with its tracker unlocked;
+    the magnitude is added the same way (`keras_vit.compat.keras_private`
+    lists the hook)."""
+    adapted = adapted_layers(model, rank, target, "DoRA")
+    trained = []
+    for layer in adapted:
+        layer.enable_lora(rank, lora_alpha=alpha)
+        norm = keras.ops.convert_to_numpy(keras.ops.sqrt(keras.ops.sum(
+            keras.ops.square(layer.kernel), axis=tuple(range(kernel_input_axes(layer))))))
+        layer._tracker.unlock()
+        try:
+            layer.dora_magnitude = layer.add_weight(name="dora_magnitude", shape=norm.shape,
+                                                    initializer="ones")
+        finally:
+            layer._tracker.lock()
+        layer.dora_magnitude.assign(norm)
+        trained += [layer.lora_kernel_a, layer.lora_kernel_b, layer.dora_magnitude]
+    freeze_all_but(model, trained)
+
+
+def freeze_all_but(model, variables):
+    """Every weight of `model` frozen but `variables` and the head's
+    (`HEAD`): what a parameter-efficient method trains."""
+    kept = {id(v) for v in variables}
     for variable in model.weights:
-        if id(variable) not in lora and variable.path.split("/")[0] not in HEAD:
+        if id(variable) not in kept and variable.path.split("/")[0] not in HEAD:
             variable.trainable = False
 
 
-def merge_lora(model):
-    """A copy of a LoRA-adapted `model` with ``kernel + (alpha / rank) A · B``
-    in each adapted kernel and no LoRA weights: the same logits, a plain
-    `ViT` (what a ``.keras`` file saved from the adapted model holds)."""
+def with_prompts(model, num_tokens, deep=True, dropout=0.0):
+    """`ViT.with_prompts`: a copy of `model` with VPT's `num_tokens` prompt
+    tokens (Jia et al., "Visual Prompt Tuning", ECCV 2022), the same
+    weights elsewhere, everything frozen but the prompts and the head
+    (`HEAD`). `deep`: every block its own (VPT-deep), else the first only."""
+    if not is_int(num_tokens, 1):
+        raise ValueError(f"`num_tokens` must be an int >= 1 (VPT uses 1 to 200; e.g. 10), got "
+                         f"{num_tokens!r}.")
+    if not isinstance(deep, bool):
+        raise ValueError(f"`deep` must be True (VPT-deep) or False (VPT-shallow), got {deep!r}.")
+    if model.config.prompt_tokens:
+        raise ValueError(f"{model.name} already has {model.config.prompt_tokens} prompt tokens: "
+                         "prompt the model they were added to once.")
+    if any(layer.lora_enabled for layer in projections(model).values()):
+        raise ValueError(f"{model.name} has LoRA or DoRA: give prompts to the merged model "
+                         "(`model.merge_adapters().with_prompts(...)`) or to the base model.")
+    copy = with_config(model, skip=("prompts",), prompt_tokens=int(num_tokens), deep_prompts=deep,
+                       prompt_dropout=dropout)
+    freeze_all_but(copy, copy.parts.prompts.weights)
+    return copy
+
+
+def merged_copy(model):
+    """A copy of `model` with each LoRA or DoRA projection's kernel replaced
+    by the kernel it computes with (``kernel + (alpha / rank) A · B``, or
+    `dora_kernel`) and no adapter weights: the same logits, a plain `ViT`
+    (what a ``.keras`` file saved from a LoRA model holds). VPT's prompts
+    are copied as they are."""
     copy = type(model).from_config(model.get_config())
     layers = projections(copy)
-    for path, layer in projections(model).items():  # Keras's kernel property merges LoRA
-        layers[path].kernel.assign(keras.ops.convert_to_numpy(layer.kernel))
+    for path, layer in projections(model).items():
+        kernel = dora_kernel(layer) if getattr(layer, "dora_magnitude", None) is not None \
+            else layer.kernel  # Keras's kernel property merges LoRA
+        layers[path].kernel.assign(keras.ops.convert_to_numpy(kernel))
     state = {variable.path: variable for variable in copy.weights}
     for variable in model.weights:
         owner = variable.path.rsplit("/", 1)[0]
-        if "lora_kernel" in variable.path or (owner in layers and variable.path.endswith("/kernel")):
+        if variable.path.rsplit("/", 1)[-1] in ADAPTER_VARIABLES or (
+                owner in layers and variable.path.endswith("/kernel")):
             continue
         state[variable.path].assign(keras.ops.convert_to_numpy(variable))  # a copy, not an alias
     return copy
+
+
+def merge_lora(model):
+    """`ViT.merge_lora`: `merged_copy` (the LoRA weights folded into the kernels)."""
+    return merged_copy(model)
+
+
+def merge_adapters(model, method=None):
+    """`ViT.merge_adapters` (and `merge_dora`, with `method` ``"DoRA"``):
+    `merged_copy` of a model with LoRA or DoRA; a model with prompts alone
+    is refused (they stay tokens), as is one without what `method` names."""
+    found = {"DoRA" if getattr(layer, "dora_magnitude", None) is not None else "LoRA"
+             for layer in projections(model).values() if layer.lora_enabled}
+    if method is not None and method not in found:
+        raise ValueError(f"{model.name} has no {method} to merge" + (
+            f" (it has {', '.join(sorted(found))}: `model.merge_adapters()`)." if found else
+            ": enable it first (`model.enable_dora(rank)`)."))
+    if not found:
+        if model.config.prompt_tokens:
+            raise ValueError(
+                f"{model.name}'s adapters are VPT's {model.config.prompt_tokens} prompt tokens, "
+                "which stay as tokens: nothing merges into a kernel. The model exports, saves and "
+                "runs as it is (`model.export(...)`, `model.save(...)`).")
+        raise ValueError(f"{model.name} has no LoRA or DoRA to merge (`model.enable_lora(rank)`, "
+                         "`model.enable_dora(rank)`).")
+    return merged_copy(model)
 
 
 def projections(model):

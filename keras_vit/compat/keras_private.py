@@ -25,8 +25,8 @@ class Hook:
 
     Attributes:
         owner: the dotted path of the module or class that defines it, or
-            ``"optimizer instance"`` for an attribute set on a built
-            optimizer.
+            ``"optimizer instance"`` (``"layer instance"``) for an attribute
+            set on a built optimizer (layer).
         name: the attribute.
         user: the keras_vit code that needs it, and why.
     """
@@ -63,6 +63,11 @@ HOOKS = (
          "multi_worker.fix_symbolic_build: builds from this replica's part of the batch"),
     Hook(_TF_TRAINER, "reduce_per_replica", "multi_worker.fix_scalar_reduction: scalar metrics"),
     Hook(_TF_TRAINER, "_collective_all_reduce_multi_worker", "multi_worker.fix_scalar_reduction"),
+    Hook("layer instance", "_tracker",
+         "variants.enable_dora: dora_magnitude added to a built projection, as Keras's own "
+         "enable_lora adds its factors (no public API adds a variable to a built layer)"),
+    Hook("keras.src.utils.tracking.Tracker", "unlock", "variants.enable_dora, as above"),
+    Hook("keras.src.utils.tracking.Tracker", "lock", "variants.enable_dora, as above"),
 )
 
 
@@ -100,6 +105,10 @@ def missing_hooks(hooks=HOOKS):
         if hook.owner == "optimizer instance":
             optimizer = optimizer or _built_optimizer()
             found = hasattr(optimizer, hook.name)
+        elif hook.owner == "layer instance":
+            layer = keras.layers.Dense(1)
+            layer.build((None, 1))
+            found = hasattr(layer, hook.name)
         else:
             owner = _resolve(hook.owner)
             found = owner is not None and hasattr(owner, hook.name)

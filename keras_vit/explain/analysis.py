@@ -13,7 +13,9 @@
   merging (ToMe's source tracking, Bolya et al., ICLR 2023, Fig. 6).
 
 Every function works on any `keras_vit.ViT`, on every backend, and returns
-NumPy arrays.
+NumPy arrays. With visual prompts (`keras_vit.ViT.with_prompts`) the
+prompts take part in the rollout as the tokens they are, and the maps and
+distances show the patches alone: the attention over prompts is left out.
 """
 
 import keras
@@ -43,12 +45,13 @@ def _check_unmerged(model, what):
 
 
 def _layout(model):
-    """(number of tokens before the patches, whether token 0 is [class],
-    grid (gh, gw), pixels per patch (ph, pw))."""
+    """(number of tokens before the patches in the blocks, VPT's prompts
+    included, whether token 0 is [class], grid (gh, gw), pixels per patch
+    (ph, pw))."""
     _check_model(model)
     grid = tuple(model.grid_size)
     has_class = model.config.uses_class_token
-    prefix = model.config.num_prefix_tokens
+    prefix = model.config.num_leading_tokens
     pixels = tuple(size / g for size, g in zip(model.image_size, grid))
     return prefix, has_class, grid, pixels
 
@@ -236,7 +239,8 @@ def position_embedding_similarity(model):
             "structure to show; position_embedding_similarity applies to models with "
             "position_embedding='learned', as in the paper."
         )
-    prefix, _, (gh, gw), _ = _layout(model)
+    _, _, (gh, gw), _ = _layout(model)
+    prefix = model.config.num_prefix_tokens  # the table has no rows for VPT's prompts
     table = keras.ops.convert_to_numpy(model.parts.position_embedding.embeddings)[0, prefix:]
     table = table.astype("float64")
     unit = table / np.linalg.norm(table, axis=-1, keepdims=True)

@@ -5,7 +5,8 @@
   CPU a plain float kernel is multiplied through `matmul`; an int8 kernel
   on TensorFlow's CPU and PyTorch's through `int8_dense` (XLA's int8 dot,
   PyTorch's dynamic int8 linear); everywhere else, and for an int4, float8
-  or LoRA layer, the layer itself is called.
+  or LoRA layer, the layer itself is called; a DoRA layer multiplies by
+  `dora_kernel` everywhere.
 - `gelu`: on TensorFlow and JAX's CPU with its gradient written out from its
   input; on TensorFlow's CPU the forward and the gradient are each one XLA
   kernel.
@@ -27,6 +28,7 @@ from keras_vit.kernels._platform import upstream_gradient
 from keras_vit.kernels.quantized import int8_dense
 from keras_vit.kernels.routes import REFERENCE
 from keras_vit.kernels.routes import int8_projection
+from keras_vit.kernels.routes import kernel_input_axes
 from keras_vit.kernels.routes import plain_projection
 from keras_vit.kernels.routes import route
 
@@ -72,6 +74,9 @@ def dense(layer, x, activation=None):
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
+    if getattr(layer, "dora_magnitude", None) is not None:  # DoRA: its own kernel everywhere
+        y = _projection(layer, x, kernel_input_axes(layer), dora_kernel(layer))
+        return y if activation is None else gelu(y, approximate=activation == "gelu_approximate")
     path = route("dense", layer=layer)
     if path == REFERENCE and int8_projection(layer) is not None:
         x = ops.convert_to_tensor(x)
@@ -95,10 +100,42 @@ def dense_reference(layer, x, activation=None):
     return ops.gelu(y, approximate=activation == "gelu_approximate")
 
 
-def _projection(layer, x, input_axes):
-    """``x · kernel + bias`` through `matmul`, ``kernel``'s first `input_axes`
-    axes contracted with ``x``'s last."""
+def dora_kernel(layer):
+    """The kernel of a DoRA layer (Liu et al., "DoRA: Weight-Decomposed
+    Low-Rank Adaptation", ICML 2024): ``m * W / ||W||_c`` with ``W = W0 +
+    (lora_alpha / lora_rank) A · B``, Keras's LoRA kernel (``layer.kernel``),
+    its norm taken per output unit over the input axes
+    (`kernel_input_axes`) and held out of the gradient (the paper's Sec.
+    4.3, peft's ``DoraLinearLayer``), ``m`` the layer's ``dora_magnitude``
+    (one value per output unit: the kernel's shape after its input axes).
+    So ``x · dora_kernel + b`` is peft's ``m / ||W||_c (W0 x + s B A x) + b``.
+
+    Example:
+        ```python
+        import keras
+        import numpy as np
+        from keras_vit import ViT
+        from keras_vit.kernels.projection import dora_kernel
+
+        model = ViT(image_size=16, patch_size=8, num_layers=1, num_heads=2, hidden_dim=8,
+                    mlp_dim=16, num_classes=3)
+        model.enable_dora(rank=2)
+        fc1 = model.get_layer("encoder_block_0").mlp.fc1
+        kernel = keras.ops.convert_to_numpy(dora_kernel(fc1))
+        np.testing.assert_allclose(kernel, keras.ops.convert_to_numpy(fc1.kernel), rtol=1e-6)  # m = ||W0||
+        print(tuple(fc1.dora_magnitude.shape))    # -> (16,)
+        ```
+    """
     kernel = layer.kernel
+    axes = tuple(range(kernel_input_axes(layer)))
+    norm = ops.sqrt(ops.sum(ops.square(kernel), axis=axes))
+    return kernel * (layer.dora_magnitude / ops.stop_gradient(norm))
+
+
+def _projection(layer, x, input_axes, kernel=None):
+    """``x · kernel + bias`` through `matmul`, ``kernel`` (the layer's
+    unless given)'s first `input_axes` axes contracted with ``x``'s last."""
+    kernel = layer.kernel if kernel is None else kernel
     in_dims = tuple(kernel.shape[:input_axes])
     out_dims = tuple(kernel.shape[input_axes:])
     fan_in, fan_out = math.prod(in_dims), math.prod(out_dims)

@@ -165,9 +165,17 @@ def int8_projection(layer):
 
 def _contraction(layer):
     """`plain_projection`'s count, whatever the layer's kernel dtype."""
-    if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
-        return None
     if getattr(layer, "lora_enabled", False):
+        return None
+    return kernel_input_axes(layer)
+
+
+def kernel_input_axes(layer):
+    """How many leading axes of the kernel of a ``Dense`` or ``EinsumDense``
+    `layer` its input's last axes contract with, the rest being its output
+    units (1 for ``Dense``; 2 for ``"btnh,nhd->btd"``); None for another
+    layer, an activation, or an equation of another form."""
+    if not isinstance(layer, (keras.layers.Dense, keras.layers.EinsumDense)):
         return None
     if layer.activation is not keras.activations.linear:
         return None

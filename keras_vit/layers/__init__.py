@@ -12,6 +12,8 @@ from keras_vit.layers.patch_embedding import PatchEmbedding
 from keras_vit.layers.patch_embedding import resize_patch_kernel
 from keras_vit.layers.position_embedding import PositionEmbedding
 from keras_vit.layers.position_embedding import resample_position_embeddings
+from keras_vit.layers.prompts import VisualPrompts
+from keras_vit.layers.prompts import vpt_initializer
 from keras_vit.layers.resnet import BottleneckUnit
 from keras_vit.layers.rotary_embedding import RotaryPositionEmbedding
 from keras_vit.layers.rotary_embedding import rope_angles
@@ -44,8 +46,10 @@ __all__ = [
     "TokenMap",
     "TokenPooling",
     "TransformerEncoder",
+    "VisualPrompts",
     "normalization",
     "resample_position_embeddings",
     "resize_patch_kernel",
     "rope_angles",
+    "vpt_initializer",
 ]

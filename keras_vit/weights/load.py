@@ -37,4 +37,6 @@ def load_checkpoint(cls, location, image_size=None, num_classes=None,
     checkpoint = read_checkpoint(path, num_heads=overrides.get("num_heads"))
     if entry is not None and entry.class_names == "imagenet1k" and "class_names" not in checkpoint.config:
         checkpoint.config["class_names"] = imagenet1k_class_names()
-    return build_model(cls, checkpoint, image_size, num_classes, resample_method, **overrides)
+    model = build_model(cls, checkpoint, image_size, num_classes, resample_method, **overrides)
+    model.weights_source = str(location)  # the base an adapter file names (`keras_vit.adapters`)
+    return model
