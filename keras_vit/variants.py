@@ -209,20 +209,31 @@ def enable_dora(model, rank, target=PROJECTION_NAMES, alpha=None):
     the magnitude is added the same way (`keras_vit.compat.keras_private`
     lists the hook)."""
     adapted = adapted_layers(model, rank, target, "DoRA")
-    trained = []
     for layer in adapted:
-        layer.enable_lora(rank, lora_alpha=alpha)
-        norm = keras.ops.convert_to_numpy(keras.ops.sqrt(keras.ops.sum(
-            keras.ops.square(layer.kernel), axis=tuple(range(kernel_input_axes(layer))))))
-        layer._tracker.unlock()
-        try:
-            layer.dora_magnitude = layer.add_weight(name="dora_magnitude", shape=norm.shape,
-                                                    initializer="ones")
-        finally:
-            layer._tracker.lock()
-        layer.dora_magnitude.assign(norm)
-        trained += [layer.lora_kernel_a, layer.lora_kernel_b, layer.dora_magnitude]
-    freeze_all_but(model, trained)
+        add_dora(layer, rank, alpha)
+    freeze_all_but(model, [v for layer in adapted
+                           for v in (layer.lora_kernel_a, layer.lora_kernel_b, layer.dora_magnitude)])
+
+
+def add_dora(layer, rank, alpha=None):
+    """DoRA on one built ``Dense`` or ``EinsumDense`` `layer` (`enable_dora`
+    checks the model's first): Keras's ``enable_lora(rank, alpha)``, then
+    ``dora_magnitude`` (the kernel's shape after its input axes), the norm
+    of the kernel per output unit."""
+    axes = kernel_input_axes(layer)
+    if axes is None:
+        raise ValueError(f"DoRA adapts a Dense or EinsumDense projection without activation, "
+                         f"got {type(layer).__name__} {layer.name}.")
+    layer.enable_lora(rank, lora_alpha=alpha)
+    norm = keras.ops.convert_to_numpy(keras.ops.sqrt(keras.ops.sum(
+        keras.ops.square(layer.kernel), axis=tuple(range(axes)))))
+    layer._tracker.unlock()
+    try:
+        layer.dora_magnitude = layer.add_weight(name="dora_magnitude", shape=norm.shape,
+                                                initializer="ones")
+    finally:
+        layer._tracker.lock()
+    layer.dora_magnitude.assign(norm)
 
 
 def freeze_all_but(model, variables):

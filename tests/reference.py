@@ -115,9 +115,18 @@ def mlp(p, prefix, x, approximate):
     return h @ p[prefix + "Dense_1/kernel"] + p[prefix + "Dense_1/bias"]
 
 
-def vit_forward(params, images, eps=1e-6, approximate_gelu=True, record=None):
+def vit_forward(params, images, eps=1e-6, approximate_gelu=True, record=None, prompts=None):
     """Logits (or features) of the vit_jax model in ``params`` on ``images``;
-    each encoder block's attention weights are appended to `record`."""
+    each encoder block's attention weights are appended to `record`.
+
+    `prompts`: visual prompt tuning's tokens, ``(depth, N, D)``, as KMnP/vpt
+    ``src/models/vit_prompt/vit.py`` computes them (``PromptedTransformer``):
+    ``incorporate_prompt`` puts row 0 after the [class] token, after the
+    position embeddings; with ``depth > 1`` (``forward_deep_prompt``) block
+    ``i >= 1`` first replaces the ``N`` tokens after [class] with row ``i``
+    (VPT's ``deep_prompt_embeddings[i - 1]``). The head reads the final
+    norm's [class] token; without one the mean (or MAP) pools the patches
+    alone, never the prompts."""
     p = {k: np.asarray(v, np.float64) for k, v in params.items()}
     x = np.asarray(images, np.float64)
     if "conv_root/kernel" in p:
@@ -129,15 +138,25 @@ def vit_forward(params, images, eps=1e-6, approximate_gelu=True, record=None):
     if "cls" in p:
         x = np.concatenate([np.broadcast_to(p["cls"], (b, 1, d)), x], axis=1)     # [x_class; ...]
     x = x + p["Transformer/posembed_input/pos_embedding"]                           # + E_pos
+    start = int("cls" in p)
+    if prompts is not None:                                                         # VPT
+        prompts = np.asarray(prompts, np.float64)
+        n = prompts.shape[1]
+        x = np.concatenate([x[:, :start], np.broadcast_to(prompts[0], (b, n, d)), x[:, start:]], axis=1)
     i = 0
     while f"Transformer/encoderblock_{i}/LayerNorm_0/scale" in p:
         blk = f"Transformer/encoderblock_{i}/"
+        if prompts is not None and i and len(prompts) > 1:                           # VPT-deep
+            x = np.concatenate([x[:, :start], np.broadcast_to(prompts[i], (b, n, d)),
+                                x[:, start + n:]], axis=1)
         y = layer_norm(x, p[blk + "LayerNorm_0/scale"], p[blk + "LayerNorm_0/bias"], eps)
         x = x + attention(p, blk + "MultiHeadDotProductAttention_1/", y, y, record)  # Eq. 2
         y = layer_norm(x, p[blk + "LayerNorm_2/scale"], p[blk + "LayerNorm_2/bias"], eps)
         x = x + mlp(p, blk + "MlpBlock_3/", y, approximate_gelu)                    # Eq. 3
         i += 1
     x = layer_norm(x, p["Transformer/encoder_norm/scale"], p["Transformer/encoder_norm/bias"], eps)
+    if prompts is not None:  # the pooling reads the [class] token and the patches
+        x = np.concatenate([x[:, :start], x[:, start + n:]], axis=1)
     if "MAPHead_0/probe" in p:                                                      # MAP head
         probe = np.broadcast_to(p["MAPHead_0/probe"], (b, 1, d))
         y = attention(p, "MAPHead_0/MultiHeadDotProductAttention_0/", probe, x)

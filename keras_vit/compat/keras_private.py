@@ -64,10 +64,10 @@ HOOKS = (
     Hook(_TF_TRAINER, "reduce_per_replica", "multi_worker.fix_scalar_reduction: scalar metrics"),
     Hook(_TF_TRAINER, "_collective_all_reduce_multi_worker", "multi_worker.fix_scalar_reduction"),
     Hook("layer instance", "_tracker",
-         "variants.enable_dora: dora_magnitude added to a built projection, as Keras's own "
+         "variants.add_dora: dora_magnitude added to a built projection, as Keras's own "
          "enable_lora adds its factors (no public API adds a variable to a built layer)"),
-    Hook("keras.src.utils.tracking.Tracker", "unlock", "variants.enable_dora, as above"),
-    Hook("keras.src.utils.tracking.Tracker", "lock", "variants.enable_dora, as above"),
+    Hook("keras.src.utils.tracking.Tracker", "unlock", "variants.add_dora, as above"),
+    Hook("keras.src.utils.tracking.Tracker", "lock", "variants.add_dora, as above"),
 )
 
 
