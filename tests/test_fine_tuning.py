@@ -89,7 +89,7 @@ def _value_and_gradients(layer, x, cotangent):
     def loss(*arrays):
         with keras.StatelessScope(state_mapping=list(zip(trained, arrays))):
             y = kernels.dense(layer, x)
-        return y, keras.ops.sum(y * cotangent)
+        return y, keras.ops.sum(y * keras.ops.convert_to_tensor(cotangent))
 
     if BACKEND == "jax":
         import jax
