@@ -50,6 +50,16 @@ def method_name(methods):
     return "+".join(sorted(methods, key=METHODS.index, reverse=True)) if methods else "head"
 
 
+def enable_projection_adapters(model, methods):
+    """LoRA and DoRA of `methods` (`adapter_methods`' dict) enabled on
+    `model`, with their rank, alpha and targets (prompts are in a model's
+    config: `keras_vit.ViT.with_prompts` adds them)."""
+    for method, enable in (("lora", variants.enable_lora), ("dora", variants.enable_dora)):
+        if method in methods:
+            settings = methods[method]
+            enable(model, settings["rank"], tuple(settings["target"]), settings["alpha"])
+
+
 def base_identity(model, trained_paths):
     """The sha256 (hex) of `model`'s weights whose paths are not in
     `trained_paths` and that no adapter added: each one's path, shape, dtype
@@ -198,10 +208,7 @@ def load_adapters(base_model, path):
         if method in methods:
             model = model.with_prompts(methods[method]["prompt_tokens"], deep=method == "vpt-deep",
                                        dropout=methods[method]["prompt_dropout"])
-    for method, enable in (("lora", model.enable_lora), ("dora", model.enable_dora)):
-        if method in methods:
-            settings = methods[method]
-            enable(settings["rank"], tuple(settings["target"]), settings["alpha"])
+    enable_projection_adapters(model, methods)
     variables = {v.path: v for v in model.weights}
     missing = sorted(set(tensors) - set(variables))
     if missing:

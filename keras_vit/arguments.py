@@ -18,6 +18,9 @@ DECAY_TYPES = ("cosine", "linear")
 # The kinds of distillation (keras_vit.distillation.Distiller; --distillation):
 # DeiT's two token kinds, the logits of any student, its features.
 DISTILLATIONS = ("hard", "soft", "logits", "features")
+# The parameter-efficient fine-tunings (--adapter; keras_vit.adapters.METHODS):
+# LoRA, DoRA, visual prompt tuning once (shallow) or in every block (deep).
+ADAPTERS = ("lora", "dora", "vpt-shallow", "vpt-deep")
 
 # Keras's backends, in the order the docs' tables list them.
 BACKENDS = ("tensorflow", "jax", "torch")

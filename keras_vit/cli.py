@@ -39,6 +39,7 @@ import sys
 import keras_vit
 
 from keras_vit import extras
+from keras_vit.arguments import ADAPTERS
 from keras_vit.arguments import BACKENDS
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import int_at_least
@@ -80,6 +81,7 @@ def add_recipe_flags(parser, default_config):
     """The flags every recipe shares: one per row of
     `keras_vit.training.configs.FLAGS` (each overrides the named config's
     field), and the flags of the run's placement."""
+    from keras_vit.training.configs import ADAPTING
     from keras_vit.training.configs import FLAGS
     from keras_vit.training.configs import DISTILLATION
     from keras_vit.training.configs import SCALE_OUT
@@ -102,6 +104,13 @@ def add_recipe_flags(parser, default_config):
             "Touvron et al. 2021): the loss is (1 - A) x the labels' cross-entropy + A x the "
             "distillation term. The teacher gets the images at its own size and pixel scaling. "
             "The saved model.keras is the student alone."),
+        ADAPTING: parser.add_argument_group(
+            ADAPTING,
+            "Train a few weights of the --init model, the rest frozen but the head (LoRA, Hu et al. "
+            "2022; DoRA, Liu et al. 2024; VPT, Jia et al. 2022). model.keras is the adapted model "
+            "(LoRA and DoRA merged into the kernels); adapters.safetensors beside it holds what was "
+            "trained, which `keras-vit predict BASE --adapters FILE` and `keras_vit.load_adapters` "
+            "put on the base again."),
     }
     for flag in FLAGS.values():
         groups[flag.group].add_argument(flag.option, type=flag.parse, choices=flag.choices,
@@ -146,11 +155,25 @@ def _run_recipe(args):
     return 0
 
 
-def _load_model(path, image_size=None, num_classes=None, dtype=None, model_class=None):
-    """`keras_vit.load_model` (imported when a command runs, not for ``--help``)."""
+def _load_model(path, image_size=None, num_classes=None, dtype=None, model_class=None, adapters=None):
+    """`keras_vit.load_model` (imported when a command runs, not for
+    ``--help``); with `adapters` (``--adapters FILE``), the adapters put on
+    it by `keras_vit.load_adapters`."""
     from keras_vit.loading import load_model
 
-    return load_model(path, image_size, num_classes, dtype=dtype, model_class=model_class)
+    model = load_model(path, image_size, num_classes, dtype=dtype, model_class=model_class)
+    if adapters is None:
+        return model
+    from keras_vit.adapters import load_adapters
+
+    return load_adapters(model, adapters)
+
+
+def _adapters_flag(sub):
+    sub.add_argument("--adapters", metavar="FILE",
+                     help="an adapter file put on MODEL, the base it was trained on: the "
+                     "adapters.safetensors of `keras-vit finetune --adapter ...`, or what "
+                     "model.save_adapters wrote (docs/fine_tuning.md)")
 
 
 def at_dtype(model, dtype):
@@ -217,7 +240,7 @@ def _predict(args):
 
     if runtime.is_artifact(args.model):
         return _predict_artifact(args)
-    model = _classifier(_load_model(args.model, dtype=args.dtype), args.model)
+    model = _classifier(_load_model(args.model, dtype=args.dtype, adapters=args.adapters), args.model)
     model, images = _model_inputs(model, args.images, args.max_num_patches, args.model)
     logits = keras.ops.convert_to_numpy(model.predict(images, batch_size=args.batch_size, verbose=0))
     names = getattr(model, "class_names", None)
@@ -354,6 +377,7 @@ def _explain(args):
 
 def _protocols(args):
     """``evaluate --benchmark``: `keras_vit.evaluation.evaluate_protocols`."""
+    from keras_vit.adapters import adapter_methods
     from keras_vit.evaluation import evaluate_protocols
     from keras_vit.evaluation.protocols import TABLE
     from keras_vit.evaluation.protocols import check_protocols
@@ -363,14 +387,18 @@ def _protocols(args):
         raise ValueError("--benchmark writes results.json and results.md: give the folder with --out.")
     check_protocols(args.benchmark)  # before the model is read (or downloaded)
     out = files.output_folder(args.out, "--out")
-    changed = args.image_size or args.dtype or args.max_num_patches
-    model = _naflex_model(_load_model(args.model, args.image_size, dtype=args.dtype),
+    changed = args.image_size or args.dtype or args.max_num_patches or args.adapters
+    model = _naflex_model(_load_model(args.model, args.image_size, dtype=args.dtype, adapters=args.adapters),
                           args.max_num_patches, args.model) if changed else args.model
+    if args.adapters and {"lora", "dora"} & set(adapter_methods(model)):  # the runs start from it, merged
+        model = model.merge_adapters()
     results = evaluate_protocols(
         model, args.benchmark, out, published_as=args.published_as, dataset=args.dataset,
         split=args.split, train_split=args.train_split, data_dir=args.data_dir,
         batch_size=args.batch_size, tasks=args.tasks, sweep=args.sweep, lr_grid=args.lr_grid,
-        finetune=args.finetune, k=args.k, temperature=args.temperature, templates=args.templates)
+        finetune={**args.finetune, **{name: getattr(args, name) for name in ("adapter", "rank", "alpha", "prompts")
+                                      if getattr(args, name) is not None}},
+        k=args.k, temperature=args.temperature, templates=args.templates)
     print((pathlib.Path(out) / TABLE).read_text(encoding="utf-8"))
     print(f"results: {pathlib.Path(out) / 'results.json'} ({len(results['benchmarks'])} protocols)")
     return 0
@@ -384,7 +412,7 @@ def _evaluate(args):
 
     if args.benchmark:
         return _protocols(args)
-    model = _load_model(args.model, args.image_size, dtype=args.dtype)
+    model = _load_model(args.model, args.image_size, dtype=args.dtype, adapters=args.adapters)
     if not isinstance(model, ViT):
         raise ValueError(
             f"{args.model} is a {type(model).__name__}, not a ViT: fine-tune it first "
@@ -480,7 +508,7 @@ def _export(args):
     else:  # an artifact that is a folder
         files.output_folder(args.output, "output")
     check_mode(args.format, args.quantize, calibrated=args.calibration is not None)
-    model = _load_model(args.model, args.image_size)
+    model = _load_model(args.model, args.image_size, adapters=args.adapters)
     calibration = None
     if args.calibration is not None:
         calibration = _calibration_images(model, args.calibration, args.calibration_split,
@@ -641,6 +669,7 @@ def _add_predict(commands):
                               f"be an artifact of keras-vit export ({artifacts}), run in its own runtime "
                               "with the class names it holds.")
     sub.add_argument("model", help=MODEL_HELP)
+    _adapters_flag(sub)
     _classify_flags(sub)
 
 
@@ -672,6 +701,7 @@ def _add_evaluate(commands):
     sub.add_argument("--image-size", type=_positive_int, help="evaluate at this resolution")
     sub.add_argument("--batch-size", type=_positive_int, default=64, help="images per forward pass")
     sub.add_argument("--few-shot", type=parse_shots, metavar="K,K", help="e.g. 1,5,10,25")
+    _adapters_flag(sub)
     _max_num_patches_flag(sub)
     _dtype_flag(sub)
     paper = sub.add_argument_group(
@@ -689,6 +719,13 @@ def _add_evaluate(commands):
     paper.add_argument("--finetune", type=parse_key_values, default={}, metavar="KEY=VALUE,...",
                        help="fine-tuning settings over the paper's, for a small machine, e.g. "
                             "steps=200,batch_size=64,accum_steps=1,image_size=224")
+    paper.add_argument("--adapter", choices=ADAPTERS,
+                       help="fine-tuning: train only adapters, the rest frozen but the head "
+                       "(keras-vit finetune --adapter; docs/fine_tuning.md)")
+    paper.add_argument("--rank", type=_positive_int, metavar="R", help="--adapter lora, dora: the rank (default 8)")
+    paper.add_argument("--alpha", type=float, metavar="A", help="--adapter lora, dora: the scale's alpha")
+    paper.add_argument("--prompts", type=_positive_int, metavar="N",
+                       help="--adapter vpt-shallow, vpt-deep: prompt tokens (default 10)")
     paper.add_argument("--published-as", metavar="NAME", help="quote the published numbers of this "
                        "released name (default: MODEL, when it is one)")
     paper.add_argument("--k", type=_positive_int, default=20, help="knn: neighbours that vote")
@@ -743,6 +780,7 @@ def _add_export(commands):
         f"{either(QUANTIZED_FORMATS)} quantized with onnxruntime's tools, for a fast CPU inference "
         "(on every backend).")
     sub.add_argument("model", help=MODEL_HELP)
+    _adapters_flag(sub)
     sub.add_argument("output", help="the artifact: a folder for "
                      + either(name for name, r in ROUTES.items() if not r.suffix) + ", else a file ("
                      + ", ".join(r.suffix for r in ROUTES.values() if r.suffix) + ")")

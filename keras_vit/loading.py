@@ -83,7 +83,10 @@ def load_model(source, image_size=None, num_classes=None, resample_method=None,
             raise ValueError(f"{_named(source, flag)} holds {_a(type(model).__name__)}, not "
                              f"{_a(model_class.__name__)}.")
         if isinstance(model, ViT):
-            return _changed(model, image_size, num_classes, resample_method, overrides)
+            changed = _changed(model, image_size, num_classes, resample_method, overrides)
+            if not isinstance(source, keras.Model):  # the base an adapter file names
+                changed.weights_source = str(source)
+            return changed
         changes = {**overrides, "image_size": image_size, "num_classes": num_classes}
         asked = sorted(k for k, v in changes.items() if v is not None)
         if asked:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 
 from keras_vit.arguments import ALL_STRATEGIES
 from keras_vit.arguments import DECAY_TYPES
+from keras_vit.arguments import ADAPTERS
 from keras_vit.arguments import DISTILLATIONS
 from keras_vit.arguments import DTYPES
 from keras_vit.arguments import check_strategy
@@ -155,6 +156,7 @@ class Flag:
 
 SCALE_OUT = "scale-out (docs/distributed.md)"
 DISTILLATION = "distillation (docs/distillation.md)"
+ADAPTING = "parameter-efficient fine-tuning (docs/fine_tuning.md)"
 
 
 def _flag(default=dataclasses.MISSING, help="", parse=str, **options):
@@ -248,6 +250,19 @@ class RunConfig:
     lora_rank: int | None = _flag(None, "fine-tuning: LoRA of rank R on every block's q, k, v, "
                                   "out, fc1 and fc2, the rest frozen but the head (docs/deploy.md)",
                                   int, check=_or_none(_positive_int), metavar="R")
+    adapter: str | None = _flag(
+        None, "fine-tuning: train adapters of the --init model, the rest frozen but the head: lora "
+        "and dora (of --rank R, scaled by --alpha A / R) on every block's q, k, v, out, fc1 and fc2; "
+        "vpt-shallow and vpt-deep (--prompts N learned tokens in the first block, or in every "
+        "block). The run writes adapters.safetensors beside model.keras",
+        check=_or_none(_one_of(*ADAPTERS), "full fine-tuning"), metavar="|".join(ADAPTERS),
+        group=ADAPTING)
+    rank: int | None = _flag(None, "lora, dora: the rank (default 8)", int,
+                             check=_or_none(_positive_int), metavar="R", group=ADAPTING)
+    alpha: float | None = _flag(None, "lora, dora: A · B is scaled by alpha / rank (default: the rank)",
+                                float, check=_or_none(_positive_number), metavar="A", group=ADAPTING)
+    prompts: int | None = _flag(None, "vpt-shallow, vpt-deep: prompt tokens per block (default 10)",
+                                int, check=_or_none(_positive_int), metavar="N", group=ADAPTING)
     teacher: str | None = _flag(
         None, "distillation: the teacher, a .keras file, a checkpoint or a released name (keras-vit "
         "pretrained) over the dataset's classes, run frozen in inference mode (docs/distillation.md)",
@@ -380,9 +395,50 @@ def check_config(config):
             "--lora-rank R`."
         )
     _check_naflex(config)
+    _check_adapter(config)
     _check_distillation(config)
     check_strategy(config.strategy)
     return config
+
+
+def _check_adapter(config):
+    """An adapter adapts a trained model, with the settings of its own
+    kind: --rank and --alpha for LoRA and DoRA, --prompts for VPT;
+    --lora-rank is --adapter lora --rank."""
+    if config.adapter is None:
+        given = [f"--{name}" for name in ("rank", "alpha", "prompts") if getattr(config, name) is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} set(s) an adapter's size, and no --adapter is given: "
+                             f"add --adapter {'/'.join(ADAPTERS)}.")
+        return
+    if config.kind != "finetune":
+        raise ValueError(f"--adapter adapts a trained model; config {config.name!r} is a {config.kind} "
+                         f"run from fresh weights. Use `keras-vit finetune --init ... --adapter {config.adapter}`.")
+    if config.lora_rank is not None:
+        raise ValueError(f"--lora-rank R is --adapter lora --rank R: give one of them, not both "
+                         f"(here --adapter {config.adapter}).")
+    prompted = config.adapter.startswith("vpt")
+    wrong = [f"--{name}" for name in (("rank", "alpha") if prompted else ("prompts",))
+             if getattr(config, name) is not None]
+    if wrong:
+        raise ValueError(f"{' and '.join(wrong)} do(es) not apply to --adapter {config.adapter}: "
+                         + ("VPT learns --prompts N tokens." if prompted else
+                            "LoRA and DoRA take --rank R (and --alpha A)."))
+    if config.max_num_patches is not None and prompted:
+        raise ValueError(f"--adapter {config.adapter} cannot go with NaFlex (--max-num-patches): its "
+                         "padded sequences have no place for prompts. Use --adapter lora or dora.")
+
+
+def adapter_settings(config):
+    """``(method, settings)`` of a run's adapter: --adapter with its
+    defaults filled in (rank 8, alpha the rank; 10 prompts), or
+    ``("lora", ...)`` for --lora-rank; ``(None, {})`` for none."""
+    if config.adapter is None and config.lora_rank is None:
+        return None, {}
+    if config.adapter is None or config.adapter in ("lora", "dora"):
+        rank = config.lora_rank or config.rank or 8
+        return config.adapter or "lora", {"rank": rank, "alpha": config.alpha or rank}
+    return config.adapter, {"prompt_tokens": config.prompts or 10}
 
 
 def _check_distillation(config):

@@ -10,7 +10,10 @@ The work directory holds everything of the run:
                          (`keras_vit.training.checkpoints`)
     tensorboard/         TensorBoard logs (loss, accuracy, learning rate)
     log.csv              the same numbers, one row per checkpoint interval
-    model.keras          the trained model (Polyak-averaged weights if asked)
+    model.keras          the trained model (Polyak-averaged weights if asked;
+                         with --adapter lora or dora, merged into the kernels)
+    adapters.safetensors with --adapter (or --lora-rank): what was trained, apart
+                         from the --init model (`keras_vit.load_adapters`)
     results.json         held-out accuracy (and few-shot accuracies)
 
 Starting the same command again in the same directory continues from the
@@ -41,6 +44,8 @@ import time
 
 import keras
 
+from keras_vit import adapters
+from keras_vit import variants
 from keras_vit.config import ViTConfig
 from keras_vit.distillation import Distiller
 from keras_vit.distillation.losses import check_class_names
@@ -62,6 +67,7 @@ from keras_vit.training.checkpoints import Checkpointing
 from keras_vit.training.checkpoints import first_non_finite
 from keras_vit.training.configs import PLACEMENT_KEYS
 from keras_vit.training.configs import RunConfig
+from keras_vit.training.configs import adapter_settings
 from keras_vit.training.optimizers import finetune_optimizer
 from keras_vit.training.optimizers import pretrain_optimizer
 from keras_vit.weights import CheckpointError
@@ -171,8 +177,13 @@ def model_for_run(run):
     model = ViT(run.vit_config, dtype=config.dtype)
     if run.pretrained is not None:
         load_pretrained(model, run.pretrained)
-    if config.lora_rank:  # LoRA on q, k, v, out, fc1, fc2; the rest frozen but the head
-        model.enable_lora(config.lora_rank)
+        model.weights_source = config.init  # the base its adapter file names
+    method, settings = adapter_settings(config)
+    if method in ("lora", "dora"):  # on q, k, v, out, fc1, fc2; the rest frozen but the head
+        enable = model.enable_lora if method == "lora" else model.enable_dora
+        enable(settings["rank"], variants.PROJECTION_NAMES, settings["alpha"])
+    elif method is not None:  # VPT: a copy with the prompts, the rest frozen but the head
+        model = model.with_prompts(settings["prompt_tokens"], deep=method == "vpt-deep")
     return model
 
 
@@ -686,7 +697,10 @@ def finish(run, built, history, seconds, weights):
         results["final_loss"] = float(history.history["loss"][-1])
     if config.kind != "masked_patch":
         results.update(_evaluate(model, run, built))
-    model.save(run.workdir / "model.keras")
+    if adapter_settings(config)[0] is not None:  # what was trained, apart from the --init model
+        model.save_adapters(run.workdir / "adapters.safetensors")
+    lora_or_dora = {"lora", "dora"} & set(adapters.adapter_methods(model))
+    (model.merge_adapters() if lora_or_dora else model).save(run.workdir / "model.keras")
     path = run.workdir / "results.json"
     if path.exists():  # a finished run started again keeps what it recorded
         results = {**results, **files.read_json(path, "the results of the run")}
@@ -757,6 +771,9 @@ def single_device_copy(model, weights):
     `model.weights` order), outside any distribution: what is saved and
     evaluated. It is built from `model`'s own `keras_vit.ViTConfig`."""
     copy = type(model)(model.config, dtype=model.dtype_policy, name=model.name, trainable=model.trainable)
-    for variable, value in zip(copy.weights, weights, strict=True):
+    adapters.enable_projection_adapters(copy, adapters.adapter_methods(model))  # LoRA, DoRA
+    for variable, source, value in zip(copy.weights, model.weights, weights, strict=True):
         variable.assign(value)
+        variable.trainable = source.trainable  # what the run trained: its adapter file's
+    copy.weights_source = getattr(model, "weights_source", None)
     return copy
