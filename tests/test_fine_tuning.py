@@ -403,3 +403,75 @@ def test_bad_adapters_are_refused_by_name_and_change_nothing(tmp_path):
         keras_vit.load_adapters(model, tmp_path / "checkpoint.safetensors")
     record = json.loads(json.dumps(read_adapters(path)[1]["settings"]))
     assert record == {"dora": {"rank": 2, "alpha": 2, "target": list(variants.PROJECTION_NAMES)}}
+
+
+# -- the command line --------------------------------------------------------------------
+
+def _cli(argv, capsys):
+    from keras_vit.cli import main
+
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    return out
+
+
+@pytest.mark.parametrize("adapter, flags", [("dora", ["--rank", "2", "--alpha", "4"]),
+                                            ("vpt-deep", ["--prompts", "3"])], ids=["dora", "vpt-deep"])
+@pytest.mark.slow_cases("vpt-deep")
+def test_finetune_writes_adapters_that_predict_and_export_put_on_the_base(adapter, flags, tmp_path, capsys):
+    """``keras-vit finetune --adapter`` writes adapters.safetensors beside
+    model.keras; ``predict BASE --adapters FILE`` classifies as the
+    model.keras does, ``export BASE --adapters FILE`` gives its logits, and
+    the same command again trains nothing."""
+    from helpers import TINY_RUN
+    from helpers import TINY_RUN_MODEL
+    from helpers import run_flags
+    from keras_vit.export import runtime
+
+    base = random_model(**{**TINY_RUN_MODEL, "image_size": 16, "num_classes": 10,
+                           "class_names": [str(i) for i in range(10)]})
+    base.save(tmp_path / "base.keras")
+    workdir = tmp_path / "ft"
+    argv = ["finetune", "--workdir", str(workdir), "--init", str(tmp_path / "base.keras"), "--image-size", "16",
+            *run_flags(**TINY_RUN), "--adapter", adapter, *flags]
+    _cli(argv, capsys)
+    tensors, record = read_adapters(workdir / "adapters.safetensors")
+    assert record["method"] == adapter and record["base"] == str(tmp_path / "base.keras")
+    tuned = keras.saving.load_model(workdir / "model.keras")
+    assert not any(v.path.rsplit("/", 1)[-1] in variants.ADAPTER_VARIABLES for v in tuned.weights)
+    x = images(4, size=16)
+    again = keras_vit.load_adapters(keras.saving.load_model(tmp_path / "base.keras"), workdir / "adapters.safetensors")
+    np.testing.assert_allclose(to_numpy(again(x)), to_numpy(tuned(x)), atol=1e-5)
+    _cli(argv, capsys)  # a finished run: nothing trained again
+    tensors_again, record_again = read_adapters(workdir / "adapters.safetensors")
+    assert record_again == record and tensors_again.keys() == tensors.keys()
+    for key, value in tensors.items():
+        np.testing.assert_array_equal(tensors_again[key], value, err_msg=key)
+
+    picture = tmp_path / "digit.png"
+    keras.utils.save_img(picture, np.random.default_rng(0).integers(0, 255, (16, 16, 3)).astype("uint8"))
+    tops = [_cli(["predict", str(model), str(picture), "--top-k", "3", *extra], capsys).splitlines()[1:]
+            for model, extra in ((workdir / "model.keras", []),
+                                 (tmp_path / "base.keras", ["--adapters", str(workdir / "adapters.safetensors")]))]
+    assert [line.split()[-1] for line in tops[0]] == [line.split()[-1] for line in tops[1]]
+    onnx = tmp_path / "adapted.onnx"
+    _cli(["export", str(tmp_path / "base.keras"), str(onnx), "--format", "onnx", "--adapters",
+          str(workdir / "adapters.safetensors")], capsys)
+    np.testing.assert_allclose(runtime.load(str(onnx))(x)["logits"], to_numpy(tuned(x)), atol=1e-5)
+
+
+@pytest.mark.backend_independent
+@pytest.mark.parametrize("argv, message", [
+    (["--adapter", "lora", "--prompts", "4"], "--prompts do(es) not apply to --adapter lora"),
+    (["--adapter", "vpt-deep", "--rank", "4"], "--rank do(es) not apply to --adapter vpt-deep"),
+    (["--rank", "4"], "--rank set(s) an adapter's size, and no --adapter is given"),
+    (["--adapter", "lora", "--lora-rank", "4"], "--lora-rank R is --adapter lora --rank R"),
+    (["--adapter", "vpt-shallow", "--max-num-patches", "16"], "cannot go with NaFlex"),
+    (["--adapter", "qlora"], "--adapter must be one of lora, dora, vpt-shallow, vpt-deep"),
+])
+def test_bad_adapter_flags_are_refused_by_name(argv, message, tmp_path, capsys):
+    from helpers import fails
+
+    fails(["finetune", "--workdir", str(tmp_path / "run"), *argv], capsys, message)
+    assert not (tmp_path / "run").exists()

@@ -177,7 +177,6 @@ def model_for_run(run):
     model = ViT(run.vit_config, dtype=config.dtype)
     if run.pretrained is not None:
         load_pretrained(model, run.pretrained)
-        model.weights_source = config.init  # the base its adapter file names
     method, settings = adapter_settings(config)
     if method in ("lora", "dora"):  # on q, k, v, out, fc1, fc2; the rest frozen but the head
         enable = model.enable_lora if method == "lora" else model.enable_dora
@@ -698,6 +697,7 @@ def finish(run, built, history, seconds, weights):
     if config.kind != "masked_patch":
         results.update(_evaluate(model, run, built))
     if adapter_settings(config)[0] is not None:  # what was trained, apart from the --init model
+        model.weights_source = config.init
         model.save_adapters(run.workdir / "adapters.safetensors")
     lora_or_dora = {"lora", "dora"} & set(adapters.adapter_methods(model))
     (model.merge_adapters() if lora_or_dora else model).save(run.workdir / "model.keras")
@@ -775,5 +775,4 @@ def single_device_copy(model, weights):
     for variable, source, value in zip(copy.weights, model.weights, weights, strict=True):
         variable.assign(value)
         variable.trainable = source.trainable  # what the run trained: its adapter file's
-    copy.weights_source = getattr(model, "weights_source", None)
     return copy
