@@ -19,8 +19,9 @@ DECAY_TYPES = ("cosine", "linear")
 # DeiT's two token kinds, the logits of any student, its features.
 DISTILLATIONS = ("hard", "soft", "logits", "features")
 # The parameter-efficient fine-tunings (--adapter; keras_vit.adapters.METHODS):
-# LoRA, DoRA, visual prompt tuning once (shallow) or in every block (deep).
-ADAPTERS = ("lora", "dora", "vpt-shallow", "vpt-deep")
+# LoRA, DoRA, visual prompt tuning once (shallow) or in every block (deep),
+# and the head alone (a linear classifier on the frozen features).
+ADAPTERS = ("lora", "dora", "vpt-shallow", "vpt-deep", "head")
 
 # Keras's backends, in the order the docs' tables list them.
 BACKENDS = ("tensorflow", "jax", "torch")

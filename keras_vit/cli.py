@@ -496,6 +496,7 @@ def _convert(args):
 def _export(args):
     import keras
 
+    from keras_vit.adapters import adapter_methods
     from keras_vit.io import files
     from keras_vit.export import routes
     from keras_vit.export.int8 import check_mode
@@ -509,6 +510,8 @@ def _export(args):
         files.output_folder(args.output, "output")
     check_mode(args.format, args.quantize, calibrated=args.calibration is not None)
     model = _load_model(args.model, args.image_size, adapters=args.adapters)
+    if args.adapters and {"lora", "dora"} & set(adapter_methods(model)):  # the same logits, a plain ViT
+        model = model.merge_adapters()
     calibration = None
     if args.calibration is not None:
         calibration = _calibration_images(model, args.calibration, args.calibration_split,

@@ -210,6 +210,8 @@ LAYER_CASES = {
     "RotaryPositionEmbedding": (dict(grid_size=(2, 2), num_prefix_tokens=1),
                                 _rand(2, 5, 2, 8), None, (2, 5, 2, 8)),
     "TokenPooling": (dict(mode="gap", num_prefix_tokens=1), _rand(2, 5, 8), None, (2, 8)),
+    "VisualPrompts": (dict(num_tokens=3, depth=2, num_prefix_tokens=1, dropout_rate=0.1, seed=1),
+                      _rand(2, 5, 8), None, (2, 8, 8)),
     "LinearSegmentationHead": (dict(num_classes=3, image_size=(8, 12)), _rand(2, 2, 3, 8), None,
                                (2, 8, 12, 3)),
     "TokenMap": (dict(num_prefix_tokens=1, grid_size=(2, 2), data_format="channels_first"),

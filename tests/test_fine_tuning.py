@@ -468,7 +468,8 @@ def test_finetune_writes_adapters_that_predict_and_export_put_on_the_base(adapte
     (["--rank", "4"], "--rank set(s) an adapter's size, and no --adapter is given"),
     (["--adapter", "lora", "--lora-rank", "4"], "--lora-rank R is --adapter lora --rank R"),
     (["--adapter", "vpt-shallow", "--max-num-patches", "16"], "cannot go with NaFlex"),
-    (["--adapter", "qlora"], "--adapter must be one of lora, dora, vpt-shallow, vpt-deep"),
+    (["--adapter", "qlora"], "--adapter must be one of lora, dora, vpt-shallow, vpt-deep, head"),
+    (["--adapter", "head", "--rank", "4"], "--rank do(es) not apply to --adapter head: it trains the head alone"),
 ])
 def test_bad_adapter_flags_are_refused_by_name(argv, message, tmp_path, capsys):
     from helpers import fails

@@ -254,7 +254,8 @@ class RunConfig:
         None, "fine-tuning: train adapters of the --init model, the rest frozen but the head: lora "
         "and dora (of --rank R, scaled by --alpha A / R) on every block's q, k, v, out, fc1 and fc2; "
         "vpt-shallow and vpt-deep (--prompts N learned tokens in the first block, or in every "
-        "block). The run writes adapters.safetensors beside model.keras",
+        "block); head: the head alone, a linear classifier of the frozen features. The run writes "
+        "adapters.safetensors beside model.keras",
         check=_or_none(_one_of(*ADAPTERS), "full fine-tuning"), metavar="|".join(ADAPTERS),
         group=ADAPTING)
     rank: int | None = _flag(None, "lora, dora: the rank (default 8)", int,
@@ -418,12 +419,15 @@ def _check_adapter(config):
         raise ValueError(f"--lora-rank R is --adapter lora --rank R: give one of them, not both "
                          f"(here --adapter {config.adapter}).")
     prompted = config.adapter.startswith("vpt")
-    wrong = [f"--{name}" for name in (("rank", "alpha") if prompted else ("prompts",))
-             if getattr(config, name) is not None]
+    takes = {"head": (), "vpt-shallow": ("prompts",), "vpt-deep": ("prompts",)}.get(config.adapter,
+                                                                                   ("rank", "alpha"))
+    wrong = [f"--{name}" for name in ("rank", "alpha", "prompts")
+             if getattr(config, name) is not None and name not in takes]
     if wrong:
         raise ValueError(f"{' and '.join(wrong)} do(es) not apply to --adapter {config.adapter}: "
-                         + ("VPT learns --prompts N tokens." if prompted else
-                            "LoRA and DoRA take --rank R (and --alpha A)."))
+                         + {"head": "it trains the head alone.", True: "VPT learns --prompts N tokens.",
+                            False: "LoRA and DoRA take --rank R (and --alpha A)."}[
+                             "head" if config.adapter == "head" else prompted])
     if config.max_num_patches is not None and prompted:
         raise ValueError(f"--adapter {config.adapter} cannot go with NaFlex (--max-num-patches): its "
                          "padded sequences have no place for prompts. Use --adapter lora or dora.")
@@ -431,13 +435,16 @@ def _check_adapter(config):
 
 def adapter_settings(config):
     """``(method, settings)`` of a run's adapter: --adapter with its
-    defaults filled in (rank 8, alpha the rank; 10 prompts), or
+    defaults filled in (rank 8, alpha the rank; 10 prompts; none for the
+    head), or
     ``("lora", ...)`` for --lora-rank; ``(None, {})`` for none."""
     if config.adapter is None and config.lora_rank is None:
         return None, {}
     if config.adapter is None or config.adapter in ("lora", "dora"):
         rank = config.lora_rank or config.rank or 8
         return config.adapter or "lora", {"rank": rank, "alpha": config.alpha or rank}
+    if config.adapter == "head":
+        return "head", {}
     return config.adapter, {"prompt_tokens": config.prompts or 10}
 
 

@@ -177,10 +177,20 @@ def model_for_run(run):
     model = ViT(run.vit_config, dtype=config.dtype)
     if run.pretrained is not None:
         load_pretrained(model, run.pretrained)
+    return adapted_for_run(model, config)
+
+
+def adapted_for_run(model, config):
+    """`model` with the run's ``--adapter`` (`adapter_settings`): LoRA or
+    DoRA on every block's q, k, v, out, fc1 and fc2, or the head alone
+    trainable (`model` itself, changed); VPT's prompts (a copy); `model` as
+    it is without one."""
     method, settings = adapter_settings(config)
-    if method in ("lora", "dora"):  # on q, k, v, out, fc1, fc2; the rest frozen but the head
+    if method in ("lora", "dora"):  # the rest frozen but the head
         enable = model.enable_lora if method == "lora" else model.enable_dora
         enable(settings["rank"], variants.PROJECTION_NAMES, settings["alpha"])
+    elif method == "head":  # a linear classifier of the frozen features
+        variants.freeze_all_but(model, [])
     elif method is not None:  # VPT: a copy with the prompts, the rest frozen but the head
         model = model.with_prompts(settings["prompt_tokens"], deep=method == "vpt-deep")
     return model

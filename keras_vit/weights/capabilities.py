@@ -461,6 +461,13 @@ TABLE = {
     "max_num_patches": every(with_("naflex")),
     # token merging (ToMe) changes how the model runs, not its weights
     **{field: every(LOADING) for field in ("token_merging", "proportional_attention")},
+    # visual prompt tuning (VPT): learned tokens no checkpoint format has a place for
+    "prompt_tokens": every(refused(
+        "it has {c.prompt_tokens} VPT prompt tokens (prompt_tokens), which {reader} has no place for",
+        "Write the base model in this format and the prompts apart (`model.save_adapters(path)`, "
+        "docs/fine_tuning.md), or keep it as a .keras file (`model.save`).")),
+    "deep_prompts": every(with_("prompt_tokens")),
+    "prompt_dropout": every(LOADING),
 }
 
 
