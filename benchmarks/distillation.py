@@ -150,18 +150,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not (args.cost or args.digits):
         parser.error("give --cost, --digits or both")
-    import keras
-
-    bench = _throughput()
-    versions = {d: bench._version(d) for d in ("keras", "tensorflow-cpu", "jax", "torch")}
-    machine = {"cpu_info": bench.cpu_info(), "cpu_cores": os.cpu_count(), "versions": versions,
-               "environment": bench.speed_environment()}
-    print(bench.machine_line(machine) + f"; KERAS_BACKEND={keras.backend.backend()}", flush=True)
-    doc = {"benchmark": "distillation.py", "date": time.strftime("%Y-%m-%d"), "machine": machine,
-           "backend": keras.backend.backend(), "settings": {
-               key: getattr(args, key) for key in ("student", "teacher", "image_size", "teacher_image_size",
-                                                   "batch_size", "num_classes", "num_layers", "warmup", "runs",
-                                                   "rounds", "seeds", "digits_steps")}}
+    doc = _throughput().keras_result("distillation.py", {
+        key: getattr(args, key) for key in ("student", "teacher", "image_size", "teacher_image_size",
+                                            "batch_size", "num_classes", "num_layers", "warmup", "runs",
+                                            "rounds", "seeds", "digits_steps")})
     if args.cost:
         doc["cost"] = cost = step_cost(args)
         print(f"training step, {args.student} at {args.image_size} px, batch {args.batch_size}: alone "

@@ -46,6 +46,13 @@ def _throughput():
     return module
 
 
+def _short(args):
+    """Every run cut to ``--steps`` (a check of the script), or nothing."""
+    if args.steps is None:
+        return {}
+    return {"steps": args.steps, "warmup_steps": 1, "checkpoint_every": args.steps}
+
+
 def base_model(args, work):
     """The path of the base: the pre-trained model with a new zero head."""
     import keras_vit
@@ -54,7 +61,7 @@ def base_model(args, work):
 
     pretrained = args.pretrained
     if pretrained is None:
-        train(resolve_config("digits", {"few_shot": []}), os.path.join(work, "pretrain"), verbose=0)
+        train(resolve_config("digits", {"few_shot": [], **_short(args)}), os.path.join(work, "pretrain"), verbose=0)
         pretrained = os.path.join(work, "pretrain", "model.keras")
     base = keras_vit.load_model(pretrained).with_config(skip=("head",))
     path = os.path.join(work, "base.keras")
@@ -74,7 +81,7 @@ def digits(args, base, work):
         rows = []
         for seed in args.seeds:
             config = resolve_config("digits-finetune", {"init": base, "seed": seed, "few_shot": [],
-                                                        **DIGITS_LENGTH, **fields})
+                                                        **DIGITS_LENGTH, **_short(args), **fields})
             workdir = os.path.join(work, f"digits-{method}-{seed}")
             model, results = train(config, workdir, verbose=0)
             rows.append({"seed": seed, "accuracy": results["test_accuracy"]})
@@ -132,7 +139,8 @@ def vtab(args, base, work):
         for seed in args.seeds:
             out = os.path.join(work, f"vtab-{method}-{seed}")
             results = evaluate_protocols(base, "vtab1k", out, tasks=["digits"],
-                                         finetune={**VTAB_SCALED, **fields, "seed": seed}, verbose=0)
+                                         finetune={**VTAB_SCALED, **_short(args), **fields, "seed": seed},
+                                         verbose=0)
             accuracy = results["benchmarks"]["vtab1k"]["tasks"]["digits"]["top1"] / 100  # reported in percent
             rows.append({"seed": seed, "accuracy": accuracy})
             print(f"vtab1k digits, {method}, seed {seed}: {accuracy:.4f}", flush=True)
@@ -171,22 +179,16 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, help="every run's steps (a check of the script; default: "
+                        "the recipes')")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if not (args.digits or args.vtab):
         parser.error("give --digits, --vtab or both")
-    import keras
-
-    bench = _throughput()
-    versions = {d: bench._version(d) for d in ("keras", "tensorflow-cpu", "jax", "torch")}
-    machine = {"cpu_info": bench.cpu_info(), "cpu_cores": os.cpu_count(), "versions": versions,
-               "environment": bench.speed_environment()}
-    print(bench.machine_line(machine) + f"; KERAS_BACKEND={keras.backend.backend()}", flush=True)
-    doc = {"benchmark": "fine_tuning.py", "date": time.strftime("%Y-%m-%d"), "machine": machine,
-           "backend": keras.backend.backend(), "settings": {
-               "methods": METHODS, "digits_length": DIGITS_LENGTH, "vtab_scaled": VTAB_SCALED,
-               "pretrained": args.pretrained or "the digits config's model", "seeds": args.seeds,
-               "warmup": args.warmup, "runs": args.runs, "rounds": args.rounds}}
+    doc = _throughput().keras_result("fine_tuning.py", {
+        "methods": METHODS, "digits_length": DIGITS_LENGTH, "vtab_scaled": VTAB_SCALED,
+        "pretrained": args.pretrained or "the digits config's model", "seeds": args.seeds,
+        "warmup": args.warmup, "runs": args.runs, "rounds": args.rounds, "steps": args.steps})
     with tempfile.TemporaryDirectory(prefix="keras_vit_fine_tuning_") as work:
         base = base_model(args, work)
         if args.digits:

@@ -135,9 +135,7 @@ def main(argv=None):
         return export(args, args.formats, pathlib.Path(args.export_to))
 
     bench = _throughput()
-    versions = {d: bench._version(d) for d in ("keras", "tensorflow-cpu", "torch", "onnxruntime", "openvino")}
-    machine = {"cpu_info": bench.cpu_info(), "cpu_cores": os.cpu_count(), "versions": versions,
-               "environment": bench.speed_environment()}
+    machine = bench.machine_record(("keras", "tensorflow-cpu", "torch", "onnxruntime", "openvino"))
     print(bench.machine_line(machine), flush=True)
     with tempfile.TemporaryDirectory(prefix="keras_vit_serving_") as work:
         for backend in dict.fromkeys(EXPORTED_FROM[fmt] for fmt in args.formats):

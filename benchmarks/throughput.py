@@ -896,6 +896,26 @@ def speed_environment(environ=None):
     return {name: environ[name] for name in SPEED_ENVIRONMENT if name in environ}
 
 
+def machine_record(packages=("keras", "tensorflow-cpu", "jax", "torch")):
+    """The machine of a run, as a result records it: its CPU (`cpu_info`),
+    cores, the versions of `packages` and the speed settings of its
+    environment (`speed_environment`)."""
+    return {"cpu_info": cpu_info(), "cpu_cores": os.cpu_count(),
+            "versions": {name: _version(name) for name in packages}, "environment": speed_environment()}
+
+
+def keras_result(benchmark, settings):
+    """The head of a result of `benchmark` (a script's name) run on this
+    process's Keras backend: ``{"benchmark", "date", "machine", "backend",
+    "settings"}``; its machine line printed with the backend."""
+    import keras
+
+    machine = machine_record()
+    print(machine_line(machine) + f"; KERAS_BACKEND={keras.backend.backend()}", flush=True)
+    return {"benchmark": benchmark, "date": time.strftime("%Y-%m-%d"), "machine": machine,
+            "backend": keras.backend.backend(), "settings": settings}
+
+
 def machine_line(machine):
     """One line naming the machine of a run: CPU, its family and ISA, cores, packages, and
     the speed settings of its environment when any is set."""

@@ -211,8 +211,9 @@ def check_summary(doc, name, bench):
 @pytest.mark.backend_independent
 def test_the_dated_results_follow_their_schema():
     """Every dated file of benchmarks/results/ (the measurements' history):
-    throughput.py's or serving_latency.py's own --json output, checked by its
-    `validate`, or the summary form benchmarks/README.md describes."""
+    throughput.py's, serving_latency.py's, distillation.py's or fine_tuning.py's
+    own --json output, checked by its `validate`, or the summary form
+    benchmarks/README.md describes."""
     names = dated_results()
     assert names, "benchmarks/results/ keeps the dated measurements"
     bench, serving = load_script(), load_script("serving_latency.py")
@@ -224,8 +225,8 @@ def test_the_dated_results_follow_their_schema():
             check_summary(doc, name, bench)
         elif doc.get("benchmark") == "serving_latency.py":
             serving.validate(doc)
-        elif doc.get("benchmark") == "distillation.py":
-            load_script("distillation.py").validate(doc)
+        elif doc.get("benchmark") in ("distillation.py", "fine_tuning.py"):
+            load_script(doc["benchmark"]).validate(doc)
         else:
             bench.validate(doc)
         kinds.add(name[len("2026-01-01-"):-len(".json")])
@@ -533,3 +534,41 @@ def test_the_distillation_script_times_both_steps_and_trains_both_students(tmp_p
         load_script("distillation.py").validate({**doc, "machine": {}})
     with pytest.raises(AssertionError, match="ratio"):
         load_script("distillation.py").validate({**doc, "cost": {**doc["cost"], "ratio": 9.0}})
+
+
+@pytest.mark.backend_independent  # the script runs on JAX in its own process, whatever the pass
+@pytest.mark.slow
+def test_the_fine_tuning_script_runs_every_method_in_both_protocols(tmp_path):
+    """benchmarks/fine_tuning.py cut to two steps a run and one seed, from a
+    tiny pre-trained model: the machine line, each method's row (trainable
+    weights, accuracy, step time, the adapter file against the model) and
+    the JSON its `validate` checks."""
+    import keras_vit
+
+    base = keras_vit.ViT(image_size=16, patch_size=4, num_layers=1, num_heads=2, hidden_dim=16, mlp_dim=32,
+                         num_classes=10, class_names=[str(i) for i in range(10)])
+    base.save(tmp_path / "pretrained.keras")
+    out = tmp_path / "fine_tuning.json"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "fine_tuning.py"), "--digits", "--vtab",
+                          "--pretrained", str(tmp_path / "pretrained.keras"), "--steps", "2", "--seeds", "0",
+                          "--runs", "1", "--rounds", "2", "--warmup", "1", "--json", str(out)],
+                         capture_output=True, text=True, timeout=600, cwd=ROOT, env={**os.environ, "KERAS_BACKEND": "jax"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("machine: ") and lines[0].endswith("KERAS_BACKEND=jax"), lines[0]
+    doc = json.loads(out.read_text())
+    script = load_script("fine_tuning.py")
+    script.validate(doc)
+    assert list(doc["digits"]) == list(doc["vtab"]) == list(script.METHODS)
+    rows = doc["digits"]
+    assert rows["full"]["trainable_params"] == rows["full"]["total_params"] == base.count_params()
+    assert rows["head"]["trainable_params"] == 16 * 10 + 10
+    assert rows["vpt-deep"]["trainable_params"] == rows["head"]["trainable_params"] + 10 * 16
+    assert rows["dora"]["trainable_params"] > rows["lora"]["trainable_params"] > rows["head"]["trainable_params"]
+    for method, row in rows.items():
+        line = next(l for l in lines if l.startswith(f"digits, {method}: "))
+        assert f"{row['trainable_params']:,} trainable, mean held-out accuracy {row['mean_accuracy']:.4f}" in line
+    with pytest.raises(AssertionError, match="the CPU is not named"):
+        script.validate({**doc, "machine": {}})
+    with pytest.raises(AssertionError, match="vtab"):
+        script.validate({**doc, "vtab": {**doc["vtab"], "lora": {**doc["vtab"]["lora"], "mean_accuracy": 2.0}}})
