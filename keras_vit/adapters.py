@@ -167,9 +167,9 @@ def load_adapters(base_model, path):
 
     The file's base identity (the sha256 of the frozen weights) must be
     `base_model`'s: another base is refused, the error naming both. Then the
-    file's methods are applied (prompts added: a copy of `base_model`; LoRA
-    or DoRA enabled on `base_model` itself, as `enable_lora` does) and its
-    weights assigned by path, the rest frozen.
+    file's methods are applied to a copy of `base_model` (prompts added,
+    LoRA or DoRA enabled) and its weights assigned by path, the rest
+    frozen; `base_model` stays as it is.
 
     Args:
         base_model: a `keras_vit.ViT`, the model the adapters were trained on
@@ -178,7 +178,7 @@ def load_adapters(base_model, path):
         path: an adapter file.
 
     Returns:
-        The adapted model: the same logits as the model that saved it.
+        The adapted model, a new one: the same logits as the model that saved it.
     """
     tensors, record = read_adapters(path)
     methods = record["settings"]
@@ -203,11 +203,14 @@ def load_adapters(base_model, path):
                 f"{tuple(current[key].shape)}: build the base with the classes the adapters were "
                 f"trained for (num_classes={value.shape[-1]}), e.g. `keras_vit.load_model(base, "
                 f"num_classes={value.shape[-1]})`.")
-    model = base_model
-    for method in ("vpt-shallow", "vpt-deep"):
-        if method in methods:
-            model = model.with_prompts(methods[method]["prompt_tokens"], deep=method == "vpt-deep",
-                                       dropout=methods[method]["prompt_dropout"])
+    prompts = methods.get("vpt-shallow") or methods.get("vpt-deep")
+    if prompts:  # a copy with the prompts
+        model = base_model.with_prompts(prompts["prompt_tokens"], deep="vpt-deep" in methods,
+                                        dropout=prompts["prompt_dropout"])
+    else:  # a copy: the base stays as it is
+        model = type(base_model).from_config(base_model.get_config())
+        model.set_weights(base_model.get_weights())
+    model.weights_source = getattr(base_model, "weights_source", None)
     enable_projection_adapters(model, methods)
     variables = {v.path: v for v in model.weights}
     missing = sorted(set(tensors) - set(variables))

@@ -51,7 +51,7 @@ class VisualPrompts(keras.layers.Layer):
 
         layer = VisualPrompts(num_tokens=3, depth=2, num_prefix_tokens=1)
         x = np.zeros((2, 5, 8), "float32")        # [class] and four patches
-        y = layer(x)                               # -> [class; 3 prompts; patches]
+        y = layer(x)                               # [class; 3 prompts; patches]
         print(tuple(y.shape), tuple(layer(y, block=1).shape))   # -> (2, 8, 8) (2, 8, 8)
         print(tuple(layer.prompts.shape))          # -> (2, 3, 8)
         ```
