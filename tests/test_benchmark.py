@@ -561,7 +561,7 @@ def test_the_fine_tuning_script_runs_every_method_in_both_protocols(tmp_path):
     script.validate(doc)
     assert list(doc["digits"]) == list(doc["vtab"]) == list(script.METHODS)
     rows = doc["digits"]
-    assert rows["full"]["trainable_params"] == rows["full"]["total_params"] == base.count_params()
+    assert rows["full"]["trainable_params"] == rows["full"]["total_params"] == base.with_image_size(32).count_params()
     assert rows["head"]["trainable_params"] == 16 * 10 + 10
     assert rows["vpt-deep"]["trainable_params"] == rows["head"]["trainable_params"] + 10 * 16
     assert rows["dora"]["trainable_params"] > rows["lora"]["trainable_params"] > rows["head"]["trainable_params"]

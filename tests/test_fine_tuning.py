@@ -128,6 +128,7 @@ def test_dora_gives_pefts_outputs_and_gradients(kind):
     np.testing.assert_allclose(grad_m, peft["grad_magnitude"], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_dora_trains_its_factors_and_magnitudes_and_merges_to_the_same_logits(tmp_path):
     """``enable_dora``: the contract's variables on every projection, the
     model unchanged at first, only they and the head trainable; after
@@ -257,7 +258,7 @@ def test_prompts_compose_with_sizes_features_pictures_and_saving(tmp_path):
 
 
 @pytest.mark.parametrize("fmt", list(EXPORTS))
-@pytest.mark.slow_cases("openvino", "tf_saved_model", "litert", "torch")
+@pytest.mark.slow_cases("onnx", "openvino", "litert")  # the SavedModel and .pt2: the fast tier's
 def test_a_prompted_model_exports_with_its_prompts(fmt, tmp_path):
     """Every export route of the backend runs the prompted model: its
     artifact gives the model's logits at batches of 3 and 1."""
@@ -335,6 +336,7 @@ def test_the_adapter_file_holds_a_sliver_of_the_model(tmp_path):
     assert round(4 * trained / (4 * base), 4) == 0.0415
 
 
+@pytest.mark.slow
 def test_merged_adapters_export_and_quantize_as_a_plain_vit(tmp_path):
     """LoRA and DoRA merged: ONNX gives the unmerged model's logits within
     1e-5; quantized to int8 by Keras it stays near them; merged, it merges
@@ -430,7 +432,7 @@ def _cli(argv, capsys):
 
 @pytest.mark.parametrize("adapter, flags", [("dora", ["--rank", "2", "--alpha", "4"]),
                                             ("vpt-deep", ["--prompts", "3"])], ids=["dora", "vpt-deep"])
-@pytest.mark.slow_cases("vpt-deep")
+@pytest.mark.slow
 def test_finetune_writes_adapters_that_predict_and_export_put_on_the_base(adapter, flags, tmp_path, capsys):
     """``keras-vit finetune --adapter`` writes adapters.safetensors beside
     model.keras; ``predict BASE --adapters FILE`` classifies as the
