@@ -109,7 +109,7 @@ def add_recipe_flags(parser, default_config):
             "Train a few weights of the --init model, the rest frozen but the head (LoRA, Hu et al. "
             "2022; DoRA, Liu et al. 2024; VPT, Jia et al. 2022). model.keras is the adapted model "
             "(LoRA and DoRA merged into the kernels); adapters.safetensors beside it holds what was "
-            "trained, which `keras-vit predict BASE --adapters FILE` and `keras_vit.load_adapters` "
+            "trained, which keras-vit predict BASE --adapters FILE and keras_vit.load_adapters "
             "put on the base again."),
     }
     for flag in FLAGS.values():
@@ -172,7 +172,7 @@ def _load_model(path, image_size=None, num_classes=None, dtype=None, model_class
 def _adapters_flag(sub):
     sub.add_argument("--adapters", metavar="FILE",
                      help="an adapter file put on MODEL, the base it was trained on: the "
-                     "adapters.safetensors of `keras-vit finetune --adapter ...`, or what "
+                     "adapters.safetensors of keras-vit finetune --adapter, or what "
                      "model.save_adapters wrote (docs/fine_tuning.md)")
 
 
