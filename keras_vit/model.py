@@ -625,7 +625,9 @@ class ViT(keras.Model):
         if pretrained is None:
             pretrained = entry is not None
         if not pretrained:
-            return cls(preset_config(entry.preset if entry else name), **overrides)
+            model = cls(preset_config(entry.preset if entry else name), **overrides)
+            model.weights_source = f"preset {name}, fresh weights"  # what an adapter file names
+            return model
         return cls.from_checkpoint((entry or default_pretrained(name)).name, **overrides)
 
     @classmethod
@@ -788,13 +790,23 @@ class ViT(keras.Model):
         """Keras's ``save``; a DoRA model is refused (Keras would save its
         LoRA kernels without the magnitudes): save its adapters or its
         merged copy."""
+        self._check_savable(filepath, "save")
+        return super().save(filepath, *args, **kwargs)
+
+    def save_weights(self, filepath, *args, **kwargs):
+        """Keras's ``save_weights`` (what ``BackupAndRestore`` writes); a
+        DoRA model is refused, as by `save`."""
+        self._check_savable(filepath, "save_weights")
+        return super().save_weights(filepath, *args, **kwargs)
+
+    def _check_savable(self, filepath, method):
         if any(getattr(layer, "dora_magnitude", None) is not None
                for layer in variants.projections(self).values()):
             raise ValueError(
-                f"{self.name} has DoRA, whose magnitudes a .keras file of Keras's LoRA layers does "
-                "not hold. Save the adapters (`model.save_adapters('adapters.safetensors')`), or the "
-                f"merged model (`model.merge_adapters().save({str(filepath)!r})`).")
-        return super().save(filepath, *args, **kwargs)
+                f"{self.name} has DoRA, whose magnitudes Keras's LoRA layers do not write (`{method}`). "
+                "Save the adapters (`model.save_adapters('adapters.safetensors')`), or the merged "
+                f"model (`model.merge_adapters().{method}({str(filepath)!r})`); a keras-vit run's "
+                "checkpoints hold every variable and resume it whole.")
 
     def export(self, filepath, format=None, verbose=None, input_signature=None,
                quantize=None, calibration_images=None, *, preprocessing=False,

@@ -163,6 +163,21 @@ def test_dora_trains_its_factors_and_magnitudes_and_merges_to_the_same_logits(tm
     np.testing.assert_allclose(to_numpy(save_and_reload(merged, tmp_path)(x)), tuned, atol=1e-5)
 
 
+@pytest.mark.parametrize("options", [dict(mlp_activation="swiglu"), dict(qkv_bias=False, out_bias=False)],
+                         ids=["swiglu", "no-biases"])
+def test_dora_adapts_the_fused_gate_and_projections_without_bias(options):
+    """SwiGLU's fused ``fc1`` (gate and value in one kernel) and projections
+    without a bias take DoRA too: a magnitude per output unit, and the
+    merged model gives the adapted one's logits."""
+    model = random_model(**options)
+    model.enable_dora(2)
+    fc1 = model.get_layer("encoder_block_0").mlp.fc1
+    assert tuple(fc1.dora_magnitude.shape) == (fc1.kernel.shape[-1],)
+    moved(model)
+    x = images(2)
+    np.testing.assert_allclose(to_numpy(model.merge_adapters()(x)), to_numpy(model(x)), atol=1e-5)
+
+
 # -- VPT, as KMnP/vpt computes it ----------------------------------------------------
 
 @pytest.mark.parametrize("pooling, deep", [("token", False), ("token", True), ("gap", True), ("map", True)])
@@ -386,7 +401,9 @@ def test_bad_adapters_are_refused_by_name_and_change_nothing(tmp_path):
         dora.enable_lora(2)
     with pytest.raises(ValueError, match=r"save_adapters"):
         dora.save(str(tmp_path / "dora.keras"))
-    assert not (tmp_path / "dora.keras").exists()
+    with pytest.raises(ValueError, match=r"`save_weights`.*merge_adapters\(\).save_weights"):
+        dora.save_weights(str(tmp_path / "dora.weights.h5"))
+    assert not (tmp_path / "dora.keras").exists() and not (tmp_path / "dora.weights.h5").exists()
 
     with pytest.raises(ValueError, match=r"cannot go with NaFlex"):
         model.with_naflex(16).with_prompts(4)
@@ -473,6 +490,26 @@ def test_finetune_writes_adapters_that_predict_and_export_put_on_the_base(adapte
     _cli(["export", str(tmp_path / "base.keras"), str(onnx), "--format", "onnx", "--adapters",
           str(workdir / "adapters.safetensors")], capsys)
     np.testing.assert_allclose(runtime.load(str(onnx))(x)["logits"], to_numpy(tuned(x)), atol=1e-5)
+
+
+@pytest.mark.slow
+def test_evaluate_runs_vtab_with_an_adapter(tmp_path, capsys):
+    """``keras-vit evaluate --benchmark vtab1k --adapter vpt-shallow``: the
+    task's fine-tuning runs train prompts and the head, each run's adapter
+    file says so, and the results hold the task's accuracy."""
+    from helpers import TINY_RUN_MODEL
+
+    base = random_model(**{**TINY_RUN_MODEL, "image_size": 16, "num_classes": 10})
+    base.save(tmp_path / "base.keras")
+    out = tmp_path / "vtab"
+    _cli(["evaluate", str(tmp_path / "base.keras"), "--benchmark", "vtab1k", "--tasks", "digits", "--out", str(out),
+          "--adapter", "vpt-shallow", "--prompts", "2", "--finetune",
+          "image_size=16,batch_size=16,accum_steps=1,steps=2,warmup_steps=1,checkpoint_every=2"], capsys)
+    results = json.loads((out / "results.json").read_text())
+    assert 0 <= results["benchmarks"]["vtab1k"]["tasks"]["digits"]["top1"] <= 100
+    assert results["settings"]["finetune"]["adapter"] == "vpt-shallow"
+    files = list(out.rglob("adapters.safetensors"))
+    assert files and all(read_adapters(f)[1]["method"] == "vpt-shallow" for f in files)
 
 
 @pytest.mark.backend_independent
