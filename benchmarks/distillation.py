@@ -21,7 +21,6 @@ import os
 import pathlib
 import statistics
 import tempfile
-import time
 
 import numpy as np
 
@@ -61,16 +60,8 @@ def step_cost(args):
     distiller = Distiller(student(distillation_token=True), teacher, kind="hard")
     distiller.compile(optimizer=keras.optimizers.AdamW(1e-4))
     models = {"alone": alone, "with_teacher": distiller}
-    for model in models.values():  # compiled and warmed
-        for _ in range(args.warmup):
-            model.train_on_batch(images, labels)
-    seconds = {name: [] for name in models}
-    for r in range(args.rounds):
-        for name in (list(models) if r % 2 == 0 else list(models)[::-1]):
-            start = time.perf_counter()
-            for _ in range(args.runs):
-                models[name].train_on_batch(images, labels)
-            seconds[name].append((time.perf_counter() - start) / args.runs)
+    seconds = _throughput().training_steps_by_round(models, images, labels, args.warmup, args.runs,
+                                                    args.rounds)
     result = {f"{name}_s": statistics.median(values) for name, values in seconds.items()}
     result.update({f"{name}_rounds_s": values for name, values in seconds.items()})
     result["ratio"] = result["with_teacher_s"] / result["alone_s"]

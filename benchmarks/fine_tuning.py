@@ -16,17 +16,14 @@ in turn, in the same rounds) and the adapter file's size against the whole model
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
 import statistics
 import tempfile
-import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 # method -> its RunConfig fields (the full fine-tuning has none)
 METHODS = {"full": {}, "head": {"adapter": "head"},
            "lora": {"adapter": "lora", "rank": 8}, "dora": {"adapter": "dora", "rank": 8},
@@ -36,14 +33,6 @@ METHODS = {"full": {}, "head": {"adapter": "head"},
 DIGITS_LENGTH = {"steps": 120, "warmup_steps": 12, "checkpoint_every": 120}
 # VTAB-1k's settings (ft-vtab1k: SGD momentum, lr 0.01, cosine, clip 1) scaled down to the digits
 VTAB_SCALED = {"image_size": 32, "batch_size": 64, "accum_steps": 1, "steps": 200, "warmup_steps": 20}
-
-
-def _throughput():
-    """benchmarks/throughput.py as a module: its CPU naming and machine line."""
-    spec = importlib.util.spec_from_file_location("throughput", ROOT / "benchmarks" / "throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _short(args):
@@ -115,16 +104,9 @@ def step_seconds(args, base):
     size = config.image_size
     images = rng.uniform(-1, 1, (config.batch_size, size, size, 3)).astype("float32")
     labels = np.eye(10, dtype="float32")[rng.integers(0, 10, config.batch_size)]
-    for model in models.values():
-        for _ in range(args.warmup):
-            model.train_on_batch(images, labels)
-    seconds = {method: [] for method in models}
-    for r in range(args.rounds):
-        for method in (list(models) if r % 2 == 0 else list(models)[::-1]):
-            start = time.perf_counter()
-            for _ in range(args.runs):
-                models[method].train_on_batch(images, labels)
-            seconds[method].append((time.perf_counter() - start) / args.runs)
+    from throughput import training_steps_by_round  # beside this file
+
+    seconds = training_steps_by_round(models, images, labels, args.warmup, args.runs, args.rounds)
     return {method: statistics.median(values) for method, values in seconds.items()}
 
 
@@ -185,7 +167,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not (args.digits or args.vtab):
         parser.error("give --digits, --vtab or both")
-    doc = _throughput().keras_result("fine_tuning.py", {
+    from throughput import keras_result  # beside this file: the machine's record
+
+    doc = keras_result("fine_tuning.py", {
         "methods": METHODS, "digits_length": DIGITS_LENGTH, "vtab_scaled": VTAB_SCALED,
         "pretrained": args.pretrained or "the digits config's model", "seeds": args.seeds,
         "warmup": args.warmup, "runs": args.runs, "rounds": args.rounds, "steps": args.steps})

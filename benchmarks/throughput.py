@@ -889,6 +889,24 @@ def rotated(items, r):
     return items[shift:] + items[:shift]
 
 
+def training_steps_by_round(models, images, labels, warmup, runs, rounds):
+    """``{name: [seconds per step, one per round]}`` of ``train_on_batch(images,
+    labels)`` for each compiled model of `models` (a dict), after `warmup`
+    steps of each: every round times `runs` steps of each model in turn,
+    the order reversed every other round."""
+    for model in models.values():
+        for _ in range(warmup):
+            model.train_on_batch(images, labels)
+    seconds = {name: [] for name in models}
+    for r in range(rounds):
+        for name in (list(models) if r % 2 == 0 else list(models)[::-1]):
+            start = time.perf_counter()
+            for _ in range(runs):
+                models[name].train_on_batch(images, labels)
+            seconds[name].append((time.perf_counter() - start) / runs)
+    return seconds
+
+
 def speed_environment(environ=None):
     """``{name: value}`` of the `SPEED_ENVIRONMENT` variables set in `environ`
     (default ``os.environ``)."""
