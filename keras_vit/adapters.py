@@ -17,6 +17,7 @@ import keras
 import numpy as np
 
 from keras_vit import variants
+from keras_vit.kernels.projection import has_dora
 from keras_vit.io import files
 
 FORMAT = "keras_vit.adapters/1"  # the record's "format": what this module reads
@@ -32,7 +33,7 @@ def adapter_methods(model):
     for path, layer in variants.projections(model).items():
         if not layer.lora_enabled:
             continue
-        method = "dora" if getattr(layer, "dora_magnitude", None) is not None else "lora"
+        method = "dora" if has_dora(layer) else "lora"
         settings = methods.setdefault(method, {"rank": layer.lora_rank, "alpha": layer.lora_alpha,
                                                "target": []})
         if path.split("/")[-1] not in settings["target"]:

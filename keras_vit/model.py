@@ -21,6 +21,7 @@ from keras_vit import layers as vit_layers
 from keras_vit import variants
 from keras_vit.config import FIELDS
 from keras_vit.config import constructor_config
+from keras_vit.kernels.projection import has_dora
 from keras_vit.layers.position_embedding import grid_positions
 from keras_vit.layers.position_embedding import RESAMPLE_METHODS
 from keras_vit.layers.position_embedding import grid_shapes
@@ -713,9 +714,10 @@ class ViT(keras.Model):
         """Keras's ``quantize`` (``"int8"``, ``"int4"``, ``"float8"``, ...)
         with the garbage collector held back meanwhile
         (`keras_vit.variants.collections_deferred`); a mode slower than
-        float32 on this CPU warns once (`keras_vit.variants.warn_if_slow`)."""
-        dora = [path for path, layer in variants.projections(self).items()
-                if getattr(layer, "dora_magnitude", None) is not None]
+        float32 on this CPU warns once (`keras_vit.variants.warn_if_slow`).
+        A model with DoRA is refused: quantize its merged copy
+        (`merge_adapters`)."""
+        dora = [path for path, layer in variants.projections(self).items() if has_dora(layer)]
         if dora:
             raise ValueError(
                 f"{self.name} has DoRA ({dora[0]}, ...), whose magnitudes rescale the kernel that "
@@ -800,8 +802,7 @@ class ViT(keras.Model):
         return super().save_weights(filepath, *args, **kwargs)
 
     def _check_savable(self, filepath, method):
-        if any(getattr(layer, "dora_magnitude", None) is not None
-               for layer in variants.projections(self).values()):
+        if any(has_dora(layer) for layer in variants.projections(self).values()):
             raise ValueError(
                 f"{self.name} has DoRA, whose magnitudes Keras's LoRA layers do not write (`{method}`). "
                 "Save the adapters (`model.save_adapters('adapters.safetensors')`), or the merged "

@@ -14,6 +14,7 @@ from keras_vit.config import is_int
 from keras_vit.config import pair
 from keras_vit.kernels import backend_platform
 from keras_vit.kernels.projection import dora_kernel
+from keras_vit.kernels.projection import has_dora
 from keras_vit.kernels.routes import kernel_input_axes
 from keras_vit.weights import transfer_weights
 
@@ -170,7 +171,7 @@ def adapted_layers(model, rank, target, method):
         raise ValueError(f"{model.name} has no projection named {target}.")
     for path, layer in layers.items():
         if layer.lora_enabled:
-            done = "DoRA" if getattr(layer, "dora_magnitude", None) is not None else "LoRA"
+            done = "DoRA" if has_dora(layer) else "LoRA"
             raise ValueError(f"{path} already has {done}: adapt a model once (merge it first, "
                              "`model.merge_adapters()`, to adapt the merged model again).")
         if method == "DoRA" and layer.quantization_mode is not None:
@@ -276,8 +277,7 @@ def merged_copy(model):
     copy = type(model).from_config(model.get_config())
     layers = projections(copy)
     for path, layer in projections(model).items():
-        kernel = dora_kernel(layer) if getattr(layer, "dora_magnitude", None) is not None \
-            else layer.kernel  # Keras's kernel property merges LoRA
+        kernel = dora_kernel(layer) if has_dora(layer) else layer.kernel  # Keras's property merges LoRA
         layers[path].kernel.assign(keras.ops.convert_to_numpy(kernel))
     state = {variable.path: variable for variable in copy.weights}
     for variable in model.weights:
@@ -298,7 +298,7 @@ def merge_adapters(model, method=None):
     """`ViT.merge_adapters` (and `merge_dora`, with `method` ``"DoRA"``):
     `merged_copy` of a model with LoRA or DoRA; a model with prompts alone
     is refused (they stay tokens), as is one without what `method` names."""
-    found = {"DoRA" if getattr(layer, "dora_magnitude", None) is not None else "LoRA"
+    found = {"DoRA" if has_dora(layer) else "LoRA"
              for layer in projections(model).values() if layer.lora_enabled}
     if method is not None and method not in found:
         raise ValueError(f"{model.name} has no {method} to merge" + (

@@ -74,7 +74,7 @@ def dense(layer, x, activation=None):
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
-    if getattr(layer, "dora_magnitude", None) is not None:  # DoRA: its own kernel everywhere
+    if has_dora(layer):  # DoRA: its own kernel everywhere
         y = _projection(layer, x, kernel_input_axes(layer), dora_kernel(layer))
         return y if activation is None else gelu(y, approximate=activation == "gelu_approximate")
     path = route("dense", layer=layer)
@@ -98,6 +98,12 @@ def dense_reference(layer, x, activation=None):
     if activation is None:
         return y
     return ops.gelu(y, approximate=activation == "gelu_approximate")
+
+
+def has_dora(layer):
+    """Whether `layer` computes with `dora_kernel` (it has a
+    ``dora_magnitude``: `keras_vit.variants.add_dora`)."""
+    return getattr(layer, "dora_magnitude", None) is not None
 
 
 def dora_kernel(layer):
