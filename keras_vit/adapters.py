@@ -61,6 +61,13 @@ def enable_projection_adapters(model, methods):
             enable(model, settings["rank"], tuple(settings["target"]), settings["alpha"])
 
 
+def merged(model):
+    """`model` with its LoRA and DoRA folded into the kernels
+    (`keras_vit.ViT.merge_adapters`: the same logits, a plain ViT), or
+    `model` itself when it has neither (prompts stay tokens)."""
+    return model.merge_adapters() if {"lora", "dora"} & set(adapter_methods(model)) else model
+
+
 def base_identity(model, trained_paths):
     """The sha256 (hex) of `model`'s weights whose paths are not in
     `trained_paths` and that no adapter added: each one's path, shape, dtype
@@ -209,8 +216,7 @@ def load_adapters(base_model, path):
         model = base_model.with_prompts(prompts["prompt_tokens"], deep="vpt-deep" in methods,
                                         dropout=prompts["prompt_dropout"])
     else:  # a copy: the base stays as it is
-        model = type(base_model).from_config(base_model.get_config())
-        model.set_weights(base_model.get_weights())
+        model = variants.with_config(base_model)
     model.weights_source = getattr(base_model, "weights_source", None)
     enable_projection_adapters(model, methods)
     variables = {v.path: v for v in model.weights}

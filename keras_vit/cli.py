@@ -377,7 +377,7 @@ def _explain(args):
 
 def _protocols(args):
     """``evaluate --benchmark``: `keras_vit.evaluation.evaluate_protocols`."""
-    from keras_vit.adapters import adapter_methods
+    from keras_vit.adapters import merged
     from keras_vit.evaluation import evaluate_protocols
     from keras_vit.evaluation.protocols import TABLE
     from keras_vit.evaluation.protocols import check_protocols
@@ -390,8 +390,8 @@ def _protocols(args):
     changed = args.image_size or args.dtype or args.max_num_patches or args.adapters
     model = _naflex_model(_load_model(args.model, args.image_size, dtype=args.dtype, adapters=args.adapters),
                           args.max_num_patches, args.model) if changed else args.model
-    if args.adapters and {"lora", "dora"} & set(adapter_methods(model)):  # the runs start from it, merged
-        model = model.merge_adapters()
+    if args.adapters:  # the runs start from it, LoRA and DoRA merged
+        model = merged(model)
     results = evaluate_protocols(
         model, args.benchmark, out, published_as=args.published_as, dataset=args.dataset,
         split=args.split, train_split=args.train_split, data_dir=args.data_dir,
@@ -496,7 +496,7 @@ def _convert(args):
 def _export(args):
     import keras
 
-    from keras_vit.adapters import adapter_methods
+    from keras_vit.adapters import merged
     from keras_vit.io import files
     from keras_vit.export import routes
     from keras_vit.export.int8 import check_mode
@@ -510,8 +510,8 @@ def _export(args):
         files.output_folder(args.output, "output")
     check_mode(args.format, args.quantize, calibrated=args.calibration is not None)
     model = _load_model(args.model, args.image_size, adapters=args.adapters)
-    if args.adapters and {"lora", "dora"} & set(adapter_methods(model)):  # the same logits, a plain ViT
-        model = model.merge_adapters()
+    if args.adapters:  # LoRA and DoRA merged: the same logits, a plain ViT
+        model = merged(model)
     calibration = None
     if args.calibration is not None:
         calibration = _calibration_images(model, args.calibration, args.calibration_split,

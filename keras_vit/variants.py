@@ -15,6 +15,7 @@ from keras_vit.config import pair
 from keras_vit.kernels import backend_platform
 from keras_vit.kernels.projection import dora_kernel
 from keras_vit.kernels.projection import has_dora
+from keras_vit.kernels.projection import kernel_norm
 from keras_vit.kernels.routes import kernel_input_axes
 from keras_vit.weights import transfer_weights
 
@@ -221,13 +222,11 @@ def add_dora(layer, rank, alpha=None):
     checks the model's first): Keras's ``enable_lora(rank, alpha)``, then
     ``dora_magnitude`` (the kernel's shape after its input axes), the norm
     of the kernel per output unit."""
-    axes = kernel_input_axes(layer)
-    if axes is None:
+    if kernel_input_axes(layer) is None:
         raise ValueError(f"DoRA adapts a Dense or EinsumDense projection without activation, "
                          f"got {type(layer).__name__} {layer.name}.")
     layer.enable_lora(rank, lora_alpha=alpha)
-    norm = keras.ops.convert_to_numpy(keras.ops.sqrt(keras.ops.sum(
-        keras.ops.square(layer.kernel), axis=tuple(range(axes)))))
+    norm = keras.ops.convert_to_numpy(kernel_norm(layer))
     layer._tracker.unlock()
     try:
         layer.dora_magnitude = layer.add_weight(name="dora_magnitude", shape=norm.shape,

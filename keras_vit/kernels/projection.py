@@ -54,7 +54,9 @@ def dense(layer, x, activation=None):
     runs on a CPU, where its kernel goes through `matmul`, or
     `int8_projection` holds on TensorFlow's CPU or PyTorch's (outside
     autograd), where `int8_dense` computes Keras's int8 ``call`` on the
-    backend's int8 kernels (on PyTorch to 7-bit rounding of the input).
+    backend's int8 kernels (on PyTorch to 7-bit rounding of the input). A
+    DoRA layer (`has_dora`) is multiplied by `dora_kernel` everywhere, in
+    export traces too: Keras's ``call`` knows no magnitudes.
 
     Example:
         ```python
@@ -74,14 +76,14 @@ def dense(layer, x, activation=None):
     """
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}.")
-    if has_dora(layer):  # DoRA: its own kernel everywhere
-        y = _projection(layer, x, kernel_input_axes(layer), dora_kernel(layer))
-        return y if activation is None else gelu(y, approximate=activation == "gelu_approximate")
-    path = route("dense", layer=layer)
+    # DoRA: its own kernel on every route (Keras's call would leave the magnitudes out)
+    path = None if has_dora(layer) else route("dense", layer=layer)
     if path == REFERENCE and int8_projection(layer) is not None:
         x = ops.convert_to_tensor(x)
         path = route("int8_dense", layer=layer, x=x)
-    if path == "matmul":
+    if path is None:
+        y = _projection(layer, x, kernel_input_axes(layer), dora_kernel(layer))
+    elif path == "matmul":
         y = _projection(layer, x, plain_projection(layer))
     elif path == REFERENCE:
         y = layer(x)
@@ -132,10 +134,15 @@ def dora_kernel(layer):
         print(tuple(fc1.dora_magnitude.shape))    # -> (16,)
         ```
     """
-    kernel = layer.kernel
-    axes = tuple(range(kernel_input_axes(layer)))
-    norm = ops.sqrt(ops.sum(ops.square(kernel), axis=axes))
-    return kernel * (layer.dora_magnitude / ops.stop_gradient(norm))
+    return layer.kernel * (layer.dora_magnitude / ops.stop_gradient(kernel_norm(layer)))
+
+
+def kernel_norm(layer):
+    """The norm of each output unit's weights in `layer`'s kernel (its
+    LoRA kernel, with LoRA), over the input axes (`kernel_input_axes`): the
+    kernel's shape after them. DoRA's ``||W||_c``, and its magnitude's
+    initial value."""
+    return ops.sqrt(ops.sum(ops.square(layer.kernel), axis=tuple(range(kernel_input_axes(layer)))))
 
 
 def _projection(layer, x, input_axes, kernel=None):

@@ -402,6 +402,14 @@ def check_config(config):
     return config
 
 
+# --adapter -> the size flags it takes, and what a run given another is told
+_ADAPTER_SIZES = {
+    **dict.fromkeys(("lora", "dora"), (("rank", "alpha"), "LoRA and DoRA take --rank R (and --alpha A).")),
+    **dict.fromkeys(("vpt-shallow", "vpt-deep"), (("prompts",), "VPT learns --prompts N tokens.")),
+    "head": ((), "it trains the head alone."),
+}
+
+
 def _check_adapter(config):
     """An adapter adapts a trained model, with the settings of its own
     kind: --rank and --alpha for LoRA and DoRA, --prompts for VPT;
@@ -418,17 +426,12 @@ def _check_adapter(config):
     if config.lora_rank is not None:
         raise ValueError(f"--lora-rank R is --adapter lora --rank R: give one of them, not both "
                          f"(here --adapter {config.adapter}).")
-    prompted = config.adapter.startswith("vpt")
-    takes = {"head": (), "vpt-shallow": ("prompts",), "vpt-deep": ("prompts",)}.get(config.adapter,
-                                                                                   ("rank", "alpha"))
+    takes, said = _ADAPTER_SIZES[config.adapter]
     wrong = [f"--{name}" for name in ("rank", "alpha", "prompts")
              if getattr(config, name) is not None and name not in takes]
     if wrong:
-        raise ValueError(f"{' and '.join(wrong)} do(es) not apply to --adapter {config.adapter}: "
-                         + {"head": "it trains the head alone.", True: "VPT learns --prompts N tokens.",
-                            False: "LoRA and DoRA take --rank R (and --alpha A)."}[
-                             "head" if config.adapter == "head" else prompted])
-    if config.max_num_patches is not None and prompted:
+        raise ValueError(f"{' and '.join(wrong)} do(es) not apply to --adapter {config.adapter}: {said}")
+    if config.max_num_patches is not None and config.adapter.startswith("vpt"):
         raise ValueError(f"--adapter {config.adapter} cannot go with NaFlex (--max-num-patches): its "
                          "padded sequences have no place for prompts. Use --adapter lora or dora.")
 

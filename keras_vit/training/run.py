@@ -709,8 +709,7 @@ def finish(run, built, history, seconds, weights):
     if adapter_settings(config)[0] is not None:  # what was trained, apart from the --init model
         model.weights_source = config.init
         model.save_adapters(run.workdir / "adapters.safetensors")
-    lora_or_dora = {"lora", "dora"} & set(adapters.adapter_methods(model))
-    (model.merge_adapters() if lora_or_dora else model).save(run.workdir / "model.keras")
+    adapters.merged(model).save(run.workdir / "model.keras")
     path = run.workdir / "results.json"
     if path.exists():  # a finished run started again keeps what it recorded
         results = {**results, **files.read_json(path, "the results of the run")}
